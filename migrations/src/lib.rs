@@ -1,1 +1,17 @@
-//! placeholder
+//! The forgesync schema. Migrations only move forward; applying them twice changes nothing.
+#![forbid(unsafe_code)]
+
+pub use sea_orm_migration::MigratorTrait;
+use sea_orm_migration::prelude::*;
+
+mod m0001_core;
+
+/// Every migration, oldest first.
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m0001_core::Migration)]
+    }
+}

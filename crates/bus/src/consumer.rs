@@ -1,0 +1,342 @@
+//! Durable pull consumers with bounded concurrency.
+//!
+//! A received message is a [`Delivery`]: the handler must `ack` it after its transaction commits.
+//! A delivery dropped without an ack (an early `?`, a panic) is nak'ed with backoff, so it comes
+//! back; on its last allowed attempt it becomes a dead message in Postgres and is acked. The
+//! server's own `max_deliver` stays unlimited: the budget is enforced here, so a message is only
+//! ever acked after it is recorded somewhere.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, AckKind, consumer::pull};
+use futures::StreamExt;
+use sea_orm::DatabaseConnection;
+use time::OffsetDateTime;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::{Bus, BusError, Namespace, Stream, dead};
+
+/// Headers that carry the ids every span and log line should name.
+pub mod headers {
+    pub const WORKSPACE: &str = "Forgesync-Workspace";
+    pub const CONNECTION: &str = "Forgesync-Connection";
+    pub const DELIVERY: &str = "Forgesync-Delivery";
+}
+
+/// How one durable consumer behaves.
+#[derive(Debug, Clone)]
+pub struct ConsumerSpec {
+    pub stream: Stream,
+    /// Durable name without namespace; replicas sharing it share the work.
+    pub durable: String,
+    /// Logical filter subjects (empty: the whole stream).
+    pub filter_subjects: Vec<String>,
+    /// Deliveries allowed before the message is recorded dead.
+    pub max_deliveries: i64,
+    /// How long the server waits for an ack before redelivering.
+    pub ack_wait: Duration,
+    /// Handlers running at once in this replica.
+    pub concurrency: usize,
+    /// Nak delay by attempt (the last entry repeats).
+    pub backoff: Vec<Duration>,
+}
+
+impl ConsumerSpec {
+    /// A spec with production defaults: 10 deliveries, 30 s ack wait, 8 at once, backoff
+    /// 1 s, 5 s, 30 s, 2 min, 10 min.
+    pub fn new(stream: Stream, durable: impl Into<String>) -> Self {
+        ConsumerSpec {
+            stream,
+            durable: durable.into(),
+            filter_subjects: Vec::new(),
+            max_deliveries: 10,
+            ack_wait: Duration::from_secs(30),
+            concurrency: 8,
+            backoff: [1, 5, 30, 120, 600].map(Duration::from_secs).to_vec(),
+        }
+    }
+
+    fn nak_delay(&self, attempt: i64) -> Duration {
+        let i = usize::try_from(attempt.saturating_sub(1)).unwrap_or(0);
+        self.backoff
+            .get(i)
+            .or(self.backoff.last())
+            .copied()
+            .unwrap_or(Duration::from_secs(1))
+    }
+}
+
+/// Processes deliveries. Ack only after the transaction commits; return without acking to have
+/// the message redelivered.
+pub trait Handler: Send + Sync + 'static {
+    fn handle(&self, delivery: Delivery) -> impl Future<Output = ()> + Send;
+}
+
+#[derive(Clone)]
+struct Context {
+    db: DatabaseConnection,
+    namespace: Namespace,
+    spec: Arc<ConsumerSpec>,
+    stream_name: String,
+    consumer_name: String,
+}
+
+/// One received message; nak'ed (or recorded dead) on drop unless acked.
+pub struct Delivery {
+    message: Option<jetstream::Message>,
+    subject: String,
+    attempt: i64,
+    stored_at: OffsetDateTime,
+    ctx: Context,
+}
+
+impl Delivery {
+    /// The logical subject (without the namespace).
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+
+    pub fn payload(&self) -> &[u8] {
+        self.message
+            .as_ref()
+            .map(|m| m.payload.as_ref())
+            .unwrap_or_default()
+    }
+
+    pub fn headers(&self) -> Option<&HeaderMap> {
+        self.message.as_ref().and_then(|m| m.headers.as_ref())
+    }
+
+    /// A header's value, if present.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers().and_then(|h| h.get(name)).map(|v| v.as_str())
+    }
+
+    /// 1 on the first delivery.
+    pub fn attempt(&self) -> i64 {
+        self.attempt
+    }
+
+    /// When the stream stored the message (the NATS server's clock).
+    pub fn stored_at(&self) -> OffsetDateTime {
+        self.stored_at
+    }
+
+    /// Acknowledges after the handler's transaction committed; waits for the server to confirm.
+    pub async fn ack(mut self) -> Result<(), BusError> {
+        let Some(message) = self.message.take() else {
+            return Ok(());
+        };
+        message.double_ack().await.map_err(|e| BusError::Consumer {
+            consumer: self.ctx.consumer_name.clone(),
+            message: format!("ack failed: {e}"),
+        })?;
+        metrics::counter!("bus_messages_total", "consumer" => self.ctx.consumer_name.clone(), "outcome" => "acked").increment(1);
+        Ok(())
+    }
+
+    /// A transient failure: redeliver after backoff, or record it dead on the last attempt.
+    pub async fn retry(mut self, reason: &str) {
+        if let Some(message) = self.message.take() {
+            settle_failure(self.ctx.clone(), message, self.attempt, reason.to_owned()).await;
+        }
+    }
+
+    /// A message that can never succeed: record it dead now (replayable later) and ack it.
+    pub async fn reject(mut self, reason: &str) {
+        if let Some(message) = self.message.take() {
+            dead_letter(self.ctx.clone(), message, self.attempt, reason.to_owned()).await;
+        }
+    }
+}
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        let Some(message) = self.message.take() else {
+            return;
+        };
+        let ctx = self.ctx.clone();
+        let attempt = self.attempt;
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(settle_failure(
+                ctx,
+                message,
+                attempt,
+                "dropped without ack".to_owned(),
+            ));
+        }
+        // Without a runtime nothing can be sent; the server redelivers after ack_wait.
+    }
+}
+
+async fn settle_failure(ctx: Context, message: jetstream::Message, attempt: i64, reason: String) {
+    if attempt >= ctx.spec.max_deliveries {
+        dead_letter(ctx, message, attempt, reason).await;
+        return;
+    }
+    let delay = ctx.spec.nak_delay(attempt);
+    tracing::warn!(consumer = %ctx.consumer_name, attempt, ?delay, %reason, "message not acked; redelivering");
+    metrics::counter!("bus_messages_total", "consumer" => ctx.consumer_name.clone(), "outcome" => "nak").increment(1);
+    if let Err(e) = message.ack_with(AckKind::Nak(Some(delay))).await {
+        // The server redelivers after ack_wait anyway.
+        tracing::warn!(consumer = %ctx.consumer_name, error = %e, "nak failed");
+    }
+}
+
+async fn dead_letter(ctx: Context, message: jetstream::Message, attempt: i64, reason: String) {
+    let record = dead::DeadMessage {
+        stream: ctx.stream_name.clone(),
+        consumer: ctx.consumer_name.clone(),
+        subject: ctx_subject(&ctx, &message),
+        headers: message.headers.clone(),
+        payload: message.payload.to_vec(),
+        reason: reason.clone(),
+        attempts: attempt,
+    };
+    match dead::record(&ctx.db, record).await {
+        Ok(id) => {
+            tracing::error!(consumer = %ctx.consumer_name, attempt, %reason, dead_message = %id, "message recorded dead");
+            metrics::counter!("bus_messages_total", "consumer" => ctx.consumer_name.clone(), "outcome" => "dead").increment(1);
+            // Recorded first, then acked: a crash in between only duplicates the dead record.
+            if let Err(e) = message.double_ack().await {
+                tracing::warn!(consumer = %ctx.consumer_name, error = %e, "ack of dead message failed");
+            }
+        }
+        Err(e) => {
+            // Not recorded: keep it in the stream and try again later.
+            tracing::error!(consumer = %ctx.consumer_name, error = %e, "recording dead message failed; redelivering");
+            let _ = message
+                .ack_with(AckKind::Nak(Some(ctx.spec.nak_delay(attempt))))
+                .await;
+        }
+    }
+}
+
+/// The logical subject, so a replay lands in the same namespace it came from.
+fn ctx_subject(ctx: &Context, message: &jetstream::Message) -> String {
+    let full = message.subject.as_str();
+    ctx.namespace.strip(full).unwrap_or(full).to_owned()
+}
+
+/// Runs a durable consumer until `shutdown`: stops pulling, then waits for in-flight handlers.
+pub async fn run<H: Handler>(
+    bus: &Bus,
+    db: DatabaseConnection,
+    spec: ConsumerSpec,
+    handler: Arc<H>,
+    shutdown: CancellationToken,
+) -> Result<(), BusError> {
+    let ns = bus.namespace().clone();
+    let stream_name = ns.name(spec.stream.name());
+    let consumer_name = ns.name(&spec.durable);
+    let err = |message: String| BusError::Consumer {
+        consumer: consumer_name.clone(),
+        message,
+    };
+    let stream = bus
+        .jetstream()
+        .get_stream(&stream_name)
+        .await
+        .map_err(|e| err(format!("stream {stream_name}: {e}")))?;
+    let filters: Vec<String> = spec.filter_subjects.iter().map(|s| ns.subject(s)).collect();
+    let consumer = stream
+        .create_consumer(pull::Config {
+            durable_name: Some(consumer_name.clone()),
+            filter_subjects: filters,
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            ack_wait: spec.ack_wait,
+            max_deliver: -1,
+            max_ack_pending: i64::try_from(spec.concurrency * 4).unwrap_or(1000),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| err(format!("create: {e}")))?;
+    let mut messages = consumer
+        .stream()
+        .max_messages_per_batch(spec.concurrency.max(1))
+        .heartbeat(Duration::from_secs(5))
+        .expires(Duration::from_secs(10))
+        .messages()
+        .await
+        .map_err(|e| err(format!("pull: {e}")))?;
+
+    let ctx = Context {
+        db,
+        namespace: ns.clone(),
+        spec: Arc::new(spec),
+        stream_name: stream_name.clone(),
+        consumer_name: consumer_name.clone(),
+    };
+    let permits = Arc::new(Semaphore::new(ctx.spec.concurrency.max(1)));
+    let mut in_flight = JoinSet::new();
+    loop {
+        let permit = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            p = permits.clone().acquire_owned() => p.map_err(|e| err(e.to_string()))?,
+        };
+        let next = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            n = messages.next() => n,
+        };
+        let message = match next {
+            Some(Ok(m)) => m,
+            Some(Err(e)) => {
+                tracing::warn!(consumer = %consumer_name, error = %e, "pull error; continuing");
+                continue;
+            }
+            None => break,
+        };
+        // Reap finished handlers so the set does not grow.
+        while in_flight.try_join_next().is_some() {}
+        let (attempt, stored_at) = match message.info() {
+            Ok(info) => (info.delivered, info.published),
+            Err(_) => (1, OffsetDateTime::now_utc()),
+        };
+        let subject = ns
+            .strip(message.subject.as_str())
+            .unwrap_or(message.subject.as_str())
+            .to_owned();
+        let delivery = Delivery {
+            message: Some(message),
+            subject,
+            attempt,
+            stored_at,
+            ctx: ctx.clone(),
+        };
+        if attempt > ctx.spec.max_deliveries {
+            // The last attempt's dead record failed; record it now rather than handle it again.
+            let reason = format!("delivery budget of {} exhausted", ctx.spec.max_deliveries);
+            in_flight.spawn(async move {
+                delivery.reject(&reason).await;
+                drop(permit);
+            });
+            continue;
+        }
+        let span = tracing::info_span!(
+            "message",
+            consumer = %consumer_name,
+            subject = %delivery.subject,
+            attempt,
+            workspace_id = delivery.header(headers::WORKSPACE).unwrap_or_default(),
+            connection_id = delivery.header(headers::CONNECTION).unwrap_or_default(),
+            delivery_id = delivery.header(headers::DELIVERY).unwrap_or_default(),
+        );
+        let handler = handler.clone();
+        in_flight.spawn(
+            async move {
+                handler.handle(delivery).await;
+                drop(permit);
+            }
+            .instrument(span),
+        );
+    }
+    // Stop taking work, finish what is in flight; unacked work is redelivered to another replica.
+    while in_flight.join_next().await.is_some() {}
+    Ok(())
+}

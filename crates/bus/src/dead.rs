@@ -1,0 +1,102 @@
+//! Dead messages: what a consumer could not process within its delivery budget, kept in Postgres
+//! with the reason, listed by `control-api` and replayed through the outbox.
+
+use std::collections::BTreeMap;
+
+use async_nats::HeaderMap;
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ConnectionTrait, DbErr, EntityTrait, QuerySelect,
+    TransactionTrait,
+};
+use store::entity::dead_message;
+use store::outbox::{self, OutboxMessage};
+use uuid::Uuid;
+
+use crate::MSG_ID_HEADER;
+
+/// A message to record as dead.
+#[derive(Debug, Clone)]
+pub struct DeadMessage {
+    pub stream: String,
+    pub consumer: String,
+    /// Logical subject (without namespace).
+    pub subject: String,
+    pub headers: Option<HeaderMap>,
+    pub payload: Vec<u8>,
+    pub reason: String,
+    pub attempts: i64,
+}
+
+/// Headers as JSON, first value per name; `Nats-Msg-Id` is dropped so a replay is new.
+pub fn headers_to_json(headers: Option<&HeaderMap>) -> serde_json::Value {
+    let mut map = BTreeMap::new();
+    if let Some(h) = headers {
+        for (name, values) in h.iter() {
+            let name = name.to_string();
+            if name.eq_ignore_ascii_case(MSG_ID_HEADER) {
+                continue;
+            }
+            if let Some(v) = values.first() {
+                map.insert(name, v.as_str().to_owned());
+            }
+        }
+    }
+    serde_json::to_value(map).unwrap_or_default()
+}
+
+/// Records a dead message; returns its id.
+pub async fn record<C: ConnectionTrait>(db: &C, message: DeadMessage) -> Result<Uuid, DbErr> {
+    let id = Uuid::now_v7();
+    dead_message::Entity::insert(dead_message::ActiveModel {
+        id: Set(id),
+        stream: Set(message.stream),
+        consumer: Set(message.consumer),
+        subject: Set(message.subject),
+        headers: Set(headers_to_json(message.headers.as_ref())),
+        payload: Set(message.payload),
+        reason: Set(message.reason),
+        attempts: Set(message.attempts),
+        ..Default::default()
+    })
+    .exec_without_returning(db)
+    .await?;
+    Ok(id)
+}
+
+/// Why a replay did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("no dead message {0}")]
+    NotFound(Uuid),
+    #[error(transparent)]
+    Db(#[from] DbErr),
+}
+
+/// Replays a dead message: in one transaction its copy goes to the outbox (a new message id, so
+/// the stream does not absorb it) and the replay is counted.
+pub async fn replay(
+    db: &sea_orm::DatabaseConnection,
+    id: Uuid,
+) -> Result<dead_message::Model, ReplayError> {
+    let txn = db.begin().await?;
+    let row = dead_message::Entity::find_by_id(id)
+        .lock_exclusive()
+        .one(&txn)
+        .await?
+        .ok_or(ReplayError::NotFound(id))?;
+    let headers: BTreeMap<String, String> =
+        serde_json::from_value(row.headers.clone()).unwrap_or_default();
+    let mut message = OutboxMessage {
+        subject: row.subject.clone(),
+        headers,
+        payload: row.payload.clone(),
+    };
+    message = message.header("Forgesync-Replay-Of", id.to_string());
+    outbox::enqueue(&txn, message).await?;
+    let mut active: dead_message::ActiveModel = row.clone().into();
+    active.replay_count = Set(row.replay_count + 1);
+    active.replayed_at = Set(Some(time::OffsetDateTime::now_utc()));
+    let updated = active.update(&txn).await?;
+    txn.commit().await?;
+    Ok(updated)
+}

@@ -1,0 +1,185 @@
+//! The outbox relay: publishes committed outbox rows to JetStream with the row id as
+//! `Nats-Msg-Id`, then stamps them published.
+//!
+//! Any number of relays may run: each batch is claimed with `FOR UPDATE SKIP LOCKED`, and a relay
+//! that dies mid-batch rolls back its claim, so another relay republishes those rows and the
+//! stream's duplicate window absorbs what had already been stored. It wakes on `NOTIFY outbox`
+//! and also polls, so a lost notification only delays a message.
+
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use bytes::Bytes;
+use sea_orm::sea_query::{Expr, LockBehavior, LockType};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, TransactionTrait,
+};
+use sqlx::postgres::PgListener;
+use store::entity::outbox;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Bus, BusError};
+
+/// Why a batch failed; the rows stay unpublished and are retried.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error(transparent)]
+    Db(#[from] DbErr),
+    #[error(transparent)]
+    Bus(#[from] BusError),
+}
+
+/// Relay settings.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    pub batch_size: u64,
+    pub poll_interval: Duration,
+    /// Published rows older than this are deleted.
+    pub retention: Duration,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        RelayConfig {
+            batch_size: 500,
+            poll_interval: Duration::from_secs(1),
+            retention: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+/// One relay; run as many as you like.
+pub struct Relay {
+    db: DatabaseConnection,
+    bus: Bus,
+    config: RelayConfig,
+}
+
+impl Relay {
+    pub fn new(db: DatabaseConnection, bus: Bus, config: RelayConfig) -> Self {
+        Relay { db, bus, config }
+    }
+
+    /// Publishes one claimed batch; returns how many rows it published.
+    #[tracing::instrument(skip(self), level = "debug")]
+    pub async fn publish_batch(&self) -> Result<usize, RelayError> {
+        let txn = self.db.begin().await?;
+        let rows = outbox::Entity::find()
+            .filter(outbox::Column::PublishedAt.is_null())
+            .order_by_asc(outbox::Column::CreatedAt)
+            .order_by_asc(outbox::Column::Id)
+            .limit(self.config.batch_size)
+            .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
+            .all(&txn)
+            .await?;
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        // Pipeline the batch: send everything, then wait for every ack.
+        let mut acks = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let mut headers = HeaderMap::new();
+            if let Some(map) = row.headers.as_object() {
+                for (k, v) in map {
+                    if let Some(v) = v.as_str() {
+                        headers.insert(k.as_str(), v);
+                    }
+                }
+            }
+            let ack = self
+                .bus
+                .publish_start(
+                    &row.subject,
+                    &row.id.to_string(),
+                    headers,
+                    Bytes::from(row.payload.clone()),
+                )
+                .await?;
+            acks.push(ack);
+        }
+        for ack in acks {
+            ack.await?;
+        }
+        let ids: Vec<_> = rows.iter().map(|r| r.id).collect();
+        outbox::Entity::update_many()
+            .col_expr(outbox::Column::PublishedAt, Expr::cust("now()"))
+            .filter(outbox::Column::Id.is_in(ids))
+            .exec(&txn)
+            .await?;
+        txn.commit().await?;
+        metrics::counter!("outbox_published_total").increment(rows.len() as u64);
+        Ok(rows.len())
+    }
+
+    /// Deletes rows published longer ago than the retention.
+    pub async fn prune(&self) -> Result<u64, DbErr> {
+        let secs = self.config.retention.as_secs();
+        let res = self
+            .db
+            .execute_unprepared(&format!(
+                "DELETE FROM outbox WHERE published_at < now() - interval '{secs} seconds'"
+            ))
+            .await?;
+        Ok(res.rows_affected())
+    }
+
+    /// Relays until `shutdown`.
+    pub async fn run(&self, shutdown: CancellationToken) {
+        let mut listener = self.listen().await;
+        let mut rounds: u64 = 0;
+        while !shutdown.is_cancelled() {
+            match self.publish_batch().await {
+                Ok(n) if n as u64 >= self.config.batch_size => continue,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "outbox batch failed; retrying after the poll interval");
+                }
+            }
+            rounds += 1;
+            if rounds.is_multiple_of(600)
+                && let Err(e) = self.prune().await
+            {
+                tracing::warn!(error = %e, "outbox prune failed");
+            }
+            let wait = tokio::time::sleep(self.config.poll_interval);
+            match listener.as_mut() {
+                Some(l) => {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        _ = wait => {}
+                        r = l.recv() => if let Err(e) = r {
+                            tracing::warn!(error = %e, "outbox LISTEN lost; polling until it is back");
+                            listener = None;
+                        }
+                    }
+                }
+                None => {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        _ = wait => {}
+                    }
+                    listener = self.listen().await;
+                }
+            }
+        }
+    }
+
+    async fn listen(&self) -> Option<PgListener> {
+        let pool = self.db.get_postgres_connection_pool();
+        let mut listener = match PgListener::connect_with(pool).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot LISTEN for outbox notifications; polling");
+                return None;
+            }
+        };
+        match listener.listen("outbox").await {
+            Ok(()) => Some(listener),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot LISTEN for outbox notifications; polling");
+                None
+            }
+        }
+    }
+}

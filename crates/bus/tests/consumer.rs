@@ -1,0 +1,202 @@
+//! Consumers against real NATS and Postgres: a delivery not acked comes back with backoff, a
+//! delivery budget ends in a dead message that can be replayed, and shutdown finishes in-flight
+//! work.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::Result;
+use async_nats::HeaderMap;
+use bus::consumer::{self, ConsumerSpec, Delivery, Handler};
+use bus::relay::{Relay, RelayConfig};
+use bus::{Bus, Stream};
+use sea_orm::{DatabaseConnection, EntityTrait};
+use store::entity::dead_message;
+use tokio_util::sync::CancellationToken;
+
+/// Fails (returns without acking) until `succeed` is set, then acks.
+#[derive(Default)]
+struct Flaky {
+    attempts: AtomicUsize,
+    acked: AtomicUsize,
+    succeed: AtomicBool,
+    hold: Option<Duration>,
+}
+
+impl Handler for Flaky {
+    async fn handle(&self, delivery: Delivery) {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        if let Some(hold) = self.hold {
+            tokio::time::sleep(hold).await;
+        }
+        if !self.succeed.load(Ordering::SeqCst) {
+            // An early return: the delivery is dropped without an ack.
+            return;
+        }
+        delivery.ack().await.expect("ack");
+        self.acked.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn spec(max_deliveries: i64) -> ConsumerSpec {
+    ConsumerSpec {
+        max_deliveries,
+        ack_wait: Duration::from_secs(10),
+        backoff: vec![Duration::from_millis(100)],
+        filter_subjects: vec!["lifecycle.>".into()],
+        ..ConsumerSpec::new(Stream::Lifecycle, "test-consumer")
+    }
+}
+
+fn start(
+    bus: &Bus,
+    db: &DatabaseConnection,
+    spec: ConsumerSpec,
+    handler: Arc<Flaky>,
+) -> (
+    CancellationToken,
+    tokio::task::JoinHandle<Result<(), bus::BusError>>,
+) {
+    let token = CancellationToken::new();
+    let (bus, db, t) = (bus.clone(), db.clone(), token.clone());
+    let task = tokio::spawn(async move { consumer::run(&bus, db, spec, handler, t).await });
+    (token, task)
+}
+
+async fn wait_for(what: &str, mut cond: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !cond().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unacked_delivery_comes_back_then_is_recorded_dead_after_its_budget() -> Result<()> {
+    let db = testkit::TestDb::new().await?;
+    let bus = testkit::test_bus().await?;
+    let handler = Arc::new(Flaky::default());
+    let (stop, task) = start(&bus, &db.db, spec(3), handler.clone());
+    let mut headers = HeaderMap::new();
+    headers.insert("Forgesync-Connection", "c1");
+    bus.publish("lifecycle.github.c1.activated", "m-1", headers, "{}".into())
+        .await?;
+
+    wait_for("a dead message", async || {
+        !dead_message::Entity::find()
+            .all(&db.db)
+            .await
+            .unwrap()
+            .is_empty()
+    })
+    .await;
+    // No delivery after the budget: the dead message was acked.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(handler.attempts.load(Ordering::SeqCst), 3);
+    let dead = dead_message::Entity::find().all(&db.db).await?;
+    assert_eq!(dead.len(), 1);
+    let row = &dead[0];
+    assert_eq!(
+        row.subject, "lifecycle.github.c1.activated",
+        "stored without the namespace"
+    );
+    assert_eq!(row.attempts, 3);
+    assert_eq!(row.reason, "dropped without ack");
+    assert_eq!(row.headers["Forgesync-Connection"], "c1");
+    assert!(row.headers.get(bus::MSG_ID_HEADER).is_none());
+    stop.cancel();
+    task.await??;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_dead_message_is_handled_again() -> Result<()> {
+    let db = testkit::TestDb::new().await?;
+    let bus = testkit::test_bus().await?;
+    let handler = Arc::new(Flaky::default());
+    let (stop, task) = start(&bus, &db.db, spec(2), handler.clone());
+    bus.publish(
+        "lifecycle.gitlab.c2.paused",
+        "m-2",
+        HeaderMap::new(),
+        "{\"x\":1}".into(),
+    )
+    .await?;
+    wait_for("a dead message", async || {
+        !dead_message::Entity::find()
+            .all(&db.db)
+            .await
+            .unwrap()
+            .is_empty()
+    })
+    .await;
+    let dead = dead_message::Entity::find()
+        .one(&db.db)
+        .await?
+        .expect("dead row");
+
+    handler.succeed.store(true, Ordering::SeqCst);
+    let replayed = bus::dead::replay(&db.db, dead.id).await?;
+    assert_eq!(replayed.replay_count, 1);
+    let relay = Relay::new(db.db.clone(), bus.clone(), RelayConfig::default());
+    assert_eq!(relay.publish_batch().await?, 1);
+    wait_for("the replay to be acked", async || {
+        handler.acked.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert_eq!(handler.attempts.load(Ordering::SeqCst), 3);
+
+    assert!(matches!(
+        bus::dead::replay(&db.db, uuid::Uuid::now_v7()).await,
+        Err(bus::dead::ReplayError::NotFound(_))
+    ));
+    stop.cancel();
+    task.await??;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_finishes_in_flight_work_before_returning() -> Result<()> {
+    let db = testkit::TestDb::new().await?;
+    let bus = testkit::test_bus().await?;
+    let handler = Arc::new(Flaky {
+        succeed: AtomicBool::new(true),
+        hold: Some(Duration::from_millis(700)),
+        ..Default::default()
+    });
+    let (stop, task) = start(&bus, &db.db, spec(5), handler.clone());
+    bus.publish(
+        "lifecycle.slack.c3.resumed",
+        "m-3",
+        HeaderMap::new(),
+        "{}".into(),
+    )
+    .await?;
+    wait_for("the handler to start", async || {
+        handler.attempts.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    stop.cancel();
+    task.await??;
+    assert_eq!(
+        handler.acked.load(Ordering::SeqCst),
+        1,
+        "in-flight message finished and acked"
+    );
+
+    // Nothing is redelivered to a new consumer instance: the ack stuck.
+    let again = Arc::new(Flaky {
+        succeed: AtomicBool::new(true),
+        ..Default::default()
+    });
+    let (stop, task) = start(&bus, &db.db, spec(5), again.clone());
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(again.attempts.load(Ordering::SeqCst), 0);
+    stop.cancel();
+    task.await??;
+    Ok(())
+}

@@ -1,0 +1,191 @@
+//! The outbox relay against real Postgres and NATS: every row reaches its stream exactly once,
+//! even with several relays and one of them killed mid-batch.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use anyhow::Result;
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
+use bus::relay::{Relay, RelayConfig};
+use bus::{Bus, Stream};
+use futures::StreamExt;
+use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
+use store::outbox::{OutboxMessage, enqueue};
+
+async fn enqueue_many(db: &DatabaseConnection, n: usize) -> Result<HashSet<String>> {
+    let txn = db.begin().await?;
+    let mut ids = HashSet::new();
+    for i in 0..n {
+        let subject = format!("lifecycle.github.c{}.activated", i % 7);
+        let id = enqueue(
+            &txn,
+            OutboxMessage::json(subject, &serde_json::json!({ "i": i })),
+        )
+        .await?;
+        ids.insert(id.to_string());
+    }
+    txn.commit().await?;
+    Ok(ids)
+}
+
+/// Every message id stored in the LIFECYCLE stream, in order.
+async fn stored_ids(bus: &Bus) -> Result<Vec<String>> {
+    let stream = bus
+        .jetstream()
+        .get_stream(bus.namespace().name(Stream::Lifecycle.name()))
+        .await?;
+    let total = stream.get_info().await?.state.messages as usize;
+    let consumer = stream
+        .create_consumer(pull::Config {
+            deliver_policy: DeliverPolicy::All,
+            ack_policy: AckPolicy::None,
+            ..Default::default()
+        })
+        .await?;
+    let mut ids = Vec::with_capacity(total);
+    let mut messages = consumer.messages().await?;
+    while ids.len() < total {
+        let Some(m) = messages.next().await else {
+            break;
+        };
+        let m = m.map_err(anyhow::Error::msg)?;
+        let id = m
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(bus::MSG_ID_HEADER))
+            .map(|v| v.to_string());
+        ids.push(id.unwrap_or_default());
+    }
+    Ok(ids)
+}
+
+async fn pending(db: &DatabaseConnection) -> Result<i64> {
+    let row = db
+        .query_one_raw(sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            "SELECT count(*) AS n FROM outbox WHERE published_at IS NULL",
+        ))
+        .await?
+        .expect("count row");
+    Ok(row.try_get("", "n")?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_relays_one_killed_mid_batch_publish_every_row_exactly_once() -> Result<()> {
+    let db = testkit::TestDb::new().await?;
+    let bus = testkit::test_bus().await?;
+    let expected = enqueue_many(&db.db, 3000).await?;
+
+    // The victim claims a large batch; it is killed once its first messages are in the stream,
+    // i.e. after publishing part of the batch and before committing it.
+    let victim = Relay::new(
+        db.db.clone(),
+        bus.clone(),
+        RelayConfig {
+            batch_size: 2000,
+            ..Default::default()
+        },
+    );
+    let victim_task = tokio::spawn(async move { victim.publish_batch().await });
+    let stream = bus
+        .jetstream()
+        .get_stream(bus.namespace().name(Stream::Lifecycle.name()))
+        .await?;
+    let mut stream_probe = stream.clone();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let n = stream_probe.info().await?.state.messages;
+        if n > 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "victim never published"
+        );
+        tokio::task::yield_now().await;
+    }
+    victim_task.abort();
+    let _ = victim_task.await;
+    let partially = stream_probe.info().await?.state.messages;
+
+    eprintln!("victim stored {partially} before it was killed");
+    let started = std::time::Instant::now();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let mut relays = Vec::new();
+    for _ in 0..3 {
+        let relay = Relay::new(
+            db.db.clone(),
+            bus.clone(),
+            RelayConfig {
+                batch_size: 100,
+                poll_interval: Duration::from_millis(50),
+                ..Default::default()
+            },
+        );
+        let token = shutdown.clone();
+        relays.push(tokio::spawn(async move { relay.run(token).await }));
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while pending(&db.db).await? > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "relays did not drain the outbox"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("relays drained the outbox in {:?}", started.elapsed());
+    shutdown.cancel();
+    for r in relays {
+        r.await?;
+    }
+
+    let ids = stored_ids(&bus).await?;
+    let unique: HashSet<_> = ids.iter().cloned().collect();
+    assert!(
+        partially < 3000,
+        "the victim must have been killed mid-batch"
+    );
+    assert_eq!(
+        ids.len(),
+        3000,
+        "each row stored once (victim had stored {partially})"
+    );
+    assert_eq!(unique.len(), 3000, "no id stored twice");
+    assert!(
+        unique == expected,
+        "the stored ids are exactly the outbox ids"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notification_wakes_the_relay_before_its_poll() -> Result<()> {
+    let db = testkit::TestDb::new().await?;
+    let bus = testkit::test_bus().await?;
+    let relay = Relay::new(
+        db.db.clone(),
+        bus.clone(),
+        RelayConfig {
+            poll_interval: Duration::from_secs(3600),
+            ..Default::default()
+        },
+    );
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let token = shutdown.clone();
+    let task = tokio::spawn(async move { relay.run(token).await });
+    // Let the relay finish its first (empty) pass and start listening.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    enqueue_many(&db.db, 3).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while pending(&db.db).await? > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "NOTIFY did not wake the relay"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    shutdown.cancel();
+    task.await?;
+    assert_eq!(stored_ids(&bus).await?.len(), 3);
+    Ok(())
+}
