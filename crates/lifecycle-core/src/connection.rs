@@ -149,7 +149,10 @@ mod tests {
 
     #[test]
     fn only_active_and_suspended_authorise_reads() {
-        let readers: Vec<_> = STATES.into_iter().filter(|s| s.authorises_reads()).collect();
+        let readers: Vec<_> = STATES
+            .into_iter()
+            .filter(|s| s.authorises_reads())
+            .collect();
         assert_eq!(readers, vec![S::Active, S::Suspended]);
     }
 

@@ -90,7 +90,11 @@ pub fn jobs(kind: &str, connection_id: &str, job_type: &str) -> String {
 
 /// `events.<workspaceId>.<type>`
 pub fn events(workspace_id: &str, event_type: &str) -> String {
-    format!("events.{}.{}", encode_token(workspace_id), encode_token(event_type))
+    format!(
+        "events.{}.{}",
+        encode_token(workspace_id),
+        encode_token(event_type)
+    )
 }
 
 #[cfg(test)]
@@ -129,7 +133,13 @@ mod tests {
             lifecycle("github", "0190-abc", "activated"),
             "lifecycle.github.0190-abc.activated"
         );
-        assert_eq!(jobs("gitlab", "c1", "RECONCILIATION"), "jobs.gitlab.c1.reconciliation");
-        assert_eq!(events("w1", "scm.pull_request.closed"), "events.w1.scm%2Epull_request%2Eclosed");
+        assert_eq!(
+            jobs("gitlab", "c1", "RECONCILIATION"),
+            "jobs.gitlab.c1.reconciliation"
+        );
+        assert_eq!(
+            events("w1", "scm.pull_request.closed"),
+            "events.w1.scm%2Epull_request%2Eclosed"
+        );
     }
 }
