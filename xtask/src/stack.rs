@@ -225,8 +225,14 @@ fn reap_abandoned_runs(layout: &Layout) {
     }
 }
 
+/// True for a live (not zombie) xtask process.
 fn is_xtask(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim() == "xtask")
+    // /proc/<pid>/stat is `pid (comm) state ...`.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.split_once(" (")
+            .and_then(|(_, rest)| rest.rsplit_once(") "))
+            .is_some_and(|(comm, rest)| comm == "xtask" && !rest.starts_with(['Z', 'X']))
+    })
 }
 
 fn read_pid(path: &Path) -> Option<i32> {
