@@ -153,10 +153,8 @@ pub struct Push {
 pub enum PushOutcome {
     /// Move the head and record the push's item event.
     MoveHead,
-    /// Keep the head; record only the push's own item event.
+    /// Keep the head; record only the push's own item event (absorbed if already recorded).
     RecordOnly,
-    /// Change nothing.
-    Stale,
 }
 
 /// Decides a push against the stored head.
@@ -169,7 +167,8 @@ pub fn push(stored: Option<&StoredHead>, push: &Push) -> PushOutcome {
         return PushOutcome::RecordOnly;
     }
     match push.at.cmp(&stored.changed_at) {
-        Ordering::Less => PushOutcome::Stale,
+        // Forward-only: an older push never moves the head back.
+        Ordering::Less => PushOutcome::RecordOnly,
         Ordering::Greater => PushOutcome::MoveHead,
         // Same second: only a push that continues from the stored head moves it; an older one
         // records its own event and never moves the head back.
@@ -300,7 +299,11 @@ mod tests {
         let stored = head("c", 10);
         assert_eq!(
             push(Some(&stored), &push_of("a", "b", 9)),
-            PushOutcome::Stale
+            PushOutcome::RecordOnly
+        );
+        assert_eq!(
+            push(Some(&stored), &push_of("c", "d", 9)),
+            PushOutcome::RecordOnly
         );
         assert_eq!(
             push(Some(&stored), &push_of("b", "c", 10)),
