@@ -199,4 +199,77 @@ mod tests {
         assert!(!shown.contains("secret"), "{shown}");
         assert!(shown.contains("postgres://***@db/x"), "{shown}");
     }
+
+    /// Runs one test of this binary in a child process with `env` set (setting the variables
+    /// in this process would need `unsafe`); returns whether it passed, and its output.
+    fn run_child(test: &str, env: &[(&str, &str)]) -> (bool, String) {
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .env("RUNTIME_CONFIG_CHILD", "1");
+        for (key, value) in env {
+            cmd.env(key, value);
+        }
+        let out = cmd.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    }
+
+    fn in_child() -> bool {
+        std::env::var_os("RUNTIME_CONFIG_CHILD").is_some()
+    }
+
+    #[test]
+    fn child_parses_from_env() {
+        if !in_child() {
+            return;
+        }
+        match Cli::try_parse_from(["svc"]) {
+            Ok(cli) => println!("PARSED {:?}", cli.common),
+            Err(err) => println!("REFUSED {err}"),
+        }
+    }
+
+    #[test]
+    fn env_vars_configure_every_flag() {
+        let (ok, out) = run_child(
+            "config::tests::child_parses_from_env",
+            &[
+                ("DATABASE_URL", "postgres://db/x"),
+                ("NATS_URL", "nats://n:4222"),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel:4318"),
+                ("FORGESYNC_LOG_FORMAT", "json"),
+                ("FORGESYNC_LISTEN", "127.0.0.1:9999"),
+                ("FORGESYNC_MIGRATE", "true"),
+                ("FORGESYNC_NATS_PREFIX", "ns1"),
+                ("FORGESYNC_SHUTDOWN_GRACE", "7"),
+            ],
+        );
+        assert!(ok, "{out}");
+        for expected in [
+            "PARSED",
+            "log_format: Json",
+            "listen: 127.0.0.1:9999",
+            "migrate: true",
+            "Some(\"ns1\")",
+            "shutdown_grace_secs: 7",
+            "Some(\"http://otel:4318\")",
+        ] {
+            assert!(out.contains(expected), "missing {expected:?} in {out}");
+        }
+    }
+
+    #[test]
+    fn bad_env_value_fails_naming_the_env_var() {
+        let (_, out) = run_child(
+            "config::tests::child_parses_from_env",
+            &[
+                ("DATABASE_URL", "postgres://db/x"),
+                ("NATS_URL", "nats://n:4222"),
+                ("FORGESYNC_LISTEN", "everywhere"),
+            ],
+        );
+        assert!(out.contains("REFUSED"), "{out}");
+        assert!(out.contains("FORGESYNC_LISTEN"), "{out}");
+    }
 }

@@ -1,12 +1,14 @@
 //! `/healthz`, `/readyz` and `/metrics`: the routes every service merges into its router.
 
+use std::collections::HashSet;
+
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use migrations::{Migrator, MigratorTrait as _};
-use sea_orm::{ConnectionTrait as _, DatabaseConnection};
+use sea_orm::{ConnectionTrait as _, DatabaseConnection, DbBackend, Statement};
 
 /// What readiness checks: the database, the NATS connection and the schema version.
 #[derive(Clone)]
@@ -35,16 +37,14 @@ async fn readyz(State(state): State<HealthState>) -> Response {
     if let Err(err) = state.db.execute_unprepared("SELECT 1").await {
         failed.insert("postgres".into(), format!("SELECT 1 failed: {err}").into());
     } else {
-        // Read-only: a probe must not create the migrations table.
-        match Migrator::get_pending_migrations_read_only(&state.db).await {
+        match pending_migrations(&state.db).await {
             Ok(pending) if pending.is_empty() => {}
             Ok(pending) => {
-                let names: Vec<String> = pending.iter().map(|m| m.name().to_owned()).collect();
                 failed.insert(
                     "migrations".into(),
                     format!(
                         "pending: {}; run the service with --migrate (FORGESYNC_MIGRATE=true) or `cargo xtask migrate`",
-                        names.join(", ")
+                        pending.join(", ")
                     )
                     .into(),
                 );
@@ -70,6 +70,40 @@ async fn readyz(State(state): State<HealthState>) -> Response {
         let body = serde_json::json!({ "status": "not ready", "failed": failed });
         (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
     }
+}
+
+/// This binary's migrations not yet applied.
+///
+/// Read-only (a probe must not create tables), and a schema *ahead* of this binary counts as
+/// current: during a rolling upgrade the new version migrates first and old replicas, whose
+/// migrations are all applied, must stay ready.
+async fn pending_migrations(db: &DatabaseConnection) -> Result<Vec<String>, sea_orm::DbErr> {
+    let known: Vec<String> = Migrator::get_migration_files()
+        .iter()
+        .map(|m| m.name().to_owned())
+        .collect();
+    let exists = db
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT to_regclass('seaql_migrations') IS NOT NULL AS present",
+        ))
+        .await?
+        .map(|row| row.try_get::<bool>("", "present"))
+        .transpose()?
+        .unwrap_or(false);
+    if !exists {
+        return Ok(known);
+    }
+    let applied: HashSet<String> = db
+        .query_all_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT version FROM seaql_migrations",
+        ))
+        .await?
+        .iter()
+        .map(|row| row.try_get::<String>("", "version"))
+        .collect::<Result<_, _>>()?;
+    Ok(known.into_iter().filter(|m| !applied.contains(m)).collect())
 }
 
 async fn metrics() -> Response {

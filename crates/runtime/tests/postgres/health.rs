@@ -76,3 +76,23 @@ async fn not_ready_names_an_unreachable_database() {
     assert!(body["failed"]["postgres"].is_string(), "{body}");
     test.drop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_ahead_of_this_binary_is_still_ready() {
+    use sea_orm::ConnectionTrait as _;
+    let test = TestDb::create(true).await;
+    // A newer release migrated first (rolling upgrade): this older replica stays ready.
+    test.db
+        .execute_unprepared(
+            "INSERT INTO seaql_migrations (version, applied_at) VALUES ('m9999_from_the_future', 0)",
+        )
+        .await
+        .unwrap();
+    let router = runtime::health::router(runtime::HealthState {
+        db: test.db.clone(),
+        nats: nats().await,
+    });
+    let (status, body) = get(&router, "/readyz").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    test.drop().await;
+}
