@@ -14,6 +14,8 @@ pub const MIGRATION_LOCK_KEY: i64 = 0x6673_6d69_6772_6174;
 /// Several replicas may start at once with `migrate`: they take turns under a Postgres
 /// advisory lock, and the later ones find nothing pending.
 pub async fn connect(url: &str, migrate: bool) -> anyhow::Result<DatabaseConnection> {
+    // TLS to Postgres goes through rustls.
+    crate::crypto::install_crypto_provider();
     let mut options = ConnectOptions::new(url.to_owned());
     options
         .max_connections(10)

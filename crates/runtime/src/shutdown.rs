@@ -11,13 +11,16 @@ use tokio_util::sync::CancellationToken;
 
 /// A token canceled when the process receives SIGTERM or SIGINT (Ctrl-C).
 ///
-/// Spawns the signal listener on the current Tokio runtime, so call it inside one. Each call
-/// returns an independent token; create one in `main` and pass clones (or child tokens) down.
+/// Call it inside a Tokio runtime, early in `main`: the signal handlers are registered before
+/// it returns (from then on those signals no longer kill the process), and a spawned task
+/// cancels the token when one arrives. Each call returns an independent token; create one in
+/// `main` and pass clones (or child tokens) down.
 pub fn shutdown_token() -> CancellationToken {
     let token = CancellationToken::new();
     let trigger = token.clone();
+    let signals = Signals::register();
     tokio::spawn(async move {
-        let signal = wait_for_signal().await;
+        let signal = signals.recv().await;
         tracing::info!(signal, "shutdown requested; finishing in-flight work");
         trigger.cancel();
     });
@@ -25,26 +28,75 @@ pub fn shutdown_token() -> CancellationToken {
 }
 
 #[cfg(unix)]
-async fn wait_for_signal() -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
-        },
-        _ => {
-            // Cannot listen for SIGTERM: fall back to Ctrl-C only.
-            let _ = tokio::signal::ctrl_c().await;
-            "SIGINT"
+enum Signals {
+    Unix {
+        term: tokio::signal::unix::Signal,
+        int: tokio::signal::unix::Signal,
+    },
+    CtrlC,
+}
+
+#[cfg(unix)]
+impl Signals {
+    fn register() -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(term), Ok(int)) => Self::Unix { term, int },
+            (Err(err), _) | (_, Err(err)) => {
+                tracing::warn!(error = %err, "cannot listen for SIGTERM; only Ctrl-C stops gracefully");
+                Self::CtrlC
+            }
+        }
+    }
+
+    async fn recv(self) -> &'static str {
+        match self {
+            Self::Unix { mut term, mut int } => tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            },
+            Self::CtrlC => {
+                let _ = tokio::signal::ctrl_c().await;
+                "SIGINT"
+            }
         }
     }
 }
 
 #[cfg(not(unix))]
-async fn wait_for_signal() -> &'static str {
-    let _ = tokio::signal::ctrl_c().await;
-    "Ctrl-C"
+struct Signals;
+
+#[cfg(not(unix))]
+impl Signals {
+    fn register() -> Self {
+        Self
+    }
+
+    async fn recv(self) -> &'static str {
+        let _ = tokio::signal::ctrl_c().await;
+        "Ctrl-C"
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn sigterm_cancels_the_token() {
+        let token = shutdown_token();
+        assert!(!token.is_cancelled());
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &std::process::id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        tokio::time::timeout(Duration::from_secs(5), token.cancelled())
+            .await
+            .expect("SIGTERM cancels the shutdown token");
+    }
 }
