@@ -323,6 +323,13 @@ mod tests {
             min_rows: 0,
         };
         assert!(strict.holds(2, 10));
+        let two_thirds = BlastRadius {
+            numerator: 2,
+            denominator: 3,
+            min_rows: 0,
+        };
+        assert!(two_thirds.holds(7, 10));
+        assert!(!two_thirds.holds(6, 10));
         assert!(!strict.holds(1, 10));
     }
 

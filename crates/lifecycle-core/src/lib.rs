@@ -2,6 +2,7 @@
 //! Services do I/O around these functions; the rules are tested here exhaustively.
 //!
 //! One module per rule family:
+//! - [`connection`]: the connection lifecycle state machine.
 //! - [`job`]: sync job types and what each may infer.
 //! - [`listing`]: fail-closed upstream listings ([`listing::CompleteListing`]).
 //! - [`deletion`]: the deletion gate with its blast-radius hold.
