@@ -95,7 +95,7 @@ async fn each_due_instant_runs_once_across_three_replicas() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_replicas_run_is_taken_over_after_its_lease() {
     let test = TestDb::create(true).await;
-    let lease = Duration::from_secs(2);
+    let lease = Duration::from_secs(3);
 
     // Replica "a" claims the run and hangs in its handler.
     let (started_tx, started_rx) = tokio::sync::oneshot::channel();
@@ -230,13 +230,13 @@ async fn only_the_latest_due_instant_runs_after_downtime() {
         .unwrap();
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(runner.run(shutdown.clone()));
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_millis(2000)).await;
     shutdown.cancel();
     task.await.unwrap().unwrap();
 
     let rows = rows(&test.db, "tick").await;
     let new: Vec<_> = rows.iter().filter(|r| r.claimed_by == "a").collect();
-    assert!(!new.is_empty() && new.len() <= 3, "{new:?}");
+    assert!(!new.is_empty() && new.len() <= 4, "{new:?}");
     for row in new {
         assert!(
             row.due_at >= started - time::Duration::seconds(2),
