@@ -5,6 +5,7 @@ pub use sea_orm_migration::MigratorTrait;
 use sea_orm_migration::prelude::*;
 
 mod m0001_core;
+mod m0002_schedules;
 
 /// Every migration, oldest first.
 pub struct Migrator;
@@ -12,6 +13,9 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m0001_core::Migration)]
+        vec![
+            Box::new(m0001_core::Migration),
+            Box::new(m0002_schedules::Migration),
+        ]
     }
 }

@@ -1,1 +1,179 @@
-fn main() {}
+//! Developer tasks for the forgesync workspace: `cargo xtask up | test | migrate`.
+//!
+//! Every task provisions what it needs first: the Postgres and NATS named by `DATABASE_URL` and
+//! `NATS_URL` when they answer, otherwise throwaway servers under `<target>/forgesync-local/`,
+//! which are stopped again however the task ends.
+
+#![forbid(unsafe_code)]
+
+mod nats;
+mod net;
+mod paths;
+mod postgres;
+mod process;
+mod pypi;
+mod signals;
+mod stack;
+
+use std::ffi::OsString;
+use std::process::Command;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use crate::paths::Layout;
+use crate::stack::{Needs, Stack};
+
+/// The binary, built from crates/testkit, that migrates and runs the whole system in one process.
+const LOCAL_BIN: &str = "forgesync-local";
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "forgesync developer tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Run every service and the vendor simulators in one process, against Postgres and NATS.
+    Up {
+        /// Extra arguments for `forgesync-local up`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+    /// Run the workspace's tests with `cargo nextest run --workspace`, against Postgres and NATS.
+    Test {
+        /// Extra arguments for `cargo nextest run` (filters, `--no-fail-fast`, ...).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+    /// Apply the database migrations to `DATABASE_URL` (or to a throwaway Postgres).
+    Migrate,
+    /// Provision Postgres and NATS, then run any command with DATABASE_URL and NATS_URL set.
+    #[command(hide = true)]
+    Services {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        command: Vec<OsString>,
+    },
+}
+
+fn main() {
+    let code = match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(err) => match err.downcast_ref::<signals::Interrupted>() {
+            Some(signals::Interrupted(signal)) => 128 + signal,
+            None => {
+                eprintln!("xtask: error: {err:#}");
+                1
+            }
+        },
+    };
+    // Every server was stopped when `run` returned and dropped its stack.
+    std::process::exit(code);
+}
+
+fn run(cli: Cli) -> anyhow::Result<i32> {
+    signals::install()?;
+    let layout = Layout::discover()?;
+    match cli.task {
+        Task::Test { args } => {
+            ensure_nextest()?;
+            let stack = Stack::provision(
+                &layout,
+                Needs {
+                    postgres: true,
+                    nats: true,
+                },
+            )?;
+            let mut cmd = cargo(&layout);
+            cmd.args(["nextest", "run", "--workspace"]).args(args);
+            process::run_foreground(stack.apply(&mut cmd))
+        }
+        Task::Migrate => {
+            // Build before provisioning: a long or failing build then holds no server.
+            let bin = build_local_bin(&layout)?;
+            let stack = Stack::provision(
+                &layout,
+                Needs {
+                    postgres: true,
+                    nats: false,
+                },
+            )?;
+            if stack.throwaway_postgres {
+                eprintln!(
+                    "xtask: note: the throwaway Postgres is discarded on exit; set DATABASE_URL to keep the result"
+                );
+            }
+            let mut cmd = Command::new(bin);
+            cmd.arg("migrate");
+            process::run_foreground(stack.apply(&mut cmd))
+        }
+        Task::Up { args } => {
+            let bin = build_local_bin(&layout)?;
+            let stack = Stack::provision(
+                &layout,
+                Needs {
+                    postgres: true,
+                    nats: true,
+                },
+            )?;
+            eprintln!(
+                "xtask: starting {LOCAL_BIN} up; Ctrl-C stops it and every server xtask started"
+            );
+            let mut cmd = Command::new(bin);
+            cmd.arg("up").args(args);
+            process::run_foreground(stack.apply(&mut cmd))
+        }
+        Task::Services { command } => {
+            let stack = Stack::provision(
+                &layout,
+                Needs {
+                    postgres: true,
+                    nats: true,
+                },
+            )?;
+            let (program, args) = command.split_first().expect("clap requires a command");
+            let mut cmd = Command::new(program);
+            cmd.args(args);
+            process::run_foreground(stack.apply(&mut cmd))
+        }
+    }
+}
+
+/// The cargo that runs us, in the workspace root.
+fn cargo(layout: &Layout) -> Command {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.current_dir(&layout.workspace_root);
+    cmd
+}
+
+/// Builds every binary of the workspace and returns the path of `forgesync-local`.
+///
+/// Always `--workspace`: building one package alone resolves features differently and would
+/// rebuild half the dependency graph a second time in the same target dir.
+fn build_local_bin(layout: &Layout) -> anyhow::Result<std::path::PathBuf> {
+    process::run_checked(cargo(layout).args(["build", "--workspace", "--bins"]))?;
+    let bin = layout.debug_bin(LOCAL_BIN);
+    anyhow::ensure!(
+        bin.is_file(),
+        "{} is missing after the build; the {LOCAL_BIN} binary (crates/testkit) is not in the workspace yet",
+        bin.display()
+    );
+    Ok(bin)
+}
+
+fn ensure_nextest() -> anyhow::Result<()> {
+    let found = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .args(["nextest", "--version"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .context("could not run cargo")?
+        .success();
+    anyhow::ensure!(
+        found,
+        "cargo-nextest is not installed: cargo install cargo-nextest --locked"
+    );
+    Ok(())
+}

@@ -3,6 +3,9 @@
 //! A token is ASCII-lowercased; `.`, `*`, `>`, `?`, `%`, whitespace and every byte outside
 //! printable ASCII are percent-encoded, so a real name (`socket.io`) can never split a level or
 //! collide with [`NO_LEVEL`].
+//!
+//! [`Subject`] parses and renders every subject family; [`filter_subjects`] is the consumer subject
+//! math that turns a set of monitors into non-overlapping JetStream filter subjects.
 
 use std::fmt::Write as _;
 
@@ -97,6 +100,345 @@ pub fn events(workspace_id: &str, event_type: &str) -> String {
     )
 }
 
+/// The token that marks a GitLab subject routed by connection (`gitlab.?connection.<id>.<event>`).
+pub const CONNECTION_LEVEL: &str = "?connection";
+
+/// `github.<owner>.<repo>.<event>`
+pub fn github(owner: &str, repo: &str, event: &str) -> String {
+    join(&[
+        "github",
+        &encode_token(owner),
+        &encode_token(repo),
+        &encode_token(event),
+    ])
+}
+
+/// `github.<owner>.?.<event>`: owner-level events, repository lifecycle included.
+pub fn github_owner(owner: &str, event: &str) -> String {
+    join(&[
+        "github",
+        &encode_token(owner),
+        NO_LEVEL,
+        &encode_token(event),
+    ])
+}
+
+/// `gitlab.<namespace>.<project>.<event>`: an operator-created hook on the shared endpoint.
+pub fn gitlab_project(namespace: &str, project: &str, event: &str) -> String {
+    join(&[
+        "gitlab",
+        &encode_token(namespace),
+        &encode_token(project),
+        &encode_token(event),
+    ])
+}
+
+/// `gitlab.<rootGroup>.?.<event>`: project, subgroup and member events.
+pub fn gitlab_root_group(root_group: &str, event: &str) -> String {
+    join(&[
+        "gitlab",
+        &encode_token(root_group),
+        NO_LEVEL,
+        &encode_token(event),
+    ])
+}
+
+/// `gitlab.?connection.<connectionId>.<event>`: hooks we registered, routed by connection only.
+pub fn gitlab_connection(connection_id: &str, event: &str) -> String {
+    join(&[
+        "gitlab",
+        CONNECTION_LEVEL,
+        &encode_token(connection_id),
+        &encode_token(event),
+    ])
+}
+
+/// `slack.<team>.<scope>.<event>`: scope is the channel, `?` for team-level events.
+pub fn slack(team: &str, channel: Option<&str>, event: &str) -> String {
+    let scope = channel.map_or_else(|| NO_LEVEL.to_owned(), encode_token);
+    join(&["slack", &encode_token(team), &scope, &encode_token(event)])
+}
+
+/// `outline.<subscriptionId>.<event>`
+pub fn outline(subscription_id: &str, event: &str) -> String {
+    join(&[
+        "outline",
+        &encode_token(subscription_id),
+        &encode_token(event),
+    ])
+}
+
+fn join(tokens: &[&str]) -> String {
+    tokens.join(".")
+}
+
+/// A parsed subject; names are decoded (and therefore lowercased).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Subject {
+    /// `github.<owner>.<repo>.<event>`
+    GithubRepository {
+        owner: String,
+        repo: String,
+        event: String,
+    },
+    /// `github.<owner>.?.<event>`
+    GithubOwner { owner: String, event: String },
+    /// `gitlab.<namespace>.<project>.<event>`
+    GitlabProject {
+        namespace: String,
+        project: String,
+        event: String,
+    },
+    /// `gitlab.<rootGroup>.?.<event>`
+    GitlabRootGroup { root_group: String, event: String },
+    /// `gitlab.?connection.<connectionId>.<event>`
+    GitlabConnection {
+        connection_id: String,
+        event: String,
+    },
+    /// `slack.<team>.<scope>.<event>`; `channel` is `None` for team-level events.
+    Slack {
+        team: String,
+        channel: Option<String>,
+        event: String,
+    },
+    /// `outline.<subscriptionId>.<event>`
+    Outline {
+        subscription_id: String,
+        event: String,
+    },
+    /// `lifecycle.<kind>.<connectionId>.<transition>`
+    Lifecycle {
+        kind: String,
+        connection_id: String,
+        transition: String,
+    },
+    /// `jobs.<kind>.<connectionId>.<type>`
+    Jobs {
+        kind: String,
+        connection_id: String,
+        job_type: String,
+    },
+    /// `events.<workspaceId>.<type>`
+    Events {
+        workspace_id: String,
+        event_type: String,
+    },
+}
+
+/// Why a subject could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubjectError {
+    /// The first token names no subject family, or the level count is wrong.
+    #[error("subject {0:?} matches no subject family of DESIGN.md")]
+    Unknown(String),
+    /// A token is malformed.
+    #[error(transparent)]
+    Token(#[from] TokenError),
+}
+
+impl Subject {
+    /// Renders the subject.
+    pub fn render(&self) -> String {
+        match self {
+            Subject::GithubRepository { owner, repo, event } => github(owner, repo, event),
+            Subject::GithubOwner { owner, event } => github_owner(owner, event),
+            Subject::GitlabProject {
+                namespace,
+                project,
+                event,
+            } => gitlab_project(namespace, project, event),
+            Subject::GitlabRootGroup { root_group, event } => gitlab_root_group(root_group, event),
+            Subject::GitlabConnection {
+                connection_id,
+                event,
+            } => gitlab_connection(connection_id, event),
+            Subject::Slack {
+                team,
+                channel,
+                event,
+            } => slack(team, channel.as_deref(), event),
+            Subject::Outline {
+                subscription_id,
+                event,
+            } => outline(subscription_id, event),
+            Subject::Lifecycle {
+                kind,
+                connection_id,
+                transition,
+            } => lifecycle(kind, connection_id, transition),
+            Subject::Jobs {
+                kind,
+                connection_id,
+                job_type,
+            } => jobs(kind, connection_id, job_type),
+            Subject::Events {
+                workspace_id,
+                event_type,
+            } => events(workspace_id, event_type),
+        }
+    }
+
+    /// Parses a subject built by this module.
+    pub fn parse(subject: &str) -> Result<Subject, SubjectError> {
+        let unknown = || SubjectError::Unknown(subject.to_owned());
+        let tokens: Vec<&str> = subject.split('.').collect();
+        let d = |token: &str| decode_token(token);
+        let parsed = match tokens.as_slice() {
+            ["github", owner, repo, event] if *repo == NO_LEVEL => Subject::GithubOwner {
+                owner: d(owner)?,
+                event: d(event)?,
+            },
+            ["github", owner, repo, event] => Subject::GithubRepository {
+                owner: d(owner)?,
+                repo: d(repo)?,
+                event: d(event)?,
+            },
+            ["gitlab", level, id, event] if *level == CONNECTION_LEVEL => {
+                Subject::GitlabConnection {
+                    connection_id: d(id)?,
+                    event: d(event)?,
+                }
+            }
+            ["gitlab", group, level, event] if *level == NO_LEVEL => Subject::GitlabRootGroup {
+                root_group: d(group)?,
+                event: d(event)?,
+            },
+            ["gitlab", namespace, project, event] => Subject::GitlabProject {
+                namespace: d(namespace)?,
+                project: d(project)?,
+                event: d(event)?,
+            },
+            ["slack", team, scope, event] => Subject::Slack {
+                team: d(team)?,
+                channel: if *scope == NO_LEVEL {
+                    None
+                } else {
+                    Some(d(scope)?)
+                },
+                event: d(event)?,
+            },
+            ["outline", id, event] => Subject::Outline {
+                subscription_id: d(id)?,
+                event: d(event)?,
+            },
+            ["lifecycle", kind, id, transition] => Subject::Lifecycle {
+                kind: d(kind)?,
+                connection_id: d(id)?,
+                transition: d(transition)?,
+            },
+            ["jobs", kind, id, job_type] => Subject::Jobs {
+                kind: d(kind)?,
+                connection_id: d(id)?,
+                job_type: d(job_type)?,
+            },
+            ["events", workspace, event_type] => Subject::Events {
+                workspace_id: d(workspace)?,
+                event_type: d(event_type)?,
+            },
+            _ => return Err(unknown()),
+        };
+        Ok(parsed)
+    }
+}
+
+/// Something a workspace or connection monitors, as the consumer subject math sees it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Monitor {
+    /// One GitHub repository (its owner-level lifecycle events come along).
+    GithubRepository { owner: String, repo: String },
+    /// Every repository of a GitHub owner (an installation on all repositories).
+    GithubOwner { owner: String },
+    /// A GitLab connection's registered hooks.
+    GitlabConnection { connection_id: String },
+    /// One project of an operator-created hook (its root group's events come along).
+    GitlabProject { namespace: String, project: String },
+    /// Every project of a GitLab root group.
+    GitlabRootGroup { root_group: String },
+    /// One Slack channel (team-level events come along).
+    SlackChannel { team: String, channel: String },
+    /// One Outline webhook subscription.
+    OutlineSubscription { subscription_id: String },
+}
+
+fn monitor_filters(monitor: &Monitor) -> Vec<String> {
+    let all = |prefix: Vec<String>| {
+        let mut tokens = prefix;
+        tokens.push(">".to_owned());
+        tokens.join(".")
+    };
+    let t = |s: &str| encode_token(s);
+    let s = |s: &str| s.to_owned();
+    match monitor {
+        Monitor::GithubRepository { owner, repo } => vec![
+            all(vec![s("github"), t(owner), t(repo)]),
+            all(vec![s("github"), t(owner), s(NO_LEVEL)]),
+        ],
+        Monitor::GithubOwner { owner } => vec![all(vec![s("github"), t(owner)])],
+        Monitor::GitlabConnection { connection_id } => {
+            vec![all(vec![
+                s("gitlab"),
+                s(CONNECTION_LEVEL),
+                t(connection_id),
+            ])]
+        }
+        Monitor::GitlabProject { namespace, project } => {
+            let root = namespace.split('/').next().unwrap_or(namespace);
+            vec![
+                all(vec![s("gitlab"), t(namespace), t(project)]),
+                all(vec![s("gitlab"), t(root), s(NO_LEVEL)]),
+            ]
+        }
+        Monitor::GitlabRootGroup { root_group } => vec![all(vec![s("gitlab"), t(root_group)])],
+        Monitor::SlackChannel { team, channel } => vec![
+            all(vec![s("slack"), t(team), t(channel)]),
+            all(vec![s("slack"), t(team), s(NO_LEVEL)]),
+        ],
+        Monitor::OutlineSubscription { subscription_id } => {
+            vec![all(vec![s("outline"), t(subscription_id)])]
+        }
+    }
+}
+
+/// Whether every subject `inner` matches is also matched by `outer` (NATS `*` and `>` wildcards).
+pub fn filter_covers(outer: &str, inner: &str) -> bool {
+    let outer: Vec<&str> = outer.split('.').collect();
+    let inner: Vec<&str> = inner.split('.').collect();
+    for (i, token) in outer.iter().enumerate() {
+        match (*token, inner.get(i)) {
+            (">", Some(_)) => return true,
+            (_, None) => return false,
+            ("*", Some(other)) if *other != ">" => {}
+            (literal, Some(other)) if literal == *other => {}
+            _ => return false,
+        }
+    }
+    outer.len() == inner.len()
+}
+
+/// The consumer subject math: the sorted, non-overlapping filter subjects of a set of monitors.
+pub fn filter_subjects<'a>(monitors: impl IntoIterator<Item = &'a Monitor>) -> Vec<String> {
+    let mut filters: Vec<String> = monitors.into_iter().flat_map(monitor_filters).collect();
+    filters.sort();
+    filters.dedup();
+    // JetStream rejects overlapping filters: drop any filter another one already covers.
+    let covered: Vec<bool> = filters
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            filters
+                .iter()
+                .enumerate()
+                .any(|(j, other)| i != j && filter_covers(other, f))
+        })
+        .collect();
+    filters
+        .into_iter()
+        .zip(covered)
+        .filter_map(|(filter, covered)| (!covered).then_some(filter))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,5 +483,260 @@ mod tests {
             events("w1", "scm.pull_request.closed"),
             "events.w1.scm%2Epull_request%2Eclosed"
         );
+    }
+
+    #[test]
+    fn every_family_renders_and_parses() {
+        let cases = [
+            (
+                github("Socket", "socket.io", "push"),
+                "github.socket.socket%2Eio.push",
+            ),
+            (
+                github_owner("acme", "repository"),
+                "github.acme.?.repository",
+            ),
+            (
+                gitlab_project("grp/sub", "app", "merge_request"),
+                "gitlab.grp/sub.app.merge_request",
+            ),
+            (
+                gitlab_root_group("grp", "project_create"),
+                "gitlab.grp.?.project_create",
+            ),
+            (
+                gitlab_connection("c1", "note"),
+                "gitlab.?connection.c1.note",
+            ),
+            (slack("T1", Some("C9"), "message"), "slack.t1.c9.message"),
+            (slack("T1", None, "team_join"), "slack.t1.?.team_join"),
+            (
+                outline("s1", "documents.update"),
+                "outline.s1.documents%2Eupdate",
+            ),
+        ];
+        for (built, expected) in cases {
+            assert_eq!(built, expected);
+            assert_eq!(Subject::parse(&built).unwrap().render(), built);
+        }
+        assert_eq!(
+            Subject::parse("gitlab.?connection.c1.note").unwrap(),
+            Subject::GitlabConnection {
+                connection_id: "c1".into(),
+                event: "note".into()
+            }
+        );
+        assert_eq!(
+            Subject::parse("slack.t1.?.team_join").unwrap(),
+            Subject::Slack {
+                team: "t1".into(),
+                channel: None,
+                event: "team_join".into()
+            }
+        );
+        assert_eq!(
+            Subject::parse("github.acme.?.repository").unwrap(),
+            Subject::GithubOwner {
+                owner: "acme".into(),
+                event: "repository".into()
+            }
+        );
+        assert_eq!(
+            Subject::parse("gitlab.grp.?.x").unwrap(),
+            Subject::GitlabRootGroup {
+                root_group: "grp".into(),
+                event: "x".into()
+            }
+        );
+        assert_eq!(
+            Subject::parse("jobs.gitlab.c1.backfill").unwrap(),
+            Subject::Jobs {
+                kind: "gitlab".into(),
+                connection_id: "c1".into(),
+                job_type: "backfill".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_real_name_never_reads_as_a_marker_level() {
+        let subject = gitlab_project("?connection", "?", "push");
+        assert!(matches!(
+            Subject::parse(&subject).unwrap(),
+            Subject::GitlabProject { .. }
+        ));
+        let repo = github("acme", "?", "push");
+        assert!(matches!(
+            Subject::parse(&repo).unwrap(),
+            Subject::GithubRepository { .. }
+        ));
+    }
+
+    #[test]
+    fn unknown_or_malformed_subjects_are_errors() {
+        for bad in ["", "github.a.b", "nats.a.b.c", "events.a", "outline.a.b.c"] {
+            assert_eq!(Subject::parse(bad), Err(SubjectError::Unknown(bad.into())));
+        }
+        assert!(matches!(
+            Subject::parse("events.w%zz.x"),
+            Err(SubjectError::Token(_))
+        ));
+    }
+
+    #[test]
+    fn filter_cover_follows_nats_wildcards() {
+        assert!(filter_covers("a.>", "a.b.c"));
+        assert!(filter_covers("a.>", "a.b.>"));
+        assert!(!filter_covers("a.>", "a"));
+        assert!(filter_covers("a.*.c", "a.b.c"));
+        assert!(!filter_covers("a.*.c", "a.>"));
+        assert!(!filter_covers("a.*", "a.b.c"));
+        assert!(!filter_covers("a.b", "a.c"));
+        assert!(filter_covers("a.b", "a.b"));
+        assert!(!filter_covers("a.b.c", "a.b"));
+    }
+
+    fn repo(owner: &str, repo: &str) -> Monitor {
+        Monitor::GithubRepository {
+            owner: owner.into(),
+            repo: repo.into(),
+        }
+    }
+
+    #[test]
+    fn monitors_become_their_filter_subjects() {
+        let monitors = [
+            repo("Acme", "socket.io"),
+            repo("acme", "web"),
+            Monitor::GitlabConnection {
+                connection_id: "c1".into(),
+            },
+            Monitor::GitlabProject {
+                namespace: "grp/sub".into(),
+                project: "app".into(),
+            },
+            Monitor::SlackChannel {
+                team: "T1".into(),
+                channel: "C1".into(),
+            },
+            Monitor::OutlineSubscription {
+                subscription_id: "s1".into(),
+            },
+        ];
+        assert_eq!(
+            filter_subjects(&monitors),
+            vec![
+                "github.acme.?.>",
+                "github.acme.socket%2Eio.>",
+                "github.acme.web.>",
+                "gitlab.?connection.c1.>",
+                "gitlab.grp.?.>",
+                "gitlab.grp/sub.app.>",
+                "outline.s1.>",
+                "slack.t1.?.>",
+                "slack.t1.c1.>",
+            ]
+        );
+    }
+
+    #[test]
+    fn covered_filters_are_dropped() {
+        let monitors = [
+            repo("acme", "web"),
+            Monitor::GithubOwner {
+                owner: "acme".into(),
+            },
+            Monitor::GitlabRootGroup {
+                root_group: "grp".into(),
+            },
+            Monitor::GitlabProject {
+                namespace: "grp".into(),
+                project: "app".into(),
+            },
+        ];
+        assert_eq!(
+            filter_subjects(&monitors),
+            vec!["github.acme.>", "gitlab.grp.>"]
+        );
+        assert!(filter_subjects(&[]).is_empty());
+    }
+
+    use proptest::prelude::*;
+
+    fn name() -> impl Strategy<Value = String> {
+        proptest::string::string_regex("[ -~\u{e9}\u{4e2d}]{0,12}").unwrap()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn tokens_round_trip_for_arbitrary_names(n in any::<String>()) {
+            let token = encode_token(&n);
+            prop_assert!(!token.is_empty());
+            prop_assert!(!token.contains(['.', '*', '>', ' ']));
+            prop_assert_ne!(token.as_str(), NO_LEVEL);
+            prop_assert_ne!(token.as_str(), CONNECTION_LEVEL);
+            prop_assert_eq!(decode_token(&token).unwrap(), n.to_ascii_lowercase());
+        }
+
+        #[test]
+        fn subjects_round_trip_for_arbitrary_names(a in name(), b in name(), c in name(), pick in 0usize..10) {
+            let subject = match pick {
+                0 => github(&a, &b, &c),
+                1 => github_owner(&a, &c),
+                2 => gitlab_project(&a, &b, &c),
+                3 => gitlab_root_group(&a, &c),
+                4 => gitlab_connection(&a, &c),
+                5 => slack(&a, Some(&b), &c),
+                6 => outline(&a, &c),
+                7 => lifecycle(&a, &b, &c),
+                8 => jobs(&a, &b, &c),
+                _ => events(&a, &c),
+            };
+            let parsed = Subject::parse(&subject).unwrap();
+            prop_assert_eq!(parsed.render(), subject);
+            let lower = |s: &str| s.to_ascii_lowercase();
+            let expected = match pick {
+                0 => Subject::GithubRepository { owner: lower(&a), repo: lower(&b), event: lower(&c) },
+                1 => Subject::GithubOwner { owner: lower(&a), event: lower(&c) },
+                2 => Subject::GitlabProject { namespace: lower(&a), project: lower(&b), event: lower(&c) },
+                3 => Subject::GitlabRootGroup { root_group: lower(&a), event: lower(&c) },
+                4 => Subject::GitlabConnection { connection_id: lower(&a), event: lower(&c) },
+                5 => Subject::Slack { team: lower(&a), channel: Some(lower(&b)), event: lower(&c) },
+                6 => Subject::Outline { subscription_id: lower(&a), event: lower(&c) },
+                7 => Subject::Lifecycle { kind: lower(&a), connection_id: lower(&b), transition: lower(&c) },
+                8 => Subject::Jobs { kind: lower(&a), connection_id: lower(&b), job_type: lower(&c) },
+                _ => Subject::Events { workspace_id: lower(&a), event_type: lower(&c) },
+            };
+            prop_assert_eq!(parsed, expected);
+        }
+
+        #[test]
+        fn monitor_filters_cover_their_subjects_and_never_overlap(
+            owners in proptest::collection::vec(name(), 1..4),
+            repos in proptest::collection::vec(name(), 1..4),
+            whole_owner in proptest::bool::ANY,
+            event in name(),
+        ) {
+            let mut monitors: Vec<Monitor> = owners.iter().flat_map(|o| repos.iter().map(move |r| repo(o, r))).collect();
+            if whole_owner {
+                monitors.push(Monitor::GithubOwner { owner: owners[0].clone() });
+            }
+            let filters = filter_subjects(&monitors);
+            for o in &owners {
+                for r in &repos {
+                    let subject = github(o, r, &event);
+                    prop_assert!(filters.iter().any(|f| filter_covers(f, &subject)));
+                }
+                let lifecycle_event = github_owner(o, "repository");
+                prop_assert!(filters.iter().any(|f| filter_covers(f, &lifecycle_event)));
+            }
+            for (i, f) in filters.iter().enumerate() {
+                for (j, g) in filters.iter().enumerate() {
+                    prop_assert!(i == j || !filter_covers(f, g));
+                }
+            }
+        }
     }
 }

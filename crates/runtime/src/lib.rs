@@ -1,1 +1,18 @@
-//! placeholder
+//! The machinery every forgesync service shares: configuration, telemetry, health endpoints,
+//! graceful shutdown, the database connection and Postgres-claimed cron schedules.
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod crypto;
+pub mod db;
+pub mod health;
+pub mod schedule;
+pub mod shutdown;
+pub mod telemetry;
+
+pub use config::{CommonArgs, LogFormat};
+pub use crypto::install_crypto_provider;
+pub use health::HealthState;
+pub use schedule::{ScheduleError, ScheduleRunner, ScheduledRun};
+pub use shutdown::shutdown_token;
+pub use telemetry::TelemetryGuard;

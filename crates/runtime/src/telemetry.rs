@@ -1,0 +1,197 @@
+//! Logs, traces and metrics for a service process.
+//!
+//! Logs go to stdout (JSON or pretty) filtered by `RUST_LOG` (default `info`); spans are
+//! exported over OTLP/HTTP only when an endpoint is configured; metrics are recorded into one
+//! process-wide Prometheus recorder rendered at `/metrics` (see [`crate::health`]).
+//! Secrets and message bodies never belong in fields: log ids, not payloads.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer};
+
+use crate::config::LogFormat;
+
+static METRICS: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// How long dropping a [`TelemetryGuard`] waits for buffered spans to be exported.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Keeps the trace exporter alive; flushes and shuts it down when dropped (or by
+/// [`TelemetryGuard::shutdown`], the better path inside async code).
+#[must_use = "dropping the guard stops trace export"]
+pub struct TelemetryGuard {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl TelemetryGuard {
+    /// Flushes buffered spans and stops the exporter, without blocking the async runtime.
+    pub async fn shutdown(mut self) {
+        if let Some(provider) = self.provider.take() {
+            let _ = tokio::task::spawn_blocking(move || provider.shutdown()).await;
+        }
+    }
+}
+
+impl Drop for TelemetryGuard {
+    fn drop(&mut self) {
+        let Some(provider) = self.provider.take() else {
+            return;
+        };
+        // The batch processor's worker runs on the Tokio runtime and shutdown blocks until it
+        // answers: shut down on another thread and wait a bounded time, never forever. On a
+        // current-thread runtime the worker cannot run while we wait, so do not wait at all.
+        let wait = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::CurrentThread) => Duration::ZERO,
+            _ => FLUSH_TIMEOUT,
+        };
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done_tx.send(provider.shutdown());
+        });
+        if !wait.is_zero() {
+            let _ = done_rx.recv_timeout(wait);
+        }
+    }
+}
+
+/// Sets up logging, optional OTLP trace export and the metrics recorder for `service`.
+///
+/// Safe to call more than once per process (tests, the all-in-one stack): the first call's
+/// subscriber stays installed and later calls return a guard that exports nothing. When
+/// `otlp_endpoint` is set this must run inside a Tokio runtime; the endpoint is the OTLP/HTTP
+/// base URL (`http://collector:4318`), to which `/v1/traces` is appended.
+pub fn init(
+    service: &str,
+    format: LogFormat,
+    otlp_endpoint: Option<&str>,
+) -> anyhow::Result<TelemetryGuard> {
+    crate::crypto::install_crypto_provider();
+    metrics_handle();
+
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let fmt_layer: Box<dyn Layer<_> + Send + Sync> = match format {
+        LogFormat::Json => Box::new(
+            tracing_subscriber::fmt::layer()
+                .json()
+                .flatten_event(true)
+                .with_current_span(true)
+                .with_span_list(false),
+        ),
+        LogFormat::Pretty => Box::new(tracing_subscriber::fmt::layer()),
+    };
+
+    let provider = match otlp_endpoint.filter(|e| !e.trim().is_empty()) {
+        Some(endpoint) => Some(tracer_provider(service, endpoint)?),
+        None => None,
+    };
+    let otel_layer = provider
+        .as_ref()
+        .map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer(service.to_owned())));
+
+    let installed = tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt_layer)
+        .with(otel_layer)
+        .try_init()
+        .is_ok();
+    if !installed {
+        // Another call already installed the process's subscriber; ours would see no spans.
+        return Ok(TelemetryGuard { provider: None });
+    }
+    if provider.is_some() {
+        opentelemetry::global::set_text_map_propagator(
+            opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+        );
+    }
+    tracing::debug!(service, otlp = provider.is_some(), "telemetry initialised");
+    Ok(TelemetryGuard { provider })
+}
+
+fn tracer_provider(service: &str, endpoint: &str) -> anyhow::Result<SdkTracerProvider> {
+    // The exporter's HTTP client panics without a process-wide rustls provider.
+    crate::install_crypto_provider();
+    let base = endpoint.trim_end_matches('/');
+    let url = if base.ends_with("/v1/traces") {
+        base.to_owned()
+    } else {
+        format!("{base}/v1/traces")
+    };
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .context("building the OTLP HTTP client")?;
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_endpoint(url)
+        .with_http_client(client)
+        .build()
+        .with_context(|| {
+            format!("building the OTLP span exporter for OTEL_EXPORTER_OTLP_ENDPOINT={endpoint}")
+        })?;
+    let processor =
+        BatchSpanProcessor::builder(exporter, opentelemetry_sdk::runtime::Tokio).build();
+    Ok(SdkTracerProvider::builder()
+        .with_span_processor(processor)
+        .with_resource(
+            Resource::builder()
+                .with_service_name(service.to_owned())
+                .build(),
+        )
+        .build())
+}
+
+/// The process's Prometheus handle, installing the global metrics recorder on first use.
+pub fn metrics_handle() -> PrometheusHandle {
+    METRICS
+        .get_or_init(|| match PrometheusBuilder::new().install_recorder() {
+            Ok(handle) => handle,
+            Err(err) => {
+                // Someone else owns the global recorder; render an empty registry rather
+                // than fail the service.
+                tracing::warn!(error = %err, "a metrics recorder was already installed");
+                PrometheusBuilder::new().build_recorder().handle()
+            }
+        })
+        .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_twice_is_harmless_and_metrics_render() {
+        let _first = init("test-a", LogFormat::Pretty, None).unwrap();
+        let _second = init("test-b", LogFormat::Json, None).unwrap();
+        metrics::counter!("runtime_telemetry_test_total").increment(3);
+        let text = metrics_handle().render();
+        assert!(
+            text.contains("runtime_telemetry_test_total 3"),
+            "metrics text was: {text}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn otlp_export_builds_and_shuts_down() {
+        // Nothing listens there: building must still work and shutdown must not hang.
+        use opentelemetry::trace::{Span as _, Tracer as _};
+        let guard = tracer_provider("test-otlp", "http://127.0.0.1:9/").unwrap();
+        guard.tracer("t").start("span").end();
+        let started = std::time::Instant::now();
+        drop(TelemetryGuard {
+            provider: Some(guard),
+        });
+        assert!(started.elapsed() < FLUSH_TIMEOUT + Duration::from_secs(1));
+    }
+}

