@@ -27,6 +27,11 @@ impl Namespace {
         Ok(Namespace(Some(prefix.to_ascii_lowercase())))
     }
 
+    /// The prefix, if any (what `FORGESYNC_NATS_PREFIX` holds).
+    pub fn prefix(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+
     /// The full subject for a logical subject.
     pub fn subject(&self, logical: &str) -> String {
         match &self.0 {

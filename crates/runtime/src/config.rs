@@ -75,12 +75,57 @@ pub struct CommonArgs {
         default_value_t = 25
     )]
     pub shutdown_grace_secs: u64,
+
+    /// JetStream replicas per stream (3 on a production cluster).
+    #[arg(
+        long,
+        env = "FORGESYNC_STREAM_REPLICAS",
+        value_name = "FORGESYNC_STREAM_REPLICAS",
+        default_value_t = 1
+    )]
+    pub stream_replicas: usize,
+
+    /// Seconds a stream keeps a message.
+    #[arg(
+        long = "stream-max-age",
+        env = "FORGESYNC_STREAM_MAX_AGE",
+        value_name = "FORGESYNC_STREAM_MAX_AGE",
+        default_value_t = 7 * 24 * 3600
+    )]
+    pub stream_max_age_secs: u64,
+
+    /// Seconds inside which a repeated message id is absorbed by a stream.
+    #[arg(
+        long = "duplicate-window",
+        env = "FORGESYNC_DUPLICATE_WINDOW",
+        value_name = "FORGESYNC_DUPLICATE_WINDOW",
+        default_value_t = 3 * 3600
+    )]
+    pub duplicate_window_secs: u64,
 }
 
 impl CommonArgs {
     /// The shutdown grace period as a duration.
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_secs(self.shutdown_grace_secs)
+    }
+
+    /// The stream settings these flags describe.
+    pub fn stream_settings(&self) -> bus::StreamSettings {
+        bus::StreamSettings {
+            replicas: self.stream_replicas,
+            max_age: Duration::from_secs(self.stream_max_age_secs),
+            duplicate_window: Duration::from_secs(self.duplicate_window_secs),
+        }
+    }
+
+    /// Connects to NATS in the configured namespace and declares every stream.
+    pub async fn connect_bus(&self) -> anyhow::Result<bus::Bus> {
+        let namespace = bus::Namespace::new(self.nats_prefix.as_deref().unwrap_or_default())
+            .map_err(|e| anyhow::anyhow!("FORGESYNC_NATS_PREFIX: {e}"))?;
+        let bus = bus::Bus::connect(&self.nats_url, namespace, self.stream_settings()).await?;
+        bus.declare_streams().await?;
+        Ok(bus)
     }
 }
 
@@ -99,6 +144,9 @@ impl fmt::Debug for CommonArgs {
             .field("migrate", &self.migrate)
             .field("nats_prefix", &self.nats_prefix)
             .field("shutdown_grace_secs", &self.shutdown_grace_secs)
+            .field("stream_replicas", &self.stream_replicas)
+            .field("stream_max_age_secs", &self.stream_max_age_secs)
+            .field("duplicate_window_secs", &self.duplicate_window_secs)
             .finish()
     }
 }

@@ -121,6 +121,202 @@ pub async fn test_bus() -> Result<Bus> {
     Ok(bus)
 }
 
+/// The HS256 key test and local-stack services sign bearer tokens with.
+pub const JWT_SECRET: &str = "forgesync-local-jwt-secret-not-for-production-0001";
+
+/// A fixed AES-256 key (base64) for connection secrets in tests and the local stack.
+pub fn secret_key() -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(*b"forgesync-local-key-32-bytes-ok!")
+}
+
+/// A database and a NATS namespace of one's own, and the config that points services at them.
+pub struct TestEnv {
+    pub db: TestDb,
+    pub bus: Bus,
+    pub nats_url: String,
+}
+
+impl TestEnv {
+    pub async fn new() -> Result<TestEnv> {
+        runtime::install_crypto_provider();
+        let db = TestDb::new().await?;
+        let bus = test_bus().await?;
+        Ok(TestEnv {
+            db,
+            bus,
+            nats_url: env_url("NATS_URL")?,
+        })
+    }
+
+    /// Flags for a service on port 0 against this environment.
+    pub fn common_args(&self) -> runtime::CommonArgs {
+        common_args(&self.db.url, &self.nats_url, self.bus.namespace().prefix())
+    }
+}
+
+/// Service flags with defaults, listening on an ephemeral port of 127.0.0.1.
+pub fn common_args(
+    database_url: &str,
+    nats_url: &str,
+    prefix: Option<&str>,
+) -> runtime::CommonArgs {
+    runtime::CommonArgs {
+        database_url: database_url.to_owned(),
+        nats_url: nats_url.to_owned(),
+        otlp_endpoint: None,
+        log_format: runtime::LogFormat::Pretty,
+        listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        migrate: false,
+        nats_prefix: prefix.map(str::to_owned),
+        shutdown_grace_secs: 5,
+        stream_replicas: 1,
+        stream_max_age_secs: 24 * 3600,
+        duplicate_window_secs: 3 * 3600,
+    }
+}
+
+/// A service running in-process.
+pub struct Running {
+    pub addr: std::net::SocketAddr,
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<Result<()>>,
+}
+
+impl Running {
+    /// `http://<addr>`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Shuts the service down gracefully and returns how its `run` ended.
+    pub async fn stop(self) -> Result<()> {
+        self.stop.cancel();
+        self.task.await?
+    }
+}
+
+/// control-api's config for the given flags, with the local stack's keys.
+pub fn control_api_config(common: runtime::CommonArgs) -> control_api::Config {
+    control_api::Config {
+        common,
+        jwt_secret: JWT_SECRET.to_owned(),
+        secret_key: secret_key(),
+        max_body_bytes: 64 * 1024,
+    }
+}
+
+/// Starts control-api in-process; returns once it listens.
+pub async fn spawn_control_api(
+    common: runtime::CommonArgs,
+) -> Result<(Running, control_api::Keys)> {
+    let keys = control_api::Keys::hs256(JWT_SECRET.as_bytes())?;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(control_api::run(
+        control_api_config(common),
+        stop.clone(),
+        move |addr| {
+            let _ = tx.send(addr);
+        },
+    ));
+    let addr = match rx.await {
+        Ok(addr) => addr,
+        Err(_) => {
+            // run() ended before listening: report why.
+            task.await??;
+            anyhow::bail!("control-api stopped before listening");
+        }
+    };
+    Ok((Running { addr, stop, task }, keys))
+}
+
+/// A bearer token valid for an hour: `role` is admin or viewer, `workspace` scopes it.
+pub fn token(
+    keys: &control_api::Keys,
+    role: control_api::Role,
+    workspace: Option<uuid::Uuid>,
+) -> Result<String> {
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs()
+        + 3600;
+    Ok(keys.issue(&control_api::Claims {
+        sub: format!("{role:?}").to_lowercase(),
+        role,
+        workspace_id: workspace,
+        exp,
+    })?)
+}
+
+/// One message read back from a stream.
+#[derive(Debug, Clone)]
+pub struct StoredMessage {
+    /// Logical subject (namespace stripped).
+    pub subject: String,
+    pub msg_id: Option<String>,
+    pub payload: Vec<u8>,
+}
+
+impl StoredMessage {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.payload).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// Waits until `stream` holds at least `min` messages matching the logical `filter` (or the
+/// timeout passes) and returns every matching message, oldest first.
+pub async fn read_stream(
+    bus: &Bus,
+    stream: bus::Stream,
+    filter: &str,
+    min: usize,
+    timeout: std::time::Duration,
+) -> Result<Vec<StoredMessage>> {
+    use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
+    use futures::StreamExt as _;
+    let js_stream = bus
+        .jetstream()
+        .get_stream(bus.namespace().name(stream.name()))
+        .await?;
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let consumer = js_stream
+            .create_consumer(pull::Config {
+                deliver_policy: DeliverPolicy::All,
+                ack_policy: AckPolicy::None,
+                filter_subject: bus.namespace().subject(filter),
+                ..Default::default()
+            })
+            .await?;
+        let pending = consumer.clone().info().await?.num_pending as usize;
+        let mut out = Vec::with_capacity(pending);
+        if pending > 0 {
+            let mut messages = consumer.messages().await?;
+            while out.len() < pending {
+                let Some(m) = messages.next().await else {
+                    break;
+                };
+                let m = m.map_err(anyhow::Error::msg)?;
+                let full = m.subject.to_string();
+                out.push(StoredMessage {
+                    subject: bus.namespace().strip(&full).unwrap_or(&full).to_owned(),
+                    msg_id: m
+                        .headers
+                        .as_ref()
+                        .and_then(|h| h.get(bus::MSG_ID_HEADER))
+                        .map(|v| v.to_string()),
+                    payload: m.payload.to_vec(),
+                });
+            }
+        }
+        if out.len() >= min || tokio::time::Instant::now() >= deadline {
+            return Ok(out);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::with_database;

@@ -1,1 +1,123 @@
-//! placeholder
+//! control-api: the operators' API. Workspaces, connections and their lifecycle transitions,
+//! sync jobs, and dead messages, over JSON with bearer-token auth. Every state change commits
+//! with its audit row and its outbox message in one transaction.
+#![forbid(unsafe_code)]
+
+pub mod auth;
+pub mod error;
+pub mod openapi;
+pub mod routes;
+
+use std::net::SocketAddr;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use bus::relay::{Relay, RelayConfig};
+use sea_orm::DatabaseConnection;
+use store::secrets::SecretKey;
+use tokio_util::sync::CancellationToken;
+
+pub use auth::{Claims, Keys, Role};
+
+/// control-api's configuration: the common flags plus its own.
+#[derive(Clone, clap::Parser)]
+#[command(name = "control-api", about = "forgesync operators' API")]
+pub struct Config {
+    #[command(flatten)]
+    pub common: runtime::CommonArgs,
+
+    /// HS256 key that bearer tokens are signed with.
+    #[arg(
+        long,
+        env = "FORGESYNC_JWT_SECRET",
+        value_name = "FORGESYNC_JWT_SECRET"
+    )]
+    pub jwt_secret: String,
+
+    /// Base64 of the 32-byte AES-256-GCM key that seals connection secrets at rest.
+    #[arg(
+        long,
+        env = "FORGESYNC_SECRET_KEY",
+        value_name = "FORGESYNC_SECRET_KEY"
+    )]
+    pub secret_key: String,
+
+    /// Largest request body accepted, in bytes.
+    #[arg(
+        long,
+        env = "FORGESYNC_MAX_BODY_BYTES",
+        value_name = "FORGESYNC_MAX_BODY_BYTES",
+        default_value_t = 1024 * 1024
+    )]
+    pub max_body_bytes: usize,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("common", &self.common)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub db: DatabaseConnection,
+    pub keys: Keys,
+    pub secret_key: SecretKey,
+}
+
+/// The API router, without health endpoints.
+pub fn router(state: AppState, max_body_bytes: usize) -> Router {
+    routes::router()
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(state)
+}
+
+/// Runs control-api until `shutdown`; `on_listen` learns the bound address (port 0 in tests).
+pub async fn run(
+    config: Config,
+    shutdown: CancellationToken,
+    on_listen: impl FnOnce(SocketAddr) + Send,
+) -> anyhow::Result<()> {
+    let secret_key = SecretKey::from_base64("k1", &config.secret_key)?;
+    let db = runtime::db::connect(&config.common.database_url, config.common.migrate).await?;
+    let bus = config.common.connect_bus().await?;
+    let state = AppState {
+        db: db.clone(),
+        keys: Keys::hs256(config.jwt_secret.as_bytes())?,
+        secret_key,
+    };
+    let app =
+        router(state, config.max_body_bytes).merge(runtime::health::router(runtime::HealthState {
+            db: db.clone(),
+            nats: bus.client().clone(),
+        }));
+
+    let listener = tokio::net::TcpListener::bind(config.common.listen)
+        .await
+        .with_context(|| format!("FORGESYNC_LISTEN: cannot bind {}", config.common.listen))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, "control-api listening");
+    on_listen(addr);
+
+    // This service writes outbox rows, so it also relays them; any number of relays is safe.
+    let relay = Relay::new(db.clone(), bus.clone(), RelayConfig::default());
+    let relay_stop = shutdown.child_token();
+    let relay_task = tokio::spawn({
+        let stop = relay_stop.clone();
+        async move { relay.run(stop).await }
+    });
+
+    let server_stop = shutdown.clone();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { server_stop.cancelled().await })
+        .await
+        .context("control-api server")?;
+    relay_stop.cancel();
+    relay_task.await.context("outbox relay task")?;
+    Ok(())
+}

@@ -1,0 +1,357 @@
+//! Connections and their lifecycle. A transition is one transaction: the row is locked, the
+//! state machine of `lifecycle_core::connection` decides, the version moves, an audit row and
+//! the `lifecycle.<kind>.<id>.<transition>` outbox message are written. An illegal transition
+//! writes nothing.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use lifecycle_core::connection::{ConnectionState, Transition};
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter,
+    QueryOrder, QuerySelect, TransactionTrait,
+};
+use serde::{Deserialize, Serialize};
+use store::entity::{
+    ConnectionKind, ConnectionStatus, WorkspaceStatus, connection, connection_audit,
+    connection_secret, provider_instance,
+};
+use store::outbox::{self, OutboxMessage};
+use uuid::Uuid;
+
+use super::rfc3339;
+use super::workspaces::find_reachable;
+use crate::AppState;
+use crate::auth::{Admin, Caller};
+use crate::error::{ApiError, JsonBody, PathParams};
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateConnection {
+    /// github, gitlab, slack or outline.
+    #[schema(value_type = String, example = "github")]
+    pub kind: ConnectionKind,
+    /// The vendor server; omit for the kind's default (github.com, gitlab.com, ...).
+    #[serde(default)]
+    pub server_url: Option<String>,
+    /// Non-secret settings (e.g. the GitHub App installation id).
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub settings: Option<serde_json::Value>,
+    /// Credentials by name (e.g. `token`, `webhook_secret`); stored encrypted, never returned.
+    #[serde(default)]
+    pub secrets: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ConnectionView {
+    pub id: Uuid,
+    pub workspace_id: Uuid,
+    pub kind: String,
+    /// pending, active, suspended, paused, uninstalled or disconnected.
+    pub status: String,
+    /// Moves by one with every transition.
+    pub version: i64,
+    /// Moves by one with every activation.
+    pub lifecycle_generation: i64,
+    pub provider_instance_id: Uuid,
+    pub server_url: Option<String>,
+    #[schema(value_type = Object)]
+    pub settings: serde_json::Value,
+    /// Names of stored secrets; values are never returned.
+    pub secret_names: Vec<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AuditView {
+    pub id: Uuid,
+    pub actor: String,
+    pub action: String,
+    pub before_status: Option<String>,
+    pub after_status: Option<String>,
+    pub version: i64,
+    pub created_at: String,
+}
+
+pub(crate) fn status_name(s: ConnectionStatus) -> String {
+    serde_json::to_value(s)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+async fn view<C: ConnectionTrait>(
+    db: &C,
+    m: connection::Model,
+) -> Result<ConnectionView, ApiError> {
+    let instance = provider_instance::Entity::find_by_id(m.provider_instance_id)
+        .one(db)
+        .await?;
+    let secret_names = connection_secret::Entity::find()
+        .select_only()
+        .column(connection_secret::Column::Name)
+        .filter(connection_secret::Column::ConnectionId.eq(m.id))
+        .order_by_asc(connection_secret::Column::Name)
+        .into_tuple::<String>()
+        .all(db)
+        .await?;
+    Ok(ConnectionView {
+        id: m.id,
+        workspace_id: m.workspace_id,
+        kind: m.kind.as_str().to_owned(),
+        status: status_name(m.status),
+        version: m.version,
+        lifecycle_generation: m.lifecycle_generation,
+        provider_instance_id: m.provider_instance_id,
+        server_url: instance.and_then(|i| i.server_url),
+        settings: m.settings,
+        secret_names,
+        created_at: rfc3339(m.created_at),
+        updated_at: rfc3339(m.updated_at),
+    })
+}
+
+/// The connection, if it belongs to a workspace this caller reaches; otherwise 404.
+pub(crate) async fn find_connection<C: ConnectionTrait>(
+    db: &C,
+    caller: &crate::Claims,
+    workspace_id: Uuid,
+    connection_id: Uuid,
+    lock: bool,
+) -> Result<connection::Model, ApiError> {
+    if !caller.reaches(workspace_id) {
+        return Err(ApiError::not_found("connection"));
+    }
+    let found = if lock {
+        connection::lock_in_workspace(db, workspace_id, connection_id).await?
+    } else {
+        connection::find_in_workspace(db, workspace_id, connection_id).await?
+    };
+    found.ok_or_else(|| ApiError::not_found("connection"))
+}
+
+#[utoipa::path(post, path = "/workspaces/{workspace_id}/connections", request_body = CreateConnection,
+    responses((status = 201, body = ConnectionView), (status = 404, body = crate::error::ErrorBody),
+              (status = 409, body = crate::error::ErrorBody)))]
+pub async fn create(
+    State(state): State<AppState>,
+    Admin(caller): Admin,
+    PathParams(workspace_id): PathParams<Uuid>,
+    JsonBody(body): JsonBody<CreateConnection>,
+) -> Result<(StatusCode, Json<ConnectionView>), ApiError> {
+    for name in body.secrets.keys() {
+        if name.is_empty() || name.len() > 100 {
+            return Err(ApiError::bad_request(
+                "secret names must be 1 to 100 characters",
+            ));
+        }
+    }
+    let settings = body.settings.unwrap_or_else(|| serde_json::json!({}));
+    if !settings.is_object() {
+        return Err(ApiError::bad_request("settings must be a JSON object"));
+    }
+    let txn = state.db.begin().await?;
+    let ws = find_reachable(&txn, &caller, workspace_id, true).await?;
+    if ws.status != WorkspaceStatus::Active {
+        return Err(ApiError::conflict(
+            "workspace_not_active",
+            "the workspace is being purged; it cannot gain connections",
+        ));
+    }
+    let instance = provider_instance::ensure(&txn, body.kind, body.server_url.as_deref()).await?;
+    let row = connection::ActiveModel {
+        id: Set(Uuid::now_v7()),
+        workspace_id: Set(workspace_id),
+        kind: Set(body.kind),
+        status: Set(ConnectionStatus::Pending),
+        version: Set(1),
+        lifecycle_generation: Set(0),
+        provider_instance_id: Set(instance.id),
+        settings: Set(settings),
+        ..Default::default()
+    }
+    .insert(&txn)
+    .await?;
+    for (name, value) in &body.secrets {
+        store::secrets::put(&txn, &state.secret_key, row.id, name, value.as_bytes())
+            .await
+            .map_err(ApiError::internal)?;
+    }
+    write_audit(&txn, &row, &caller.sub, "create", None).await?;
+    let view = view(&txn, row).await?;
+    txn.commit().await?;
+    tracing::info!(%workspace_id, connection_id = %view.id, actor = %caller.sub, "connection created");
+    Ok((StatusCode::CREATED, Json(view)))
+}
+
+async fn write_audit<C: ConnectionTrait>(
+    db: &C,
+    row: &connection::Model,
+    actor: &str,
+    action: &str,
+    before: Option<ConnectionStatus>,
+) -> Result<(), ApiError> {
+    connection_audit::ActiveModel {
+        id: Set(Uuid::now_v7()),
+        connection_id: Set(row.id),
+        workspace_id: Set(row.workspace_id),
+        actor: Set(actor.to_owned()),
+        action: Set(action.to_owned()),
+        before_status: Set(before.map(status_name)),
+        after_status: Set(Some(status_name(row.status))),
+        version: Set(row.version),
+        ..Default::default()
+    }
+    .insert(db)
+    .await?;
+    Ok(())
+}
+
+#[utoipa::path(get, path = "/workspaces/{workspace_id}/connections",
+    responses((status = 200, body = Vec<ConnectionView>)))]
+pub async fn list(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    PathParams(workspace_id): PathParams<Uuid>,
+) -> Result<Json<Vec<ConnectionView>>, ApiError> {
+    find_reachable(&state.db, &caller, workspace_id, false).await?;
+    let rows = connection::in_workspace(workspace_id)
+        .order_by_asc(connection::Column::CreatedAt)
+        .all(&state.db)
+        .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        out.push(view(&state.db, row).await?);
+    }
+    Ok(Json(out))
+}
+
+#[utoipa::path(get, path = "/workspaces/{workspace_id}/connections/{connection_id}",
+    responses((status = 200, body = ConnectionView), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn get(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    PathParams((workspace_id, connection_id)): PathParams<(Uuid, Uuid)>,
+) -> Result<Json<ConnectionView>, ApiError> {
+    let row = find_connection(&state.db, &caller, workspace_id, connection_id, false).await?;
+    Ok(Json(view(&state.db, row).await?))
+}
+
+#[utoipa::path(get, path = "/workspaces/{workspace_id}/connections/{connection_id}/audit",
+    responses((status = 200, body = Vec<AuditView>), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn audit(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    PathParams((workspace_id, connection_id)): PathParams<(Uuid, Uuid)>,
+) -> Result<Json<Vec<AuditView>>, ApiError> {
+    find_connection(&state.db, &caller, workspace_id, connection_id, false).await?;
+    let rows = connection_audit::of_connection(workspace_id, connection_id)
+        .all(&state.db)
+        .await?;
+    Ok(Json(
+        rows.into_iter()
+            .map(|a| AuditView {
+                id: a.id,
+                actor: a.actor,
+                action: a.action,
+                before_status: a.before_status,
+                after_status: a.after_status,
+                version: a.version,
+                created_at: rfc3339(a.created_at),
+            })
+            .collect(),
+    ))
+}
+
+fn parse_transition(name: &str) -> Result<Transition, ApiError> {
+    // Uninstall is reported by vendors, not requested by operators.
+    match name {
+        "activate" => Ok(Transition::Activate),
+        "suspend" => Ok(Transition::Suspend),
+        "resume" => Ok(Transition::Resume),
+        "pause" => Ok(Transition::Pause),
+        "disconnect" => Ok(Transition::Disconnect),
+        other => Err(ApiError::not_found(&format!(
+            "transition {other:?} (use activate, suspend, resume, pause or disconnect):"
+        ))),
+    }
+}
+
+#[utoipa::path(post, path = "/workspaces/{workspace_id}/connections/{connection_id}/{transition}",
+    params(("transition" = String, Path, description = "activate, suspend, resume, pause or disconnect")),
+    responses((status = 200, body = ConnectionView), (status = 404, body = crate::error::ErrorBody),
+              (status = 409, body = crate::error::ErrorBody)))]
+pub async fn transition(
+    State(state): State<AppState>,
+    Admin(caller): Admin,
+    PathParams((workspace_id, connection_id, name)): PathParams<(Uuid, Uuid, String)>,
+) -> Result<Json<ConnectionView>, ApiError> {
+    let transition = parse_transition(&name)?;
+    let txn = state.db.begin().await?;
+    let ws = find_reachable(&txn, &caller, workspace_id, false).await?;
+    let row = find_connection(&txn, &caller, workspace_id, connection_id, true).await?;
+    if ws.status != WorkspaceStatus::Active && transition != Transition::Disconnect {
+        return Err(ApiError::conflict(
+            "workspace_not_active",
+            "the workspace is being purged; only disconnect is allowed",
+        ));
+    }
+    let before = row.status;
+    let next = ConnectionState::from(before)
+        .apply(transition)
+        .map_err(|e| {
+            ApiError::conflict(
+                "illegal_transition",
+                format!(
+                    "a connection that is {} cannot {name}: {e}",
+                    status_name(before)
+                ),
+            )
+        })?;
+    let mut active: connection::ActiveModel = row.clone().into();
+    active.status = Set(next.into());
+    active.version = Set(row.version + 1);
+    if transition.starts_generation() {
+        active.lifecycle_generation = Set(row.lifecycle_generation + 1);
+    }
+    active.updated_at = Set(time::OffsetDateTime::now_utc());
+    let row = active.update(&txn).await?;
+    write_audit(&txn, &row, &caller.sub, &name, Some(before)).await?;
+
+    let subject = lifecycle_core::subject::lifecycle(
+        row.kind.as_str(),
+        &row.id.to_string(),
+        transition.event_name(),
+    );
+    let payload = serde_json::json!({
+        "connection_id": row.id,
+        "workspace_id": row.workspace_id,
+        "kind": row.kind.as_str(),
+        "transition": transition.event_name(),
+        "before_status": status_name(before),
+        "status": status_name(row.status),
+        "version": row.version,
+        "lifecycle_generation": row.lifecycle_generation,
+        "provider_instance_id": row.provider_instance_id,
+        "actor": caller.sub,
+        "at": rfc3339(row.updated_at),
+    });
+    outbox::enqueue(
+        &txn,
+        OutboxMessage::json(subject, &payload)
+            .header(
+                bus::consumer::headers::WORKSPACE,
+                row.workspace_id.to_string(),
+            )
+            .header(bus::consumer::headers::CONNECTION, row.id.to_string()),
+    )
+    .await?;
+    let view = view(&txn, row).await?;
+    txn.commit().await?;
+    tracing::info!(%workspace_id, %connection_id, transition = %name, version = view.version, actor = %caller.sub, "connection transition");
+    Ok(Json(view))
+}

@@ -1,0 +1,166 @@
+//! Sync jobs. Operators may start RECONCILIATION and BACKFILL; INITIAL jobs belong to
+//! activation. The job row and its `jobs.<kind>.<id>.<type>` message commit together.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use sea_orm::{ActiveModelTrait, ActiveValue::Set, QuerySelect, TransactionTrait};
+use serde::{Deserialize, Serialize};
+use store::entity::{ConnectionStatus, JobStatus, JobTrigger, JobType, sync_job};
+use store::outbox::{self, OutboxMessage};
+use uuid::Uuid;
+
+use super::connections::{find_connection, status_name};
+use super::rfc3339;
+use crate::AppState;
+use crate::auth::{Admin, Caller};
+use crate::error::{ApiError, JsonBody, PathParams, QueryParams};
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateJob {
+    /// RECONCILIATION or BACKFILL.
+    #[serde(rename = "type")]
+    pub job_type: String,
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct JobView {
+    pub id: Uuid,
+    pub connection_id: Uuid,
+    #[serde(rename = "type")]
+    pub job_type: String,
+    pub trigger: String,
+    /// queued, running, succeeded, failed or canceled.
+    pub status: String,
+    pub progress_done: i64,
+    pub progress_total: Option<i64>,
+    pub error: Option<String>,
+    pub created_at: String,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+}
+
+fn name<T: Serialize>(v: T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+impl From<sync_job::Model> for JobView {
+    fn from(m: sync_job::Model) -> Self {
+        JobView {
+            id: m.id,
+            connection_id: m.connection_id,
+            job_type: m.job_type.as_str().to_owned(),
+            trigger: name(m.trigger),
+            status: name(m.status),
+            progress_done: m.progress_done,
+            progress_total: m.progress_total,
+            error: m.error,
+            created_at: rfc3339(m.created_at),
+            started_at: m.started_at.map(rfc3339),
+            finished_at: m.finished_at.map(rfc3339),
+        }
+    }
+}
+
+fn client_job_type(requested: &str) -> Result<JobType, ApiError> {
+    match requested {
+        "RECONCILIATION" => Ok(JobType::Reconciliation),
+        "BACKFILL" => Ok(JobType::Backfill),
+        "INITIAL" => Err(ApiError::unprocessable(
+            "initial_not_allowed",
+            "INITIAL jobs are started by activating the connection; request RECONCILIATION or BACKFILL",
+        )),
+        other => Err(ApiError::bad_request(format!(
+            "unknown job type {other:?}; use RECONCILIATION or BACKFILL"
+        ))),
+    }
+}
+
+#[utoipa::path(post, path = "/workspaces/{workspace_id}/connections/{connection_id}/sync",
+    request_body = CreateJob,
+    responses((status = 202, body = JobView), (status = 404, body = crate::error::ErrorBody),
+              (status = 409, body = crate::error::ErrorBody), (status = 422, body = crate::error::ErrorBody)))]
+pub async fn create(
+    State(state): State<AppState>,
+    Admin(caller): Admin,
+    PathParams((workspace_id, connection_id)): PathParams<(Uuid, Uuid)>,
+    JsonBody(body): JsonBody<CreateJob>,
+) -> Result<(StatusCode, Json<JobView>), ApiError> {
+    let job_type = client_job_type(&body.job_type)?;
+    let txn = state.db.begin().await?;
+    // Locked, so a concurrent transition cannot slip between the check and the insert.
+    let conn = find_connection(&txn, &caller, workspace_id, connection_id, true).await?;
+    if conn.status != ConnectionStatus::Active {
+        return Err(ApiError::conflict(
+            "connection_not_active",
+            format!(
+                "the connection is {}; only an active connection syncs",
+                status_name(conn.status)
+            ),
+        ));
+    }
+    let job = sync_job::ActiveModel {
+        id: Set(Uuid::now_v7()),
+        connection_id: Set(conn.id),
+        workspace_id: Set(conn.workspace_id),
+        kind: Set(conn.kind),
+        job_type: Set(job_type),
+        trigger: Set(JobTrigger::Manual),
+        status: Set(JobStatus::Queued),
+        progress_done: Set(0),
+        ..Default::default()
+    }
+    .insert(&txn)
+    .await?;
+    let subject =
+        lifecycle_core::subject::jobs(conn.kind.as_str(), &conn.id.to_string(), job_type.as_str());
+    let payload = serde_json::json!({
+        "job_id": job.id,
+        "connection_id": conn.id,
+        "workspace_id": conn.workspace_id,
+        "kind": conn.kind.as_str(),
+        "type": job_type.as_str(),
+        "trigger": "manual",
+        "actor": caller.sub,
+    });
+    outbox::enqueue(
+        &txn,
+        OutboxMessage::json(subject, &payload)
+            .header(
+                bus::consumer::headers::WORKSPACE,
+                conn.workspace_id.to_string(),
+            )
+            .header(bus::consumer::headers::CONNECTION, conn.id.to_string()),
+    )
+    .await?;
+    txn.commit().await?;
+    tracing::info!(%workspace_id, %connection_id, job_id = %job.id, job_type = job_type.as_str(), actor = %caller.sub, "sync job queued");
+    Ok((StatusCode::ACCEPTED, Json(job.into())))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct Page {
+    /// At most this many jobs, newest first (default 50, at most 500).
+    pub limit: Option<u64>,
+}
+
+#[utoipa::path(get, path = "/workspaces/{workspace_id}/connections/{connection_id}/jobs",
+    params(Page),
+    responses((status = 200, body = Vec<JobView>), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    PathParams((workspace_id, connection_id)): PathParams<(Uuid, Uuid)>,
+    QueryParams(page): QueryParams<Page>,
+) -> Result<Json<Vec<JobView>>, ApiError> {
+    find_connection(&state.db, &caller, workspace_id, connection_id, false).await?;
+    let rows = sync_job::of_connection(workspace_id, connection_id)
+        .limit(page.limit.unwrap_or(50).min(500))
+        .all(&state.db)
+        .await?;
+    Ok(Json(rows.into_iter().map(Into::into).collect()))
+}

@@ -1,0 +1,158 @@
+//! Workspaces: the tenants. Purge starts erasure by announcing `lifecycle.workspace.<id>.purged`.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, TransactionTrait,
+};
+use serde::{Deserialize, Serialize};
+use store::entity::{WorkspaceStatus, workspace};
+use store::outbox::{self, OutboxMessage};
+use uuid::Uuid;
+
+use super::rfc3339;
+use crate::AppState;
+use crate::auth::{Admin, Caller};
+use crate::error::{ApiError, JsonBody, PathParams};
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateWorkspace {
+    /// A name for people; need not be unique.
+    pub name: String,
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct WorkspaceView {
+    pub id: Uuid,
+    pub name: String,
+    /// active, purging or purged.
+    pub status: String,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+impl From<workspace::Model> for WorkspaceView {
+    fn from(m: workspace::Model) -> Self {
+        WorkspaceView {
+            id: m.id,
+            name: m.name,
+            status: serde_json::to_value(m.status)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            created_at: rfc3339(m.created_at),
+            updated_at: rfc3339(m.updated_at),
+        }
+    }
+}
+
+/// The workspace, if this caller reaches it; otherwise 404 as if it did not exist.
+pub(crate) async fn find_reachable<C: sea_orm::ConnectionTrait>(
+    db: &C,
+    caller: &crate::Claims,
+    workspace_id: Uuid,
+    lock: bool,
+) -> Result<workspace::Model, ApiError> {
+    if !caller.reaches(workspace_id) {
+        return Err(ApiError::not_found("workspace"));
+    }
+    let mut q = workspace::Entity::find_by_id(workspace_id);
+    if lock {
+        q = q.lock_exclusive();
+    }
+    q.one(db)
+        .await?
+        .ok_or_else(|| ApiError::not_found("workspace"))
+}
+
+#[utoipa::path(post, path = "/workspaces", request_body = CreateWorkspace,
+    responses((status = 201, body = WorkspaceView), (status = 400, body = crate::error::ErrorBody)))]
+pub async fn create(
+    State(state): State<AppState>,
+    Admin(caller): Admin,
+    JsonBody(body): JsonBody<CreateWorkspace>,
+) -> Result<(StatusCode, Json<WorkspaceView>), ApiError> {
+    caller.require_operator()?;
+    let name = body.name.trim();
+    if name.is_empty() || name.len() > 200 {
+        return Err(ApiError::bad_request("name must be 1 to 200 characters"));
+    }
+    let row = workspace::ActiveModel {
+        id: Set(Uuid::now_v7()),
+        name: Set(name.to_owned()),
+        status: Set(WorkspaceStatus::Active),
+        ..Default::default()
+    }
+    .insert(&state.db)
+    .await?;
+    tracing::info!(workspace_id = %row.id, actor = %caller.sub, "workspace created");
+    Ok((StatusCode::CREATED, Json(row.into())))
+}
+
+#[utoipa::path(get, path = "/workspaces", responses((status = 200, body = Vec<WorkspaceView>)))]
+pub async fn list(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> Result<Json<Vec<WorkspaceView>>, ApiError> {
+    let mut q = workspace::Entity::find().order_by_asc(workspace::Column::CreatedAt);
+    if let Some(only) = caller.workspace_id {
+        q = q.filter(workspace::Column::Id.eq(only));
+    }
+    let rows = q.all(&state.db).await?;
+    Ok(Json(rows.into_iter().map(Into::into).collect()))
+}
+
+#[utoipa::path(get, path = "/workspaces/{workspace_id}",
+    responses((status = 200, body = WorkspaceView), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn get(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    PathParams(workspace_id): PathParams<Uuid>,
+) -> Result<Json<WorkspaceView>, ApiError> {
+    Ok(Json(
+        find_reachable(&state.db, &caller, workspace_id, false)
+            .await?
+            .into(),
+    ))
+}
+
+#[utoipa::path(post, path = "/workspaces/{workspace_id}/purge",
+    responses((status = 202, body = WorkspaceView), (status = 409, body = crate::error::ErrorBody)))]
+pub async fn purge(
+    State(state): State<AppState>,
+    Admin(caller): Admin,
+    PathParams(workspace_id): PathParams<Uuid>,
+) -> Result<(StatusCode, Json<WorkspaceView>), ApiError> {
+    let txn = state.db.begin().await?;
+    let row = find_reachable(&txn, &caller, workspace_id, true).await?;
+    if row.status != WorkspaceStatus::Active {
+        return Err(ApiError::conflict(
+            "already_purging",
+            "this workspace is already being purged or has been purged",
+        ));
+    }
+    let mut active: workspace::ActiveModel = row.into();
+    active.status = Set(WorkspaceStatus::Purging);
+    active.updated_at = Set(time::OffsetDateTime::now_utc());
+    let row = active.update(&txn).await?;
+    let subject =
+        lifecycle_core::subject::lifecycle("workspace", &workspace_id.to_string(), "purged");
+    let payload = serde_json::json!({
+        "workspace_id": workspace_id,
+        "transition": "purged",
+        "actor": caller.sub,
+        "at": rfc3339(row.updated_at),
+    });
+    outbox::enqueue(
+        &txn,
+        OutboxMessage::json(subject, &payload)
+            .header(bus::consumer::headers::WORKSPACE, workspace_id.to_string()),
+    )
+    .await?;
+    txn.commit().await?;
+    tracing::info!(%workspace_id, actor = %caller.sub, "workspace purge started");
+    Ok((StatusCode::ACCEPTED, Json(row.into())))
+}

@@ -1,0 +1,499 @@
+//! control-api end to end: the real service on port 0 against real Postgres and NATS.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use bus::Stream;
+use control_api::Role;
+use reqwest::StatusCode;
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+use serde_json::{Value, json};
+use testkit::{Running, TestEnv};
+
+struct Api {
+    http: reqwest::Client,
+    base: String,
+    admin: String,
+    viewer: String,
+    keys: control_api::Keys,
+}
+
+impl Api {
+    async fn start(env: &TestEnv) -> Result<(Api, Running)> {
+        let (running, keys) = testkit::spawn_control_api(env.common_args()).await?;
+        let api = Api {
+            http: reqwest::Client::new(),
+            base: running.url(),
+            admin: testkit::token(&keys, Role::Admin, None)?,
+            viewer: testkit::token(&keys, Role::Viewer, None)?,
+            keys,
+        };
+        Ok((api, running))
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> Result<(StatusCode, Value)> {
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let res = req.send().await?;
+        let status = res.status();
+        let text = res.text().await?;
+        Ok((
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        ))
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Result<(StatusCode, Value)> {
+        self.call(reqwest::Method::POST, path, Some(&self.admin), Some(body))
+            .await
+    }
+
+    async fn get(&self, path: &str) -> Result<(StatusCode, Value)> {
+        self.call(reqwest::Method::GET, path, Some(&self.admin), None)
+            .await
+    }
+
+    async fn workspace(&self, name: &str) -> Result<String> {
+        let (status, body) = self.post("/workspaces", json!({ "name": name })).await?;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        Ok(body["id"].as_str().unwrap().to_owned())
+    }
+
+    async fn connection(&self, ws: &str, kind: &str) -> Result<Value> {
+        let (status, body) = self
+            .post(
+                &format!("/workspaces/{ws}/connections"),
+                json!({ "kind": kind, "secrets": { "token": "ghp_supersecretvalue" } }),
+            )
+            .await?;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        Ok(body)
+    }
+}
+
+async fn count(db: &DatabaseConnection, sql: &str) -> Result<i64> {
+    let row = db
+        .query_one_raw(Statement::from_string(DbBackend::Postgres, sql.to_owned()))
+        .await?
+        .expect("a count row");
+    Ok(row.try_get_by_index(0)?)
+}
+
+/// Rows that a refused request must not have written.
+async fn footprint(db: &DatabaseConnection) -> Result<(i64, i64, i64, i64)> {
+    Ok((
+        count(db, "SELECT count(*) FROM outbox").await?,
+        count(db, "SELECT count(*) FROM connection_audit").await?,
+        count(db, "SELECT count(*) FROM sync_job").await?,
+        count(
+            db,
+            "SELECT coalesce(sum(version), 0)::bigint FROM connection",
+        )
+        .await?,
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_needs_a_valid_token_and_the_right_role() -> Result<()> {
+    let env = TestEnv::new().await?;
+    let (api, running) = Api::start(&env).await?;
+    let (s, body) = api
+        .call(reqwest::Method::GET, "/workspaces", None, None)
+        .await?;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    assert_eq!(body["error"], "unauthorized");
+    let (s, _) = api
+        .call(reqwest::Method::GET, "/workspaces", Some("not.a.jwt"), None)
+        .await?;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let forged = control_api::Keys::hs256(&[9u8; 32])?;
+    let forged = testkit::token(&forged, Role::Admin, None)?;
+    let (s, _) = api
+        .call(reqwest::Method::GET, "/workspaces", Some(&forged), None)
+        .await?;
+    assert_eq!(
+        s,
+        StatusCode::UNAUTHORIZED,
+        "a token signed with another key"
+    );
+
+    let (s, _) = api
+        .call(reqwest::Method::GET, "/workspaces", Some(&api.viewer), None)
+        .await?;
+    assert_eq!(s, StatusCode::OK, "viewers read");
+    let (s, body) = api
+        .call(
+            reqwest::Method::POST,
+            "/workspaces",
+            Some(&api.viewer),
+            Some(json!({"name": "x"})),
+        )
+        .await?;
+    assert_eq!(s, StatusCode::FORBIDDEN, "viewers do not write");
+    assert_eq!(body["error"], "forbidden");
+    assert_eq!(
+        count(&env.db.db, "SELECT count(*) FROM workspace").await?,
+        0
+    );
+    running.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn activation_puts_the_new_version_on_the_lifecycle_stream() -> Result<()> {
+    let env = TestEnv::new().await?;
+    let (api, running) = Api::start(&env).await?;
+    let ws = api.workspace("acme").await?;
+    let conn = api.connection(&ws, "github").await?;
+    let id = conn["id"].as_str().unwrap();
+    assert_eq!(conn["status"], "pending");
+    assert_eq!(conn["version"], 1);
+    assert_eq!(conn["secret_names"], json!(["token"]));
+    assert!(
+        !conn.to_string().contains("supersecret"),
+        "secret values are never returned"
+    );
+    let stored = count(
+        &env.db.db,
+        "SELECT count(*) FROM connection_secret WHERE position('supersecret'::bytea in ciphertext) > 0",
+    )
+    .await?;
+    assert_eq!(stored, 0, "secrets are encrypted at rest");
+
+    let (s, body) = api
+        .post(
+            &format!("/workspaces/{ws}/connections/{id}/activate"),
+            json!({}),
+        )
+        .await?;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "active");
+    assert_eq!(body["version"], 2);
+    assert_eq!(body["lifecycle_generation"], 1);
+
+    let subject = format!("lifecycle.github.{id}.activated");
+    let messages = testkit::read_stream(
+        &env.bus,
+        Stream::Lifecycle,
+        &subject,
+        1,
+        Duration::from_secs(10),
+    )
+    .await?;
+    assert_eq!(messages.len(), 1, "one message for one transition");
+    let payload = messages[0].json();
+    assert_eq!(payload["version"], 2);
+    assert_eq!(payload["status"], "active");
+    assert_eq!(payload["workspace_id"], ws);
+
+    let (s, audit) = api
+        .get(&format!("/workspaces/{ws}/connections/{id}/audit"))
+        .await?;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(audit[0]["action"], "activate");
+    assert_eq!(audit[0]["before_status"], "pending");
+    assert_eq!(audit[0]["after_status"], "active");
+    running.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_illegal_transition_is_409_and_writes_nothing() -> Result<()> {
+    let env = TestEnv::new().await?;
+    let (api, running) = Api::start(&env).await?;
+    let ws = api.workspace("acme").await?;
+    let conn = api.connection(&ws, "gitlab").await?;
+    let id = conn["id"].as_str().unwrap();
+    let before = footprint(&env.db.db).await?;
+    let (s, body) = api
+        .post(
+            &format!("/workspaces/{ws}/connections/{id}/resume"),
+            json!({}),
+        )
+        .await?;
+    assert_eq!(s, StatusCode::CONFLICT);
+    assert_eq!(body["error"], "illegal_transition");
+    assert!(
+        body["message"].as_str().unwrap().contains("pending"),
+        "{body}"
+    );
+    assert_eq!(footprint(&env.db.db).await?, before);
+
+    let (s, _) = api
+        .post(
+            &format!("/workspaces/{ws}/connections/{id}/explode"),
+            json!({}),
+        )
+        .await?;
+    assert_eq!(
+        s,
+        StatusCode::NOT_FOUND,
+        "unknown transitions are not routes"
+    );
+    assert_eq!(footprint(&env.db.db).await?, before);
+    running.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manual_initial_is_422_and_reconciliation_queues_a_job_with_its_message() -> Result<()> {
+    let env = TestEnv::new().await?;
+    let (api, running) = Api::start(&env).await?;
+    let ws = api.workspace("acme").await?;
+    let conn = api.connection(&ws, "github").await?;
+    let id = conn["id"].as_str().unwrap();
+    let sync = format!("/workspaces/{ws}/connections/{id}/sync");
+
+    let (s, body) = api.post(&sync, json!({ "type": "RECONCILIATION" })).await?;
+    assert_eq!(
+        s,
+        StatusCode::CONFLICT,
+        "a pending connection does not sync: {body}"
+    );
+    api.post(
+        &format!("/workspaces/{ws}/connections/{id}/activate"),
+        json!({}),
+    )
+    .await?;
+
+    let before = footprint(&env.db.db).await?;
+    let (s, body) = api.post(&sync, json!({ "type": "INITIAL" })).await?;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        body["message"].as_str().unwrap().contains("activat"),
+        "{body}"
+    );
+    let (s, _) = api.post(&sync, json!({ "type": "EVERYTHING" })).await?;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        footprint(&env.db.db).await?,
+        before,
+        "refused jobs write nothing"
+    );
+
+    let (s, job) = api.post(&sync, json!({ "type": "RECONCILIATION" })).await?;
+    assert_eq!(s, StatusCode::ACCEPTED, "{job}");
+    assert_eq!(job["status"], "queued");
+    assert_eq!(job["trigger"], "manual");
+    let subject = format!("jobs.github.{id}.reconciliation");
+    let messages =
+        testkit::read_stream(&env.bus, Stream::Jobs, &subject, 1, Duration::from_secs(10)).await?;
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0].json()["job_id"], job["id"]);
+
+    let (s, jobs) = api
+        .get(&format!("/workspaces/{ws}/connections/{id}/jobs"))
+        .await?;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(jobs.as_array().unwrap().len(), 1);
+    assert_eq!(jobs[0]["type"], "RECONCILIATION");
+    running.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_workspaces_connection_is_not_found() -> Result<()> {
+    let env = TestEnv::new().await?;
+    let (api, running) = Api::start(&env).await?;
+    let ws_a = api.workspace("a").await?;
+    let ws_b = api.workspace("b").await?;
+    let conn = api.connection(&ws_a, "slack").await?;
+    let id = conn["id"].as_str().unwrap();
+
+    // The right connection id under the wrong workspace.
+    let (s, _) = api
+        .get(&format!("/workspaces/{ws_b}/connections/{id}"))
+        .await?;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let before = footprint(&env.db.db).await?;
+    let (s, _) = api
+        .post(
+            &format!("/workspaces/{ws_b}/connections/{id}/activate"),
+            json!({}),
+        )
+        .await?;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_eq!(footprint(&env.db.db).await?, before);
+
+    // A token scoped to workspace B cannot see A at all.
+    let b_token = testkit::token(&api.keys, Role::Admin, Some(ws_b.parse()?))?;
+    let get = |path: String| {
+        let t = b_token.clone();
+        let api = &api;
+        async move { api.call(reqwest::Method::GET, &path, Some(&t), None).await }
+    };
+    assert_eq!(
+        get(format!("/workspaces/{ws_a}")).await?.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        get(format!("/workspaces/{ws_a}/connections/{id}")).await?.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        get(format!("/workspaces/{ws_a}/connections")).await?.0,
+        StatusCode::NOT_FOUND
+    );
+    let (s, list) = get("/workspaces".into()).await?;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(list[0]["id"], ws_b);
+    assert_eq!(get("/dead-messages".into()).await?.0, StatusCode::FORBIDDEN);
+    running.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_clear_json_errors() -> Result<()> {
+    let env = TestEnv::new().await?;
+    let (api, running) = Api::start(&env).await?;
+    let res = api
+        .http
+        .post(format!("{}/workspaces", api.base))
+        .bearer_auth(&api.admin)
+        .header("content-type", "application/json")
+        .body("{\"name\": ")
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let body: Value = res.json().await?;
+    assert_eq!(body["error"], "malformed_json");
+
+    let huge = json!({ "name": "x".repeat(200 * 1024) });
+    let (s, body) = api.post("/workspaces", huge).await?;
+    assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    let (s, body) = api
+        .post("/workspaces", json!({ "name": "ok", "extra": 1 }))
+        .await?;
+    assert_eq!(
+        s,
+        StatusCode::BAD_REQUEST,
+        "unknown fields are refused: {body}"
+    );
+    let (s, body) = api.get("/no/such/route").await?;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_eq!(body["error"], "not_found");
+    let (s, body) = api.get("/workspaces/not-a-uuid").await?;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_eq!(body["error"], "bad_path");
+    let ws = api.workspace("acme").await?;
+    let (s, _) = api
+        .post(
+            &format!("/workspaces/{ws}/connections"),
+            json!({ "kind": "bitbucket" }),
+        )
+        .await?;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        count(&env.db.db, "SELECT count(*) FROM workspace").await?,
+        1
+    );
+
+    let (s, doc) = api
+        .call(reqwest::Method::GET, "/openapi.json", None, None)
+        .await?;
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        doc["paths"]["/workspaces/{workspace_id}/connections/{connection_id}/sync"].is_object()
+    );
+    running.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_marks_purging_and_announces_it_once() -> Result<()> {
+    let env = TestEnv::new().await?;
+    let (api, running) = Api::start(&env).await?;
+    let ws = api.workspace("acme").await?;
+    let (s, body) = api
+        .post(&format!("/workspaces/{ws}/purge"), json!({}))
+        .await?;
+    assert_eq!(s, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["status"], "purging");
+    let (s, _) = api
+        .post(&format!("/workspaces/{ws}/purge"), json!({}))
+        .await?;
+    assert_eq!(s, StatusCode::CONFLICT);
+    let (s, _) = api
+        .post(
+            &format!("/workspaces/{ws}/connections"),
+            json!({ "kind": "github" }),
+        )
+        .await?;
+    assert_eq!(
+        s,
+        StatusCode::CONFLICT,
+        "a purging workspace gains no connections"
+    );
+    let subject = format!("lifecycle.workspace.{ws}.purged");
+    let messages = testkit::read_stream(
+        &env.bus,
+        Stream::Lifecycle,
+        &subject,
+        1,
+        Duration::from_secs(10),
+    )
+    .await?;
+    assert_eq!(messages.len(), 1);
+    running.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_messages_are_listed_and_replayed() -> Result<()> {
+    let env = TestEnv::new().await?;
+    let (api, running) = Api::start(&env).await?;
+    let dead = bus::dead::record(
+        &env.db.db,
+        bus::dead::DeadMessage {
+            stream: "LIFECYCLE".into(),
+            consumer: "github-sync".into(),
+            subject: "lifecycle.github.c9.activated".into(),
+            headers: None,
+            payload: b"{\"v\":1}".to_vec(),
+            reason: "handler failed: no such repository".into(),
+            attempts: 10,
+        },
+    )
+    .await?;
+    let (s, list) = api.get("/dead-messages").await?;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(list[0]["id"], dead.to_string());
+    assert_eq!(list[0]["reason"], "handler failed: no such repository");
+    assert_eq!(list[0]["payload_bytes"], 7);
+
+    let (s, body) = api
+        .call(
+            reqwest::Method::POST,
+            &format!("/dead-messages/{dead}/replay"),
+            Some(&api.viewer),
+            None,
+        )
+        .await?;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{body}");
+    let (s, body) = api
+        .post(&format!("/dead-messages/{dead}/replay"), json!({}))
+        .await?;
+    assert_eq!(s, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["replay_count"], 1);
+    let messages = testkit::read_stream(
+        &env.bus,
+        Stream::Lifecycle,
+        "lifecycle.github.c9.activated",
+        1,
+        Duration::from_secs(10),
+    )
+    .await?;
+    assert_eq!(messages.len(), 1, "the replay reached the stream");
+    assert_eq!(messages[0].payload, b"{\"v\":1}");
+    let missing = uuid::Uuid::now_v7();
+    let (s, _) = api
+        .post(&format!("/dead-messages/{missing}/replay"), json!({}))
+        .await?;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    running.stop().await
+}
