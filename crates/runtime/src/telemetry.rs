@@ -78,7 +78,8 @@ pub fn init(
     crate::crypto::install_crypto_provider();
     metrics_handle();
 
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,sea_orm_migration=warn"));
     let fmt_layer: Box<dyn Layer<_> + Send + Sync> = match format {
         LogFormat::Json => Box::new(
             tracing_subscriber::fmt::layer()

@@ -108,6 +108,41 @@ impl TestDb {
     }
 }
 
+impl TestDb {
+    /// A fresh database without any migration applied (for migration and readiness tests).
+    pub async fn empty() -> Result<TestDb> {
+        let admin_url = env_url("DATABASE_URL")?;
+        let admin = connect(&admin_url, 1).await?;
+        let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+        admin
+            .execute_unprepared(&format!("CREATE DATABASE {name}"))
+            .await?;
+        admin.close().await?;
+        let url = with_database(&admin_url, &name);
+        let db = connect(&url, 10).await?;
+        Ok(TestDb { name, url, db })
+    }
+
+    /// Closes the pool and drops the database (tests that can, tidy up after themselves).
+    pub async fn drop(self) {
+        let _ = self.db.close().await;
+        let dropped = async {
+            let admin = connect(&env_url("DATABASE_URL")?, 1).await?;
+            admin
+                .execute_unprepared(&format!(
+                    "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                    self.name
+                ))
+                .await?;
+            admin.close().await?;
+            anyhow::Ok(())
+        };
+        if let Err(e) = dropped.await {
+            eprintln!("could not drop test database {}: {e:#}", self.name);
+        }
+    }
+}
+
 /// A JetStream namespace of one's own with every stream declared.
 pub async fn test_bus() -> Result<Bus> {
     let url = env_url("NATS_URL")?;

@@ -2,11 +2,11 @@
 
 use migrations::{Migrator, MigratorTrait as _};
 
-use crate::support::TestDb;
+use testkit::TestDb;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_migrating_at_once_take_turns() {
-    let test = TestDb::create(false).await;
+    let test = TestDb::empty().await.unwrap();
     let starts = (0..3).map(|_| runtime::db::connect(&test.url, true));
     for started in futures::future::join_all(starts).await {
         started.expect("every replica starts");

@@ -4,7 +4,7 @@ use axum::body::{Body, to_bytes};
 use axum::http::{Request, StatusCode};
 use tower::ServiceExt as _;
 
-use crate::support::TestDb;
+use testkit::TestDb;
 
 async fn nats() -> async_nats::Client {
     let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
@@ -26,7 +26,7 @@ async fn get(router: &axum::Router, path: &str) -> (StatusCode, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_when_postgres_nats_and_migrations_are() {
-    let test = TestDb::create(true).await;
+    let test = TestDb::new().await.unwrap();
     let router = runtime::health::router(runtime::HealthState {
         db: test.db.clone(),
         nats: nats().await,
@@ -47,7 +47,7 @@ async fn ready_when_postgres_nats_and_migrations_are() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn not_ready_names_pending_migrations() {
-    let test = TestDb::create(false).await;
+    let test = TestDb::empty().await.unwrap();
     let router = runtime::health::router(runtime::HealthState {
         db: test.db.clone(),
         nats: nats().await,
@@ -64,7 +64,7 @@ async fn not_ready_names_pending_migrations() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn not_ready_names_an_unreachable_database() {
-    let test = TestDb::create(true).await;
+    let test = TestDb::new().await.unwrap();
     let router = runtime::health::router(runtime::HealthState {
         db: test.db.clone(),
         nats: nats().await,
@@ -80,7 +80,7 @@ async fn not_ready_names_an_unreachable_database() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schema_ahead_of_this_binary_is_still_ready() {
     use sea_orm::ConnectionTrait as _;
-    let test = TestDb::create(true).await;
+    let test = TestDb::new().await.unwrap();
     // A newer release migrated first (rolling upgrade): this older replica stays ready.
     test.db
         .execute_unprepared(

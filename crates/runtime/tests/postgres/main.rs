@@ -4,4 +4,3 @@
 mod db;
 mod health;
 mod schedule;
-mod support;

@@ -11,7 +11,7 @@ use sea_orm::{ConnectionTrait as _, DatabaseConnection, DbBackend, Statement};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::TestDb;
+use testkit::TestDb;
 
 /// Every 1 January at midnight UTC: the latest due instant stays the same for the whole test.
 const YEARLY: &str = "0 0 0 1 1 *";
@@ -51,7 +51,7 @@ async fn rows(db: &DatabaseConnection, schedule: &str) -> Vec<Row> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_due_instant_runs_once_across_three_replicas() {
-    let test = TestDb::create(true).await;
+    let test = TestDb::new().await.unwrap();
     let runs: Arc<Mutex<HashMap<OffsetDateTime, u32>>> = Arc::default();
     let shutdown = CancellationToken::new();
     let mut replicas = Vec::new();
@@ -94,7 +94,7 @@ async fn each_due_instant_runs_once_across_three_replicas() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_replicas_run_is_taken_over_after_its_lease() {
-    let test = TestDb::create(true).await;
+    let test = TestDb::new().await.unwrap();
     let lease = Duration::from_secs(3);
 
     // Replica "a" claims the run and hangs in its handler.
@@ -171,7 +171,7 @@ async fn a_dead_replicas_run_is_taken_over_after_its_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_runs_are_retried_up_to_max_attempts() {
-    let test = TestDb::create(true).await;
+    let test = TestDb::new().await.unwrap();
     let calls = Arc::new(AtomicU32::new(0));
     let mut runner = ScheduleRunner::new(test.db.clone(), "a").with_max_attempts(2);
     {
@@ -208,7 +208,7 @@ async fn failed_runs_are_retried_up_to_max_attempts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_latest_due_instant_runs_after_downtime() {
-    let test = TestDb::create(true).await;
+    let test = TestDb::new().await.unwrap();
     // The last recorded run was an hour ago: 3599 instants were missed since.
     test.db
         .execute_raw(Statement::from_string(
