@@ -24,6 +24,8 @@ const POLL: Duration = Duration::from_millis(50);
 /// terminal, which already delivered it to the whole foreground process group, and a second
 /// SIGINT makes some tools (nextest) abandon their graceful shutdown.
 pub fn run_foreground(cmd: &mut Command) -> anyhow::Result<i32> {
+    // Once asked to stop, start nothing new.
+    signals::check()?;
     let program = describe(cmd);
     let mut child = cmd
         .spawn()

@@ -526,6 +526,27 @@ mod tests {
     }
 
     #[test]
+    fn exactly_one_full_page_is_complete() {
+        let runs = (0..100)
+            .map(|i| run(&format!("r{i}"), RunStatus::Completed, Some(5)))
+            .collect();
+        let list = assess_runs(read(runs, Some(Rollup::Success), vec![]), 99);
+        assert!(list.is_complete());
+    }
+
+    #[test]
+    fn read_at_the_same_instant_applies() {
+        let mut stored = None;
+        apply_run_read(&mut stored, "h", at(10), &complete_list(5));
+        assert_eq!(
+            apply_run_read(&mut stored, "h", at(10), &complete_list(6)),
+            RunReadOutcome::Replaced {
+                checks_completed: true
+            }
+        );
+    }
+
+    #[test]
     fn fails_closed_on_pending_or_expected_rollup_or_none() {
         for rollup in [Rollup::Pending, Rollup::Expected] {
             let list = assess_runs(read(vec![], Some(rollup), vec![]), 99);

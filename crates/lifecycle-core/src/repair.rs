@@ -183,7 +183,6 @@ pub struct RemovalFence {
     epoch: u64,
     attempts: u64,
     uncertain: BTreeSet<u64>,
-    in_flight: Option<u64>,
     status: FenceStatus,
 }
 
@@ -195,7 +194,6 @@ impl RemovalFence {
             epoch: 0,
             attempts: 0,
             uncertain: BTreeSet::new(),
-            in_flight: None,
             status: FenceStatus::Pending,
         };
         if !with_receipt {
@@ -242,7 +240,6 @@ impl RemovalFence {
         let attempt = self.attempts;
         self.attempts += 1;
         self.epoch += 1;
-        self.in_flight = Some(attempt);
         // A crash after this point leaves the attempt uncertain even if nothing left the process.
         self.uncertain.insert(attempt);
         Ok(DispatchPermit { attempt })
@@ -250,9 +247,6 @@ impl RemovalFence {
 
     /// Records the outcome of a dispatched attempt.
     pub fn record(&mut self, permit: DispatchPermit, outcome: DispatchOutcome) -> FenceStatus {
-        if self.in_flight == Some(permit.attempt) {
-            self.in_flight = None;
-        }
         match outcome {
             // Only a receipt for this exact attempt settles it; it settles no other attempt.
             DispatchOutcome::TerminalReceipt => {
@@ -293,7 +287,6 @@ impl RemovalFence {
     /// An instance admin confirms the removal.
     pub fn admin_confirm(&mut self) -> FenceStatus {
         self.uncertain.clear();
-        self.in_flight = None;
         self.status = FenceStatus::Resolved;
         self.status
     }

@@ -419,6 +419,7 @@ mod tests {
             RecordOutcome::DuplicateSourceKey
         );
         assert_eq!(ledger.len(), 1);
+        assert!(!ledger.is_empty());
         // Another item records its own close.
         assert_eq!(
             ledger.record(&2, ItemEventName::Closed, Some(&k), at(5)),

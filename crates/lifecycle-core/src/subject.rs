@@ -407,7 +407,6 @@ pub fn filter_covers(outer: &str, inner: &str) -> bool {
     for (i, token) in outer.iter().enumerate() {
         match (*token, inner.get(i)) {
             (">", Some(_)) => return true,
-            (_, None) => return false,
             ("*", Some(other)) if *other != ">" => {}
             (literal, Some(other)) if literal == *other => {}
             _ => return false,
@@ -590,6 +589,8 @@ mod tests {
         assert!(!filter_covers("a.>", "a"));
         assert!(filter_covers("a.*.c", "a.b.c"));
         assert!(!filter_covers("a.*.c", "a.>"));
+        assert!(!filter_covers("a.*", "a.>"));
+        assert!(filter_covers("a.*", "a.*"));
         assert!(!filter_covers("a.*", "a.b.c"));
         assert!(!filter_covers("a.b", "a.c"));
         assert!(filter_covers("a.b", "a.b"));
