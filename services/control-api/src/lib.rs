@@ -17,6 +17,7 @@ use bus::relay::{Relay, RelayConfig};
 use sea_orm::DatabaseConnection;
 use store::secrets::SecretKey;
 use tokio_util::sync::CancellationToken;
+use tower_http::trace::TraceLayer;
 
 pub use auth::{Claims, Keys, Role};
 
@@ -74,7 +75,46 @@ pub struct AppState {
 pub fn router(state: AppState, max_body_bytes: usize) -> Router {
     routes::router()
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(request_span)
+                .on_response(record_response),
+        )
         .with_state(state)
+}
+
+/// A span per request naming the workspace and connection it concerns (never the body).
+fn request_span(req: &axum::http::Request<axum::body::Body>) -> tracing::Span {
+    let (workspace_id, connection_id) = ids_in_path(req.uri().path());
+    tracing::info_span!(
+        "request",
+        method = %req.method(),
+        path = %req.uri().path(),
+        workspace_id = workspace_id.unwrap_or_default(),
+        connection_id = connection_id.unwrap_or_default(),
+    )
+}
+
+fn record_response(
+    res: &axum::http::Response<axum::body::Body>,
+    latency: std::time::Duration,
+    _span: &tracing::Span,
+) {
+    let status = res.status().as_u16().to_string();
+    metrics::counter!("http_requests_total", "service" => "control-api", "status" => status)
+        .increment(1);
+    metrics::histogram!("http_request_duration_seconds", "service" => "control-api")
+        .record(latency.as_secs_f64());
+}
+
+/// The workspace and connection ids of `/workspaces/{w}/connections/{c}/...` paths.
+fn ids_in_path(path: &str) -> (Option<&str>, Option<&str>) {
+    let mut parts = path.trim_start_matches('/').split('/');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some("workspaces"), w, Some("connections"), c) => (w, c),
+        (Some("workspaces"), w, _, _) => (w, None),
+        _ => (None, None),
+    }
 }
 
 /// Runs control-api until `shutdown`; `on_listen` learns the bound address (port 0 in tests).
@@ -120,4 +160,23 @@ pub async fn run(
     relay_stop.cancel();
     relay_task.await.context("outbox relay task")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ids_in_path;
+
+    #[test]
+    fn request_spans_name_the_workspace_and_connection() {
+        assert_eq!(
+            ids_in_path("/workspaces/w1/connections/c1/activate"),
+            (Some("w1"), Some("c1"))
+        );
+        assert_eq!(ids_in_path("/workspaces/w1/purge"), (Some("w1"), None));
+        assert_eq!(
+            ids_in_path("/workspaces/w1/connections"),
+            (Some("w1"), None)
+        );
+        assert_eq!(ids_in_path("/dead-messages"), (None, None));
+    }
 }
