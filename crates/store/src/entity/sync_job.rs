@@ -30,6 +30,28 @@ impl JobType {
     }
 }
 
+impl From<lifecycle_core::job::SyncJobType> for JobType {
+    fn from(t: lifecycle_core::job::SyncJobType) -> Self {
+        use lifecycle_core::job::SyncJobType as S;
+        match t {
+            S::Initial => JobType::Initial,
+            S::Reconciliation => JobType::Reconciliation,
+            S::Backfill => JobType::Backfill,
+        }
+    }
+}
+
+impl From<JobType> for lifecycle_core::job::SyncJobType {
+    fn from(t: JobType) -> Self {
+        use lifecycle_core::job::SyncJobType as S;
+        match t {
+            JobType::Initial => S::Initial,
+            JobType::Reconciliation => S::Reconciliation,
+            JobType::Backfill => S::Backfill,
+        }
+    }
+}
+
 /// Why a job exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, DeriveActiveEnum, Serialize, Deserialize)]
 #[sea_orm(rs_type = "String", db_type = "Text")]

@@ -4,6 +4,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use lifecycle_core::job::{JobTypeError, SyncJobType};
 use sea_orm::{ActiveModelTrait, ActiveValue::Set, QuerySelect, TransactionTrait};
 use serde::{Deserialize, Serialize};
 use store::entity::{ConnectionStatus, JobStatus, JobTrigger, JobType, sync_job};
@@ -67,16 +68,20 @@ impl From<sync_job::Model> for JobView {
 }
 
 fn client_job_type(requested: &str) -> Result<JobType, ApiError> {
-    match requested {
-        "RECONCILIATION" => Ok(JobType::Reconciliation),
-        "BACKFILL" => Ok(JobType::Backfill),
-        "INITIAL" => Err(ApiError::unprocessable(
-            "initial_not_allowed",
-            "INITIAL jobs are started by activating the connection; request RECONCILIATION or BACKFILL",
+    // Reconciliation-only rule lives in lifecycle-core: clients never start INITIAL jobs.
+    match SyncJobType::parse_client_request(requested) {
+        Ok(job) => Ok(job.into()),
+        Err(e @ JobTypeError::NotClientTriggerable(SyncJobType::Initial)) => {
+            Err(ApiError::unprocessable(
+                "initial_not_allowed",
+                format!("{e}: INITIAL jobs are started by activating the connection"),
+            ))
+        }
+        Err(e @ JobTypeError::NotClientTriggerable(_)) => Err(ApiError::unprocessable(
+            "not_client_triggerable",
+            e.to_string(),
         )),
-        other => Err(ApiError::bad_request(format!(
-            "unknown job type {other:?}; use RECONCILIATION or BACKFILL"
-        ))),
+        Err(e @ JobTypeError::Unknown(_)) => Err(ApiError::bad_request(e.to_string())),
     }
 }
 
