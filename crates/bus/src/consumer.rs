@@ -141,6 +141,21 @@ impl Delivery {
         Ok(())
     }
 
+    /// Tells the server the handler is still working, restarting the ack wait (long jobs call this
+    /// between pages so the message is not redelivered while it is being handled).
+    pub async fn in_progress(&self) -> Result<(), BusError> {
+        let Some(message) = self.message.as_ref() else {
+            return Ok(());
+        };
+        message
+            .ack_with(AckKind::Progress)
+            .await
+            .map_err(|e| BusError::Consumer {
+                consumer: self.ctx.consumer_name.clone(),
+                message: format!("progress ack failed: {e}"),
+            })
+    }
+
     /// A transient failure: redeliver after backoff, or record it dead on the last attempt.
     pub async fn retry(mut self, reason: &str) {
         if let Some(message) = self.message.take() {

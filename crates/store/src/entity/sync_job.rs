@@ -102,6 +102,8 @@ pub struct Model {
     pub started_at: Option<TimeDateTimeWithTimeZone>,
     pub finished_at: Option<TimeDateTimeWithTimeZone>,
     pub updated_at: TimeDateTimeWithTimeZone,
+    /// One job per logical request (`initial:<connection>:<generation>`), whoever asks.
+    pub dedup_key: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -1,0 +1,250 @@
+//! The bus side of github-sync: job messages run jobs, activation messages queue the INITIAL job,
+//! the reconcile schedule queues RECONCILIATION jobs. Each queued job and its `jobs.*` message
+//! commit together; a job is identified by its dedup key, so redeliveries queue nothing twice.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bus::consumer::{Delivery, Handler};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, TransactionTrait,
+    sea_query::OnConflict,
+};
+use serde::Deserialize;
+use store::entity::{
+    ConnectionKind, ConnectionStatus, JobStatus, JobTrigger, JobType, connection, sync_job,
+};
+use store::outbox::{self, OutboxMessage};
+use uuid::Uuid;
+
+use crate::SourceFactory;
+use crate::jobs::JobOutcome;
+use crate::sync::Engine;
+
+#[derive(Debug, Deserialize)]
+struct JobMessage {
+    job_id: Uuid,
+}
+
+/// Runs `jobs.github.*` messages.
+pub struct JobHandler {
+    pub db: DatabaseConnection,
+    pub engine: Engine,
+    pub factory: Arc<dyn SourceFactory>,
+}
+
+impl Handler for JobHandler {
+    async fn handle(&self, delivery: Delivery) {
+        let Ok(msg) = serde_json::from_slice::<JobMessage>(delivery.payload()) else {
+            delivery
+                .reject("job message is not {\"job_id\": <uuid>}")
+                .await;
+            return;
+        };
+        let job = match self.engine.jobs.claim(msg.job_id).await {
+            Ok(Some(job)) => job,
+            // Finished, canceled, or held by a live replica: nothing to do.
+            Ok(None) => {
+                let _ = delivery.ack().await;
+                return;
+            }
+            Err(e) => {
+                delivery.retry(&format!("claiming job: {e}")).await;
+                return;
+            }
+        };
+        let conn = match connection::Entity::find_by_id(job.connection_id)
+            .one(&self.db)
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = self.engine.jobs.release(&job).await;
+                delivery.retry(&format!("loading connection: {e}")).await;
+                return;
+            }
+        };
+        let outcome_for_unusable = match &conn {
+            None => Some("the connection no longer exists".to_owned()),
+            Some(c) if c.status != ConnectionStatus::Active => Some(format!(
+                "the connection is {:?}; only an active connection syncs",
+                c.status
+            )),
+            _ => None,
+        };
+        if let Some(reason) = outcome_for_unusable {
+            let _ = self
+                .engine
+                .jobs
+                .finish(&job, &JobOutcome::Failed(reason), 0)
+                .await;
+            let _ = delivery.ack().await;
+            return;
+        }
+        let Some(conn) = conn else { return };
+        let source = match self.factory.source(&conn).await {
+            Ok(s) => s,
+            Err(e) => {
+                let reason = format!("cannot reach GitHub with this connection: {e:#}");
+                let _ = self
+                    .engine
+                    .jobs
+                    .finish(&job, &JobOutcome::Failed(reason), 0)
+                    .await;
+                let _ = delivery.ack().await;
+                return;
+            }
+        };
+        // Keep the message ours while the job runs; a dead replica's message comes back.
+        let run = self.engine.run(&job, conn.provider_instance_id, source);
+        tokio::pin!(run);
+        let result = loop {
+            tokio::select! {
+                r = &mut run => break r,
+                _ = tokio::time::sleep(Duration::from_secs(10)) => {
+                    let _ = delivery.in_progress().await;
+                }
+            }
+        };
+        match result {
+            Ok(_) => {
+                let _ = delivery.ack().await;
+            }
+            Err(e) => {
+                let _ = self.engine.jobs.release(&job).await;
+                delivery
+                    .retry(&format!("job failed on the database: {e}"))
+                    .await;
+            }
+        }
+    }
+}
+
+/// Queues a job and its message in one transaction; `false` when its dedup key already exists.
+pub async fn queue_job(
+    db: &DatabaseConnection,
+    conn: &connection::Model,
+    job_type: JobType,
+    trigger: JobTrigger,
+    dedup_key: String,
+) -> Result<bool, sea_orm::DbErr> {
+    let txn = db.begin().await?;
+    let id = Uuid::now_v7();
+    let inserted = sync_job::Entity::insert(sync_job::ActiveModel {
+        id: Set(id),
+        connection_id: Set(conn.id),
+        workspace_id: Set(conn.workspace_id),
+        kind: Set(ConnectionKind::Github),
+        job_type: Set(job_type),
+        trigger: Set(trigger),
+        status: Set(JobStatus::Queued),
+        progress_done: Set(0),
+        dedup_key: Set(Some(dedup_key)),
+        ..Default::default()
+    })
+    .on_conflict(OnConflict::new().do_nothing().to_owned())
+    .exec_without_returning(&txn)
+    .await?;
+    if inserted == 0 {
+        return Ok(false);
+    }
+    let subject = lifecycle_core::subject::jobs("github", &conn.id.to_string(), job_type.as_str());
+    outbox::enqueue(
+        &txn,
+        OutboxMessage::json(
+            subject,
+            &serde_json::json!({
+                "job_id": id, "connection_id": conn.id, "workspace_id": conn.workspace_id,
+                "kind": "github", "type": job_type.as_str(),
+            }),
+        )
+        .header(
+            bus::consumer::headers::WORKSPACE,
+            conn.workspace_id.to_string(),
+        )
+        .header(bus::consumer::headers::CONNECTION, conn.id.to_string()),
+    )
+    .await?;
+    txn.commit().await?;
+    Ok(true)
+}
+
+#[derive(Debug, Deserialize)]
+struct Activated {
+    connection_id: Uuid,
+    lifecycle_generation: i64,
+}
+
+/// `lifecycle.github.*.activated`: the INITIAL job of that activation.
+pub struct LifecycleHandler {
+    pub db: DatabaseConnection,
+}
+
+impl Handler for LifecycleHandler {
+    async fn handle(&self, delivery: Delivery) {
+        let Ok(msg) = serde_json::from_slice::<Activated>(delivery.payload()) else {
+            delivery
+                .reject("activation message lacks connection_id or lifecycle_generation")
+                .await;
+            return;
+        };
+        let conn = match connection::Entity::find_by_id(msg.connection_id)
+            .one(&self.db)
+            .await
+        {
+            Ok(Some(c)) => c,
+            Ok(None) => {
+                delivery.reject("activated connection does not exist").await;
+                return;
+            }
+            Err(e) => {
+                delivery.retry(&format!("loading connection: {e}")).await;
+                return;
+            }
+        };
+        // One INITIAL per activation: the generation names it, whoever delivers it.
+        let key = format!("initial:{}:{}", conn.id, msg.lifecycle_generation);
+        match queue_job(
+            &self.db,
+            &conn,
+            JobType::Initial,
+            JobTrigger::Lifecycle,
+            key,
+        )
+        .await
+        {
+            Ok(_) => {
+                let _ = delivery.ack().await;
+            }
+            Err(e) => delivery.retry(&format!("queueing INITIAL job: {e}")).await,
+        }
+    }
+}
+
+/// The reconcile schedule: one RECONCILIATION job per active connection per due instant.
+pub async fn queue_scheduled_reconciles(
+    db: &DatabaseConnection,
+    due_at: time::OffsetDateTime,
+) -> anyhow::Result<usize> {
+    let conns = connection::Entity::find()
+        .filter(connection::Column::Kind.eq(ConnectionKind::Github))
+        .filter(connection::Column::Status.eq(ConnectionStatus::Active))
+        .all(db)
+        .await?;
+    let mut queued = 0;
+    for conn in &conns {
+        let key = format!("reconcile:{}:{}", conn.id, due_at.unix_timestamp());
+        if queue_job(
+            db,
+            conn,
+            JobType::Reconciliation,
+            JobTrigger::Scheduled,
+            key,
+        )
+        .await?
+        {
+            queued += 1;
+        }
+    }
+    Ok(queued)
+}

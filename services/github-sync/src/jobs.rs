@@ -1,0 +1,158 @@
+//! The `sync_job` row is the truth about a job: claimed with a lease so any number of replicas can
+//! run jobs and a dead replica's job is taken over after its lease; progress and cancellation are
+//! read and written through the same row.
+
+use std::time::Duration;
+
+use lifecycle_core::job::SyncJobType;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// A job this replica holds.
+#[derive(Debug, Clone)]
+pub struct ClaimedJob {
+    pub id: Uuid,
+    pub connection_id: Uuid,
+    pub workspace_id: Uuid,
+    pub job_type: SyncJobType,
+}
+
+/// What the job should do after a heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobControl {
+    Continue,
+    /// An operator canceled the job: stop at this page.
+    Canceled,
+    /// Another replica took the job over (this one's lease lapsed): stop without writing.
+    LostClaim,
+}
+
+/// How a job ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobOutcome {
+    Succeeded,
+    Failed(String),
+    Canceled,
+}
+
+/// Claims, heartbeats and finishes jobs for one replica.
+#[derive(Clone)]
+pub struct Jobs {
+    pool: PgPool,
+    replica: String,
+    lease: Duration,
+}
+
+impl Jobs {
+    pub fn new(pool: PgPool, replica: impl Into<String>, lease: Duration) -> Self {
+        Jobs {
+            pool,
+            replica: replica.into(),
+            lease,
+        }
+    }
+
+    fn lease_secs(&self) -> f64 {
+        self.lease.as_secs_f64()
+    }
+
+    /// Claims a queued job, or a running one whose lease expired (its replica died). `None` when
+    /// the job is finished, canceled, or running elsewhere.
+    pub async fn claim(&self, job_id: Uuid) -> Result<Option<ClaimedJob>, sqlx::Error> {
+        let row: Option<(Uuid, Uuid, Uuid, String)> = sqlx::query_as(
+            "UPDATE sync_job SET status = 'running', claimed_by = $2,
+                    lease_until = now() + make_interval(secs => $3),
+                    started_at = coalesce(started_at, now()), updated_at = now()
+              WHERE id = $1 AND kind = 'github'
+                AND (status = 'queued' OR (status = 'running' AND lease_until < now()))
+          RETURNING id, connection_id, workspace_id, job_type",
+        )
+        .bind(job_id)
+        .bind(&self.replica)
+        .bind(self.lease_secs())
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.and_then(|(id, connection_id, workspace_id, job_type)| {
+            Some(ClaimedJob {
+                id,
+                connection_id,
+                workspace_id,
+                job_type: job_type.parse().ok()?,
+            })
+        }))
+    }
+
+    /// Extends the lease and records progress; tells the job whether to go on.
+    pub async fn heartbeat(
+        &self,
+        job: &ClaimedJob,
+        done: i64,
+        total: Option<i64>,
+    ) -> Result<JobControl, sqlx::Error> {
+        let updated = sqlx::query(
+            "UPDATE sync_job SET lease_until = now() + make_interval(secs => $3),
+                    progress_done = $4, progress_total = $5, updated_at = now()
+              WHERE id = $1 AND claimed_by = $2 AND status = 'running'",
+        )
+        .bind(job.id)
+        .bind(&self.replica)
+        .bind(self.lease_secs())
+        .bind(done)
+        .bind(total)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        if updated == 1 {
+            return Ok(JobControl::Continue);
+        }
+        let status: Option<(String,)> = sqlx::query_as("SELECT status FROM sync_job WHERE id = $1")
+            .bind(job.id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(match status {
+            Some((s,)) if s == "canceled" => JobControl::Canceled,
+            _ => JobControl::LostClaim,
+        })
+    }
+
+    /// Gives the job back after a transient failure, so a redelivery can claim it at once.
+    pub async fn release(&self, job: &ClaimedJob) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "UPDATE sync_job SET lease_until = now(), updated_at = now()
+              WHERE id = $1 AND claimed_by = $2 AND status = 'running'",
+        )
+        .bind(job.id)
+        .bind(&self.replica)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Records how the job ended (only while this replica still holds it).
+    pub async fn finish(
+        &self,
+        job: &ClaimedJob,
+        outcome: &JobOutcome,
+        done: i64,
+    ) -> Result<(), sqlx::Error> {
+        let (status, error) = match outcome {
+            JobOutcome::Succeeded => ("succeeded", None),
+            JobOutcome::Failed(reason) => ("failed", Some(reason.as_str())),
+            // Canceled rows already say so; only stamp the finish time.
+            JobOutcome::Canceled => ("canceled", None),
+        };
+        sqlx::query(
+            "UPDATE sync_job SET status = $3, error = $4, progress_done = $5,
+                    finished_at = now(), lease_until = NULL, updated_at = now()
+              WHERE id = $1 AND claimed_by = $2 AND status IN ('running', 'canceled')",
+        )
+        .bind(job.id)
+        .bind(&self.replica)
+        .bind(status)
+        .bind(error)
+        .bind(done)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,192 @@
+//! github-sync: mirrors GitHub repositories' issues and pull requests into Postgres with jobs
+//! that never delete on doubt. INITIAL on activation, RECONCILIATION on a schedule and on demand,
+//! BACKFILL on demand; any number of replicas share the work through the `sync_job` claims.
+#![forbid(unsafe_code)]
+
+pub mod handlers;
+pub mod jobs;
+pub mod mirror;
+pub mod source;
+pub mod sync;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bus::Stream;
+use bus::consumer::{self, ConsumerSpec};
+use bus::relay::{Relay, RelayConfig};
+use store::entity::connection;
+use tokio_util::sync::CancellationToken;
+
+pub use source::GithubSource;
+
+/// Builds the GitHub reader for a connection (App installation or PAT, its server URL).
+#[async_trait::async_trait]
+pub trait SourceFactory: Send + Sync {
+    async fn source(&self, connection: &connection::Model)
+    -> anyhow::Result<Arc<dyn GithubSource>>;
+}
+
+/// github-sync's configuration.
+#[derive(Clone, Debug, clap::Parser)]
+#[command(name = "github-sync", about = "forgesync GitHub mirror worker")]
+pub struct Config {
+    #[command(flatten)]
+    pub common: runtime::CommonArgs,
+
+    /// Cron (with seconds) of the scheduled RECONCILIATION, UTC.
+    #[arg(
+        long,
+        env = "FORGESYNC_GITHUB_RECONCILE_CRON",
+        value_name = "FORGESYNC_GITHUB_RECONCILE_CRON",
+        default_value = "0 0 3 * * *"
+    )]
+    pub reconcile_cron: String,
+
+    /// Nodes per GraphQL page (at most 100).
+    #[arg(long, env = "FORGESYNC_GITHUB_PAGE_SIZE", value_name = "FORGESYNC_GITHUB_PAGE_SIZE", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub page_size: u32,
+
+    /// Pages one listing may take before it counts as truncated.
+    #[arg(
+        long,
+        env = "FORGESYNC_GITHUB_PAGE_CAP",
+        value_name = "FORGESYNC_GITHUB_PAGE_CAP",
+        default_value_t = 10_000
+    )]
+    pub page_cap: u32,
+
+    /// Jobs run at once by this replica.
+    #[arg(
+        long,
+        env = "FORGESYNC_GITHUB_JOB_CONCURRENCY",
+        value_name = "FORGESYNC_GITHUB_JOB_CONCURRENCY",
+        default_value_t = 2
+    )]
+    pub job_concurrency: usize,
+
+    /// Seconds a job's claim lasts without a heartbeat before another replica may take it.
+    #[arg(
+        long = "job-lease",
+        env = "FORGESYNC_JOB_LEASE",
+        value_name = "FORGESYNC_JOB_LEASE",
+        default_value_t = 60
+    )]
+    pub job_lease_secs: u64,
+}
+
+/// Runs github-sync until `shutdown`.
+pub async fn run(
+    config: Config,
+    factory: Arc<dyn SourceFactory>,
+    shutdown: CancellationToken,
+    on_listen: impl FnOnce(SocketAddr) + Send,
+) -> anyhow::Result<()> {
+    let db = runtime::db::connect(&config.common.database_url, config.common.migrate).await?;
+    let bus = config.common.connect_bus().await?;
+    let replica = runtime::schedule::default_replica_id();
+    let engine = sync::Engine {
+        pool: db.get_postgres_connection_pool().clone(),
+        jobs: jobs::Jobs::new(
+            db.get_postgres_connection_pool().clone(),
+            replica.clone(),
+            Duration::from_secs(config.job_lease_secs),
+        ),
+        settings: sync::SyncSettings {
+            page_size: config.page_size,
+            page_cap: config.page_cap,
+            ..Default::default()
+        },
+    };
+
+    let mut tasks = tokio::task::JoinSet::new();
+    let jobs_spec = ConsumerSpec {
+        filter_subjects: vec!["jobs.github.>".into()],
+        concurrency: config.job_concurrency.max(1),
+        ack_wait: Duration::from_secs(60),
+        ..ConsumerSpec::new(Stream::Jobs, "github-sync-jobs")
+    };
+    let job_handler = Arc::new(handlers::JobHandler {
+        db: db.clone(),
+        engine,
+        factory,
+    });
+    tasks.spawn({
+        let (bus, db, stop) = (bus.clone(), db.clone(), shutdown.clone());
+        async move {
+            consumer::run(&bus, db, jobs_spec, job_handler, stop)
+                .await
+                .map_err(anyhow::Error::from)
+        }
+    });
+    let lifecycle_spec = ConsumerSpec {
+        filter_subjects: vec!["lifecycle.github.*.activated".into()],
+        ..ConsumerSpec::new(Stream::Lifecycle, "github-sync-lifecycle")
+    };
+    let lifecycle_handler = Arc::new(handlers::LifecycleHandler { db: db.clone() });
+    tasks.spawn({
+        let (bus, db, stop) = (bus.clone(), db.clone(), shutdown.clone());
+        async move {
+            consumer::run(&bus, db, lifecycle_spec, lifecycle_handler, stop)
+                .await
+                .map_err(anyhow::Error::from)
+        }
+    });
+    let mut schedules = runtime::ScheduleRunner::new(db.clone(), replica);
+    let schedule_db = db.clone();
+    schedules
+        .add(
+            "github-reconcile",
+            &config.reconcile_cron,
+            Duration::from_secs(300),
+            move |run| {
+                let db = schedule_db.clone();
+                async move {
+                    let queued = handlers::queue_scheduled_reconciles(&db, run.due_at).await?;
+                    tracing::info!(queued, "scheduled GitHub reconciles queued");
+                    Ok(())
+                }
+            },
+        )
+        .context("FORGESYNC_GITHUB_RECONCILE_CRON")?;
+    tasks.spawn({
+        let stop = shutdown.clone();
+        async move { schedules.run(stop).await }
+    });
+    let relay = Relay::new(db.clone(), bus.clone(), RelayConfig::default());
+    tasks.spawn({
+        let stop = shutdown.clone();
+        async move {
+            relay.run(stop).await;
+            Ok(())
+        }
+    });
+
+    let app = runtime::health::router(runtime::HealthState {
+        db: db.clone(),
+        nats: bus.client().clone(),
+    });
+    let listener = tokio::net::TcpListener::bind(config.common.listen)
+        .await
+        .with_context(|| format!("FORGESYNC_LISTEN: cannot bind {}", config.common.listen))?;
+    on_listen(listener.local_addr()?);
+    let stop = shutdown.clone();
+    tasks.spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await
+            .map_err(anyhow::Error::from)
+    });
+    let mut first_error = None;
+    while let Some(done) = tasks.join_next().await {
+        let result = done.map_err(anyhow::Error::from).and_then(|r| r);
+        if let Err(e) = result {
+            tracing::error!(error = %e, "github-sync task failed; shutting down");
+            shutdown.cancel();
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}

@@ -1,0 +1,136 @@
+//! What github-sync reads from GitHub, as the sync engine sees it: one page at a time, with the
+//! vendor's own totals and cursors, and errors that say whether a listing can still be trusted.
+//! The production implementation sits on `github-client`; the engine does not know about HTTP.
+
+use lifecycle_core::listing::ListingFault;
+use lifecycle_core::partial::PathSegment;
+use time::OffsetDateTime;
+
+/// `owner/name` of a repository as GitHub reports it now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoRef {
+    pub owner: String,
+    pub name: String,
+}
+
+/// The repository header every page carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoHeader {
+    pub native_id: i64,
+    pub node_id: String,
+    pub owner: String,
+    pub name: String,
+    pub archived: Option<bool>,
+}
+
+/// One issue as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssueNode {
+    pub native_id: i64,
+    pub node_id: String,
+    pub number: i32,
+    pub title: String,
+    pub body: String,
+    /// `open` or `closed`.
+    pub state: String,
+    pub state_reason: Option<String>,
+    pub author: Option<String>,
+    pub locked: Option<bool>,
+    pub lock_reason: Option<String>,
+    /// `None` when the vendor reported an error for the count (unknown, not zero).
+    pub comment_count: Option<i32>,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+    pub closed_at: Option<OffsetDateTime>,
+}
+
+/// One pull request as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullRequestNode {
+    pub native_id: i64,
+    pub node_id: String,
+    pub number: i32,
+    pub title: String,
+    pub body: String,
+    /// `open`, `closed` or `merged`.
+    pub state: String,
+    pub draft: Option<bool>,
+    pub author: Option<String>,
+    pub locked: Option<bool>,
+    pub lock_reason: Option<String>,
+    pub comment_count: Option<i32>,
+    pub review_count: Option<i32>,
+    pub head_ref: Option<String>,
+    pub head_sha: Option<String>,
+    pub base_ref: Option<String>,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+    pub closed_at: Option<OffsetDateTime>,
+    pub merged_at: Option<OffsetDateTime>,
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone)]
+pub struct Page<T> {
+    pub repository: RepoHeader,
+    pub nodes: Vec<T>,
+    pub total_count: Option<u64>,
+    pub has_next_page: bool,
+    pub end_cursor: Option<String>,
+    /// Paths of GraphQL errors in an otherwise usable response.
+    pub error_paths: Vec<Vec<PathSegment>>,
+    /// Quota points this call cost.
+    pub cost: u32,
+}
+
+/// A read that failed; the listing it belonged to is incomplete.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SourceError {
+    #[error("GitHub answered HTTP {0}")]
+    Http(u16),
+    #[error("GitHub reported GraphQL errors: {0}")]
+    GraphQl(String),
+    #[error("GitHub rate limit reached")]
+    RateLimited,
+    #[error("the job's quota budget is spent: {0}")]
+    BudgetExhausted(String),
+    #[error("the repository is gone upstream")]
+    NotFound,
+    #[error("{0}")]
+    Other(String),
+}
+
+impl SourceError {
+    /// How the listing records this failure.
+    pub fn fault(&self) -> ListingFault {
+        match self {
+            SourceError::Http(status) => ListingFault::HttpError(*status),
+            SourceError::GraphQl(_) => ListingFault::GraphQlError,
+            SourceError::RateLimited => ListingFault::RateLimitAbort,
+            SourceError::BudgetExhausted(_) => ListingFault::BudgetExhausted,
+            SourceError::NotFound => ListingFault::HttpError(404),
+            SourceError::Other(_) => ListingFault::Exception,
+        }
+    }
+}
+
+/// GitHub as the sync engine reads it.
+#[async_trait::async_trait]
+pub trait GithubSource: Send + Sync {
+    /// Repositories the credentials reach (an App installation's, or a PAT's configured list).
+    async fn repositories(&self) -> Result<Vec<RepoRef>, SourceError>;
+
+    async fn issues_page(
+        &self,
+        repo: &RepoRef,
+        first: u32,
+        after: Option<&str>,
+    ) -> Result<Page<IssueNode>, SourceError>;
+
+    async fn pull_requests_page(
+        &self,
+        repo: &RepoRef,
+        first: u32,
+        after: Option<&str>,
+    ) -> Result<Page<PullRequestNode>, SourceError>;
+}

@@ -1,0 +1,473 @@
+//! The sync engine against real Postgres, reading from a scripted GitHub: what each job type may
+//! write and, above all, what it may never delete.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Result;
+use github_sync::jobs::{JobOutcome, Jobs};
+use github_sync::source::{
+    GithubSource, IssueNode, Page, PullRequestNode, RepoHeader, RepoRef, SourceError,
+};
+use github_sync::sync::{Engine, SyncSettings};
+use lifecycle_core::partial::PathSegment;
+use sqlx::PgPool;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// A fault the scripted GitHub injects on one issues-page call.
+#[derive(Debug, Clone)]
+enum Fault {
+    Http(u16),
+    GraphQlErrorAt(usize),
+    RateLimited,
+    Budget,
+    /// Claims there is no next page although there is.
+    LyingNoNextPage,
+    /// Reports a total that disagrees with the items.
+    WrongTotal,
+}
+
+#[derive(Default)]
+struct Script {
+    issues: Vec<IssueNode>,
+    /// (call index, fault) for issue pages.
+    faults: Vec<(usize, Fault)>,
+    calls: usize,
+    /// After serving this call, a webhook mirrors a new issue into this repository row.
+    webhook_during: Option<(usize, PgPool, Uuid)>,
+}
+
+struct ScriptedGithub {
+    repo: RepoHeader,
+    script: Mutex<Script>,
+}
+
+fn at(secs: i64) -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp(1_700_000_000 + secs).unwrap()
+}
+
+fn issue(n: i64, updated: i64) -> IssueNode {
+    IssueNode {
+        native_id: 1000 + n,
+        node_id: format!("I_{n}"),
+        number: n as i32,
+        title: format!("issue {n}"),
+        body: format!("body {n}"),
+        state: "open".into(),
+        state_reason: None,
+        author: Some("octocat".into()),
+        locked: Some(false),
+        lock_reason: None,
+        comment_count: Some(n as i32 % 5),
+        created_at: at(0),
+        updated_at: at(updated),
+        closed_at: None,
+    }
+}
+
+impl ScriptedGithub {
+    fn new(n: i64) -> Arc<Self> {
+        Arc::new(ScriptedGithub {
+            repo: RepoHeader {
+                native_id: 42,
+                node_id: "R_42".into(),
+                owner: "acme".into(),
+                name: "widgets".into(),
+                archived: Some(false),
+            },
+            script: Mutex::new(Script {
+                issues: (1..=n).map(|i| issue(i, 10)).collect(),
+                ..Default::default()
+            }),
+        })
+    }
+
+    /// Serves one issues page from the script (no await while the script is locked).
+    #[allow(clippy::type_complexity)]
+    fn serve(
+        &self,
+        first: u32,
+        after: Option<&str>,
+    ) -> (
+        Result<Page<IssueNode>, SourceError>,
+        Option<(usize, PgPool, Uuid)>,
+    ) {
+        let mut s = self.script.lock().unwrap();
+        let call = s.calls;
+        s.calls += 1;
+        let webhook = s.webhook_during.clone().filter(|(c, _, _)| *c == call);
+        let fault = s
+            .faults
+            .iter()
+            .find(|(c, _)| *c == call)
+            .map(|(_, f)| f.clone());
+        let start: usize = after.map_or(0, |c| c.trim_start_matches('c').parse().unwrap());
+        let end = (start + first as usize).min(s.issues.len());
+        let mut page = Page {
+            repository: self.repo.clone(),
+            nodes: s.issues[start..end].to_vec(),
+            total_count: Some(s.issues.len() as u64),
+            has_next_page: end < s.issues.len(),
+            end_cursor: Some(format!("c{end}")),
+            error_paths: Vec::new(),
+            cost: 1,
+        };
+        let failed = |e| (Err(e), None);
+        match fault {
+            Some(Fault::Http(status)) => return failed(SourceError::Http(status)),
+            Some(Fault::RateLimited) => return failed(SourceError::RateLimited),
+            Some(Fault::Budget) => {
+                return failed(SourceError::BudgetExhausted(
+                    "remaining 10 < floor 100".into(),
+                ));
+            }
+            Some(Fault::GraphQlErrorAt(i)) => {
+                page.nodes[i].comment_count = None;
+                page.error_paths.push(vec![
+                    PathSegment::Key("repository".into()),
+                    PathSegment::Key("issues".into()),
+                    PathSegment::Key("nodes".into()),
+                    PathSegment::Index(i),
+                    PathSegment::Key("comments".into()),
+                ]);
+            }
+            Some(Fault::LyingNoNextPage) => page.has_next_page = false,
+            Some(Fault::WrongTotal) => page.total_count = Some(s.issues.len() as u64 + 3),
+            None => {}
+        }
+        (Ok(page), webhook)
+    }
+
+    fn with(&self, f: impl FnOnce(&mut Script)) {
+        f(&mut self.script.lock().unwrap());
+    }
+}
+
+#[async_trait::async_trait]
+impl GithubSource for ScriptedGithub {
+    async fn repositories(&self) -> Result<Vec<RepoRef>, SourceError> {
+        Ok(vec![RepoRef {
+            owner: self.repo.owner.clone(),
+            name: self.repo.name.clone(),
+        }])
+    }
+
+    async fn issues_page(
+        &self,
+        _repo: &RepoRef,
+        first: u32,
+        after: Option<&str>,
+    ) -> Result<Page<IssueNode>, SourceError> {
+        let (page, webhook) = self.serve(first, after);
+        if let Some((_, pool, repository_id)) = webhook {
+            sqlx::query("INSERT INTO issue (id, repository_id, native_id, node_id, number, state, upstream_created_at, upstream_updated_at) VALUES ($1, $2, 1099, 'I_99', 99, 'open', now(), now())")
+                .bind(Uuid::now_v7())
+                .bind(repository_id)
+                .execute(&pool)
+                .await
+                .map_err(|e| SourceError::Other(e.to_string()))?;
+        }
+        page
+    }
+
+    async fn pull_requests_page(
+        &self,
+        _repo: &RepoRef,
+        _first: u32,
+        _after: Option<&str>,
+    ) -> Result<Page<PullRequestNode>, SourceError> {
+        Ok(Page {
+            repository: self.repo.clone(),
+            nodes: Vec::new(),
+            total_count: Some(0),
+            has_next_page: false,
+            end_cursor: None,
+            error_paths: Vec::new(),
+            cost: 1,
+        })
+    }
+}
+
+struct Fixture {
+    _db: testkit::TestDb,
+    pool: PgPool,
+    connection_id: Uuid,
+    workspace_id: Uuid,
+    provider_instance_id: Uuid,
+}
+
+async fn fixture() -> Result<Fixture> {
+    let db = testkit::TestDb::new().await?;
+    let pool = db.db.get_postgres_connection_pool().clone();
+    let (workspace_id, provider_instance_id, connection_id) =
+        (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    sqlx::query("INSERT INTO workspace (id, name) VALUES ($1, 'acme')")
+        .bind(workspace_id)
+        .execute(&pool)
+        .await?;
+    sqlx::query("INSERT INTO provider_instance (id, kind) VALUES ($1, 'github')")
+        .bind(provider_instance_id)
+        .execute(&pool)
+        .await?;
+    sqlx::query("INSERT INTO connection (id, workspace_id, kind, status, provider_instance_id) VALUES ($1, $2, 'github', 'active', $3)")
+        .bind(connection_id).bind(workspace_id).bind(provider_instance_id).execute(&pool).await?;
+    Ok(Fixture {
+        _db: db,
+        pool,
+        connection_id,
+        workspace_id,
+        provider_instance_id,
+    })
+}
+
+impl Fixture {
+    fn engine(&self, replica: &str) -> Engine {
+        Engine {
+            pool: self.pool.clone(),
+            jobs: Jobs::new(self.pool.clone(), replica, Duration::from_secs(30)),
+            settings: SyncSettings {
+                page_size: 10,
+                ..Default::default()
+            },
+        }
+    }
+
+    async fn queue(&self, job_type: &str) -> Result<Uuid> {
+        let id = Uuid::now_v7();
+        sqlx::query("INSERT INTO sync_job (id, connection_id, workspace_id, kind, job_type, trigger) VALUES ($1, $2, $3, 'github', $4, 'manual')")
+            .bind(id).bind(self.connection_id).bind(self.workspace_id).bind(job_type).execute(&self.pool).await?;
+        Ok(id)
+    }
+
+    async fn run(&self, job_type: &str, source: Arc<ScriptedGithub>) -> Result<JobOutcome> {
+        let id = self.queue(job_type).await?;
+        let engine = self.engine("replica-a");
+        let job = engine.jobs.claim(id).await?.expect("claimable");
+        Ok(engine.run(&job, self.provider_instance_id, source).await?)
+    }
+
+    async fn live(&self) -> Result<i64> {
+        let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM issue WHERE deleted_at IS NULL")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(n)
+    }
+
+    async fn tombstoned(&self) -> Result<Vec<i64>> {
+        let rows: Vec<(i64,)> = sqlx::query_as(
+            "SELECT native_id FROM issue WHERE deleted_at IS NOT NULL ORDER BY native_id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|(n,)| n).collect())
+    }
+}
+
+#[tokio::test]
+async fn initial_mirrors_every_item_with_progress_and_never_tombstones() -> Result<()> {
+    let f = fixture().await?;
+    let gh = ScriptedGithub::new(35);
+    assert_eq!(f.run("INITIAL", gh.clone()).await?, JobOutcome::Succeeded);
+    assert_eq!(f.live().await?, 35);
+    let (done, status): (i64, String) =
+        sqlx::query_as("SELECT progress_done, status FROM sync_job")
+            .fetch_one(&f.pool)
+            .await?;
+    assert_eq!((done, status.as_str()), (35, "succeeded"));
+    let (title, comments): (String, Option<i32>) =
+        sqlx::query_as("SELECT title, comment_count FROM issue WHERE number = 7")
+            .fetch_one(&f.pool)
+            .await?;
+    assert_eq!((title.as_str(), comments), ("issue 7", Some(2)));
+
+    // Upstream deletions are not inferred by INITIAL.
+    gh.with(|s| s.issues.truncate(20));
+    assert_eq!(f.run("INITIAL", gh).await?, JobOutcome::Succeeded);
+    assert!(f.tombstoned().await?.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_clean_reconcile_tombstones_exactly_the_vanished_and_a_reappearance_restores()
+-> Result<()> {
+    let f = fixture().await?;
+    let gh = ScriptedGithub::new(30);
+    f.run("INITIAL", gh.clone()).await?;
+    gh.with(|s| s.issues.retain(|i| i.number != 4 && i.number != 17));
+    assert_eq!(
+        f.run("RECONCILIATION", gh.clone()).await?,
+        JobOutcome::Succeeded
+    );
+    assert_eq!(f.tombstoned().await?, vec![1004, 1017]);
+    let (title,): (Option<String>,) =
+        sqlx::query_as("SELECT title FROM issue WHERE native_id = 1004")
+            .fetch_one(&f.pool)
+            .await?;
+    assert_eq!(title, None, "a tombstone clears content");
+
+    gh.with(|s| s.issues.push(issue(4, 10)));
+    f.run("RECONCILIATION", gh).await?;
+    assert_eq!(
+        f.tombstoned().await?,
+        vec![1017],
+        "the reappeared item is restored"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn fails_closed_for_every_injected_fault() -> Result<()> {
+    let faults = [
+        Fault::Http(502),
+        Fault::GraphQlErrorAt(3),
+        Fault::RateLimited,
+        Fault::LyingNoNextPage,
+        Fault::WrongTotal,
+    ];
+    for fault in faults {
+        let f = fixture().await?;
+        let gh = ScriptedGithub::new(30);
+        f.run("INITIAL", gh.clone()).await?;
+        gh.with(|s| {
+            s.issues.retain(|i| i.number != 9);
+            s.faults = vec![(s.calls + 1, fault.clone())];
+        });
+        f.run("RECONCILIATION", gh).await?;
+        assert!(
+            f.tombstoned().await?.is_empty(),
+            "{fault:?} must tombstone nothing"
+        );
+        let (n,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM connection_activity WHERE activity = 'not_reconciled'",
+        )
+        .fetch_one(&f.pool)
+        .await?;
+        assert_eq!(n, 1, "{fault:?}: the skipped sweep is recorded");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_unknown_count_keeps_the_stored_one() -> Result<()> {
+    let f = fixture().await?;
+    let gh = ScriptedGithub::new(10);
+    f.run("INITIAL", gh.clone()).await?;
+    gh.with(|s| {
+        s.issues[3].updated_at = at(20);
+        s.issues[3].title = "renamed".into();
+        s.faults = vec![(s.calls, Fault::GraphQlErrorAt(3))];
+    });
+    f.run("INITIAL", gh).await?;
+    let (title, comments): (String, Option<i32>) =
+        sqlx::query_as("SELECT title, comment_count FROM issue WHERE number = 4")
+            .fetch_one(&f.pool)
+            .await?;
+    assert_eq!(title, "renamed");
+    assert_eq!(
+        comments,
+        Some(4),
+        "unknown is not zero and keeps the stored count"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_older_payload_changes_nothing() -> Result<()> {
+    let f = fixture().await?;
+    let gh = ScriptedGithub::new(5);
+    gh.with(|s| s.issues[0].updated_at = at(50));
+    f.run("INITIAL", gh.clone()).await?;
+    gh.with(|s| {
+        s.issues[0].updated_at = at(40);
+        s.issues[0].title = "stale".into();
+    });
+    f.run("INITIAL", gh).await?;
+    let (title,): (String,) = sqlx::query_as("SELECT title FROM issue WHERE number = 1")
+        .fetch_one(&f.pool)
+        .await?;
+    assert_eq!(title, "issue 1");
+    Ok(())
+}
+
+#[tokio::test]
+async fn budget_exhaustion_ends_the_job_with_its_reason_and_tombstones_nothing() -> Result<()> {
+    let f = fixture().await?;
+    let gh = ScriptedGithub::new(30);
+    f.run("INITIAL", gh.clone()).await?;
+    gh.with(|s| {
+        s.issues.truncate(25);
+        s.faults = vec![(s.calls + 1, Fault::Budget)];
+    });
+    let outcome = f.run("RECONCILIATION", gh).await?;
+    assert!(
+        matches!(&outcome, JobOutcome::Failed(r) if r.contains("budget")),
+        "{outcome:?}"
+    );
+    assert!(f.tombstoned().await?.is_empty());
+    let (status, error): (String, Option<String>) =
+        sqlx::query_as("SELECT status, error FROM sync_job WHERE job_type = 'RECONCILIATION'")
+            .fetch_one(&f.pool)
+            .await?;
+    assert_eq!(status, "failed");
+    assert!(error.unwrap().contains("budget"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_row_created_during_the_pass_survives_the_sweep() -> Result<()> {
+    let f = fixture().await?;
+    let gh = ScriptedGithub::new(30);
+    f.run("INITIAL", gh.clone()).await?;
+    let (repo_id,): (Uuid,) = sqlx::query_as("SELECT id FROM repository")
+        .fetch_one(&f.pool)
+        .await?;
+    // A webhook mirrors issue 99 while the reconcile reads page 2; the listing never shows it,
+    // because upstream created it after those pages were read.
+    let pool = f.pool.clone();
+    gh.with(move |s| s.webhook_during = Some((s.calls + 1, pool, repo_id)));
+    f.run("RECONCILIATION", gh).await?;
+    assert!(
+        f.tombstoned().await?.is_empty(),
+        "the row written during the pass was no candidate"
+    );
+    assert_eq!(f.live().await?, 31);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_job_runs_on_one_replica_only_and_a_canceled_job_stops() -> Result<()> {
+    let f = fixture().await?;
+    let id = f.queue("BACKFILL").await?;
+    let a = f.engine("replica-a");
+    let b = f.engine("replica-b");
+    let job = a.jobs.claim(id).await?.expect("a claims");
+    assert!(
+        b.jobs.claim(id).await?.is_none(),
+        "b cannot claim a live claim"
+    );
+    sqlx::query("UPDATE sync_job SET status = 'canceled' WHERE id = $1")
+        .bind(id)
+        .execute(&f.pool)
+        .await?;
+    let outcome = a
+        .run(&job, f.provider_instance_id, ScriptedGithub::new(30))
+        .await?;
+    assert_eq!(outcome, JobOutcome::Canceled);
+    assert_eq!(f.live().await?, 0, "canceled before its first page");
+
+    // A claim whose lease lapsed (its replica died) is taken over.
+    let id = f.queue("BACKFILL").await?;
+    let short = Engine {
+        jobs: Jobs::new(f.pool.clone(), "replica-dead", Duration::from_millis(200)),
+        ..f.engine("x")
+    };
+    short.jobs.claim(id).await?.expect("claimed");
+    assert!(b.jobs.claim(id).await?.is_none());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        b.jobs.claim(id).await?.is_some(),
+        "taken over after the lease"
+    );
+    Ok(())
+}
