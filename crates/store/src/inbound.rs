@@ -354,3 +354,72 @@ pub async fn prune_expired<C: ConnectionTrait>(db: &C, batch: u64) -> Result<u64
         .await?;
     Ok(bodies.rows_affected() + keys.rows_affected())
 }
+
+/// Bodies up to this size are published inline when the caller has no setting of its own.
+pub const DEFAULT_INLINE_BODY_MAX: usize = 1024 * 1024;
+
+/// A fresh random secret or address token: 32 random bytes as hex.
+pub fn random_token() -> Result<String, SecretError> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| SecretError::Random(e.to_string()))?;
+    Ok(hex::encode(bytes))
+}
+
+/// Why a replay could not be recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("inbound message {0} not found")]
+    NotFound(Uuid),
+    #[error("the raw body of inbound message {0} was erased or expired")]
+    BodyGone(Uuid),
+    #[error(transparent)]
+    Db(#[from] DbErr),
+}
+
+/// Records an explicit replay of `message_id` (of `workspace_id`): a new message with the same
+/// body, subject and endpoint, its origin recorded, bypassing dedup.
+pub async fn replay<C: ConnectionTrait>(
+    db: &C,
+    workspace_id: Uuid,
+    message_id: Uuid,
+) -> Result<Accepted, ReplayError> {
+    let original = inbound_message::find_in_workspace(db, workspace_id, message_id)
+        .await?
+        .ok_or(ReplayError::NotFound(message_id))?;
+    let body = inbound_message_body::Entity::find_by_id(message_id)
+        .one(db)
+        .await?
+        .ok_or(ReplayError::BodyGone(message_id))?;
+    let remaining = (body.retain_until - OffsetDateTime::now_utc())
+        .try_into()
+        .unwrap_or(Duration::ZERO);
+    let headers: BTreeMap<String, String> =
+        serde_json::from_value(original.headers.clone()).unwrap_or_default();
+    let recorded = record(
+        db,
+        NewMessage {
+            endpoint: EndpointIds {
+                endpoint_id: original.endpoint_id,
+                workspace_id: original.workspace_id,
+                connection_id: original.connection_id,
+                kind: original.kind,
+            },
+            verification: "replay".into(),
+            headers,
+            body: body.body,
+            event: original.event,
+            subject: original.subject,
+            // Explicit replay bypasses dedup and records where it came from.
+            dedup: Dedup::Replay { of: message_id },
+            retention: remaining,
+            inline_body_max: DEFAULT_INLINE_BODY_MAX,
+        },
+    )
+    .await?;
+    match recorded {
+        Recorded::Accepted(a) => Ok(a),
+        Recorded::Duplicate => Err(ReplayError::Db(DbErr::Custom(
+            "a replay is never a duplicate".into(),
+        ))),
+    }
+}

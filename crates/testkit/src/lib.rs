@@ -203,6 +203,7 @@ pub fn control_api_config(common: runtime::CommonArgs) -> control_api::Config {
         jwt_secret: JWT_SECRET.to_owned(),
         secret_key: secret_key(),
         max_body_bytes: 64 * 1024,
+        rotation_window_secs: 24 * 3600,
     }
 }
 
