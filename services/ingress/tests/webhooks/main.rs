@@ -1,6 +1,7 @@
 //! ingress end to end: the real service on port 0 against real Postgres and NATS.
 
 mod dedup;
+mod durability;
 mod github;
 mod gitlab;
 mod outline;
