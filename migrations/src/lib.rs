@@ -6,6 +6,7 @@ use sea_orm_migration::prelude::*;
 
 mod m0001_core;
 mod m0002_schedules;
+mod m0003_ingress;
 mod m0004_github;
 
 /// Every migration, oldest first.
@@ -17,6 +18,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m0001_core::Migration),
             Box::new(m0002_schedules::Migration),
+            Box::new(m0003_ingress::Migration),
             Box::new(m0004_github::Migration),
         ]
     }

@@ -90,6 +90,7 @@ pub async fn replay(
         subject: row.subject.clone(),
         headers,
         payload: row.payload.clone(),
+        msg_id: None,
     };
     message = message.header("Forgesync-Replay-Of", id.to_string());
     outbox::enqueue(&txn, message).await?;

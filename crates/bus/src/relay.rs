@@ -1,5 +1,5 @@
-//! The outbox relay: publishes committed outbox rows to JetStream with the row id as
-//! `Nats-Msg-Id`, then stamps them published.
+//! The outbox relay: publishes committed outbox rows to JetStream with the row's explicit
+//! `msg_id` (or else its id) as `Nats-Msg-Id`, then stamps them published.
 //!
 //! Any number of relays may run: each batch is claimed with `FOR UPDATE SKIP LOCKED`, and a relay
 //! that dies mid-batch rolls back its claim, so another relay republishes those rows and the
@@ -91,7 +91,7 @@ impl Relay {
                 .bus
                 .publish_start(
                     &row.subject,
-                    &row.id.to_string(),
+                    &row.msg_id.clone().unwrap_or_else(|| row.id.to_string()),
                     headers,
                     Bytes::from(row.payload.clone()),
                 )

@@ -16,6 +16,7 @@
 //! - [`gitlab_notes`]: GitLab note listing completeness and removal confirmation.
 //! - [`subject`]: the subject grammar and the consumer subject math.
 //! - [`repair`]: provider repair fences.
+//! - [`route_credential`]: GitLab route credentials for the hooks we register.
 #![forbid(unsafe_code)]
 
 pub mod checks;
@@ -29,6 +30,7 @@ pub mod job;
 pub mod listing;
 pub mod partial;
 pub mod repair;
+pub mod route_credential;
 pub mod snapshot;
 pub mod source_key;
 pub mod subject;

@@ -1,8 +1,9 @@
 //! Postgres storage shared by the services: sea-orm entities with tenant-scoped query helpers,
-//! connection secrets encrypted at rest, and the transactional outbox.
+//! connection secrets encrypted at rest, the transactional outbox, and webhook ingress records.
 #![forbid(unsafe_code)]
 
 pub mod entity;
+pub mod inbound;
 pub mod outbox;
 pub mod secrets;
 

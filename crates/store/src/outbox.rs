@@ -14,6 +14,9 @@ pub struct OutboxMessage {
     pub subject: String,
     pub headers: BTreeMap<String, String>,
     pub payload: Vec<u8>,
+    /// The `Nats-Msg-Id` to publish with, when the caller has a dedup key of its own (ingress);
+    /// otherwise the outbox row id.
+    pub msg_id: Option<String>,
 }
 
 impl OutboxMessage {
@@ -23,7 +26,30 @@ impl OutboxMessage {
             subject: subject.into(),
             headers: BTreeMap::new(),
             payload: serde_json::to_vec(payload).unwrap_or_default(),
+            msg_id: None,
         }
+    }
+
+    /// A message with a raw payload.
+    pub fn bytes(subject: impl Into<String>, payload: Vec<u8>) -> Self {
+        OutboxMessage {
+            subject: subject.into(),
+            headers: BTreeMap::new(),
+            payload,
+            msg_id: None,
+        }
+    }
+
+    /// Publishes with `msg_id` as `Nats-Msg-Id` instead of the row id, so the stream dedups on
+    /// the caller's key.
+    pub fn msg_id(mut self, msg_id: impl Into<String>) -> Self {
+        self.msg_id = Some(msg_id.into());
+        self
+    }
+
+    /// The id the relay will publish with for outbox row `id`.
+    pub fn effective_msg_id(&self, id: Uuid) -> String {
+        self.msg_id.clone().unwrap_or_else(|| id.to_string())
     }
 
     /// Adds a header (e.g. `Forgesync-Workspace`).
@@ -33,10 +59,19 @@ impl OutboxMessage {
     }
 }
 
-/// Enqueues `message` inside the caller's transaction; returns the outbox id, which the relay
-/// uses as `Nats-Msg-Id` so a republish after a crash is absorbed by the stream.
+/// Enqueues `message` inside the caller's transaction; returns the outbox id. The relay publishes
+/// with the message's `msg_id` or, when unset, the outbox id as `Nats-Msg-Id`, so a republish
+/// after a crash is absorbed by the stream.
 pub async fn enqueue<C: ConnectionTrait>(db: &C, message: OutboxMessage) -> Result<Uuid, DbErr> {
-    let id = Uuid::now_v7();
+    enqueue_with_id(db, Uuid::now_v7(), message).await
+}
+
+/// Like [`enqueue`], with an id the caller chose (to reference the row from its own record).
+pub async fn enqueue_with_id<C: ConnectionTrait>(
+    db: &C,
+    id: Uuid,
+    message: OutboxMessage,
+) -> Result<Uuid, DbErr> {
     let headers = serde_json::to_value(&message.headers)
         .map_err(|e| DbErr::Custom(format!("outbox headers: {e}")))?;
     outbox::Entity::insert(outbox::ActiveModel {
@@ -44,6 +79,7 @@ pub async fn enqueue<C: ConnectionTrait>(db: &C, message: OutboxMessage) -> Resu
         subject: Set(message.subject),
         headers: Set(headers),
         payload: Set(message.payload),
+        msg_id: Set(message.msg_id),
         ..Default::default()
     })
     .exec_without_returning(db)

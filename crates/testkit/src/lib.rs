@@ -238,6 +238,7 @@ pub fn control_api_config(common: runtime::CommonArgs) -> control_api::Config {
         jwt_secret: JWT_SECRET.to_owned(),
         secret_key: secret_key(),
         max_body_bytes: 64 * 1024,
+        rotation_window_secs: 24 * 3600,
     }
 }
 
@@ -264,6 +265,42 @@ pub async fn spawn_control_api(
         }
     };
     Ok((Running { addr, stop, task }, keys))
+}
+
+/// The routing key (`k1`) tests and the local stack sign GitLab route credentials with.
+pub const ROUTING_KEY: &[u8; 32] = b"forgesync-local-routing-key-0001";
+
+/// ingress's config for the given flags, with the local stack's keys.
+pub fn ingress_config(common: runtime::CommonArgs) -> ingress::Config {
+    use base64::Engine as _;
+    let mut config = ingress::Config::with_defaults(common, secret_key());
+    config.routing_keys = format!(
+        "k1={}",
+        base64::engine::general_purpose::STANDARD.encode(ROUTING_KEY)
+    );
+    config
+}
+
+/// Starts ingress in-process with the local stack's keys; returns once it listens.
+pub async fn spawn_ingress(common: runtime::CommonArgs) -> Result<Running> {
+    spawn_ingress_with(ingress_config(common)).await
+}
+
+/// Starts ingress in-process with a config of the caller's; returns once it listens.
+pub async fn spawn_ingress_with(config: ingress::Config) -> Result<Running> {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(ingress::run(config, stop.clone(), move |addr| {
+        let _ = tx.send(addr);
+    }));
+    let addr = match rx.await {
+        Ok(addr) => addr,
+        Err(_) => {
+            task.await??;
+            anyhow::bail!("ingress stopped before listening");
+        }
+    };
+    Ok(Running { addr, stop, task })
 }
 
 /// A bearer token valid for an hour: `role` is admin or viewer, `workspace` scopes it.

@@ -52,6 +52,15 @@ pub struct Config {
         default_value_t = 1024 * 1024
     )]
     pub max_body_bytes: usize,
+
+    /// Seconds a rotated webhook secret keeps verifying beside the new one.
+    #[arg(
+        long = "webhook-rotation-window",
+        env = "FORGESYNC_WEBHOOK_ROTATION_WINDOW",
+        value_name = "FORGESYNC_WEBHOOK_ROTATION_WINDOW",
+        default_value_t = 24 * 3600
+    )]
+    pub rotation_window_secs: u64,
 }
 
 impl std::fmt::Debug for Config {
@@ -69,6 +78,8 @@ pub struct AppState {
     pub db: DatabaseConnection,
     pub keys: Keys,
     pub secret_key: SecretKey,
+    /// How long a rotated webhook secret keeps verifying.
+    pub rotation_window: std::time::Duration,
 }
 
 /// The API router, without health endpoints.
@@ -130,6 +141,7 @@ pub async fn run(
         db: db.clone(),
         keys: Keys::hs256(config.jwt_secret.as_bytes())?,
         secret_key,
+        rotation_window: std::time::Duration::from_secs(config.rotation_window_secs),
     };
     let app =
         router(state, config.max_body_bytes).merge(runtime::health::router(runtime::HealthState {

@@ -4,7 +4,7 @@ use axum::Json;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
-use crate::routes::{connections, dead_messages, jobs, workspaces};
+use crate::routes::{connections, dead_messages, endpoints, jobs, workspaces};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -15,6 +15,7 @@ use crate::routes::{connections, dead_messages, jobs, workspaces};
         connections::transition,
         jobs::create, jobs::list,
         dead_messages::list, dead_messages::replay,
+        endpoints::create, endpoints::rotate_secret, endpoints::replay,
     ),
     modifiers(&BearerAuth),
     security(("bearer" = []))

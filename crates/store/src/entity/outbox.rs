@@ -12,6 +12,8 @@ pub struct Model {
     pub payload: Vec<u8>,
     pub created_at: TimeDateTimeWithTimeZone,
     pub published_at: Option<TimeDateTimeWithTimeZone>,
+    /// Explicit `Nats-Msg-Id`; the row id is used when unset.
+    pub msg_id: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

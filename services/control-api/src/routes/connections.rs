@@ -321,6 +321,10 @@ pub async fn transition(
     active.updated_at = Set(time::OffsetDateTime::now_utc());
     let row = active.update(&txn).await?;
     write_audit(&txn, &row, &caller.sub, &name, Some(before)).await?;
+    // Disconnection disables the connection's webhook endpoints in the same transaction.
+    if row.status == ConnectionStatus::Disconnected {
+        store::inbound::disable_endpoints(&txn, row.id).await?;
+    }
 
     let subject = lifecycle_core::subject::lifecycle(
         row.kind.as_str(),

@@ -2,6 +2,7 @@
 
 pub mod connections;
 pub mod dead_messages;
+pub mod endpoints;
 pub mod jobs;
 pub mod workspaces;
 
@@ -45,6 +46,18 @@ pub fn router() -> Router<AppState> {
         .route(
             "/workspaces/{workspace_id}/connections/{connection_id}/jobs",
             get(jobs::list),
+        )
+        .route(
+            "/workspaces/{workspace_id}/connections/{connection_id}/endpoints",
+            post(endpoints::create),
+        )
+        .route(
+            "/workspaces/{workspace_id}/connections/{connection_id}/endpoints/{endpoint_id}/rotate-secret",
+            post(endpoints::rotate_secret),
+        )
+        .route(
+            "/workspaces/{workspace_id}/inbound-messages/{message_id}/replay",
+            post(endpoints::replay),
         )
         .route("/dead-messages", get(dead_messages::list))
         .route("/dead-messages/{id}/replay", post(dead_messages::replay))

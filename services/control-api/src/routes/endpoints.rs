@@ -1,0 +1,231 @@
+//! Webhook endpoints of a connection: creation, secret rotation, and explicit replay of a
+//! received message. Secrets are returned once, when issued, and stored sealed.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use sea_orm::{EntityTrait, QuerySelect, TransactionTrait};
+use serde::{Deserialize, Serialize};
+use store::entity::inbound_endpoint::{self, Registration};
+use store::entity::{ConnectionStatus, inbound_endpoint::EndpointStatus};
+use store::inbound::{NewEndpoint, ReplayError};
+use uuid::Uuid;
+
+use super::connections::find_connection;
+use super::rfc3339;
+use crate::AppState;
+use crate::auth::Admin;
+use crate::error::{ApiError, JsonBody, PathParams};
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateEndpoint {
+    /// operator, registered or app.
+    #[schema(value_type = String, example = "operator")]
+    pub registration: Registration,
+    /// GitHub hook id, Slack team id, Outline subscription id, or a GitLab group path.
+    #[serde(default)]
+    pub provider_ref: Option<String>,
+    /// Give the endpoint a token-addressed route (`/hooks/{token}`).
+    #[serde(default)]
+    pub address: bool,
+    /// The signing secret; generated when omitted.
+    #[serde(default)]
+    pub secret: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Default, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RotateSecret {
+    /// The new secret; generated when omitted.
+    #[serde(default)]
+    pub secret: Option<String>,
+    /// Seconds the previous secret keeps verifying (default: the configured window, one day).
+    #[serde(default)]
+    pub window_secs: Option<u64>,
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct EndpointView {
+    pub id: Uuid,
+    pub connection_id: Uuid,
+    pub kind: String,
+    pub registration: String,
+    pub provider_ref: Option<String>,
+    pub address_token: Option<String>,
+    /// active, rotating or disabled.
+    pub status: String,
+    pub previous_valid_until: Option<String>,
+    /// Only in the answer that issued it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+}
+
+fn name<T: Serialize>(v: T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+fn view(m: inbound_endpoint::Model, secret: Option<String>) -> EndpointView {
+    EndpointView {
+        id: m.id,
+        connection_id: m.connection_id,
+        kind: m.kind.as_str().to_owned(),
+        registration: name(m.registration),
+        provider_ref: m.provider_ref,
+        address_token: m.address_token,
+        status: name(m.status),
+        previous_valid_until: m.previous_valid_until.map(rfc3339),
+        secret,
+    }
+}
+
+fn secret_or_random(given: Option<String>) -> Result<String, ApiError> {
+    match given {
+        Some(s) if s.len() < 16 => Err(ApiError::bad_request(
+            "a webhook secret must be at least 16 characters",
+        )),
+        Some(s) => Ok(s),
+        None => store::inbound::random_token().map_err(ApiError::internal),
+    }
+}
+
+#[utoipa::path(post, path = "/workspaces/{workspace_id}/connections/{connection_id}/endpoints",
+    request_body = CreateEndpoint,
+    responses((status = 201, body = EndpointView), (status = 404, body = crate::error::ErrorBody),
+              (status = 409, body = crate::error::ErrorBody)))]
+pub async fn create(
+    State(state): State<AppState>,
+    Admin(caller): Admin,
+    PathParams((workspace_id, connection_id)): PathParams<(Uuid, Uuid)>,
+    JsonBody(body): JsonBody<CreateEndpoint>,
+) -> Result<(StatusCode, Json<EndpointView>), ApiError> {
+    let secret = secret_or_random(body.secret)?;
+    let txn = state.db.begin().await?;
+    let conn = find_connection(&txn, &caller, workspace_id, connection_id, true).await?;
+    if matches!(
+        conn.status,
+        ConnectionStatus::Disconnected | ConnectionStatus::Uninstalled
+    ) {
+        return Err(ApiError::conflict(
+            "connection_closed",
+            "a disconnected connection cannot gain webhook endpoints",
+        ));
+    }
+    let address_token = if body.address {
+        Some(store::inbound::random_token().map_err(ApiError::internal)?)
+    } else {
+        None
+    };
+    let row = store::inbound::create_endpoint(
+        &txn,
+        &state.secret_key,
+        NewEndpoint {
+            workspace_id,
+            connection_id,
+            kind: conn.kind,
+            registration: body.registration,
+            provider_ref: body.provider_ref,
+            address_token,
+        },
+        secret.as_bytes(),
+    )
+    .await
+    .map_err(ApiError::internal)?;
+    txn.commit().await?;
+    tracing::info!(%workspace_id, %connection_id, endpoint = %row.id, actor = %caller.sub, "webhook endpoint created");
+    Ok((StatusCode::CREATED, Json(view(row, Some(secret)))))
+}
+
+#[utoipa::path(post,
+    path = "/workspaces/{workspace_id}/connections/{connection_id}/endpoints/{endpoint_id}/rotate-secret",
+    request_body = RotateSecret,
+    responses((status = 200, body = EndpointView), (status = 404, body = crate::error::ErrorBody),
+              (status = 409, body = crate::error::ErrorBody)))]
+pub async fn rotate_secret(
+    State(state): State<AppState>,
+    Admin(caller): Admin,
+    PathParams((workspace_id, connection_id, endpoint_id)): PathParams<(Uuid, Uuid, Uuid)>,
+    body: axum::body::Bytes,
+) -> Result<Json<EndpointView>, ApiError> {
+    // The body is optional: an empty one generates a secret with the default window.
+    let body: RotateSecret = if body.is_empty() {
+        RotateSecret::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::bad_request(format!("the request body is not valid: {e}")))?
+    };
+    let secret = secret_or_random(body.secret)?;
+    let window = body
+        .window_secs
+        .map_or(state.rotation_window, Duration::from_secs);
+    let txn = state.db.begin().await?;
+    find_connection(&txn, &caller, workspace_id, connection_id, false).await?;
+    let endpoint = inbound_endpoint::Entity::find_by_id(endpoint_id)
+        .lock_exclusive()
+        .one(&txn)
+        .await?
+        .filter(|e| e.workspace_id == workspace_id && e.connection_id == connection_id)
+        .ok_or_else(|| ApiError::not_found("webhook endpoint"))?;
+    if endpoint.status == EndpointStatus::Disabled {
+        return Err(ApiError::conflict(
+            "endpoint_disabled",
+            "the endpoint is disabled; its connection was disconnected",
+        ));
+    }
+    let row =
+        store::inbound::rotate_secret(&txn, &state.secret_key, endpoint, secret.as_bytes(), window)
+            .await
+            .map_err(ApiError::internal)?;
+    txn.commit().await?;
+    tracing::info!(%workspace_id, %connection_id, endpoint = %endpoint_id, actor = %caller.sub,
+        window_secs = window.as_secs(), "webhook secret rotated");
+    Ok(Json(view(row, Some(secret))))
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ReplayView {
+    /// The new message.
+    pub message_id: Uuid,
+    pub replay_of: Uuid,
+    pub subject: String,
+}
+
+#[utoipa::path(post, path = "/workspaces/{workspace_id}/inbound-messages/{message_id}/replay",
+    responses((status = 202, body = ReplayView), (status = 404, body = crate::error::ErrorBody),
+              (status = 409, body = crate::error::ErrorBody)))]
+pub async fn replay(
+    State(state): State<AppState>,
+    Admin(caller): Admin,
+    PathParams((workspace_id, message_id)): PathParams<(Uuid, Uuid)>,
+) -> Result<(StatusCode, Json<ReplayView>), ApiError> {
+    if !caller.reaches(workspace_id) {
+        return Err(ApiError::not_found("inbound message"));
+    }
+    let txn = state.db.begin().await?;
+    let accepted = store::inbound::replay(&txn, workspace_id, message_id)
+        .await
+        .map_err(|e| match e {
+            ReplayError::NotFound(_) => ApiError::not_found("inbound message"),
+            ReplayError::BodyGone(_) => ApiError::conflict(
+                "body_gone",
+                "the raw body of this message was erased or expired; it cannot be replayed",
+            ),
+            ReplayError::Db(e) => e.into(),
+        })?;
+    txn.commit().await?;
+    tracing::info!(%workspace_id, replay_of = %message_id, message = %accepted.message_id,
+        actor = %caller.sub, "inbound message replayed");
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(ReplayView {
+            message_id: accepted.message_id,
+            replay_of: message_id,
+            subject: accepted.message.subject,
+        }),
+    ))
+}

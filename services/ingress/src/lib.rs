@@ -1,0 +1,257 @@
+//! ingress: the only service vendors reach. Each webhook delivery is verified, made durable in
+//! Postgres (raw body, selected headers, message, dedup keys and its dispatch record in one
+//! transaction) before any 2xx, then published once to its JetStream subject; the outbox relay
+//! publishes whatever the inline publish could not.
+#![forbid(unsafe_code)]
+
+pub mod accept;
+pub mod endpoint;
+pub mod reject;
+pub mod retention;
+pub mod routes;
+pub mod verify;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bus::Bus;
+use bus::relay::{Relay, RelayConfig};
+use sea_orm::DatabaseConnection;
+use store::entity::ConnectionKind;
+use store::secrets::SecretKey;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+/// ingress's configuration: the common flags plus its own.
+#[derive(Clone, clap::Parser)]
+#[command(name = "ingress", about = "forgesync webhook receiver")]
+pub struct Config {
+    #[command(flatten)]
+    pub common: runtime::CommonArgs,
+
+    /// Base64 of the 32-byte AES-256-GCM key that seals connection secrets at rest.
+    #[arg(
+        long,
+        env = "FORGESYNC_SECRET_KEY",
+        value_name = "FORGESYNC_SECRET_KEY"
+    )]
+    pub secret_key: String,
+
+    /// Keys that sign GitLab route credentials, as `keyId=base64,keyId=base64`.
+    #[arg(
+        long,
+        env = "FORGESYNC_WEBHOOK_ROUTING_KEYS",
+        value_name = "FORGESYNC_WEBHOOK_ROUTING_KEYS",
+        default_value = ""
+    )]
+    pub routing_keys: String,
+
+    /// Largest webhook body accepted, in bytes; larger ones get 413.
+    #[arg(
+        long,
+        env = "FORGESYNC_INGRESS_MAX_BODY_BYTES",
+        value_name = "FORGESYNC_INGRESS_MAX_BODY_BYTES",
+        default_value_t = 25 * 1024 * 1024
+    )]
+    pub max_body_bytes: usize,
+
+    /// Bodies up to this size travel on the subject; larger ones as a reference to Postgres.
+    #[arg(
+        long,
+        env = "FORGESYNC_INGRESS_INLINE_BODY_BYTES",
+        value_name = "FORGESYNC_INGRESS_INLINE_BODY_BYTES",
+        default_value_t = 1024 * 1024
+    )]
+    pub inline_body_bytes: usize,
+
+    /// Seconds a body digest stays a dedup key.
+    #[arg(
+        long = "digest-window",
+        env = "FORGESYNC_INGRESS_DIGEST_WINDOW",
+        value_name = "FORGESYNC_INGRESS_DIGEST_WINDOW",
+        default_value_t = 24 * 3600
+    )]
+    pub digest_window_secs: u64,
+
+    /// Seconds a Slack request timestamp may be away from now.
+    #[arg(
+        long = "slack-tolerance",
+        env = "FORGESYNC_INGRESS_SLACK_TOLERANCE",
+        value_name = "FORGESYNC_INGRESS_SLACK_TOLERANCE",
+        default_value_t = 300
+    )]
+    pub slack_tolerance_secs: u64,
+
+    /// Hours raw GitHub bodies are kept.
+    #[arg(long, env = "FORGESYNC_RETENTION_GITHUB_HOURS", value_name = "FORGESYNC_RETENTION_GITHUB_HOURS", default_value_t = 7 * 24)]
+    pub retention_github_hours: u64,
+
+    /// Hours raw GitLab bodies are kept.
+    #[arg(long, env = "FORGESYNC_RETENTION_GITLAB_HOURS", value_name = "FORGESYNC_RETENTION_GITLAB_HOURS", default_value_t = 7 * 24)]
+    pub retention_gitlab_hours: u64,
+
+    /// Hours raw Slack bodies are kept.
+    #[arg(
+        long,
+        env = "FORGESYNC_RETENTION_SLACK_HOURS",
+        value_name = "FORGESYNC_RETENTION_SLACK_HOURS",
+        default_value_t = 72
+    )]
+    pub retention_slack_hours: u64,
+
+    /// Hours raw Outline bodies are kept.
+    #[arg(
+        long,
+        env = "FORGESYNC_RETENTION_OUTLINE_HOURS",
+        value_name = "FORGESYNC_RETENTION_OUTLINE_HOURS",
+        default_value_t = 72
+    )]
+    pub retention_outline_hours: u64,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("common", &self.common)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("digest_window_secs", &self.digest_window_secs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Config {
+    /// A config with every ingress default, for tests and the local stack.
+    pub fn with_defaults(common: runtime::CommonArgs, secret_key: String) -> Self {
+        Config {
+            common,
+            secret_key,
+            routing_keys: String::new(),
+            max_body_bytes: 25 * 1024 * 1024,
+            inline_body_bytes: 1024 * 1024,
+            digest_window_secs: 24 * 3600,
+            slack_tolerance_secs: 300,
+            retention_github_hours: 7 * 24,
+            retention_gitlab_hours: 7 * 24,
+            retention_slack_hours: 72,
+            retention_outline_hours: 72,
+        }
+    }
+}
+
+/// Parses `keyId=base64,...` routing keys.
+pub fn parse_routing_keys(spec: &str) -> anyhow::Result<HashMap<String, Vec<u8>>> {
+    use base64::Engine as _;
+    let mut keys = HashMap::new();
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, b64) = part.split_once('=').with_context(|| {
+            "FORGESYNC_WEBHOOK_ROUTING_KEYS entries must be keyId=base64".to_owned()
+        })?;
+        let key = base64::engine::general_purpose::STANDARD
+            .decode(b64.trim())
+            .with_context(|| format!("FORGESYNC_WEBHOOK_ROUTING_KEYS: key {id:?} is not base64"))?;
+        if key.len() < 32 {
+            anyhow::bail!("FORGESYNC_WEBHOOK_ROUTING_KEYS: key {id:?} must be at least 32 bytes");
+        }
+        keys.insert(id.trim().to_owned(), key);
+    }
+    Ok(keys)
+}
+
+/// Limits and windows the routes apply.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub max_body_bytes: usize,
+    pub inline_body_bytes: usize,
+    pub digest_window: Duration,
+    pub slack_tolerance: Duration,
+    retention: [Duration; 4],
+}
+
+impl Settings {
+    /// How long raw bodies of `kind` are kept.
+    pub fn retention(&self, kind: ConnectionKind) -> Duration {
+        self.retention[match kind {
+            ConnectionKind::Github => 0,
+            ConnectionKind::Gitlab => 1,
+            ConnectionKind::Slack => 2,
+            ConnectionKind::Outline => 3,
+        }]
+    }
+}
+
+/// What every route can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub db: DatabaseConnection,
+    pub bus: Bus,
+    pub secret_key: SecretKey,
+    pub routing_keys: Arc<HashMap<String, Vec<u8>>>,
+    pub settings: Arc<Settings>,
+    /// Bounds inline publishes; past it the relay publishes.
+    pub inline_publish: Arc<Semaphore>,
+}
+
+/// Runs ingress until `shutdown`; `on_listen` learns the bound address (port 0 in tests).
+pub async fn run(
+    config: Config,
+    shutdown: CancellationToken,
+    on_listen: impl FnOnce(SocketAddr) + Send,
+) -> anyhow::Result<()> {
+    let secret_key = SecretKey::from_base64("k1", &config.secret_key)?;
+    let routing_keys = parse_routing_keys(&config.routing_keys)?;
+    let db = runtime::db::connect(&config.common.database_url, config.common.migrate).await?;
+    let bus = config.common.connect_bus().await?;
+    let hours = |h: u64| Duration::from_secs(h * 3600);
+    let state = AppState {
+        db: db.clone(),
+        bus: bus.clone(),
+        secret_key,
+        routing_keys: Arc::new(routing_keys),
+        settings: Arc::new(Settings {
+            max_body_bytes: config.max_body_bytes,
+            inline_body_bytes: config.inline_body_bytes,
+            digest_window: Duration::from_secs(config.digest_window_secs),
+            slack_tolerance: Duration::from_secs(config.slack_tolerance_secs),
+            retention: [
+                hours(config.retention_github_hours),
+                hours(config.retention_gitlab_hours),
+                hours(config.retention_slack_hours),
+                hours(config.retention_outline_hours),
+            ],
+        }),
+        inline_publish: Arc::new(Semaphore::new(64)),
+    };
+    let app = routes::router(state).merge(runtime::health::router(runtime::HealthState {
+        db: db.clone(),
+        nats: bus.client().clone(),
+    }));
+
+    let listener = tokio::net::TcpListener::bind(config.common.listen)
+        .await
+        .with_context(|| format!("FORGESYNC_LISTEN: cannot bind {}", config.common.listen))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, "ingress listening");
+    on_listen(addr);
+
+    // The dispatch records this service writes are relayed by the one outbox relay.
+    let relay = Relay::new(db.clone(), bus.clone(), RelayConfig::default());
+    let background = shutdown.child_token();
+    let relay_task = tokio::spawn({
+        let stop = background.clone();
+        async move { relay.run(stop).await }
+    });
+    let prune_task = tokio::spawn(retention::run(db.clone(), background.clone()));
+
+    let server_stop = shutdown.clone();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { server_stop.cancelled().await })
+        .await
+        .context("ingress server")?;
+    background.cancel();
+    relay_task.await.context("outbox relay task")?;
+    prune_task.await.context("retention task")?;
+    Ok(())
+}

@@ -1,0 +1,123 @@
+//! Why a delivery was refused: one status per reason, counted in
+//! `ingress_rejections_total{vendor,reason}` and logged without the body.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+/// A refused delivery. Nothing was stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub status: StatusCode,
+    /// Stable metric label and error code, e.g. `bad_signature`.
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Rejection {
+    fn new(status: StatusCode, reason: &'static str, message: impl Into<String>) -> Self {
+        Rejection {
+            status,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    /// 401: the signature (or token) is absent.
+    pub fn missing_signature(header: &str) -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "missing_signature",
+            format!("the {header} header is required"),
+        )
+    }
+
+    /// 401: the signature (or token) does not verify with the endpoint's secret.
+    pub fn bad_signature() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "bad_signature",
+            "the delivery's signature does not verify with this endpoint's secret",
+        )
+    }
+
+    /// 401: outside the vendor's replay tolerance.
+    pub fn stale_timestamp(limit_secs: u64) -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "stale_timestamp",
+            format!("the request timestamp is more than {limit_secs} s from now"),
+        )
+    }
+
+    /// 401: a header contradicts what the credential binds.
+    pub fn origin_mismatch() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "origin_mismatch",
+            "X-Gitlab-Instance differs from the origin the route credential was issued for",
+        )
+    }
+
+    /// 404
+    pub fn unknown_endpoint() -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "unknown_endpoint",
+            "no webhook endpoint is registered for this delivery",
+        )
+    }
+
+    /// 410
+    pub fn disabled() -> Self {
+        Self::new(
+            StatusCode::GONE,
+            "disabled",
+            "this webhook endpoint is disabled (its connection was disconnected); remove the hook",
+        )
+    }
+
+    /// 400
+    pub fn malformed(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "malformed", message)
+    }
+
+    /// 413
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("the body is larger than {limit} bytes"),
+        )
+    }
+
+    /// 503: the delivery could not be made durable; the vendor should retry.
+    pub fn unavailable(error: &dyn std::fmt::Display) -> Self {
+        tracing::error!(%error, "cannot store a delivery");
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "database_unavailable",
+            "the delivery could not be stored; retry later",
+        )
+    }
+
+    /// Counts and logs the rejection, then answers it.
+    pub fn respond(self, vendor: &'static str) -> Response {
+        metrics::counter!("ingress_rejections_total", "vendor" => vendor, "reason" => self.reason)
+            .increment(1);
+        tracing::warn!(
+            vendor,
+            reason = self.reason,
+            status = self.status.as_u16(),
+            "delivery refused"
+        );
+        let body = serde_json::json!({ "error": self.reason, "message": self.message });
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<sea_orm::DbErr> for Rejection {
+    fn from(e: sea_orm::DbErr) -> Self {
+        Rejection::unavailable(&e)
+    }
+}

@@ -1,0 +1,139 @@
+//! `POST /webhooks/github`: `X-Hub-Signature-256` over the raw body; the endpoint is the hook
+//! named by `X-GitHub-Hook-ID`. Subject `github.<owner>.<repo>.<event>`, or
+//! `github.<owner>.?.<event>` for owner-level events.
+
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use lifecycle_core::subject;
+use store::entity::ConnectionKind;
+
+use super::{header, json_object, str_at};
+use crate::accept::{Routed, accept, select_headers};
+use crate::endpoint::{self, Endpoint, Lookup};
+use crate::reject::Rejection;
+use crate::{AppState, verify};
+
+const VENDOR: &str = "github";
+
+/// Kept with the message; signatures are not.
+const KEPT: &[&str] = &[
+    "X-GitHub-Event",
+    "X-GitHub-Delivery",
+    "X-GitHub-Hook-ID",
+    "X-GitHub-Hook-Installation-Target-ID",
+    "X-GitHub-Hook-Installation-Target-Type",
+    "User-Agent",
+    "Content-Type",
+];
+
+/// Events about the owner rather than one repository (repository lifecycle included).
+const OWNER_LEVEL: &[&str] = &[
+    "repository",
+    "installation",
+    "installation_repositories",
+    "installation_target",
+    "organization",
+    "membership",
+    "github_app_authorization",
+];
+
+pub async fn receive(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let run = async {
+        let body = super::body(body, state.settings.max_body_bytes)?;
+        let hook_id = header(&headers, "X-GitHub-Hook-ID")
+            .ok_or_else(|| Rejection::malformed("X-GitHub-Hook-ID is required"))?;
+        let ep = endpoint::find_one(
+            &state.db,
+            &state.secret_key,
+            Lookup::ProviderRef(ConnectionKind::Github, hook_id),
+        )
+        .await?;
+        deliver(&state, &ep, &headers, body).await
+    };
+    run.await.unwrap_or_else(|r| r.respond(VENDOR))
+}
+
+/// Verifies, routes and stores a GitHub delivery to `ep`.
+pub async fn deliver(
+    state: &AppState,
+    ep: &Endpoint,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, Rejection> {
+    ep.ensure_enabled()?;
+    let signature = header(headers, "X-Hub-Signature-256")
+        .ok_or_else(|| Rejection::missing_signature("X-Hub-Signature-256"))?;
+    let verified = ep.verify(|secret| verify::github(secret, signature, &body))?;
+    let event = header(headers, "X-GitHub-Event")
+        .ok_or_else(|| Rejection::malformed("X-GitHub-Event is required"))?;
+    let payload = json_object(&body)?;
+    let Some(routed) = route(event, &payload, header(headers, "X-GitHub-Delivery")) else {
+        if event == "ping" {
+            // A ping of an app-level hook names no owner: acknowledge it, store nothing.
+            return Ok((StatusCode::OK, "pong").into_response());
+        }
+        return Err(Rejection::malformed(
+            "the payload names no repository, organization or installation account to route by",
+        ));
+    };
+    accept(
+        state,
+        VENDOR,
+        ep,
+        verified,
+        routed,
+        select_headers(headers, KEPT),
+        body,
+    )
+    .await
+}
+
+/// The subject of a GitHub event; `None` when the payload names no owner.
+pub fn route(event: &str, payload: &serde_json::Value, delivery: Option<&str>) -> Option<Routed> {
+    let owner = str_at(payload, "/repository/owner/login")
+        .or_else(|| str_at(payload, "/organization/login"))
+        .or_else(|| str_at(payload, "/installation/account/login"))?;
+    let repo = str_at(payload, "/repository/name");
+    // Repository lifecycle and other owner-level events ride the owner's `?` level.
+    let subject = match repo {
+        Some(repo) if !OWNER_LEVEL.contains(&event) => subject::github(owner, repo, event),
+        _ => subject::github_owner(owner, event),
+    };
+    Some(Routed {
+        event: event.to_owned(),
+        subject,
+        event_id: delivery.map(str::to_owned),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::route;
+    use serde_json::json;
+
+    #[test]
+    fn repository_events_route_by_owner_and_repo_and_lifecycle_by_owner() {
+        let p = json!({"repository": {"name": "socket.io", "owner": {"login": "Acme"}}});
+        assert_eq!(
+            route("push", &p, None).unwrap().subject,
+            "github.acme.socket%2Eio.push"
+        );
+        assert_eq!(
+            route("repository", &p, None).unwrap().subject,
+            "github.acme.?.repository"
+        );
+        let i = json!({"installation": {"account": {"login": "acme"}}});
+        assert_eq!(
+            route("installation", &i, None).unwrap().subject,
+            "github.acme.?.installation"
+        );
+        assert!(route("ping", &json!({"hook": {}}), None).is_none());
+    }
+}

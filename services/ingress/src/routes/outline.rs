@@ -1,0 +1,100 @@
+//! `POST /webhooks/outline/{token}`: `Outline-Signature: t=<ms>,s=<hex HMAC("<t>.<body>")>`.
+//! Subject `outline.<subscriptionId>.<event>`; the delivery id is the dedup key.
+
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use bytes::Bytes;
+use lifecycle_core::subject;
+use store::entity::ConnectionKind;
+
+use super::{header, json_object, str_at};
+use crate::accept::{Routed, accept, select_headers};
+use crate::endpoint::{self, Endpoint, Lookup};
+use crate::reject::Rejection;
+use crate::{AppState, verify};
+
+const VENDOR: &str = "outline";
+
+const KEPT: &[&str] = &["Content-Type", "User-Agent"];
+
+pub async fn receive(
+    State(state): State<AppState>,
+    Path(token): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let run = async {
+        let body = super::body(body, state.settings.max_body_bytes)?;
+        let ep =
+            endpoint::find_one(&state.db, &state.secret_key, Lookup::AddressToken(&token)).await?;
+        if ep.ids.kind != ConnectionKind::Outline {
+            return Err(Rejection::unknown_endpoint());
+        }
+        deliver(&state, &ep, &headers, body).await
+    };
+    run.await.unwrap_or_else(|r| r.respond(VENDOR))
+}
+
+/// Verifies, routes and stores an Outline delivery to `ep`.
+pub async fn deliver(
+    state: &AppState,
+    ep: &Endpoint,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, Rejection> {
+    ep.ensure_enabled()?;
+    let raw = header(headers, "Outline-Signature")
+        .ok_or_else(|| Rejection::missing_signature("Outline-Signature"))?;
+    let sig = verify::parse_outline(raw).ok_or_else(Rejection::bad_signature)?;
+    let verified = ep.verify(|secret| verify::outline(secret, &sig, &body))?;
+    let payload = json_object(&body)?;
+    let routed = route(&payload)
+        .ok_or_else(|| Rejection::malformed("the payload needs webhookSubscriptionId and event"))?;
+    // The subscription in a signed body must be the one this endpoint was made for.
+    if let (Some(expected), Some(got)) =
+        (&ep.provider_ref, str_at(&payload, "/webhookSubscriptionId"))
+        && expected != got
+    {
+        return Err(Rejection::malformed(
+            "webhookSubscriptionId is not the subscription this endpoint belongs to",
+        ));
+    }
+    accept(
+        state,
+        VENDOR,
+        ep,
+        verified,
+        routed,
+        select_headers(headers, KEPT),
+        body,
+    )
+    .await
+}
+
+/// The subject of an Outline delivery.
+pub fn route(p: &serde_json::Value) -> Option<Routed> {
+    let subscription = str_at(p, "/webhookSubscriptionId")?;
+    let event = str_at(p, "/event")?;
+    Some(Routed {
+        event: event.to_owned(),
+        subject: subject::outline(subscription, event),
+        event_id: str_at(p, "/id").map(str::to_owned),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::route;
+    use serde_json::json;
+
+    #[test]
+    fn deliveries_route_by_subscription() {
+        let p = json!({"id": "d1", "webhookSubscriptionId": "S1", "event": "documents.update",
+            "payload": {"id": "doc", "model": {}}});
+        let r = route(&p).unwrap();
+        assert_eq!(r.subject, "outline.s1.documents%2Eupdate");
+        assert_eq!(r.event_id.as_deref(), Some("d1"));
+    }
+}

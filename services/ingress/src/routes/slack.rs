@@ -1,0 +1,162 @@
+//! `POST /webhooks/slack`: the Events API. v0 signature over `v0:<timestamp>:<body>`, requests
+//! older than the tolerance refused, `url_verification` answered with its challenge and nothing
+//! stored. The endpoint is the team's (`team_id`); a challenge names no team, so every app-level
+//! Slack endpoint's secret is tried. Subject `slack.<team>.<channel or ?>.<event>`.
+
+use axum::Json;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use lifecycle_core::subject;
+use store::entity::ConnectionKind;
+
+use super::{header, json_object, str_at};
+use crate::accept::{Routed, accept, select_headers};
+use crate::endpoint::{self, Endpoint, Lookup};
+use crate::reject::Rejection;
+use crate::{AppState, verify};
+
+const VENDOR: &str = "slack";
+
+const KEPT: &[&str] = &[
+    "X-Slack-Request-Timestamp",
+    "X-Slack-Retry-Num",
+    "X-Slack-Retry-Reason",
+    "Content-Type",
+    "User-Agent",
+];
+
+pub async fn receive(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let run = async {
+        let body = super::body(body, state.settings.max_body_bytes)?;
+        let payload = json_object(&body)?;
+        match str_at(&payload, "/team_id") {
+            Some(team) => {
+                let ep = endpoint::find_one(
+                    &state.db,
+                    &state.secret_key,
+                    Lookup::ProviderRef(ConnectionKind::Slack, team),
+                )
+                .await?;
+                deliver(&state, &ep, &headers, body, payload).await
+            }
+            None => {
+                let candidates = endpoint::find(
+                    &state.db,
+                    &state.secret_key,
+                    Lookup::AppLevel(ConnectionKind::Slack),
+                    50,
+                )
+                .await?;
+                let (ts, sig) = signed(&state, &headers)?;
+                let ep = candidates
+                    .iter()
+                    .find(|ep| ep.verify(|s| verify::slack(s, ts, sig, &body)).is_ok())
+                    .ok_or_else(|| {
+                        if candidates.is_empty() {
+                            Rejection::unknown_endpoint()
+                        } else {
+                            Rejection::bad_signature()
+                        }
+                    })?;
+                deliver(&state, ep, &headers, body, payload).await
+            }
+        }
+    };
+    run.await.unwrap_or_else(|r| r.respond(VENDOR))
+}
+
+/// The timestamp and signature headers, once the timestamp is fresh.
+fn signed<'a>(state: &AppState, headers: &'a HeaderMap) -> Result<(&'a str, &'a str), Rejection> {
+    let ts = header(headers, "X-Slack-Request-Timestamp")
+        .ok_or_else(|| Rejection::missing_signature("X-Slack-Request-Timestamp"))?;
+    let sig = header(headers, "X-Slack-Signature")
+        .ok_or_else(|| Rejection::missing_signature("X-Slack-Signature"))?;
+    // Replay guard: a timestamp too far from now is refused before any verification.
+    let tolerance = state.settings.slack_tolerance.as_secs();
+    let then: i64 = ts
+        .parse()
+        .map_err(|_| Rejection::stale_timestamp(tolerance))?;
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    if now.abs_diff(then) > tolerance {
+        return Err(Rejection::stale_timestamp(tolerance));
+    }
+    Ok((ts, sig))
+}
+
+/// Verifies and routes a Slack request to `ep`; a challenge is echoed and nothing is stored.
+pub async fn deliver(
+    state: &AppState,
+    ep: &Endpoint,
+    headers: &HeaderMap,
+    body: Bytes,
+    payload: serde_json::Value,
+) -> Result<Response, Rejection> {
+    ep.ensure_enabled()?;
+    let (ts, sig) = signed(state, headers)?;
+    let verified = ep.verify(|secret| verify::slack(secret, ts, sig, &body))?;
+    if str_at(&payload, "/type") == Some("url_verification") {
+        let challenge = str_at(&payload, "/challenge")
+            .ok_or_else(|| Rejection::malformed("url_verification without a challenge"))?;
+        return Ok((
+            StatusCode::OK,
+            Json(serde_json::json!({ "challenge": challenge })),
+        )
+            .into_response());
+    }
+    let routed = route(&payload)
+        .ok_or_else(|| Rejection::malformed("the payload has no team_id or event type"))?;
+    accept(
+        state,
+        VENDOR,
+        ep,
+        verified,
+        routed,
+        select_headers(headers, KEPT),
+        body,
+    )
+    .await
+}
+
+/// The subject of an Events API payload.
+pub fn route(p: &serde_json::Value) -> Option<Routed> {
+    let team = str_at(p, "/team_id")?;
+    let event = str_at(p, "/event/type").or_else(|| str_at(p, "/type"))?;
+    // The channel is a string on message events, an object on channel_* events, and under
+    // `item` on reactions.
+    let channel = str_at(p, "/event/channel")
+        .or_else(|| str_at(p, "/event/channel/id"))
+        .or_else(|| str_at(p, "/event/item/channel"))
+        .or_else(|| str_at(p, "/event/channel_id"));
+    Some(Routed {
+        event: event.to_owned(),
+        subject: subject::slack(team, channel, event),
+        event_id: str_at(p, "/event_id").map(str::to_owned),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::route;
+    use serde_json::json;
+
+    #[test]
+    fn channel_events_route_by_channel_and_team_events_by_team() {
+        let m = json!({"team_id": "T1", "event_id": "Ev1", "type": "event_callback",
+            "event": {"type": "message", "channel": "C9"}});
+        let r = route(&m).unwrap();
+        assert_eq!(r.subject, "slack.t1.c9.message");
+        assert_eq!(r.event_id.as_deref(), Some("Ev1"));
+        let t = json!({"team_id": "T1", "event": {"type": "team_join", "user": {}}});
+        assert_eq!(route(&t).unwrap().subject, "slack.t1.?.team_join");
+        let c =
+            json!({"team_id": "T1", "event": {"type": "channel_rename", "channel": {"id": "C2"}}});
+        assert_eq!(route(&c).unwrap().subject, "slack.t1.c2.channel_rename");
+    }
+}

@@ -1,0 +1,160 @@
+//! Durability: the dispatch record outlives a lost inline publish, the stream absorbs a
+//! republish, raw bodies expire and are erasable, and a delivery that cannot be stored is 503.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::Result;
+use bus::Stream;
+use bus::relay::{Relay, RelayConfig};
+use reqwest::StatusCode;
+use sea_orm::{ConnectionTrait as _, TransactionTrait as _};
+use serde_json::json;
+use store::entity::ConnectionKind;
+use store::entity::inbound_endpoint::Registration;
+use store::inbound::{Dedup, EndpointIds, NewMessage, Recorded};
+
+use crate::support::{Harness, count, sign};
+
+fn new_message(ep: EndpointIds, event_id: &str, retention: Duration) -> NewMessage {
+    NewMessage {
+        endpoint: ep,
+        verification: "signature".into(),
+        headers: BTreeMap::new(),
+        body: format!("{{\"n\":\"{event_id}\"}}").into_bytes(),
+        event: "push".into(),
+        subject: lifecycle_core::subject::github("acme", "api", "push"),
+        dedup: Dedup::Keys {
+            event_id: Some(event_id.into()),
+            digest_window: Duration::from_secs(86_400),
+        },
+        retention,
+        inline_body_max: 1024,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_publishes_a_stored_delivery_once_under_its_dedup_key() -> Result<()> {
+    let h = Harness::start().await?;
+    let conn = h.connection(ConnectionKind::Github, None).await?;
+    let ep = h
+        .endpoint(&conn, Registration::Operator, Some("1"), None, "s")
+        .await?;
+    let ids = EndpointIds {
+        endpoint_id: ep.id,
+        workspace_id: conn.workspace_id,
+        connection_id: conn.id,
+        kind: conn.kind,
+    };
+    // Committed, never published inline (as if NATS was down or the process died after 2xx).
+    let txn = h.db().begin().await?;
+    let Recorded::Accepted(a) =
+        store::inbound::record(&txn, new_message(ids, "e-1", Duration::from_secs(3600))).await?
+    else {
+        panic!("a new event is not a duplicate");
+    };
+    txn.commit().await?;
+
+    // The stream already holds it (an inline publish that died before stamping the row).
+    let first = h
+        .env
+        .bus
+        .publish(
+            &a.message.subject,
+            &a.msg_id,
+            Default::default(),
+            a.message.payload.clone().into(),
+        )
+        .await?;
+    assert!(!first.duplicate);
+    let relay = Relay::new(h.db().clone(), h.env.bus.clone(), RelayConfig::default());
+    relay.publish_batch().await?;
+    let got = h.settled(Stream::WebhooksGithub, 1).await?;
+    assert_eq!(got.len(), 1, "the republish must be absorbed by the stream");
+    assert_eq!(got[0].msg_id.as_deref(), Some(a.msg_id.as_str()));
+    assert_eq!(
+        count(
+            h.db(),
+            "SELECT count(*) FROM inbound_message WHERE processing_state = 'dispatched'"
+        )
+        .await?,
+        1
+    );
+    h.ingress.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_bodies_expire_by_retention_and_are_erasable_per_connection() -> Result<()> {
+    let h = Harness::start().await?;
+    let conn = h.connection(ConnectionKind::Github, None).await?;
+    let ep = h
+        .endpoint(&conn, Registration::Operator, Some("1"), None, "s")
+        .await?;
+    let ids = EndpointIds {
+        endpoint_id: ep.id,
+        workspace_id: conn.workspace_id,
+        connection_id: conn.id,
+        kind: conn.kind,
+    };
+    for (id, keep) in [("old", Duration::ZERO), ("new", Duration::from_secs(3600))] {
+        let txn = h.db().begin().await?;
+        store::inbound::record(&txn, new_message(ids, id, keep)).await?;
+        txn.commit().await?;
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    store::inbound::prune_expired(h.db(), 100).await?;
+    assert_eq!(
+        count(h.db(), "SELECT count(*) FROM inbound_message_body").await?,
+        1
+    );
+    assert_eq!(store::inbound::erase_bodies(h.db(), conn.id).await?, 1);
+    assert_eq!(
+        count(h.db(), "SELECT count(*) FROM inbound_message_body").await?,
+        0
+    );
+    // Message history stays until the eraser removes it.
+    assert_eq!(
+        count(h.db(), "SELECT count(*) FROM inbound_message").await?,
+        2
+    );
+    h.ingress.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_that_cannot_be_stored_is_503() -> Result<()> {
+    let h = Harness::start().await?;
+    let conn = h.connection(ConnectionKind::Github, None).await?;
+    h.endpoint(&conn, Registration::Operator, Some("7"), None, "s")
+        .await?;
+    let body =
+        serde_json::to_vec(&json!({"repository": {"name": "api", "owner": {"login": "acme"}}}))?;
+    let headers = vec![
+        ("X-GitHub-Event", "push".to_owned()),
+        ("X-GitHub-Delivery", "d".to_owned()),
+        ("X-GitHub-Hook-ID", "7".to_owned()),
+        (
+            "X-Hub-Signature-256",
+            format!("sha256={}", sign("s", &[&body])),
+        ),
+    ];
+    // Postgres goes away for this database.
+    let admin = sea_orm::Database::connect(std::env::var("DATABASE_URL")?).await?;
+    let name = &h.env.db.name;
+    admin
+        .execute_unprepared(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"))
+        .await?;
+    admin
+        .execute_unprepared(&format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+        ))
+        .await?;
+    let (s, text) = h.post("/webhooks/github", &headers, body.clone()).await?;
+    admin
+        .execute_unprepared(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"))
+        .await?;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{text}");
+    // Back up: the vendor's retry is accepted.
+    let (s, text) = h.post("/webhooks/github", &headers, body).await?;
+    assert_eq!(s, StatusCode::OK, "{text}");
+    h.ingress.stop().await
+}

@@ -1,0 +1,10 @@
+//! ingress end to end: the real service on port 0 against real Postgres and NATS.
+
+mod dedup;
+mod durability;
+mod github;
+mod gitlab;
+mod outline;
+mod rotation;
+mod slack;
+mod support;
