@@ -332,6 +332,7 @@ fn query_cost(doc: &ExecutableDocument, operation: Option<&str>, vars: &Json) ->
     let op = match (&doc.operations, operation) {
         (DocumentOperations::Single(op), _) => Some(op),
         (DocumentOperations::Multiple(ops), Some(name)) => ops.get(name),
+        (DocumentOperations::Multiple(ops), None) if ops.len() == 1 => ops.values().next(),
         _ => None,
     };
     let mut acc = (0, 0);

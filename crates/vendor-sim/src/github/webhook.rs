@@ -306,6 +306,8 @@ pub async fn send_webhook(
     event: &str,
     payload: &Json,
 ) -> Result<reqwest::StatusCode, reqwest::Error> {
+    // reqwest needs the process's rustls provider even for plain http.
+    runtime::install_crypto_provider();
     Delivery::new(event, payload)
         .send(&reqwest::Client::new(), url, secret)
         .await
