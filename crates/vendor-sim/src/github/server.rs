@@ -382,7 +382,7 @@ async fn graphql_call(
         .map(|d| query_cost(d, body.operation_name.as_deref(), &vars))
         .unwrap_or((1, 0));
 
-    let (installation, budget) = {
+    let budget = {
         let mut m = lock(&shared.model);
         let installation = match authenticate(&m, &headers) {
             Ok(i) => i,
@@ -407,9 +407,8 @@ async fn graphql_call(
         }
         b.remaining -= cost;
         m.set_rate_limit(RateLimitResource::Graphql, b);
-        (installation, b)
+        b
     };
-    let _ = installation;
 
     let mut page_faults = PageFaults::default();
     for kind in fired {

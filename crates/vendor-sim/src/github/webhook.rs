@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use base64::Engine as _;
 use hmac::{KeyInit as _, Mac as _};
 use serde_json::{Value as Json, json};
 
@@ -77,6 +78,8 @@ pub fn repository_json(model: &Model, repo: &Repository) -> Json {
         "default_branch": "main",
         "has_issues": true,
         "created_at": model::format_time(repo.created_at),
+        "updated_at": model::format_time(repo.created_at),
+        "pushed_at": model::format_time(repo.created_at),
     })
 }
 
@@ -179,7 +182,9 @@ fn envelope(model: &Model, action: &str, repo: &Repository, sender: Option<&str>
     if let Some(installation) = repo.installation {
         body["installation"] = json!({
             "id": installation,
-            "node_id": model::encode_node_id("MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9u", installation),
+            // GitHub's legacy global id: base64("023:IntegrationInstallation<id>").
+            "node_id": base64::engine::general_purpose::STANDARD
+                .encode(format!("023:IntegrationInstallation{installation}")),
         });
     }
     if owner_kind == OwnerKind::Organization {
