@@ -1,0 +1,198 @@
+//! Fault injection: which call misbehaves, and how.
+//!
+//! A fault counts the calls it matches (its operation, or every call) and fires on the ones its
+//! [`Calls`] selects. Several faults can fire on one call; they combine.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::model::Model;
+
+/// Operation names the simulator counts calls under: the GraphQL operation name, or one of
+/// these for REST (GitHub's own REST operation ids).
+pub mod ops {
+    /// GraphQL `RepositoryIssues`.
+    pub const REPOSITORY_ISSUES: &str = "RepositoryIssues";
+    /// GraphQL `RepositoryPullRequests`.
+    pub const REPOSITORY_PULL_REQUESTS: &str = "RepositoryPullRequests";
+    /// GraphQL `RepositoryById`.
+    pub const REPOSITORY_BY_ID: &str = "RepositoryById";
+    /// `POST /app/installations/{id}/access_tokens`
+    pub const CREATE_INSTALLATION_ACCESS_TOKEN: &str = "apps/create-installation-access-token";
+    /// `GET /installation/repositories`
+    pub const LIST_INSTALLATION_REPOSITORIES: &str = "apps/list-repos-accessible-to-installation";
+    /// `GET /repositories/{id}`
+    pub const GET_REPOSITORY_BY_ID: &str = "repos/get-by-id";
+}
+
+/// Which of the matching calls a fault fires on (1-based).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Calls {
+    /// Only the nth matching call.
+    Nth(u64),
+    /// The nth matching call and every one after it.
+    From(u64),
+    /// Every kth matching call (k, 2k, ...).
+    Every(u64),
+    /// Every matching call.
+    Always,
+}
+
+impl Calls {
+    fn fires(self, n: u64) -> bool {
+        match self {
+            Calls::Nth(k) => n == k,
+            Calls::From(k) => n >= k,
+            Calls::Every(k) => k > 0 && n.is_multiple_of(k),
+            Calls::Always => true,
+        }
+    }
+}
+
+/// A change to the model made just before a call is answered (items created or deleted between
+/// pages, a rename or transfer mid-listing).
+pub type Mutation = Arc<dyn Fn(&mut Model) + Send + Sync>;
+
+/// How a call misbehaves.
+#[derive(Clone)]
+pub enum FaultKind {
+    /// The page holds only its first `keep` nodes, while `pageInfo` still describes the full
+    /// page: the skipped items are never listed.
+    TruncatedPage {
+        /// Nodes left on the page.
+        keep: usize,
+    },
+    /// `pageInfo.hasNextPage` says this instead of the truth (`endCursor` stays right).
+    HasNextPage(bool),
+    /// `totalCount` is off by this much (saturating at 0).
+    TotalCountOffBy(i64),
+    /// A GraphQL error at this response path (e.g. `["repository", "issues", "nodes", "3",
+    /// "author"]`; indices as numbers in text); the field is null and nulls propagate as
+    /// GraphQL requires. REST calls ignore it.
+    FieldError {
+        /// Response path, field names and list indices.
+        path: Vec<String>,
+        /// The error's `type` (e.g. `SERVICE_UNAVAILABLE`, `NOT_FOUND`, `FORBIDDEN`).
+        error_type: String,
+        /// The error's `message`.
+        message: String,
+    },
+    /// The budget is spent from this call on: `remaining` drops to 0 and the call answers as
+    /// GitHub does when out of budget (GraphQL `RATE_LIMITED`, REST 403).
+    ExhaustRateLimit,
+    /// A secondary rate limit: 403 with `retry-after`.
+    SecondaryRateLimit {
+        /// `retry-after` seconds.
+        retry_after: u64,
+    },
+    /// An HTTP error status with GitHub's plain error body (e.g. 502, 503).
+    Status(u16),
+    /// The answer is held back this long (combines with any other kind).
+    Delay(Duration),
+    /// The model changes just before the call is answered.
+    Mutate(Mutation),
+}
+
+impl FaultKind {
+    /// A [`FaultKind::Mutate`] from a closure.
+    pub fn mutate(f: impl Fn(&mut Model) + Send + Sync + 'static) -> Self {
+        FaultKind::Mutate(Arc::new(f))
+    }
+
+    /// A [`FaultKind::FieldError`] at a dotted path (`"repository.issues.nodes.3.author"`).
+    pub fn field_error(path: &str, error_type: &str, message: &str) -> Self {
+        FaultKind::FieldError {
+            path: path.split('.').map(str::to_owned).collect(),
+            error_type: error_type.to_owned(),
+            message: message.to_owned(),
+        }
+    }
+}
+
+impl fmt::Debug for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TruncatedPage { keep } => write!(f, "TruncatedPage {{ keep: {keep} }}"),
+            Self::HasNextPage(v) => write!(f, "HasNextPage({v})"),
+            Self::TotalCountOffBy(d) => write!(f, "TotalCountOffBy({d})"),
+            Self::FieldError { path, .. } => write!(f, "FieldError({})", path.join(".")),
+            Self::ExhaustRateLimit => f.write_str("ExhaustRateLimit"),
+            Self::SecondaryRateLimit { retry_after } => {
+                write!(f, "SecondaryRateLimit({retry_after}s)")
+            }
+            Self::Status(s) => write!(f, "Status({s})"),
+            Self::Delay(d) => write!(f, "Delay({d:?})"),
+            Self::Mutate(_) => f.write_str("Mutate(..)"),
+        }
+    }
+}
+
+/// A fault to inject: on which calls, and what happens.
+#[derive(Clone, Debug)]
+pub struct Fault {
+    /// The operation it applies to (see [`ops`]); `None` matches every call.
+    pub operation: Option<String>,
+    /// Which matching calls it fires on.
+    pub calls: Calls,
+    /// What happens.
+    pub kind: FaultKind,
+}
+
+impl Fault {
+    /// A fault on the nth call of `operation`.
+    pub fn nth(operation: &str, n: u64, kind: FaultKind) -> Self {
+        Self {
+            operation: Some(operation.to_owned()),
+            calls: Calls::Nth(n),
+            kind,
+        }
+    }
+
+    /// A fault on every call of `operation`.
+    pub fn always(operation: &str, kind: FaultKind) -> Self {
+        Self {
+            operation: Some(operation.to_owned()),
+            calls: Calls::Always,
+            kind,
+        }
+    }
+}
+
+/// The injected faults with their match counters, and the per-operation call counters.
+#[derive(Default)]
+pub(crate) struct Faults {
+    armed: Vec<(Fault, u64)>,
+    calls: BTreeMap<String, u64>,
+}
+
+impl Faults {
+    pub(crate) fn inject(&mut self, fault: Fault) {
+        self.armed.push((fault, 0));
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.armed.clear();
+    }
+
+    pub(crate) fn calls(&self) -> BTreeMap<String, u64> {
+        self.calls.clone()
+    }
+
+    /// Counts one call of `operation` and returns the fault kinds that fire on it.
+    pub(crate) fn on_call(&mut self, operation: &str) -> Vec<FaultKind> {
+        *self.calls.entry(operation.to_owned()).or_default() += 1;
+        let mut fired = Vec::new();
+        for (fault, seen) in &mut self.armed {
+            if fault.operation.as_deref().is_some_and(|op| op != operation) {
+                continue;
+            }
+            *seen += 1;
+            if fault.calls.fires(*seen) {
+                fired.push(fault.kind.clone());
+            }
+        }
+        fired
+    }
+}

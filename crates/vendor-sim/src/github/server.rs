@@ -1,0 +1,669 @@
+//! The HTTP server: `POST /graphql` and the REST calls we use, each call counted and run through
+//! the injected faults before it is answered.
+
+// Early answers are whole `Response`s carried in `Err`; boxing them buys nothing in a test server.
+#![allow(clippy::result_large_err)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_graphql::parser::types::{
+    DocumentOperations, ExecutableDocument, Selection, SelectionSet,
+};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::Deserialize;
+use serde_json::{Value as Json, json};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::fault::{Fault, FaultKind, Faults, ops};
+use super::graphql::{self, GithubSchema, Nullability, PageFaults, RateView};
+use super::model::{self, InstallationId, Model, RateLimitBudget, RateLimitResource};
+use super::webhook;
+
+struct Shared {
+    model: Arc<Mutex<Model>>,
+    faults: Mutex<Faults>,
+    schema: GithubSchema,
+    nullability: Nullability,
+    base_url: String,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A test closure that panicked inside a mutation must not take the simulator down.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A running simulated GitHub on `127.0.0.1:<port>`. Dropping it stops the server.
+pub struct GithubSim {
+    shared: Arc<Shared>,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl GithubSim {
+    /// Serves `model` on a free port of 127.0.0.1.
+    pub async fn start(model: Model) -> std::io::Result<GithubSim> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        let base_url = format!("http://{}", listener.local_addr()?);
+        let model = Arc::new(Mutex::new(model));
+        let shared = Arc::new(Shared {
+            schema: graphql::schema(model.clone()),
+            nullability: Nullability::new(&graphql::sdl()),
+            model,
+            faults: Mutex::new(Faults::default()),
+            base_url,
+        });
+        let app = Router::new()
+            .route("/graphql", post(graphql_call))
+            .route(
+                "/app/installations/{installation_id}/access_tokens",
+                post(create_access_token),
+            )
+            .route("/installation/repositories", get(installation_repositories))
+            .route("/repositories/{id}", get(repository_by_id))
+            .with_state(shared.clone());
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await;
+            if let Err(e) = served {
+                tracing::warn!(error = %e, "github simulator stopped");
+            }
+        });
+        Ok(GithubSim {
+            shared,
+            shutdown: Some(tx),
+            task: Some(task),
+        })
+    }
+
+    /// `http://127.0.0.1:<port>`: the base for REST calls, in place of `https://api.github.com`.
+    pub fn base_url(&self) -> &str {
+        &self.shared.base_url
+    }
+
+    /// `<base_url>/graphql`.
+    pub fn graphql_url(&self) -> String {
+        format!("{}/graphql", self.shared.base_url)
+    }
+
+    /// Reads or changes the model while the simulator runs.
+    pub fn model<R>(&self, f: impl FnOnce(&mut Model) -> R) -> R {
+        f(&mut lock(&self.shared.model))
+    }
+
+    /// Arms a fault; it counts matching calls from now on.
+    pub fn inject(&self, fault: Fault) {
+        lock(&self.shared.faults).inject(fault);
+    }
+
+    /// Disarms every fault.
+    pub fn clear_faults(&self) {
+        lock(&self.shared.faults).clear();
+    }
+
+    /// How many calls of `operation` were received (see [`ops`]).
+    pub fn calls(&self, operation: &str) -> u64 {
+        lock(&self.shared.faults)
+            .calls()
+            .get(operation)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Calls received per operation.
+    pub fn call_counts(&self) -> BTreeMap<String, u64> {
+        lock(&self.shared.faults).calls()
+    }
+
+    /// Stops the server and waits (up to 5 s) for open calls to finish.
+    pub async fn shutdown(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(mut task) = self.task.take()
+            && tokio::time::timeout(Duration::from_secs(5), &mut task)
+                .await
+                .is_err()
+        {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for GithubSim {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+fn message(status: StatusCode, text: &str) -> Response {
+    (
+        status,
+        axum::Json(json!({
+            "message": text,
+            "documentation_url": "https://docs.github.com/rest",
+        })),
+    )
+        .into_response()
+}
+
+/// Counts the call and applies the faults that change its course. `Err` is the whole answer;
+/// `Ok` carries the kinds that shape the answer itself.
+async fn begin(
+    shared: &Shared,
+    operation: &str,
+    resource: RateLimitResource,
+) -> Result<Vec<FaultKind>, Response> {
+    let fired = lock(&shared.faults).on_call(operation);
+    let delay: Duration = fired
+        .iter()
+        .filter_map(|k| match k {
+            FaultKind::Delay(d) => Some(*d),
+            _ => None,
+        })
+        .sum();
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    for kind in &fired {
+        match kind {
+            FaultKind::Mutate(f) => f(&mut lock(&shared.model)),
+            FaultKind::ExhaustRateLimit => {
+                let mut m = lock(&shared.model);
+                let mut b = m.rate_limit(resource);
+                b.remaining = 0;
+                m.set_rate_limit(resource, b);
+            }
+            _ => {}
+        }
+    }
+    for kind in &fired {
+        match kind {
+            FaultKind::Status(code) => {
+                let status = StatusCode::from_u16(*code).unwrap_or(StatusCode::BAD_GATEWAY);
+                return Err(message(status, "Server Error"));
+            }
+            FaultKind::SecondaryRateLimit { retry_after } => {
+                let mut r = message(
+                    StatusCode::FORBIDDEN,
+                    "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.",
+                );
+                r.headers_mut()
+                    .insert("retry-after", HeaderValue::from(*retry_after));
+                return Err(r);
+            }
+            _ => {}
+        }
+    }
+    Ok(fired)
+}
+
+/// The bearer token of a call, either scheme GitHub accepts.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let v = headers.get("authorization")?.to_str().ok()?;
+    v.strip_prefix("Bearer ")
+        .or_else(|| v.strip_prefix("bearer "))
+        .or_else(|| v.strip_prefix("token "))
+        .map(str::trim)
+}
+
+/// Who a token is: `Some(installation)` for installation tokens, `None` for a PAT.
+fn authenticate(model: &Model, headers: &HeaderMap) -> Result<Option<InstallationId>, Response> {
+    let bad = || message(StatusCode::UNAUTHORIZED, "Bad credentials");
+    let token = model
+        .tokens
+        .get(bearer(headers).ok_or_else(bad)?)
+        .ok_or_else(bad)?;
+    if token
+        .expires_at
+        .is_some_and(|at| at <= model::now_seconds())
+    {
+        return Err(bad());
+    }
+    Ok(token.installation)
+}
+
+fn rate_headers(headers: &mut HeaderMap, b: RateLimitBudget, resource: &'static str) {
+    headers.insert("x-ratelimit-limit", HeaderValue::from(b.limit));
+    headers.insert("x-ratelimit-remaining", HeaderValue::from(b.remaining));
+    headers.insert(
+        "x-ratelimit-used",
+        HeaderValue::from(b.limit.saturating_sub(b.remaining)),
+    );
+    headers.insert(
+        "x-ratelimit-reset",
+        HeaderValue::from(b.reset_at.unix_timestamp()),
+    );
+    headers.insert("x-ratelimit-resource", HeaderValue::from_static(resource));
+}
+
+#[derive(Deserialize)]
+struct GraphqlBody {
+    query: String,
+    #[serde(default)]
+    variables: Option<Json>,
+    #[serde(default, rename = "operationName")]
+    operation_name: Option<String>,
+}
+
+/// Connection fields: each costs one request per parent node GitHub assumes (`first`).
+const CONNECTIONS: &[&str] = &["issues", "pullRequests", "comments", "reviews"];
+
+/// GitHub's cost: one request per connection per node its parents may return, /100, at least 1.
+/// Returns `(cost, nodeCount)`.
+fn query_cost(doc: &ExecutableDocument, operation: Option<&str>, vars: &Json) -> (u32, u32) {
+    fn first_of(field: &async_graphql::parser::types::Field, vars: &Json) -> u64 {
+        field
+            .arguments
+            .iter()
+            .find(|(n, _)| n.node == "first" || n.node == "last")
+            .and_then(|(_, v)| {
+                v.node
+                    .clone()
+                    .into_const_with(|name| {
+                        let value = vars.get(name.as_str()).cloned().unwrap_or(Json::Null);
+                        async_graphql::Value::from_json(value).map_err(|_| ())
+                    })
+                    .ok()
+            })
+            .and_then(|v| match v {
+                async_graphql::Value::Number(n) => n.as_u64(),
+                _ => None,
+            })
+            .unwrap_or(0)
+    }
+    fn walk(
+        doc: &ExecutableDocument,
+        set: &SelectionSet,
+        mult: u64,
+        vars: &Json,
+        depth: u32,
+        acc: &mut (u64, u64),
+    ) {
+        if depth > 16 {
+            return;
+        }
+        for item in &set.items {
+            match &item.node {
+                Selection::Field(f) => {
+                    let f = &f.node;
+                    let mut child = mult;
+                    if CONNECTIONS.contains(&f.name.node.as_str()) {
+                        let first = first_of(f, vars);
+                        acc.0 += mult;
+                        acc.1 += mult * first;
+                        child = mult * first.max(1);
+                    }
+                    walk(doc, &f.selection_set.node, child, vars, depth + 1, acc);
+                }
+                Selection::InlineFragment(i) => {
+                    walk(doc, &i.node.selection_set.node, mult, vars, depth + 1, acc)
+                }
+                Selection::FragmentSpread(s) => {
+                    if let Some(frag) = doc.fragments.get(&s.node.fragment_name.node) {
+                        walk(
+                            doc,
+                            &frag.node.selection_set.node,
+                            mult,
+                            vars,
+                            depth + 1,
+                            acc,
+                        );
+                    }
+                }
+            }
+        }
+    }
+    let op = match (&doc.operations, operation) {
+        (DocumentOperations::Single(op), _) => Some(op),
+        (DocumentOperations::Multiple(ops), Some(name)) => ops.get(name),
+        (DocumentOperations::Multiple(ops), None) if ops.len() == 1 => ops.values().next(),
+        _ => None,
+    };
+    let mut acc = (0, 0);
+    if let Some(op) = op {
+        walk(doc, &op.node.selection_set.node, 1, vars, 0, &mut acc);
+    }
+    let cost = ((acc.0 + 50) / 100).max(1);
+    (
+        u32::try_from(cost).unwrap_or(u32::MAX),
+        u32::try_from(acc.1).unwrap_or(u32::MAX),
+    )
+}
+
+fn operation_name(doc: Option<&ExecutableDocument>, given: Option<&str>) -> String {
+    if let Some(name) = given {
+        return name.to_owned();
+    }
+    match doc.map(|d| &d.operations) {
+        Some(DocumentOperations::Single(_)) => {
+            // The parser keeps a single operation's name only in the multiple form.
+            "anonymous".to_owned()
+        }
+        Some(DocumentOperations::Multiple(ops)) if ops.len() == 1 => {
+            ops.keys().next().map(|n| n.to_string()).unwrap_or_default()
+        }
+        _ => "anonymous".to_owned(),
+    }
+}
+
+async fn graphql_call(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Ok(body) = serde_json::from_slice::<GraphqlBody>(&body) else {
+        return message(StatusCode::BAD_REQUEST, "Problems parsing JSON");
+    };
+    let doc = async_graphql::parser::parse_query(&body.query).ok();
+    let operation = operation_name(doc.as_ref(), body.operation_name.as_deref());
+    let fired = match begin(&shared, &operation, RateLimitResource::Graphql).await {
+        Ok(f) => f,
+        Err(r) => return r,
+    };
+    let vars = body.variables.clone().unwrap_or(Json::Null);
+    let (cost, node_count) = doc
+        .as_ref()
+        .map(|d| query_cost(d, body.operation_name.as_deref(), &vars))
+        .unwrap_or((1, 0));
+
+    let budget = {
+        let mut m = lock(&shared.model);
+        let installation = match authenticate(&m, &headers) {
+            Ok(i) => i,
+            Err(r) => return r,
+        };
+        let mut b = m.rate_limit(RateLimitResource::Graphql);
+        if b.remaining < cost {
+            // GitHub answers an exhausted budget with 200 and a RATE_LIMITED error.
+            let who = installation
+                .map(|i| format!("installation ID {i}"))
+                .unwrap_or_else(|| "user ID 1".to_owned());
+            let mut r = axum::Json(json!({
+                "errors": [{
+                    "type": "RATE_LIMITED",
+                    "code": "graphql_rate_limit",
+                    "message": format!("API rate limit already exceeded for {who}."),
+                }]
+            }))
+            .into_response();
+            rate_headers(r.headers_mut(), b, "graphql");
+            return r;
+        }
+        b.remaining -= cost;
+        m.set_rate_limit(RateLimitResource::Graphql, b);
+        b
+    };
+
+    let mut page_faults = PageFaults::default();
+    for kind in fired {
+        match kind {
+            FaultKind::TruncatedPage { keep } => page_faults.truncate = Some(keep),
+            FaultKind::HasNextPage(v) => page_faults.has_next_page = Some(v),
+            FaultKind::TotalCountOffBy(d) => page_faults.total_off_by = Some(d),
+            FaultKind::FieldError {
+                path,
+                error_type,
+                message,
+            } => page_faults.field_errors.push((path, error_type, message)),
+            _ => {}
+        }
+    }
+    let mut request = async_graphql::Request::new(body.query)
+        .variables(async_graphql::Variables::from_json(vars))
+        .data(page_faults)
+        .data(RateView {
+            cost,
+            node_count,
+            budget,
+        });
+    if let Some(name) = body.operation_name {
+        request = request.operation_name(name);
+    }
+    let response = shared.schema.execute(request).await;
+    let mut out = github_shaped(&shared.nullability, &response);
+    let mut r = axum::Json(std::mem::take(&mut out)).into_response();
+    rate_headers(r.headers_mut(), budget, "graphql");
+    r
+}
+
+/// async-graphql's response as GitHub prints it: `type` at the top of each error, and nulls
+/// where errors are.
+fn github_shaped(nullability: &Nullability, response: &async_graphql::Response) -> Json {
+    let mut data = serde_json::to_value(&response.data).unwrap_or(Json::Null);
+    let mut errors = Vec::new();
+    for e in &response.errors {
+        let mut v = serde_json::to_value(e).unwrap_or_else(|_| json!({"message": e.message}));
+        if let Some(obj) = v.as_object_mut() {
+            let ty = obj
+                .get_mut("extensions")
+                .and_then(Json::as_object_mut)
+                .and_then(|x| x.remove("type"));
+            if obj
+                .get("extensions")
+                .and_then(Json::as_object)
+                .is_some_and(|x| x.is_empty())
+            {
+                obj.remove("extensions");
+            }
+            if let Some(ty) = ty {
+                obj.insert("type".to_owned(), ty);
+            }
+            if let Some(Json::Array(path)) = obj.get("path")
+                && !path.is_empty()
+            {
+                nullability.null_out(&mut data, path);
+            }
+        }
+        errors.push(v);
+    }
+    if errors.is_empty() {
+        json!({ "data": data })
+    } else {
+        json!({ "data": data, "errors": errors })
+    }
+}
+
+/// Starts a REST call: faults, budget, authentication.
+async fn rest_begin(
+    shared: &Shared,
+    operation: &str,
+    headers: &HeaderMap,
+) -> Result<(Vec<FaultKind>, Option<InstallationId>, RateLimitBudget), Response> {
+    let fired = begin(shared, operation, RateLimitResource::Rest).await?;
+    let mut m = lock(&shared.model);
+    let installation = authenticate(&m, headers)?;
+    let mut b = m.rate_limit(RateLimitResource::Rest);
+    if b.remaining == 0 {
+        let mut r = message(
+            StatusCode::FORBIDDEN,
+            "API rate limit exceeded. Check out the documentation for more details.",
+        );
+        rate_headers(r.headers_mut(), b, "core");
+        return Err(r);
+    }
+    b.remaining -= 1;
+    m.set_rate_limit(RateLimitResource::Rest, b);
+    Ok((fired, installation, b))
+}
+
+fn with_rate(mut r: Response, b: RateLimitBudget) -> Response {
+    rate_headers(r.headers_mut(), b, "core");
+    r
+}
+
+#[derive(Deserialize)]
+struct JwtClaims {
+    iss: Option<Json>,
+    exp: Option<i64>,
+}
+
+async fn create_access_token(
+    State(shared): State<Arc<Shared>>,
+    Path(installation_id): Path<u64>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = begin(
+        &shared,
+        ops::CREATE_INSTALLATION_ACCESS_TOKEN,
+        RateLimitResource::Rest,
+    )
+    .await
+    {
+        return r;
+    }
+    // The App JWT is checked for shape, `iss` and `exp`; its RS256 signature is not verified.
+    let claims = bearer(&headers)
+        .and_then(|jwt| jwt.split('.').nth(1))
+        .and_then(|p| URL_SAFE_NO_PAD.decode(p.trim_end_matches('=')).ok())
+        .and_then(|p| serde_json::from_slice::<JwtClaims>(&p).ok());
+    let Some(claims) = claims else {
+        return message(
+            StatusCode::UNAUTHORIZED,
+            "A JSON web token could not be decoded",
+        );
+    };
+    let mut m = lock(&shared.model);
+    let iss = match &claims.iss {
+        Some(Json::String(s)) => Some(s.clone()),
+        Some(Json::Number(n)) => Some(n.to_string()),
+        _ => None,
+    };
+    let iss_ok = match (&m.app_id, &iss) {
+        (_, None) => false,
+        (Some(want), Some(got)) => want == got,
+        (None, Some(_)) => true,
+    };
+    let fresh = claims
+        .exp
+        .is_none_or(|exp| exp > model::now_seconds().unix_timestamp());
+    if !iss_ok || !fresh {
+        return message(
+            StatusCode::UNAUTHORIZED,
+            "'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires",
+        );
+    }
+    if !m.installations.contains_key(&installation_id) {
+        return message(StatusCode::NOT_FOUND, "Not Found");
+    }
+    let (token, expires_at) = m.issue_installation_token(installation_id);
+    (
+        StatusCode::CREATED,
+        axum::Json(json!({
+            "token": token,
+            "expires_at": model::format_time(expires_at),
+            "permissions": {"issues": "read", "pull_requests": "read", "metadata": "read"},
+            "repository_selection": "selected",
+        })),
+    )
+        .into_response()
+}
+
+#[derive(Deserialize)]
+struct PageQuery {
+    per_page: Option<usize>,
+    page: Option<usize>,
+}
+
+async fn installation_repositories(
+    State(shared): State<Arc<Shared>>,
+    Query(q): Query<PageQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let (fired, installation, budget) =
+        match rest_begin(&shared, ops::LIST_INSTALLATION_REPOSITORIES, &headers).await {
+            Ok(v) => v,
+            Err(r) => return r,
+        };
+    let Some(installation) = installation else {
+        return with_rate(
+            message(
+                StatusCode::FORBIDDEN,
+                "You must authenticate with an installation access token in order to list repositories for an installation.",
+            ),
+            budget,
+        );
+    };
+    let per_page = q.per_page.unwrap_or(30).clamp(1, 100);
+    let page = q.page.unwrap_or(1).max(1);
+    let m = lock(&shared.model);
+    let visible: Vec<_> = m
+        .repositories()
+        .filter(|r| r.installation == Some(installation))
+        .collect();
+    let mut total = i64::try_from(visible.len()).unwrap_or(i64::MAX);
+    let start = (page - 1).saturating_mul(per_page);
+    let mut items: Vec<Json> = visible
+        .iter()
+        .skip(start)
+        .take(per_page)
+        .map(|r| webhook::repository_json(&m, r))
+        .collect();
+    let mut has_next = start.saturating_add(per_page) < visible.len();
+    let last = visible.len().div_ceil(per_page).max(1);
+    for kind in fired {
+        match kind {
+            FaultKind::TruncatedPage { keep } => items.truncate(keep),
+            FaultKind::HasNextPage(v) => has_next = v,
+            FaultKind::TotalCountOffBy(d) => total = (total + d).max(0),
+            _ => {}
+        }
+    }
+    let mut r = axum::Json(json!({"total_count": total, "repositories": items})).into_response();
+    let link = |p: usize, rel: &str| {
+        format!(
+            "<{}/installation/repositories?per_page={per_page}&page={p}>; rel=\"{rel}\"",
+            shared.base_url
+        )
+    };
+    let mut links = Vec::new();
+    if page > 1 {
+        links.push(link(page - 1, "prev"));
+    }
+    if has_next {
+        links.push(link(page + 1, "next"));
+        links.push(link(last.max(page + 1), "last"));
+    }
+    if let Ok(v) = HeaderValue::from_str(&links.join(", "))
+        && !links.is_empty()
+    {
+        r.headers_mut().insert("link", v);
+    }
+    with_rate(r, budget)
+}
+
+async fn repository_by_id(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<u64>,
+    headers: HeaderMap,
+) -> Response {
+    let (_, installation, budget) =
+        match rest_begin(&shared, ops::GET_REPOSITORY_BY_ID, &headers).await {
+            Ok(v) => v,
+            Err(r) => return r,
+        };
+    let m = lock(&shared.model);
+    let found = m
+        .repository(id)
+        .filter(|r| installation.is_none() || r.installation == installation);
+    let r = match found {
+        Some(repo) => axum::Json(webhook::repository_json(&m, repo)).into_response(),
+        None => message(StatusCode::NOT_FOUND, "Not Found"),
+    };
+    with_rate(r, budget)
+}
