@@ -415,6 +415,8 @@ mod tests {
         assert!(issues.starts_with("query RepositoryIssues("), "{issues}");
         assert!(prs.starts_with("query RepositoryPullRequests("), "{prs}");
         assert!(by_id.starts_with("query RepositoryById("), "{by_id}");
+        // cynic tells fragment variants apart by `__typename`: the simulator must answer it.
+        assert!(by_id.contains("__typename"), "{by_id}");
     }
 
     /// Every field a contract document selects is in the query cynic sends.
