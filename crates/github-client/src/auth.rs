@@ -15,8 +15,8 @@ use time::{Duration, OffsetDateTime};
 
 use crate::error::Error;
 
-/// GitHub rejects an App JWT whose `exp` is more than 10 minutes after `iat`... and after now;
-/// nine minutes leaves room for our clock running behind.
+/// GitHub refuses an App JWT expiring more than 10 minutes ahead; nine leaves room for our clock
+/// running ahead of GitHub's.
 const JWT_LIFETIME: Duration = Duration::minutes(9);
 /// Backdated so a GitHub clock slightly behind ours does not see a JWT from the future.
 const JWT_BACKDATE: Duration = Duration::seconds(60);
