@@ -1,4 +1,4 @@
-//! Developer tasks for the forgesync workspace: `cargo xtask up | test | migrate`.
+//! Developer tasks for the forgesync workspace: `cargo xtask up | test | migrate | schema`.
 //!
 //! Every task provisions what it needs first: the Postgres and NATS named by `DATABASE_URL` and
 //! `NATS_URL` when they answer, otherwise throwaway servers under `<target>/forgesync-local/`,
@@ -12,6 +12,7 @@ mod paths;
 mod postgres;
 mod process;
 mod pypi;
+mod schema;
 mod signals;
 mod stack;
 
@@ -50,12 +51,27 @@ enum Task {
     },
     /// Apply the database migrations to `DATABASE_URL` (or to a throwaway Postgres).
     Migrate,
+    /// Regenerate a vendor's pruned contract under `schemas/` from its published schema.
+    Schema {
+        /// Which vendor's contract.
+        vendor: Vendor,
+        /// The raw schema: a file path or an http(s) URL (fetched with curl). Defaults to the
+        /// shared vendor copy.
+        #[arg(long, value_name = "FILE|URL")]
+        from: Option<String>,
+    },
     /// Provision Postgres and NATS, then run any command with DATABASE_URL and NATS_URL set.
     #[command(hide = true)]
     Services {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         command: Vec<OsString>,
     },
+}
+
+/// Vendors whose contract `cargo xtask schema` can refresh.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Vendor {
+    Github,
 }
 
 fn main() {
@@ -77,6 +93,12 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
     signals::install()?;
     let layout = Layout::discover()?;
     match cli.task {
+        Task::Schema { vendor, from } => {
+            match vendor {
+                Vendor::Github => schema::refresh_github(&layout, from.as_deref())?,
+            }
+            Ok(0)
+        }
         Task::Test { args } => {
             ensure_nextest()?;
             let stack = Stack::provision(

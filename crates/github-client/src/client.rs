@@ -1,0 +1,726 @@
+//! The client: one page per call, budgets checked before and recorded after, retries by policy.
+//!
+//! Pagination belongs to the caller (github-sync decides when a listing is complete), so every
+//! listing call returns one page with everything needed to judge it: `totalCount`, `pageInfo`,
+//! the repository header, the GraphQL errors with their paths, and the rate limit.
+//!
+//! reqwest is built without a rustls crypto provider: binaries install one at start
+//! (`runtime::install_crypto_provider()`), tests install ring's themselves.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use cynic::{Operation, QueryBuilder};
+use reqwest::header::{ACCEPT, HeaderMap, LINK, RETRY_AFTER};
+use reqwest::{Method, StatusCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::auth::{AppCredentials, InstallationToken, Secret, TokenCache};
+use crate::budget::{Budget, BudgetStop, Ledger, RateLimit, Resource};
+use crate::error::{Error, GraphqlError, PathSegment, RateLimitKind};
+use crate::queries::{
+    IssueNode, PageInfo, PullRequestNode, RateLimitFields, RepositoryById, RepositoryByIdVariables,
+    RepositoryHeader, RepositoryIssues, RepositoryNode, RepositoryPageVariables,
+    RepositoryPullRequests, RepositoryRef, SelectsRateLimit,
+};
+use crate::rest::{
+    AccessTokenBody, InstallationRepositoriesBody, InstallationRepositoriesPage, MessageBody,
+    RestRepository, next_page,
+};
+use crate::retry::RetryPolicy;
+
+/// GitHub's public API.
+pub const GITHUB_API: &str = "https://api.github.com";
+/// The REST API version we speak.
+const API_VERSION: &str = "2022-11-28";
+/// The largest page GitHub serves.
+pub const MAX_PAGE_SIZE: u32 = 100;
+
+/// Where and how to talk to GitHub.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// API base: [`GITHUB_API`], a GHES `https://host/api`, or the simulator's URL.
+    pub base_url: String,
+    /// GitHub refuses requests without a User-Agent.
+    pub user_agent: String,
+    /// Per-request timeout.
+    pub timeout: Duration,
+    /// Retries of 5xx, secondary limits and transport failures.
+    pub retry: RetryPolicy,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        Self::new(GITHUB_API)
+    }
+}
+
+impl ClientConfig {
+    /// Defaults for the API at `base_url`.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        Self {
+            base_url: base_url.into().trim_end_matches('/').to_owned(),
+            user_agent: "forgesync".to_owned(),
+            timeout: Duration::from_secs(30),
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    fn http(&self) -> Result<reqwest::Client, Error> {
+        reqwest::Client::builder()
+            .user_agent(&self.user_agent)
+            .timeout(self.timeout)
+            .build()
+            .map_err(Error::Transport)
+    }
+}
+
+/// A GitHub App: mints and caches installation tokens.
+#[derive(Debug)]
+pub struct GithubApp {
+    http: reqwest::Client,
+    base_url: String,
+    retry: RetryPolicy,
+    credentials: AppCredentials,
+    tokens: TokenCache,
+}
+
+impl GithubApp {
+    /// An App talking to the API of `config`.
+    pub fn new(config: &ClientConfig, credentials: AppCredentials) -> Result<Self, Error> {
+        Ok(Self {
+            http: config.http()?,
+            base_url: config.base_url.clone(),
+            retry: config.retry,
+            credentials,
+            tokens: TokenCache::default(),
+        })
+    }
+
+    /// The App's credentials.
+    pub fn credentials(&self) -> &AppCredentials {
+        &self.credentials
+    }
+
+    /// A token for the installation: the cached one while it has more than
+    /// [`crate::TOKEN_REFRESH_MARGIN`] left, else a new one (one request however many callers
+    /// ask at once).
+    pub async fn installation_token(
+        &self,
+        installation_id: u64,
+    ) -> Result<InstallationToken, Error> {
+        self.tokens
+            .get_or_mint(installation_id, || self.mint(installation_id))
+            .await
+    }
+
+    /// Forgets a token GitHub refused, so the next call mints a new one.
+    pub(crate) async fn refused(&self, installation_id: u64, token: &Secret) {
+        self.tokens.invalidate(installation_id, token).await;
+    }
+
+    #[tracing::instrument(skip(self), fields(app_id = self.credentials.app_id()))]
+    async fn mint(&self, installation_id: u64) -> Result<InstallationToken, Error> {
+        const OPERATION: &str = "POST /app/installations/{id}/access_tokens";
+        let url = format!(
+            "{}/app/installations/{installation_id}/access_tokens",
+            self.base_url
+        );
+        let body = self
+            .retry
+            .run(OPERATION, || async {
+                // A fresh JWT per attempt: a retry after a long Retry-After must not send a stale one.
+                let jwt = self.credentials.jwt(OffsetDateTime::now_utc())?;
+                let response = rest_request(&self.http, Method::POST, &url)
+                    .bearer_auth(jwt)
+                    .send()
+                    .await
+                    .map_err(Error::Transport)?;
+                let (_, body) = read_success(response).await?;
+                Ok(body)
+            })
+            .await?;
+        let body: AccessTokenBody = decode_json(OPERATION, &body)?;
+        let expires_at =
+            OffsetDateTime::parse(&body.expires_at, &Rfc3339).map_err(|e| Error::Decode {
+                operation: OPERATION,
+                message: format!("expires_at {:?}: {e}", body.expires_at),
+            })?;
+        Ok(InstallationToken {
+            token: Secret::new(body.token),
+            expires_at,
+        })
+    }
+}
+
+/// How a client authenticates its calls.
+#[derive(Debug, Clone)]
+pub enum Auth {
+    /// A personal access token (or any fixed bearer token).
+    Token(Secret),
+    /// An App installation: tokens minted and cached by the App.
+    Installation {
+        /// The App.
+        app: Arc<GithubApp>,
+        /// The installation the calls act as.
+        installation_id: u64,
+    },
+}
+
+impl Auth {
+    /// A personal access token.
+    pub fn personal_token(token: impl Into<String>) -> Self {
+        Auth::Token(Secret::new(token))
+    }
+
+    async fn bearer(&self) -> Result<Secret, Error> {
+        match self {
+            Auth::Token(token) => Ok(token.clone()),
+            Auth::Installation {
+                app,
+                installation_id,
+            } => Ok(app.installation_token(*installation_id).await?.token),
+        }
+    }
+
+    async fn refused(&self, token: &Secret) {
+        if let Auth::Installation {
+            app,
+            installation_id,
+        } = self
+        {
+            app.refused(*installation_id, token).await;
+        }
+    }
+}
+
+/// One page of a repository's issues or pull requests.
+#[derive(Debug, Clone)]
+pub struct Page<T> {
+    /// The repository as GitHub names it now.
+    pub repository: RepositoryHeader,
+    /// What GitHub says the full listing holds.
+    pub total_count: u32,
+    /// Cursor state: whether GitHub says more follows, and the cursor for it.
+    pub page_info: PageInfo,
+    /// The items; `None` where GitHub failed to resolve one (its error is in `errors`).
+    pub nodes: Vec<Option<T>>,
+    /// GraphQL errors that left the rest of the page usable; see [`GraphqlError::node_index`].
+    pub errors: Vec<GraphqlError>,
+    /// The query's cost and what is left.
+    pub rate_limit: Option<RateLimit>,
+    /// When we asked (our clock): the page's observation time.
+    pub fetched_at: OffsetDateTime,
+}
+
+impl<T> Page<T> {
+    /// Whether the page came back whole: no errors and no unresolved item. A listing that
+    /// contains a page that is not whole is incomplete.
+    pub fn is_whole(&self) -> bool {
+        self.errors.is_empty() && self.nodes.iter().all(Option::is_some)
+    }
+}
+
+/// A GitHub API client for one identity (a PAT or an App installation).
+///
+/// Clones share the connection pool, the credentials and the rate-limit ledger;
+/// [`GithubClient::with_budget`] gives a clone its own floor.
+#[derive(Debug, Clone)]
+pub struct GithubClient {
+    shared: Arc<Shared>,
+    budget: Budget,
+}
+
+#[derive(Debug)]
+struct Shared {
+    http: reqwest::Client,
+    base_url: String,
+    retry: RetryPolicy,
+    auth: Auth,
+    ledger: Mutex<Ledger>,
+    last_stop: Mutex<Option<BudgetStop>>,
+}
+
+impl GithubClient {
+    /// A client for `config`'s API acting as `auth`, with no budget floor.
+    pub fn new(config: &ClientConfig, auth: Auth) -> Result<Self, Error> {
+        Ok(Self {
+            shared: Arc::new(Shared {
+                http: config.http()?,
+                base_url: config.base_url.clone(),
+                retry: config.retry,
+                auth,
+                ledger: Mutex::default(),
+                last_stop: Mutex::default(),
+            }),
+            budget: Budget::unlimited(),
+        })
+    }
+
+    /// The same client keeping `budget` in reserve.
+    pub fn with_budget(&self, budget: Budget) -> Self {
+        Self {
+            shared: self.shared.clone(),
+            budget,
+        }
+    }
+
+    /// The floor this client keeps.
+    pub fn budget(&self) -> Budget {
+        self.budget
+    }
+
+    /// Why the last call was refused by the budget, if one was (kept until the next refusal).
+    pub fn last_budget_stop(&self) -> Option<BudgetStop> {
+        lock(&self.shared.last_stop).clone()
+    }
+
+    /// What GitHub last said about a rate-limit pool.
+    pub fn rate_limit(&self, resource: Resource) -> Option<RateLimit> {
+        lock(&self.shared.ledger).window(resource)
+    }
+
+    /// A token for an installation of the App this client acts for.
+    pub async fn installation_token(
+        &self,
+        installation_id: u64,
+    ) -> Result<InstallationToken, Error> {
+        match &self.shared.auth {
+            Auth::Installation { app, .. } => app.installation_token(installation_id).await,
+            Auth::Token(_) => Err(Error::Auth {
+                status: None,
+                message: "installation tokens need GitHub App credentials, not a token".into(),
+            }),
+        }
+    }
+
+    /// One page of a repository's issues, oldest first. `first` is clamped to 1..=100.
+    #[tracing::instrument(skip(self))]
+    pub async fn issues_page(
+        &self,
+        owner: &str,
+        name: &str,
+        first: u32,
+        after: Option<&str>,
+    ) -> Result<Page<IssueNode>, Error> {
+        let fetched_at = OffsetDateTime::now_utc();
+        let operation = RepositoryIssues::build(page_variables(owner, name, first, after));
+        let (data, errors, rate_limit) = self.graphql("RepositoryIssues", operation).await?;
+        let Some(repository) = data.repository else {
+            return Err(repository_missing(owner, name, errors));
+        };
+        let connection = repository.issues;
+        Ok(Page {
+            repository: repository.header,
+            total_count: count("RepositoryIssues", connection.total_count)?,
+            page_info: connection.page_info,
+            nodes: connection.nodes.unwrap_or_default(),
+            errors,
+            rate_limit,
+            fetched_at,
+        })
+    }
+
+    /// One page of a repository's pull requests, oldest first. `first` is clamped to 1..=100.
+    #[tracing::instrument(skip(self))]
+    pub async fn pull_requests_page(
+        &self,
+        owner: &str,
+        name: &str,
+        first: u32,
+        after: Option<&str>,
+    ) -> Result<Page<PullRequestNode>, Error> {
+        let fetched_at = OffsetDateTime::now_utc();
+        let operation = RepositoryPullRequests::build(page_variables(owner, name, first, after));
+        let (data, errors, rate_limit) = self.graphql("RepositoryPullRequests", operation).await?;
+        let Some(repository) = data.repository else {
+            return Err(repository_missing(owner, name, errors));
+        };
+        let connection = repository.pull_requests;
+        Ok(Page {
+            repository: repository.header,
+            total_count: count("RepositoryPullRequests", connection.total_count)?,
+            page_info: connection.page_info,
+            nodes: connection.nodes.unwrap_or_default(),
+            errors,
+            rate_limit,
+            fetched_at,
+        })
+    }
+
+    /// A repository's current name and owner by node id; `None` when no repository has that id
+    /// any more (or these credentials cannot see it).
+    #[tracing::instrument(skip(self))]
+    pub async fn repository_by_node_id(
+        &self,
+        node_id: &str,
+    ) -> Result<Option<RepositoryRef>, Error> {
+        let operation = RepositoryById::build(RepositoryByIdVariables {
+            id: cynic::Id::new(node_id),
+        });
+        let (data, errors, _) = self.graphql("RepositoryById", operation).await?;
+        match data.node {
+            Some(RepositoryNode::Repository(repository)) => Ok(Some(repository)),
+            // GitHub answers an unknown id with a null node and a NOT_FOUND error.
+            None if errors.iter().all(GraphqlError::is_not_found) => Ok(None),
+            None => Err(Error::Graphql { errors }),
+            Some(RepositoryNode::Other) => Ok(None),
+        }
+    }
+
+    /// Page `page` (from 1) of the repositories the installation can reach, 100 per page.
+    #[tracing::instrument(skip(self))]
+    pub async fn installation_repositories(
+        &self,
+        page: u32,
+    ) -> Result<InstallationRepositoriesPage, Error> {
+        const OPERATION: &str = "GET /installation/repositories";
+        let url = format!(
+            "{}/installation/repositories?per_page={MAX_PAGE_SIZE}&page={}",
+            self.shared.base_url,
+            page.max(1)
+        );
+        let (headers, body) = self.rest_get(OPERATION, &url).await?;
+        let body: InstallationRepositoriesBody = decode_json(OPERATION, &body)?;
+        let next_page = headers
+            .get(LINK)
+            .and_then(|v| v.to_str().ok())
+            .and_then(next_page);
+        Ok(InstallationRepositoriesPage {
+            total_count: body.total_count,
+            repositories: body.repositories,
+            next_page,
+        })
+    }
+
+    /// A repository by native id (REST); `None` when GitHub answers 404.
+    #[tracing::instrument(skip(self))]
+    pub async fn repository_by_id(&self, id: u64) -> Result<Option<RestRepository>, Error> {
+        const OPERATION: &str = "GET /repositories/{id}";
+        let url = format!("{}/repositories/{id}", self.shared.base_url);
+        match self.rest_get(OPERATION, &url).await {
+            Ok((_, body)) => Ok(Some(decode_json(OPERATION, &body)?)),
+            Err(Error::Http { status: 404, .. }) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Admits a call against the budget, recording the refusal if there is one.
+    fn admit(&self, resource: Resource, operation: &'static str) -> Result<(), Error> {
+        let admitted = lock(&self.shared.ledger).admit(
+            resource,
+            operation,
+            self.budget,
+            OffsetDateTime::now_utc(),
+        );
+        admitted.map_err(|stop| {
+            tracing::info!(%stop, "GitHub budget reached; call not sent");
+            *lock(&self.shared.last_stop) = Some(stop.clone());
+            Error::BudgetExhausted(stop)
+        })
+    }
+
+    /// Sends a GraphQL operation and decodes what can be decoded: the data, the errors that did
+    /// not prevent it, and the rate limit (already recorded in the ledger).
+    async fn graphql<Q, V>(
+        &self,
+        name: &'static str,
+        operation: Operation<Q, V>,
+    ) -> Result<(Q, Vec<GraphqlError>, Option<RateLimit>), Error>
+    where
+        Q: DeserializeOwned + SelectsRateLimit,
+        V: Serialize,
+    {
+        let url = format!("{}/graphql", self.shared.base_url);
+        let (headers, body) = self
+            .shared
+            .retry
+            .run(name, || async {
+                self.admit(Resource::Graphql, name)?;
+                self.send(Method::POST, &url, Resource::Graphql, Some(&operation))
+                    .await
+            })
+            .await?;
+        let response: RawGraphqlResponse = decode_json(name, &body)?;
+        let errors = response.errors.unwrap_or_default();
+        if let Some(limited) = errors.iter().find(|e| e.is_rate_limited()) {
+            let reset_at = reset_from(&headers)
+                .or_else(|| self.rate_limit(Resource::Graphql).map(|w| w.reset_at))
+                // Unknown reset: probe again in a minute rather than guess an hour.
+                .unwrap_or_else(|| OffsetDateTime::now_utc() + time::Duration::minutes(1));
+            lock(&self.shared.ledger).exhaust(Resource::Graphql, reset_at);
+            return Err(Error::RateLimited {
+                kind: RateLimitKind::Primary,
+                reset_at: Some(reset_at),
+                retry_after: retry_after(&headers),
+                message: limited.message.clone(),
+            });
+        }
+        let data = match response.data {
+            Some(data) if !data.is_null() => data,
+            _ if errors.is_empty() => {
+                return Err(Error::Decode {
+                    operation: name,
+                    message: "neither data nor errors".into(),
+                });
+            }
+            _ => return Err(Error::Graphql { errors }),
+        };
+        let data: Q = match serde_json::from_value(data) {
+            Ok(data) => data,
+            // An error nulled a field the query needs: the errors say why.
+            Err(_) if !errors.is_empty() => return Err(Error::Graphql { errors }),
+            Err(e) => {
+                return Err(Error::Decode {
+                    operation: name,
+                    message: e.to_string(),
+                });
+            }
+        };
+        let rate_limit = match data.rate_limit() {
+            Some(fields) => {
+                let seen = rate_limit_from(name, fields)?;
+                lock(&self.shared.ledger).record(Resource::Graphql, name, seen);
+                Some(seen)
+            }
+            // Without it the budget cannot be kept: refuse the answer rather than fly blind.
+            None if errors.is_empty() => {
+                return Err(Error::Decode {
+                    operation: name,
+                    message: "the response has no rateLimit".into(),
+                });
+            }
+            None => None,
+        };
+        Ok((data, errors, rate_limit))
+    }
+
+    async fn rest_get(
+        &self,
+        operation: &'static str,
+        url: &str,
+    ) -> Result<(HeaderMap, Vec<u8>), Error> {
+        let (headers, body) = self
+            .shared
+            .retry
+            .run(operation, || async {
+                self.admit(Resource::Rest, operation)?;
+                self.send::<()>(Method::GET, url, Resource::Rest, None)
+                    .await
+            })
+            .await?;
+        // REST answers carry their pool's numbers in headers; each request costs one.
+        if let (Some(remaining), Some(reset_at)) = (
+            header_u32(&headers, "x-ratelimit-remaining"),
+            reset_from(&headers),
+        ) {
+            let seen = RateLimit {
+                cost: 1,
+                limit: header_u32(&headers, "x-ratelimit-limit").unwrap_or(0),
+                remaining,
+                reset_at,
+            };
+            lock(&self.shared.ledger).record(Resource::Rest, operation, seen);
+        }
+        Ok((headers, body))
+    }
+
+    /// One attempt: authenticate, send, and turn a failure status into its error.
+    async fn send<B: Serialize>(
+        &self,
+        method: Method,
+        url: &str,
+        resource: Resource,
+        json: Option<&B>,
+    ) -> Result<(HeaderMap, Vec<u8>), Error> {
+        let token = self.shared.auth.bearer().await?;
+        let mut request = rest_request(&self.shared.http, method, url).bearer_auth(token.expose());
+        if let Some(json) = json {
+            request = request.json(json);
+        }
+        let response = request.send().await.map_err(Error::Transport)?;
+        match read_success(response).await {
+            Err(err @ Error::Auth { .. }) => {
+                self.shared.auth.refused(&token).await;
+                Err(err)
+            }
+            Err(Error::RateLimited {
+                kind: RateLimitKind::Primary,
+                reset_at: Some(reset_at),
+                retry_after,
+                message,
+            }) => {
+                lock(&self.shared.ledger).exhaust(resource, reset_at);
+                Err(Error::RateLimited {
+                    kind: RateLimitKind::Primary,
+                    reset_at: Some(reset_at),
+                    retry_after,
+                    message,
+                })
+            }
+            other => other,
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct RawGraphqlResponse {
+    data: Option<serde_json::Value>,
+    errors: Option<Vec<GraphqlError>>,
+}
+
+fn rest_request(http: &reqwest::Client, method: Method, url: &str) -> reqwest::RequestBuilder {
+    http.request(method, url)
+        .header(ACCEPT, "application/vnd.github+json")
+        .header("x-github-api-version", API_VERSION)
+}
+
+/// The headers and body of a 2xx answer, or the error its status means.
+async fn read_success(response: reqwest::Response) -> Result<(HeaderMap, Vec<u8>), Error> {
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = response.bytes().await.map_err(Error::Transport)?.to_vec();
+    if status.is_success() {
+        return Ok((headers, body));
+    }
+    let message = serde_json::from_slice::<MessageBody>(&body)
+        .map(|m| m.message)
+        .unwrap_or_else(|_| String::from_utf8_lossy(&body).chars().take(200).collect());
+    let retry_after = retry_after(&headers);
+    Err(match status {
+        StatusCode::UNAUTHORIZED => Error::Auth {
+            status: Some(status.as_u16()),
+            message,
+        },
+        StatusCode::FORBIDDEN | StatusCode::TOO_MANY_REQUESTS => {
+            let spent = header_u32(&headers, "x-ratelimit-remaining") == Some(0);
+            if spent && retry_after.is_none() {
+                Error::RateLimited {
+                    kind: RateLimitKind::Primary,
+                    reset_at: reset_from(&headers),
+                    retry_after,
+                    message,
+                }
+            } else if retry_after.is_some()
+                || status == StatusCode::TOO_MANY_REQUESTS
+                || message
+                    .to_ascii_lowercase()
+                    .contains("secondary rate limit")
+            {
+                Error::RateLimited {
+                    kind: RateLimitKind::Secondary,
+                    reset_at: reset_from(&headers),
+                    retry_after,
+                    message,
+                }
+            } else {
+                // A plain 403: missing permission. Not retried.
+                Error::Http {
+                    status: status.as_u16(),
+                    message,
+                    retry_after,
+                }
+            }
+        }
+        _ => Error::Http {
+            status: status.as_u16(),
+            message,
+            retry_after,
+        },
+    })
+}
+
+fn decode_json<T: DeserializeOwned>(operation: &'static str, body: &[u8]) -> Result<T, Error> {
+    serde_json::from_slice(body).map_err(|e| Error::Decode {
+        operation,
+        message: e.to_string(),
+    })
+}
+
+fn header_u32(headers: &HeaderMap, name: &str) -> Option<u32> {
+    headers.get(name)?.to_str().ok()?.trim().parse().ok()
+}
+
+/// `Retry-After` in seconds (GitHub's form; an HTTP date falls back to our backoff).
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let seconds: u64 = headers
+        .get(RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(seconds))
+}
+
+/// `x-ratelimit-reset` (unix seconds).
+fn reset_from(headers: &HeaderMap) -> Option<OffsetDateTime> {
+    let seconds: i64 = headers
+        .get("x-ratelimit-reset")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    OffsetDateTime::from_unix_timestamp(seconds).ok()
+}
+
+fn rate_limit_from(operation: &'static str, fields: &RateLimitFields) -> Result<RateLimit, Error> {
+    let non_negative = |what: &str, value: i32| {
+        u32::try_from(value).map_err(|_| Error::Decode {
+            operation,
+            message: format!("rateLimit.{what} is negative: {value}"),
+        })
+    };
+    Ok(RateLimit {
+        cost: non_negative("cost", fields.cost)?,
+        limit: non_negative("limit", fields.limit)?,
+        remaining: non_negative("remaining", fields.remaining)?,
+        reset_at: fields.reset_at.0,
+    })
+}
+
+fn count(operation: &'static str, total: i32) -> Result<u32, Error> {
+    u32::try_from(total).map_err(|_| Error::Decode {
+        operation,
+        message: format!("totalCount is negative: {total}"),
+    })
+}
+
+fn page_variables(
+    owner: &str,
+    name: &str,
+    first: u32,
+    after: Option<&str>,
+) -> RepositoryPageVariables {
+    RepositoryPageVariables {
+        owner: owner.to_owned(),
+        name: name.to_owned(),
+        // Bounded to GitHub's 1..=100, so the cast cannot overflow.
+        first: first.clamp(1, MAX_PAGE_SIZE) as i32,
+        after: after.map(str::to_owned),
+    }
+}
+
+/// A null repository: GitHub's NOT_FOUND, or one we make up if it sent none.
+fn repository_missing(owner: &str, name: &str, errors: Vec<GraphqlError>) -> Error {
+    if !errors.is_empty() {
+        return Error::Graphql { errors };
+    }
+    Error::Graphql {
+        errors: vec![GraphqlError {
+            message: format!("repository {owner}/{name} is null"),
+            kind: Some("NOT_FOUND".into()),
+            path: vec![PathSegment::Field("repository".into())],
+        }],
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The guarded values stay consistent at every await-free step; a panic elsewhere must not
+    // take accounting down with it.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}

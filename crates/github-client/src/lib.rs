@@ -1,0 +1,32 @@
+//! GitHub's API as forgesync uses it: the contract's GraphQL operations (cynic, over
+//! `schemas/github.graphql`), the few REST calls, and the transport policy around them.
+//!
+//! - [`GithubApp`] signs App JWTs and caches installation tokens; [`Auth`] picks App or PAT.
+//! - [`GithubClient`] answers one page per call; the caller paginates and decides completeness.
+//! - Every call is checked against the caller's [`Budget`] first and recorded after
+//!   ([`budget`]); a refused call is [`Error::BudgetExhausted`] and sends nothing.
+//! - 5xx, secondary limits and transport failures are retried by one [`RetryPolicy`].
+//!
+//! The crate installs no rustls crypto provider: binaries call
+//! `runtime::install_crypto_provider()` first thing, tests install ring's themselves.
+
+#![forbid(unsafe_code)]
+
+mod auth;
+pub mod budget;
+mod client;
+mod error;
+pub mod queries;
+mod rest;
+mod retry;
+
+pub use auth::{AppClaims, AppCredentials, InstallationToken, Secret, TOKEN_REFRESH_MARGIN};
+pub use budget::{Budget, BudgetStop, RateLimit, Resource};
+pub use client::{Auth, ClientConfig, GITHUB_API, GithubApp, GithubClient, MAX_PAGE_SIZE, Page};
+pub use error::{Error, GraphqlError, PathSegment, RateLimitKind};
+pub use queries::{
+    Actor, IssueNode, IssueState, IssueStateReason, LockReason, Owner, PageInfo, PullRequestNode,
+    PullRequestState, RepositoryHeader, RepositoryRef, Timestamp,
+};
+pub use rest::{InstallationRepositoriesPage, RestOwner, RestRepository};
+pub use retry::RetryPolicy;

@@ -1,0 +1,455 @@
+//! The GraphQL operations of the contract, as cynic query structs.
+//!
+//! Each struct mirrors a document in `queries/` (the documents decide what `schemas/github.graphql`
+//! keeps; these structs are checked against that schema at compile time). The operation names are
+//! the struct names and are fixed by the contract, so the simulator can count calls per operation.
+//! Enums carry a fallback: GitHub adds values (`IssueStateReason.DUPLICATE` came late) and an
+//! unknown value must not fail a whole page.
+
+use github_schema::schema;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+/// A GitHub `DateTime` (RFC 3339, second precision on GitHub's side).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp(pub OffsetDateTime);
+
+impl Serialize for Timestamp {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let text = self.0.format(&Rfc3339).map_err(serde::ser::Error::custom)?;
+        serializer.serialize_str(&text)
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        OffsetDateTime::parse(&text, &Rfc3339)
+            .map(Timestamp)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+cynic::impl_scalar!(Timestamp, schema::DateTime);
+
+/// A git object id (hex SHA).
+#[derive(cynic::Scalar, Debug, Clone, PartialEq, Eq, Hash)]
+#[cynic(graphql_type = "GitObjectID")]
+pub struct GitObjectId(pub String);
+
+/// Variables of the two repository listings.
+#[derive(cynic::QueryVariables, Debug, Clone)]
+pub struct RepositoryPageVariables {
+    /// Owner login.
+    pub owner: String,
+    /// Repository name.
+    pub name: String,
+    /// Page size (GitHub allows 1..=100).
+    pub first: i32,
+    /// The previous page's `endCursor`; `None` for the first page.
+    pub after: Option<String>,
+}
+
+/// `rateLimit { cost limit remaining resetAt }`, selected by every operation.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "RateLimit")]
+pub struct RateLimitFields {
+    /// Points this query cost.
+    pub cost: i32,
+    /// Points per window.
+    pub limit: i32,
+    /// Points left in the window.
+    pub remaining: i32,
+    /// When the window resets.
+    pub reset_at: Timestamp,
+}
+
+/// A login, on any `RepositoryOwner`.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "RepositoryOwner")]
+pub struct Owner {
+    /// The owner's login.
+    pub login: String,
+}
+
+/// A login, on any `Actor` (user, bot, mannequin, ...).
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "Actor")]
+pub struct Actor {
+    /// The actor's login.
+    pub login: String,
+}
+
+/// The repository fields every listing page carries.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "Repository")]
+pub struct RepositoryHeader {
+    /// Node id: stable across renames and transfers.
+    pub id: cynic::Id,
+    /// Native (REST) id.
+    pub database_id: Option<i32>,
+    /// `owner/name` as GitHub spells it now.
+    pub name_with_owner: String,
+    /// Whether the repository is archived.
+    pub is_archived: bool,
+    /// The current owner.
+    pub owner: Owner,
+}
+
+/// `pageInfo { hasNextPage endCursor }`.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+pub struct PageInfo {
+    /// Whether GitHub says another page follows (the simulator can make it lie).
+    pub has_next_page: bool,
+    /// The cursor to pass as `after` for the next page.
+    pub end_cursor: Option<String>,
+}
+
+/// `{ totalCount }` of an issue's or pull request's comments.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "IssueCommentConnection")]
+pub struct CommentCount {
+    /// Number of comments.
+    pub total_count: i32,
+}
+
+/// `{ totalCount }` of a pull request's reviews.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "PullRequestReviewConnection")]
+pub struct ReviewCount {
+    /// Number of reviews.
+    pub total_count: i32,
+}
+
+/// `IssueState`.
+#[derive(cynic::Enum, Debug, Clone, PartialEq, Eq, Hash)]
+pub enum IssueState {
+    /// Open.
+    Open,
+    /// Closed.
+    Closed,
+    /// A value this build does not know.
+    #[cynic(fallback)]
+    Other(String),
+}
+
+/// `IssueStateReason`.
+#[derive(cynic::Enum, Debug, Clone, PartialEq, Eq, Hash)]
+pub enum IssueStateReason {
+    /// Closed as completed.
+    Completed,
+    /// Closed as a duplicate.
+    Duplicate,
+    /// Closed as not planned.
+    NotPlanned,
+    /// Reopened.
+    Reopened,
+    /// A value this build does not know.
+    #[cynic(fallback)]
+    Other(String),
+}
+
+/// `PullRequestState`.
+#[derive(cynic::Enum, Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PullRequestState {
+    /// Open.
+    Open,
+    /// Closed without merging.
+    Closed,
+    /// Merged.
+    Merged,
+    /// A value this build does not know.
+    #[cynic(fallback)]
+    Other(String),
+}
+
+/// `LockReason`.
+#[derive(cynic::Enum, Debug, Clone, PartialEq, Eq, Hash)]
+pub enum LockReason {
+    /// Off topic.
+    OffTopic,
+    /// Resolved.
+    Resolved,
+    /// Spam.
+    Spam,
+    /// Too heated.
+    TooHeated,
+    /// A value this build does not know.
+    #[cynic(fallback)]
+    Other(String),
+}
+
+/// One issue of a `RepositoryIssues` page.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq)]
+#[cynic(graphql_type = "Issue")]
+pub struct IssueNode {
+    /// Node id.
+    pub id: cynic::Id,
+    /// Native id.
+    pub database_id: Option<i32>,
+    /// Number within the repository.
+    pub number: i32,
+    /// Title.
+    pub title: String,
+    /// Body (markdown).
+    pub body: String,
+    /// Open or closed.
+    pub state: IssueState,
+    /// Why it was closed or reopened, when GitHub says.
+    pub state_reason: Option<IssueStateReason>,
+    /// Created.
+    pub created_at: Timestamp,
+    /// Last updated: the forward-only comparison key.
+    pub updated_at: Timestamp,
+    /// Closed, if closed.
+    pub closed_at: Option<Timestamp>,
+    /// Whether the conversation is locked.
+    pub locked: bool,
+    /// Why it is locked.
+    pub active_lock_reason: Option<LockReason>,
+    /// The author; `None` for a deleted account (GitHub's "ghost").
+    pub author: Option<Actor>,
+    /// Comment count.
+    pub comments: CommentCount,
+}
+
+/// One pull request of a `RepositoryPullRequests` page.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq)]
+#[cynic(graphql_type = "PullRequest")]
+pub struct PullRequestNode {
+    /// Node id.
+    pub id: cynic::Id,
+    /// Native id.
+    pub database_id: Option<i32>,
+    /// Number within the repository.
+    pub number: i32,
+    /// Title.
+    pub title: String,
+    /// Body (markdown).
+    pub body: String,
+    /// Open, closed or merged.
+    pub state: PullRequestState,
+    /// Whether it is a draft.
+    pub is_draft: bool,
+    /// Created.
+    pub created_at: Timestamp,
+    /// Last updated: the forward-only comparison key.
+    pub updated_at: Timestamp,
+    /// Closed, if closed (merged included).
+    pub closed_at: Option<Timestamp>,
+    /// Merged, if merged.
+    pub merged_at: Option<Timestamp>,
+    /// Whether the conversation is locked.
+    pub locked: bool,
+    /// Why it is locked.
+    pub active_lock_reason: Option<LockReason>,
+    /// Head branch name.
+    pub head_ref_name: String,
+    /// Head commit.
+    pub head_ref_oid: GitObjectId,
+    /// Base branch name.
+    pub base_ref_name: String,
+    /// The author; `None` for a deleted account.
+    pub author: Option<Actor>,
+    /// Comment count.
+    pub comments: CommentCount,
+    /// Review count; `None` when GitHub could not say.
+    pub reviews: Option<ReviewCount>,
+}
+
+/// `issues(...) { totalCount pageInfo nodes }`.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "IssueConnection")]
+pub struct IssueConnection {
+    /// What GitHub says the full listing holds.
+    pub total_count: i32,
+    /// Cursor state.
+    pub page_info: PageInfo,
+    /// The page; a `null` entry is an item GitHub failed to resolve (see the errors).
+    pub nodes: Option<Vec<Option<IssueNode>>>,
+}
+
+/// `pullRequests(...) { totalCount pageInfo nodes }`.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "PullRequestConnection")]
+pub struct PullRequestConnection {
+    /// What GitHub says the full listing holds.
+    pub total_count: i32,
+    /// Cursor state.
+    pub page_info: PageInfo,
+    /// The page; a `null` entry is an item GitHub failed to resolve (see the errors).
+    pub nodes: Option<Vec<Option<PullRequestNode>>>,
+}
+
+/// The repository of a `RepositoryIssues` page.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Repository", variables = "RepositoryPageVariables")]
+pub struct IssuesRepository {
+    /// The header fields.
+    #[cynic(spread)]
+    pub header: RepositoryHeader,
+    /// Oldest first, so items created during a pass land on later pages.
+    #[arguments(first: $first, after: $after, orderBy: { field: CREATED_AT, direction: ASC })]
+    pub issues: IssueConnection,
+}
+
+/// The repository of a `RepositoryPullRequests` page.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Repository", variables = "RepositoryPageVariables")]
+pub struct PullRequestsRepository {
+    /// The header fields.
+    #[cynic(spread)]
+    pub header: RepositoryHeader,
+    /// Oldest first, so items created during a pass land on later pages.
+    #[arguments(first: $first, after: $after, orderBy: { field: CREATED_AT, direction: ASC })]
+    pub pull_requests: PullRequestConnection,
+}
+
+/// Operation `RepositoryIssues`.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Query", variables = "RepositoryPageVariables")]
+pub struct RepositoryIssues {
+    /// `None` when the repository is gone or not visible (GitHub adds a NOT_FOUND error).
+    #[arguments(owner: $owner, name: $name)]
+    pub repository: Option<IssuesRepository>,
+    /// This query's cost and the remaining budget.
+    pub rate_limit: Option<RateLimitFields>,
+}
+
+/// Operation `RepositoryPullRequests`.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Query", variables = "RepositoryPageVariables")]
+pub struct RepositoryPullRequests {
+    /// `None` when the repository is gone or not visible.
+    #[arguments(owner: $owner, name: $name)]
+    pub repository: Option<PullRequestsRepository>,
+    /// This query's cost and the remaining budget.
+    pub rate_limit: Option<RateLimitFields>,
+}
+
+/// Variables of `RepositoryById`.
+#[derive(cynic::QueryVariables, Debug, Clone)]
+pub struct RepositoryByIdVariables {
+    /// The repository's node id.
+    pub id: cynic::Id,
+}
+
+/// A repository's identity now, looked up by node id.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "Repository")]
+pub struct RepositoryRef {
+    /// Node id.
+    pub id: cynic::Id,
+    /// Native id.
+    pub database_id: Option<i32>,
+    /// `owner/name` now: differs from ours after a rename or transfer.
+    pub name_with_owner: String,
+    /// The current owner.
+    pub owner: Owner,
+}
+
+/// `node(id:)`: a repository, or some other kind of node.
+#[derive(cynic::InlineFragments, Debug, Clone)]
+#[cynic(graphql_type = "Node")]
+pub enum RepositoryNode {
+    /// The node is a repository.
+    Repository(RepositoryRef),
+    /// The id names something else.
+    #[cynic(fallback)]
+    Other,
+}
+
+/// Operation `RepositoryById`.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Query", variables = "RepositoryByIdVariables")]
+pub struct RepositoryById {
+    /// `None` when no node has that id (deleted, or not visible to us).
+    #[arguments(id: $id)]
+    pub node: Option<RepositoryNode>,
+    /// This query's cost and the remaining budget.
+    pub rate_limit: Option<RateLimitFields>,
+}
+
+/// Implemented by every operation: its `rateLimit` selection.
+pub(crate) trait SelectsRateLimit {
+    fn rate_limit(&self) -> Option<&RateLimitFields>;
+}
+
+macro_rules! selects_rate_limit {
+    ($($ty:ty),*) => {$(
+        impl SelectsRateLimit for $ty {
+            fn rate_limit(&self) -> Option<&RateLimitFields> {
+                self.rate_limit.as_ref()
+            }
+        }
+    )*};
+}
+
+selects_rate_limit!(RepositoryIssues, RepositoryPullRequests, RepositoryById);
+
+#[cfg(test)]
+mod tests {
+    use cynic::QueryBuilder;
+
+    use super::*;
+
+    fn page_vars() -> RepositoryPageVariables {
+        RepositoryPageVariables {
+            owner: "o".into(),
+            name: "r".into(),
+            first: 50,
+            after: None,
+        }
+    }
+
+    /// The simulator counts calls by operation name: the names are part of the contract.
+    #[test]
+    fn operation_names_are_the_contracts() {
+        let issues = RepositoryIssues::build(page_vars()).query;
+        let prs = RepositoryPullRequests::build(page_vars()).query;
+        let by_id = RepositoryById::build(RepositoryByIdVariables {
+            id: cynic::Id::new("R_1"),
+        })
+        .query;
+        assert!(issues.starts_with("query RepositoryIssues("), "{issues}");
+        assert!(prs.starts_with("query RepositoryPullRequests("), "{prs}");
+        assert!(by_id.starts_with("query RepositoryById("), "{by_id}");
+        // cynic tells fragment variants apart by `__typename`: the simulator must answer it.
+        assert!(by_id.contains("__typename"), "{by_id}");
+    }
+
+    /// Every field a contract document selects is in the query cynic sends.
+    #[test]
+    fn queries_select_what_the_contract_documents_select() {
+        let docs = [
+            (
+                include_str!("../queries/RepositoryIssues.graphql"),
+                RepositoryIssues::build(page_vars()).query,
+            ),
+            (
+                include_str!("../queries/RepositoryPullRequests.graphql"),
+                RepositoryPullRequests::build(page_vars()).query,
+            ),
+            (
+                include_str!("../queries/RepositoryById.graphql"),
+                RepositoryById::build(RepositoryByIdVariables {
+                    id: cynic::Id::new("R_1"),
+                })
+                .query,
+            ),
+        ];
+        for (doc, sent) in docs {
+            let words = |text: &str| -> std::collections::BTreeSet<String> {
+                text.lines()
+                    .filter(|l| !l.trim_start().starts_with('#'))
+                    .flat_map(|l| l.split(|c: char| !c.is_ascii_alphanumeric() && c != '_'))
+                    .filter(|w| !w.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            };
+            let missing: Vec<_> = words(doc).difference(&words(&sent)).cloned().collect();
+            assert!(missing.is_empty(), "cynic query lacks {missing:?}:\n{sent}");
+        }
+    }
+}

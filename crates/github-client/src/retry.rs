@@ -1,0 +1,201 @@
+//! Which failures are worth another try, and how long to wait: the one retry policy of the client.
+//!
+//! Retried, a bounded number of times with exponential backoff: 5xx, secondary rate limits
+//! (403/429 with `Retry-After`, or 429 without), and transport failures. `Retry-After` overrides
+//! the backoff; one longer than [`RetryPolicy::max_retry_after`] ends the retries, since holding a
+//! job that long is worse than stopping it cleanly. Everything else, 401 and 404 included, fails
+//! at once.
+
+use std::future::Future;
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+
+use crate::error::{Error, RateLimitKind};
+
+/// How many times and how long to retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt.
+    pub max_retries: usize,
+    /// The first backoff delay.
+    pub min_delay: Duration,
+    /// The largest backoff delay.
+    pub max_delay: Duration,
+    /// The longest `Retry-After` we wait out; longer ones end the retries.
+    pub max_retry_after: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_retries: 4,
+            min_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(30),
+            max_retry_after: Duration::from_secs(120),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// No retries at all.
+    pub fn none() -> Self {
+        Self {
+            max_retries: 0,
+            ..Self::default()
+        }
+    }
+
+    /// Runs `attempt` until it succeeds, fails for good, or the retries run out.
+    pub(crate) async fn run<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        attempt: F,
+    ) -> Result<T, Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(self.min_delay)
+            .with_max_delay(self.max_delay)
+            .with_max_times(self.max_retries)
+            .with_jitter();
+        let max_retry_after = self.max_retry_after;
+        attempt
+            .retry(backoff)
+            .when(is_retryable)
+            .adjust(move |err, backoff_delay| {
+                // `None` from the backoff means the attempts are used up.
+                let backoff_delay = backoff_delay?;
+                match retry_after(err) {
+                    Some(wait) if wait > max_retry_after => None,
+                    Some(wait) => Some(wait),
+                    None => Some(backoff_delay),
+                }
+            })
+            .notify(|err, wait| {
+                tracing::warn!(operation, error = %err, ?wait, "GitHub call failed; retrying");
+            })
+            .await
+    }
+}
+
+/// Whether another attempt may succeed.
+pub(crate) fn is_retryable(err: &Error) -> bool {
+    match err {
+        Error::Http { status, .. } => *status >= 500,
+        Error::RateLimited { kind, .. } => *kind == RateLimitKind::Secondary,
+        Error::Transport(e) => !e.is_builder() && !e.is_decode(),
+        Error::Graphql { .. }
+        | Error::BudgetExhausted(_)
+        | Error::Decode { .. }
+        | Error::Auth { .. } => false,
+    }
+}
+
+fn retry_after(err: &Error) -> Option<Duration> {
+    match err {
+        Error::Http { retry_after, .. } | Error::RateLimited { retry_after, .. } => *retry_after,
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    fn fast() -> RetryPolicy {
+        RetryPolicy {
+            max_retries: 3,
+            min_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(5),
+            max_retry_after: Duration::from_secs(2),
+        }
+    }
+
+    fn http(status: u16, retry_after: Option<Duration>) -> Error {
+        Error::Http {
+            status,
+            message: "x".into(),
+            retry_after,
+        }
+    }
+
+    async fn count_attempts(policy: RetryPolicy, make: impl Fn() -> Error) -> (usize, Error) {
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let err = policy
+            .run("test", || {
+                attempts.fetch_add(1, Ordering::SeqCst);
+                let err = make();
+                async move { Err::<(), _>(err) }
+            })
+            .await
+            .unwrap_err();
+        (attempts.load(Ordering::SeqCst), err)
+    }
+
+    #[tokio::test]
+    async fn server_errors_are_retried_a_bounded_number_of_times() {
+        let (attempts, err) = count_attempts(fast(), || http(502, None)).await;
+        assert_eq!(attempts, 4, "one attempt and three retries");
+        assert!(matches!(err, Error::Http { status: 502, .. }));
+    }
+
+    #[tokio::test]
+    async fn client_errors_are_not_retried() {
+        for status in [400, 403, 404, 422] {
+            let (attempts, _) = count_attempts(fast(), || http(status, None)).await;
+            assert_eq!(attempts, 1, "HTTP {status}");
+        }
+        let (attempts, _) = count_attempts(fast(), || Error::Auth {
+            status: Some(401),
+            message: "Bad credentials".into(),
+        })
+        .await;
+        assert_eq!(attempts, 1, "401");
+    }
+
+    #[tokio::test]
+    async fn primary_rate_limit_is_not_retried_but_secondary_is() {
+        let limited = |kind| Error::RateLimited {
+            kind,
+            reset_at: None,
+            retry_after: None,
+            message: "slow down".into(),
+        };
+        let (attempts, _) = count_attempts(fast(), || limited(RateLimitKind::Primary)).await;
+        assert_eq!(attempts, 1);
+        let (attempts, _) = count_attempts(fast(), || limited(RateLimitKind::Secondary)).await;
+        assert_eq!(attempts, 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_after_is_honoured() {
+        let started = tokio::time::Instant::now();
+        let (attempts, _) = count_attempts(fast(), || Error::RateLimited {
+            kind: RateLimitKind::Secondary,
+            reset_at: None,
+            retry_after: Some(Duration::from_secs(1)),
+            message: "secondary".into(),
+        })
+        .await;
+        assert_eq!(attempts, 4);
+        // Three waits of the full second, though the backoff alone would wait milliseconds.
+        assert!(
+            started.elapsed() >= Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_retry_after_beyond_the_cap_ends_the_retries() {
+        let (attempts, _) =
+            count_attempts(fast(), || http(503, Some(Duration::from_secs(60)))).await;
+        assert_eq!(attempts, 1);
+    }
+}
