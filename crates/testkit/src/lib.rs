@@ -242,29 +242,67 @@ pub fn control_api_config(common: runtime::CommonArgs) -> control_api::Config {
     }
 }
 
-/// Starts control-api in-process; returns once it listens.
-pub async fn spawn_control_api(
-    common: runtime::CommonArgs,
-) -> Result<(Running, control_api::Keys)> {
-    let keys = control_api::Keys::hs256(JWT_SECRET.as_bytes())?;
+/// Starts a service's `run(config, stop, on_listen)` in-process; returns once it listens.
+pub async fn spawn<F, Fut>(name: &str, run: F) -> Result<Running>
+where
+    F: FnOnce(
+        tokio_util::sync::CancellationToken,
+        Box<dyn FnOnce(std::net::SocketAddr) + Send>,
+    ) -> Fut,
+    Fut: std::future::Future<Output = Result<()>> + Send + 'static,
+{
     let stop = tokio_util::sync::CancellationToken::new();
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let task = tokio::spawn(control_api::run(
-        control_api_config(common),
+    let task = tokio::spawn(run(
         stop.clone(),
-        move |addr| {
+        Box::new(move |addr| {
             let _ = tx.send(addr);
-        },
+        }),
     ));
     let addr = match rx.await {
         Ok(addr) => addr,
         Err(_) => {
             // run() ended before listening: report why.
             task.await??;
-            anyhow::bail!("control-api stopped before listening");
+            anyhow::bail!("{name} stopped before listening");
         }
     };
-    Ok((Running { addr, stop, task }, keys))
+    Ok(Running { addr, stop, task })
+}
+
+/// Starts control-api in-process; returns once it listens.
+pub async fn spawn_control_api(
+    common: runtime::CommonArgs,
+) -> Result<(Running, control_api::Keys)> {
+    let keys = control_api::Keys::hs256(JWT_SECRET.as_bytes())?;
+    let config = control_api_config(common);
+    let running = spawn("control-api", |stop, on_listen| {
+        control_api::run(config, stop, on_listen)
+    })
+    .await?;
+    Ok((running, keys))
+}
+
+/// github-sync's config for the given flags, with the local stack's key and no scheduled
+/// reconcile (tests start the jobs they mean to see).
+pub fn github_sync_config(common: runtime::CommonArgs) -> github_sync::Config {
+    github_sync::Config {
+        common,
+        secret_key: secret_key(),
+        reconcile_cron: "off".to_owned(),
+        page_size: 100,
+        page_cap: 10_000,
+        job_concurrency: 2,
+        job_lease_secs: 60,
+    }
+}
+
+/// Starts github-sync in-process; returns once it listens.
+pub async fn spawn_github_sync(config: github_sync::Config) -> Result<Running> {
+    spawn("github-sync", |stop, on_listen| {
+        github_sync::run(config, stop, on_listen)
+    })
+    .await
 }
 
 /// The routing key (`k1`) tests and the local stack sign GitLab route credentials with.
@@ -288,19 +326,10 @@ pub async fn spawn_ingress(common: runtime::CommonArgs) -> Result<Running> {
 
 /// Starts ingress in-process with a config of the caller's; returns once it listens.
 pub async fn spawn_ingress_with(config: ingress::Config) -> Result<Running> {
-    let stop = tokio_util::sync::CancellationToken::new();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let task = tokio::spawn(ingress::run(config, stop.clone(), move |addr| {
-        let _ = tx.send(addr);
-    }));
-    let addr = match rx.await {
-        Ok(addr) => addr,
-        Err(_) => {
-            task.await??;
-            anyhow::bail!("ingress stopped before listening");
-        }
-    };
-    Ok(Running { addr, stop, task })
+    spawn("ingress", |stop, on_listen| {
+        ingress::run(config, stop, on_listen)
+    })
+    .await
 }
 
 /// A bearer token valid for an hour: `role` is admin or viewer, `workspace` scopes it.

@@ -3,6 +3,7 @@
 //! BACKFILL on demand; any number of replicas share the work through the `sync_job` claims.
 #![forbid(unsafe_code)]
 
+pub mod github;
 pub mod handlers;
 pub mod jobs;
 pub mod mirror;
@@ -30,13 +31,23 @@ pub trait SourceFactory: Send + Sync {
 }
 
 /// github-sync's configuration.
-#[derive(Clone, Debug, clap::Parser)]
+#[derive(Clone, clap::Parser)]
 #[command(name = "github-sync", about = "forgesync GitHub mirror worker")]
 pub struct Config {
     #[command(flatten)]
     pub common: runtime::CommonArgs,
 
-    /// Cron (with seconds) of the scheduled RECONCILIATION, UTC.
+    /// Base64 of the 32-byte AES-256-GCM key that sealed connection secrets.
+    #[arg(
+        long,
+        env = "FORGESYNC_SECRET_KEY",
+        value_name = "FORGESYNC_SECRET_KEY",
+        hide_env_values = true
+    )]
+    pub secret_key: String,
+
+    /// Cron (with seconds) of the scheduled RECONCILIATION, UTC; `off` disables it. A replica
+    /// that starts after a due instant runs that instant's reconcile once (claimed in Postgres).
     #[arg(
         long,
         env = "FORGESYNC_GITHUB_RECONCILE_CRON",
@@ -77,14 +88,31 @@ pub struct Config {
     pub job_lease_secs: u64,
 }
 
-/// Runs github-sync until `shutdown`.
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("common", &self.common)
+            .field("reconcile_cron", &self.reconcile_cron)
+            .field("page_size", &self.page_size)
+            .field("page_cap", &self.page_cap)
+            .field("job_concurrency", &self.job_concurrency)
+            .field("job_lease_secs", &self.job_lease_secs)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs github-sync until `shutdown`, reading GitHub through github-client.
 pub async fn run(
     config: Config,
-    factory: Arc<dyn SourceFactory>,
     shutdown: CancellationToken,
     on_listen: impl FnOnce(SocketAddr) + Send,
 ) -> anyhow::Result<()> {
+    let secret_key = store::secrets::SecretKey::from_base64("k1", &config.secret_key)?;
     let db = runtime::db::connect(&config.common.database_url, config.common.migrate).await?;
+    let factory: Arc<dyn SourceFactory> = Arc::new(github::ClientFactory {
+        db: db.clone(),
+        secret_key,
+    });
     let bus = config.common.connect_bus().await?;
     let replica = runtime::schedule::default_replica_id();
     let engine = sync::Engine {
@@ -134,27 +162,29 @@ pub async fn run(
                 .map_err(anyhow::Error::from)
         }
     });
-    let mut schedules = runtime::ScheduleRunner::new(db.clone(), replica);
-    let schedule_db = db.clone();
-    schedules
-        .add(
-            "github-reconcile",
-            &config.reconcile_cron,
-            Duration::from_secs(300),
-            move |run| {
-                let db = schedule_db.clone();
-                async move {
-                    let queued = handlers::queue_scheduled_reconciles(&db, run.due_at).await?;
-                    tracing::info!(queued, "scheduled GitHub reconciles queued");
-                    Ok(())
-                }
-            },
-        )
-        .context("FORGESYNC_GITHUB_RECONCILE_CRON")?;
-    tasks.spawn({
-        let stop = shutdown.clone();
-        async move { schedules.run(stop).await }
-    });
+    if config.reconcile_cron.trim() != "off" {
+        let mut schedules = runtime::ScheduleRunner::new(db.clone(), replica);
+        let schedule_db = db.clone();
+        schedules
+            .add(
+                "github-reconcile",
+                &config.reconcile_cron,
+                Duration::from_secs(300),
+                move |run| {
+                    let db = schedule_db.clone();
+                    async move {
+                        let queued = handlers::queue_scheduled_reconciles(&db, run.due_at).await?;
+                        tracing::info!(queued, "scheduled GitHub reconciles queued");
+                        Ok(())
+                    }
+                },
+            )
+            .context("FORGESYNC_GITHUB_RECONCILE_CRON")?;
+        tasks.spawn({
+            let stop = shutdown.clone();
+            async move { schedules.run(stop).await }
+        });
+    }
     let relay = Relay::new(db.clone(), bus.clone(), RelayConfig::default());
     tasks.spawn({
         let stop = shutdown.clone();

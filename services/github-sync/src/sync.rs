@@ -242,9 +242,20 @@ impl Engine {
                 Err(e) => {
                     tracing::warn!(error = %e, "page read failed; the listing is incomplete");
                     listing.record_fault(e.fault());
-                    if let SourceError::BudgetExhausted(why) = &e {
-                        stop = Some(JobOutcome::Failed(format!("quota budget exhausted: {why}")));
-                    }
+                    // Whatever stops every later read too ends the job; a repository-level
+                    // failure (a GraphQL error, a 404) only ends this listing.
+                    stop = match &e {
+                        SourceError::BudgetExhausted(why) => {
+                            Some(JobOutcome::Failed(format!("quota budget exhausted: {why}")))
+                        }
+                        SourceError::RateLimited => {
+                            Some(JobOutcome::Failed("GitHub's rate limit is spent".into()))
+                        }
+                        SourceError::Http(status) if *status >= 500 => Some(JobOutcome::Failed(
+                            format!("GitHub is failing (HTTP {status} after retries)"),
+                        )),
+                        _ => None,
+                    };
                     break;
                 }
             };

@@ -1,0 +1,329 @@
+//! The production [`GithubSource`]: github-client's generated queries, with the connection's
+//! credentials (a PAT, or an App installation) and a quota budget per job.
+//!
+//! Connection settings: `{"auth": "pat" | "app", "repositories": ["owner/name", ...] (PAT),
+//! "app_id": N, "installation_id": N (App), "min_remaining": N}`; secrets `token` (PAT) or
+//! `private_key` (App, PEM). The provider instance's server URL is the API base.
+
+use std::sync::Arc;
+
+use anyhow::{Context as _, anyhow};
+use github_client::queries;
+use github_client::{
+    AppCredentials, Auth, Budget, ClientConfig, Error, GithubApp, GithubClient,
+    PathSegment as ClientPath,
+};
+use lifecycle_core::partial::PathSegment;
+use sea_orm::{DatabaseConnection, EntityTrait};
+use serde::Deserialize;
+use store::entity::{connection, provider_instance};
+use store::secrets::SecretKey;
+
+use crate::SourceFactory;
+use crate::source::{
+    GithubSource, IssueNode, Page, PullRequestNode, RepoHeader, RepoRef, SourceError,
+};
+
+/// The public GitHub API, for the default provider instance.
+pub const DEFAULT_API: &str = "https://api.github.com";
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum AuthKind {
+    Pat,
+    App,
+}
+
+#[derive(Debug, Deserialize)]
+struct Settings {
+    auth: AuthKind,
+    #[serde(default)]
+    repositories: Vec<String>,
+    app_id: Option<u64>,
+    installation_id: Option<u64>,
+    /// Rate-limit points a job leaves untouched (default 500).
+    min_remaining: Option<u32>,
+}
+
+/// Builds a [`ClientSource`] per connection.
+pub struct ClientFactory {
+    pub db: DatabaseConnection,
+    pub secret_key: SecretKey,
+}
+
+#[async_trait::async_trait]
+impl SourceFactory for ClientFactory {
+    async fn source(&self, conn: &connection::Model) -> anyhow::Result<Arc<dyn GithubSource>> {
+        let settings: Settings = serde_json::from_value(conn.settings.clone())
+            .context("connection settings must name `auth` (pat or app) and its fields")?;
+        let instance = provider_instance::Entity::find_by_id(conn.provider_instance_id)
+            .one(&self.db)
+            .await?
+            .ok_or_else(|| anyhow!("the connection's provider instance is missing"))?;
+        let base = instance
+            .server_url
+            .unwrap_or_else(|| DEFAULT_API.to_owned());
+        let config = ClientConfig::new(base);
+        let secret = |name: &'static str| async move {
+            store::secrets::get(&self.db, &self.secret_key, conn.id, name)
+                .await?
+                .ok_or_else(|| anyhow!("the connection has no `{name}` secret"))
+        };
+        let (auth, repositories) = match settings.auth {
+            AuthKind::Pat => {
+                let token = String::from_utf8(secret("token").await?)?;
+                let repos = settings
+                    .repositories
+                    .iter()
+                    .map(|r| {
+                        let (owner, name) = r
+                            .split_once('/')
+                            .ok_or_else(|| anyhow!("repository {r:?} is not owner/name"))?;
+                        Ok(RepoRef {
+                            owner: owner.to_owned(),
+                            name: name.to_owned(),
+                        })
+                    })
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                (Auth::personal_token(token), Some(repos))
+            }
+            AuthKind::App => {
+                let app_id = settings
+                    .app_id
+                    .context("an App connection needs `app_id`")?;
+                let installation_id = settings
+                    .installation_id
+                    .context("an App connection needs `installation_id`")?;
+                let pem = secret("private_key").await?;
+                let app = GithubApp::new(&config, AppCredentials::from_pem(app_id, &pem)?)?;
+                (
+                    Auth::Installation {
+                        app: Arc::new(app),
+                        installation_id,
+                    },
+                    None,
+                )
+            }
+        };
+        let client = GithubClient::new(&config, auth)?
+            .with_budget(Budget::keep(settings.min_remaining.unwrap_or(500)));
+        Ok(Arc::new(ClientSource {
+            client,
+            repositories,
+        }))
+    }
+}
+
+/// github-client behind the engine's interface.
+pub struct ClientSource {
+    client: GithubClient,
+    /// A PAT's configured repositories; `None` lists the App installation's.
+    repositories: Option<Vec<RepoRef>>,
+}
+
+impl ClientSource {
+    pub fn new(client: GithubClient, repositories: Option<Vec<RepoRef>>) -> Self {
+        ClientSource {
+            client,
+            repositories,
+        }
+    }
+}
+
+fn source_error(e: Error) -> SourceError {
+    match e {
+        Error::BudgetExhausted(stop) => SourceError::BudgetExhausted(stop.to_string()),
+        Error::RateLimited { .. } => SourceError::RateLimited,
+        Error::Http { status, .. } => SourceError::Http(status),
+        Error::Graphql { errors } if errors.iter().any(|e| e.is_not_found()) => {
+            SourceError::NotFound
+        }
+        Error::Graphql { errors } => SourceError::GraphQl(
+            errors
+                .iter()
+                .map(|e| e.message.as_str())
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+        other => SourceError::Other(other.to_string()),
+    }
+}
+
+fn path(p: &[ClientPath]) -> Vec<PathSegment> {
+    p.iter()
+        .map(|s| match s {
+            ClientPath::Field(f) => PathSegment::Key(f.clone()),
+            ClientPath::Index(i) => PathSegment::Index(*i),
+        })
+        .collect()
+}
+
+fn header(h: &queries::RepositoryHeader) -> Result<RepoHeader, SourceError> {
+    let (owner, name) = h
+        .name_with_owner
+        .split_once('/')
+        .ok_or_else(|| SourceError::Other(format!("nameWithOwner {:?}", h.name_with_owner)))?;
+    Ok(RepoHeader {
+        native_id: h
+            .database_id
+            .map(i64::from)
+            .ok_or_else(|| SourceError::Other("repository without databaseId".into()))?,
+        node_id: h.id.inner().to_owned(),
+        owner: owner.to_owned(),
+        name: name.to_owned(),
+        archived: Some(h.is_archived),
+    })
+}
+
+fn lower<T: std::fmt::Debug>(v: &T) -> String {
+    // Enum names as stored: `Open` → `open`, `NotPlanned` → `not_planned`, `Other("X")` → `x`.
+    let raw = format!("{v:?}");
+    let raw = raw
+        .strip_prefix("Other(\"")
+        .and_then(|r| r.strip_suffix("\")"))
+        .unwrap_or(&raw);
+    let mut out = String::new();
+    for (i, c) in raw.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 && !raw.contains('_') {
+            out.push('_');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
+}
+
+#[async_trait::async_trait]
+impl GithubSource for ClientSource {
+    async fn repositories(&self) -> Result<Vec<RepoRef>, SourceError> {
+        if let Some(repos) = &self.repositories {
+            return Ok(repos.clone());
+        }
+        let mut out = Vec::new();
+        let mut page = 1;
+        loop {
+            let got = self
+                .client
+                .installation_repositories(page)
+                .await
+                .map_err(source_error)?;
+            out.extend(got.repositories.into_iter().map(|r| RepoRef {
+                owner: r.owner.login,
+                name: r.name,
+            }));
+            match got.next_page {
+                Some(next) if next > page => page = next,
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    async fn issues_page(
+        &self,
+        repo: &RepoRef,
+        first: u32,
+        after: Option<&str>,
+    ) -> Result<Page<IssueNode>, SourceError> {
+        let page = self
+            .client
+            .issues_page(&repo.owner, &repo.name, first, after)
+            .await
+            .map_err(source_error)?;
+        let nodes = page
+            .nodes
+            .iter()
+            .flatten()
+            .filter_map(|n| {
+                Some(IssueNode {
+                    native_id: i64::from(n.database_id?),
+                    node_id: n.id.inner().to_owned(),
+                    number: n.number,
+                    title: n.title.clone(),
+                    body: n.body.clone(),
+                    state: lower(&n.state),
+                    state_reason: n.state_reason.as_ref().map(lower),
+                    author: n.author.as_ref().map(|a| a.login.clone()),
+                    locked: Some(n.locked),
+                    lock_reason: n.active_lock_reason.as_ref().map(lower),
+                    comment_count: Some(n.comments.total_count),
+                    created_at: n.created_at.0,
+                    updated_at: n.updated_at.0,
+                    closed_at: n.closed_at.as_ref().map(|t| t.0),
+                })
+            })
+            .collect();
+        Ok(Page {
+            repository: header(&page.repository)?,
+            nodes,
+            total_count: Some(u64::from(page.total_count)),
+            has_next_page: page.page_info.has_next_page,
+            end_cursor: page.page_info.end_cursor.clone(),
+            error_paths: page.errors.iter().map(|e| path(&e.path)).collect(),
+            cost: page.rate_limit.map_or(0, |r| r.cost),
+        })
+    }
+
+    async fn pull_requests_page(
+        &self,
+        repo: &RepoRef,
+        first: u32,
+        after: Option<&str>,
+    ) -> Result<Page<PullRequestNode>, SourceError> {
+        let page = self
+            .client
+            .pull_requests_page(&repo.owner, &repo.name, first, after)
+            .await
+            .map_err(source_error)?;
+        let nodes = page
+            .nodes
+            .iter()
+            .flatten()
+            .filter_map(|n| {
+                Some(PullRequestNode {
+                    native_id: i64::from(n.database_id?),
+                    node_id: n.id.inner().to_owned(),
+                    number: n.number,
+                    title: n.title.clone(),
+                    body: n.body.clone(),
+                    state: lower(&n.state),
+                    draft: Some(n.is_draft),
+                    author: n.author.as_ref().map(|a| a.login.clone()),
+                    locked: Some(n.locked),
+                    lock_reason: n.active_lock_reason.as_ref().map(lower),
+                    comment_count: Some(n.comments.total_count),
+                    review_count: n.reviews.as_ref().map(|r| r.total_count),
+                    head_ref: Some(n.head_ref_name.clone()),
+                    head_sha: Some(n.head_ref_oid.0.clone()),
+                    base_ref: Some(n.base_ref_name.clone()),
+                    created_at: n.created_at.0,
+                    updated_at: n.updated_at.0,
+                    closed_at: n.closed_at.as_ref().map(|t| t.0),
+                    merged_at: n.merged_at.as_ref().map(|t| t.0),
+                })
+            })
+            .collect();
+        Ok(Page {
+            repository: header(&page.repository)?,
+            nodes,
+            total_count: Some(u64::from(page.total_count)),
+            has_next_page: page.page_info.has_next_page,
+            end_cursor: page.page_info.end_cursor.clone(),
+            error_paths: page.errors.iter().map(|e| path(&e.path)).collect(),
+            cost: page.rate_limit.map_or(0, |r| r.cost),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lower;
+    use github_client::queries::{IssueStateReason, LockReason, PullRequestState};
+
+    #[test]
+    fn enum_values_are_stored_in_snake_case() {
+        assert_eq!(lower(&PullRequestState::Merged), "merged");
+        assert_eq!(lower(&IssueStateReason::NotPlanned), "not_planned");
+        assert_eq!(lower(&LockReason::TooHeated), "too_heated");
+        assert_eq!(lower(&LockReason::Other("SOME_NEW".into())), "some_new");
+    }
+}

@@ -1,0 +1,306 @@
+//! github-sync end to end: control-api activates a GitHub App connection, github-sync runs the
+//! INITIAL job through github-client against the GitHub simulator over HTTP, and reconciles on
+//! demand; real Postgres and NATS throughout.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use control_api::Role;
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use testkit::TestEnv;
+use vendor_sim::github::{
+    Fault, FaultKind, GithubSim, RateLimitBudget, RateLimitResource, Scenario, generate, ops,
+};
+
+const APP_KEY: &[u8] =
+    include_bytes!("../../../crates/github-client/tests/fixtures/test-app-key.pem");
+
+struct Stack {
+    env: TestEnv,
+    sim: GithubSim,
+    http: reqwest::Client,
+    api: String,
+    token: String,
+    ws: String,
+    conn: String,
+    pool: PgPool,
+    _control: testkit::Running,
+    _sync: testkit::Running,
+    repositories: Vec<u64>,
+}
+
+impl Stack {
+    async fn start(items: usize, page_size: u32) -> Result<Stack> {
+        let env = TestEnv::new().await?;
+        let generated = generate(&Scenario {
+            items,
+            ..Scenario::default()
+        });
+        let mut model = generated.model;
+        model.set_app_id("4242");
+        let sim = GithubSim::start(model).await?;
+        let (control, keys) = testkit::spawn_control_api(env.common_args()).await?;
+        let mut config = testkit::github_sync_config(env.common_args());
+        config.page_size = page_size;
+        let sync = testkit::spawn_github_sync(config).await?;
+        let token = testkit::token(&keys, Role::Admin, None)?;
+        let http = reqwest::Client::new();
+        let api = control.url();
+        let ws: Value = http
+            .post(format!("{api}/workspaces"))
+            .bearer_auth(&token)
+            .json(&json!({"name": "acme"}))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let ws = ws["id"].as_str().unwrap().to_owned();
+        let conn: Value = http
+            .post(format!("{api}/workspaces/{ws}/connections"))
+            .bearer_auth(&token)
+            .json(&json!({
+                "kind": "github",
+                "server_url": sim.base_url(),
+                "settings": { "auth": "app", "app_id": 4242, "installation_id": generated.installation },
+                "secrets": { "private_key": String::from_utf8(APP_KEY.to_vec())? },
+            }))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let conn = conn["id"].as_str().expect("connection created").to_owned();
+        let pool = env.db.db.get_postgres_connection_pool().clone();
+        Ok(Stack {
+            env,
+            sim,
+            http,
+            api,
+            token,
+            ws,
+            conn,
+            pool,
+            _control: control,
+            _sync: sync,
+            repositories: generated.repositories,
+        })
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Result<(u16, Value)> {
+        let res = self
+            .http
+            .post(format!("{}{path}", self.api))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await?;
+        Ok((
+            res.status().as_u16(),
+            res.json().await.unwrap_or(Value::Null),
+        ))
+    }
+
+    /// Waits for the connection's jobs of `job_type` to reach `count` finished ones.
+    async fn finished_jobs(
+        &self,
+        job_type: &str,
+        count: i64,
+    ) -> Result<Vec<(String, Option<String>, i64)>> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let rows: Vec<(String, Option<String>, i64)> = sqlx::query_as(
+                "SELECT status, error, progress_done FROM sync_job WHERE job_type = $1 AND finished_at IS NOT NULL ORDER BY created_at",
+            )
+            .bind(job_type)
+            .fetch_all(&self.pool)
+            .await?;
+            if rows.len() as i64 >= count {
+                return Ok(rows);
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{job_type} job did not finish"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn count(&self, sql: &'static str) -> Result<i64> {
+        let (n,): (i64,) = sqlx::query_as(sql).fetch_one(&self.pool).await?;
+        Ok(n)
+    }
+
+    async fn reconcile(&self) -> Result<()> {
+        let (status, body) = self
+            .post(
+                &format!("/workspaces/{}/connections/{}/sync", self.ws, self.conn),
+                json!({"type": "RECONCILIATION"}),
+            )
+            .await?;
+        assert_eq!(status, 202, "{body}");
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn initial_sync_mirrors_an_installation_of_5_repositories_and_10000_items() -> Result<()> {
+    let s = Stack::start(10_000, 100).await?;
+    let (status, _) = s
+        .post(
+            &format!("/workspaces/{}/connections/{}/activate", s.ws, s.conn),
+            json!({}),
+        )
+        .await?;
+    assert_eq!(status, 200);
+    let jobs = s.finished_jobs("INITIAL", 1).await?;
+    assert_eq!(jobs[0].0, "succeeded", "{jobs:?}");
+    assert_eq!(jobs[0].2, 10_000, "progress counts every item");
+
+    let (issues, pulls) = s.sim.model(|m| {
+        let issues: usize = m.repositories().map(|r| r.issues().count()).sum();
+        let pulls: usize = m.repositories().map(|r| r.pull_requests().count()).sum();
+        (issues as i64, pulls as i64)
+    });
+    assert_eq!(s.count("SELECT count(*) FROM issue").await?, issues);
+    assert_eq!(s.count("SELECT count(*) FROM pull_request").await?, pulls);
+    assert_eq!(s.count("SELECT count(*) FROM repository").await?, 5);
+    assert_eq!(
+        s.count("SELECT count(*) FROM repository_to_monitor WHERE native_id IS NOT NULL")
+            .await?,
+        5
+    );
+    // Field by field for one issue and one pull request.
+    let (repo_id, issue) = s.sim.model(|m| {
+        let repo = m.repositories().next().unwrap();
+        (repo.database_id, repo.issues().next().unwrap().clone())
+    });
+    let row: (String, Option<String>, String, i32) = sqlx::query_as(
+        "SELECT i.title, i.body, i.state, i.number FROM issue i JOIN repository r ON r.id = i.repository_id WHERE r.native_id = $1 AND i.native_id = $2",
+    )
+    .bind(repo_id as i64)
+    .bind(issue.database_id as i64)
+    .fetch_one(&s.pool)
+    .await?;
+    assert_eq!(row.0, issue.title);
+    assert_eq!(row.1.as_deref(), Some(issue.body.as_str()));
+    assert_eq!(row.3 as u64, issue.number);
+    let _ = &s.repositories;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reconcile_fails_closed_on_injected_faults_and_tombstones_exactly_the_vanished()
+-> Result<()> {
+    // Pages of 20, so every repository's issues span several pages and a lie has room.
+    let s = Stack::start(600, 20).await?;
+    s.post(
+        &format!("/workspaces/{}/connections/{}/activate", s.ws, s.conn),
+        json!({}),
+    )
+    .await?;
+    s.finished_jobs("INITIAL", 1).await?;
+    let repo = s.repositories[0];
+    let gone: Vec<u64> = s.sim.model(|m| {
+        let numbers: Vec<u64> = m
+            .repository(repo)
+            .unwrap()
+            .issues()
+            .take(3)
+            .map(|i| i.number)
+            .collect();
+        numbers
+            .iter()
+            .filter_map(|n| m.delete_issue(repo, *n))
+            .map(|i| i.database_id)
+            .collect()
+    });
+    assert_eq!(gone.len(), 3);
+
+    let faults = [
+        FaultKind::TruncatedPage { keep: 10 },
+        FaultKind::HasNextPage(false),
+        FaultKind::TotalCountOffBy(1),
+        FaultKind::field_error(
+            "repository.issues.nodes.0.comments",
+            "FORBIDDEN",
+            "no access",
+        ),
+        FaultKind::Status(502),
+    ];
+    let mut reconciles = 0;
+    for kind in faults {
+        s.sim.clear_faults();
+        s.sim
+            .inject(Fault::always(ops::REPOSITORY_ISSUES, kind.clone()));
+        s.reconcile().await?;
+        reconciles += 1;
+        s.finished_jobs("RECONCILIATION", reconciles).await?;
+        assert_eq!(
+            s.count("SELECT count(*) FROM issue WHERE deleted_at IS NOT NULL")
+                .await?,
+            0,
+            "{kind:?} must tombstone nothing"
+        );
+    }
+    s.sim.clear_faults();
+    s.reconcile().await?;
+    let jobs = s.finished_jobs("RECONCILIATION", reconciles + 1).await?;
+    let activity: Vec<(String, serde_json::Value)> = sqlx::query_as(
+        "SELECT activity, detail FROM connection_activity ORDER BY created_at DESC LIMIT 4",
+    )
+    .fetch_all(&s.pool)
+    .await?;
+    assert_eq!(jobs.last().unwrap().0, "succeeded", "{jobs:?} {activity:?}");
+    let rows: Vec<(i64,)> = sqlx::query_as(
+        "SELECT native_id FROM issue WHERE deleted_at IS NOT NULL ORDER BY native_id",
+    )
+    .fetch_all(&s.pool)
+    .await?;
+    let mut expected: Vec<i64> = gone.iter().map(|id| *id as i64).collect();
+    expected.sort();
+    assert_eq!(
+        rows.into_iter().map(|(id,)| id).collect::<Vec<_>>(),
+        expected
+    );
+    let _ = &s.env;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn budget_exhaustion_mid_reconcile_ends_the_job_with_its_reason_and_tombstones_nothing()
+-> Result<()> {
+    let s = Stack::start(600, 20).await?;
+    s.post(
+        &format!("/workspaces/{}/connections/{}/activate", s.ws, s.conn),
+        json!({}),
+    )
+    .await?;
+    s.finished_jobs("INITIAL", 1).await?;
+    let repo = s.repositories[0];
+    s.sim.model(|m| {
+        let n = m.repository(repo).unwrap().issues().next().unwrap().number;
+        m.delete_issue(repo, n);
+        // One page fits above the job's reserve of 500 points; the next would dig into it.
+        m.set_rate_limit(
+            RateLimitResource::Graphql,
+            RateLimitBudget {
+                limit: 5000,
+                remaining: 501,
+                reset_at: time::OffsetDateTime::now_utc() + time::Duration::hours(1),
+            },
+        );
+    });
+    s.reconcile().await?;
+    let jobs = s.finished_jobs("RECONCILIATION", 1).await?;
+    assert_eq!(jobs[0].0, "failed");
+    assert!(
+        jobs[0].1.as_deref().unwrap_or_default().contains("budget"),
+        "{jobs:?}"
+    );
+    assert_eq!(
+        s.count("SELECT count(*) FROM issue WHERE deleted_at IS NOT NULL")
+            .await?,
+        0
+    );
+    Ok(())
+}
