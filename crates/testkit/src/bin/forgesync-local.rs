@@ -1,11 +1,13 @@
 //! The local stack (`cargo xtask up`): every service that exists, in one process, against the
-//! Postgres and NATS that xtask provisioned. Also `migrate` for `cargo xtask migrate`.
+//! Postgres and NATS that xtask provisioned, plus the GitHub simulator with a demo workspace
+//! connected to it. Also `migrate` for `cargo xtask migrate`.
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
+use serde_json::{Value, json};
 
 #[derive(Parser)]
 #[command(name = "forgesync-local", about = "forgesync's all-in-one local stack")]
@@ -18,7 +20,7 @@ struct Cli {
 enum Command {
     /// Migrate, then run every service until Ctrl-C.
     Up {
-        /// Where control-api listens.
+        /// Where control-api listens; ingress and github-sync take the next two ports.
         #[arg(
             long,
             env = "FORGESYNC_LISTEN",
@@ -26,6 +28,9 @@ enum Command {
             default_value = "127.0.0.1:8080"
         )]
         listen: SocketAddr,
+        /// Do not start the GitHub simulator and its demo workspace.
+        #[arg(long)]
+        no_demo: bool,
     },
     /// Apply pending migrations and exit.
     Migrate,
@@ -50,52 +55,137 @@ async fn main() -> Result<()> {
             );
             Ok(())
         }
-        Command::Up { listen } => up(&database_url, &env("NATS_URL")?, listen).await,
+        Command::Up { listen, no_demo } => {
+            up(&database_url, &env("NATS_URL")?, listen, !no_demo).await
+        }
     }
 }
 
-async fn up(database_url: &str, nats_url: &str, listen: SocketAddr) -> Result<()> {
+fn next_port(addr: SocketAddr, n: u16) -> SocketAddr {
+    SocketAddr::new(addr.ip(), addr.port().saturating_add(n))
+}
+
+async fn up(database_url: &str, nats_url: &str, listen: SocketAddr, demo: bool) -> Result<()> {
     let shutdown = runtime::shutdown_token();
-    let mut common = testkit::common_args(database_url, nats_url, None);
-    common.listen = listen;
-    common.migrate = true;
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let control_api = tokio::spawn(control_api::run(
-        testkit::control_api_config(common),
-        shutdown.clone(),
-        move |addr| {
-            let _ = tx.send(addr);
-        },
-    ));
-    let Ok(addr) = rx.await else {
-        control_api.await??;
-        anyhow::bail!("control-api stopped before listening");
+    let common = |port: SocketAddr, migrate: bool| {
+        let mut c = testkit::common_args(database_url, nats_url, None);
+        c.listen = port;
+        c.migrate = migrate;
+        c
     };
-    let keys = control_api::Keys::hs256(testkit::JWT_SECRET.as_bytes())?;
+    // control-api migrates first; the others start against the current schema.
+    let (control_api, keys) = testkit::spawn_control_api(common(listen, true)).await?;
+    let ingress = testkit::spawn_ingress(common(next_port(listen, 1), false)).await?;
+    let mut sync_config = testkit::github_sync_config(common(next_port(listen, 2), false));
+    sync_config.reconcile_cron = "0 0 3 * * *".to_owned();
+    let github_sync = testkit::spawn_github_sync(sync_config).await?;
+
     let token = testkit::token(&keys, control_api::Role::Admin, None)?;
-    let base = format!("http://{addr}");
+    let base = control_api.url();
+    let sim = if demo {
+        Some(start_demo(&base, &token).await?)
+    } else {
+        None
+    };
+    let demo_lines = match &sim {
+        Some((sim, ws, conn)) => format!(
+            "  GitHub sim    {}   (3 repositories, 300 issues and pull requests)\n\n\
+             A demo workspace {ws} has an active GitHub connection {conn} to the simulator;\n\
+             its INITIAL sync is running. Watch it:\n  \
+             curl -s {base}/workspaces/{ws}/connections/{conn}/jobs -H \"Authorization: Bearer $TOKEN\"\n",
+            sim.base_url()
+        ),
+        None => String::new(),
+    };
     println!(
         r#"
 forgesync is up.
-  control-api   {base}      (OpenAPI: {base}/openapi.json, health: {base}/readyz, metrics: {base}/metrics)
+  control-api   {base}   (OpenAPI: {base}/openapi.json, health: /readyz, metrics: /metrics)
+  ingress       {ingress}   (webhooks: /webhooks/github, /webhooks/gitlab, /webhooks/slack, ...)
+  github-sync   {sync}   (health and metrics only)
   Postgres      {db}
   NATS          {nats}
-
+{demo_lines}
 An admin token valid for one hour:
   export TOKEN={token}
 
 Try it:
-  curl -s -X POST {base}/workspaces -H "Authorization: Bearer $TOKEN" -H 'content-type: application/json' -d '{{"name":"demo"}}'
-  # then, with the workspace id it returns:
+  curl -s -X POST {base}/workspaces -H "Authorization: Bearer $TOKEN" -H 'content-type: application/json' -d '{{"name":"acme"}}'
+  # then, with the workspace id it returns as $WS:
   curl -s -X POST {base}/workspaces/$WS/connections -H "Authorization: Bearer $TOKEN" -H 'content-type: application/json' -d '{{"kind":"github","secrets":{{"token":"ghp_example"}}}}'
+  # and with the connection id as $CONN:
   curl -s -X POST {base}/workspaces/$WS/connections/$CONN/activate -H "Authorization: Bearer $TOKEN"
 
 Ctrl-C stops everything.
 "#,
+        ingress = ingress.url(),
+        sync = github_sync.url(),
         db = runtime::config::redact_url(database_url),
         nats = runtime::config::redact_url(nats_url),
     );
-    let result = control_api.await.context("control-api task")?;
+    shutdown.cancelled().await;
+    let results = [
+        control_api.stop().await,
+        ingress.stop().await,
+        github_sync.stop().await,
+    ];
+    drop(sim);
     println!("forgesync stopped");
-    result
+    results.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
+}
+
+/// Starts the GitHub simulator and connects a demo workspace to it through control-api.
+async fn start_demo(
+    base: &str,
+    token: &str,
+) -> Result<(vendor_sim::github::GithubSim, String, String)> {
+    use vendor_sim::github::{GithubSim, Scenario, generate};
+    let generated = generate(&Scenario {
+        repositories: 3,
+        items: 300,
+        ..Scenario::default()
+    });
+    let mut model = generated.model;
+    model.add_personal_access_token("ghp_forgesync_demo");
+    let repositories: Vec<String> = model
+        .repositories()
+        .map(|r| format!("{}/{}", r.owner, r.name))
+        .collect();
+    let sim = GithubSim::start(model).await?;
+    let http = reqwest::Client::new();
+    let call = |path: String, body: Value| {
+        let req = http
+            .post(format!("{base}{path}"))
+            .bearer_auth(token)
+            .json(&body);
+        async move {
+            let res = req.send().await?;
+            let status = res.status();
+            let body: Value = res.json().await?;
+            anyhow::ensure!(
+                status.is_success(),
+                "demo setup: {path} answered {status}: {body}"
+            );
+            anyhow::Ok(body)
+        }
+    };
+    let ws = call("/workspaces".into(), json!({ "name": "demo" })).await?;
+    let ws = ws["id"].as_str().context("workspace id")?.to_owned();
+    let conn = call(
+        format!("/workspaces/{ws}/connections"),
+        json!({
+            "kind": "github",
+            "server_url": sim.base_url(),
+            "settings": { "auth": "pat", "repositories": repositories },
+            "secrets": { "token": "ghp_forgesync_demo" },
+        }),
+    )
+    .await?;
+    let conn = conn["id"].as_str().context("connection id")?.to_owned();
+    call(
+        format!("/workspaces/{ws}/connections/{conn}/activate"),
+        json!({}),
+    )
+    .await?;
+    Ok((sim, ws, conn))
 }
