@@ -9,6 +9,7 @@ pub mod jobs;
 pub mod mirror;
 pub mod source;
 pub mod sync;
+pub mod webhooks;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -158,6 +159,19 @@ pub async fn run(
         let (bus, db, stop) = (bus.clone(), db.clone(), shutdown.clone());
         async move {
             consumer::run(&bus, db, lifecycle_spec, lifecycle_handler, stop)
+                .await
+                .map_err(anyhow::Error::from)
+        }
+    });
+    let repository_spec = ConsumerSpec {
+        filter_subjects: vec!["github.*.?.repository".into()],
+        ..ConsumerSpec::new(Stream::WebhooksGithub, "github-sync-repository")
+    };
+    let repository_handler = Arc::new(webhooks::RepositoryHandler { db: db.clone() });
+    tasks.spawn({
+        let (bus, db, stop) = (bus.clone(), db.clone(), shutdown.clone());
+        async move {
+            consumer::run(&bus, db, repository_spec, repository_handler, stop)
                 .await
                 .map_err(anyhow::Error::from)
         }

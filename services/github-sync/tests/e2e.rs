@@ -304,3 +304,60 @@ async fn budget_exhaustion_mid_reconcile_ends_the_job_with_its_reason_and_tombst
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deleted_repository_loses_its_mirror_and_monitors() -> Result<()> {
+    let s = Stack::start(300, 100).await?;
+    s.post(
+        &format!("/workspaces/{}/connections/{}/activate", s.ws, s.conn),
+        json!({}),
+    )
+    .await?;
+    s.finished_jobs("INITIAL", 1).await?;
+    let repo = s.repositories[0];
+    let (owner, payload) = s.sim.model(|m| {
+        let r = m.repository(repo).unwrap().clone();
+        let payload = vendor_sim::github::webhook::repository_payload(m, "deleted", &r, None);
+        m.delete_repository(repo);
+        (r.owner.clone(), payload)
+    });
+    let before = s.count("SELECT count(*) FROM issue").await?;
+    let in_repo: (i64,) = sqlx::query_as("SELECT count(*) FROM issue i JOIN repository r ON r.id = i.repository_id WHERE r.native_id = $1")
+        .bind(repo as i64)
+        .fetch_one(&s.pool)
+        .await?;
+    assert!(in_repo.0 > 0);
+
+    // As ingress publishes it: owner-level subject, the connection in a header.
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Forgesync-Connection", s.conn.as_str());
+    let subject = lifecycle_core::subject::github_owner(&owner, "repository");
+    s.env
+        .bus
+        .publish(
+            &subject,
+            "delivery-1",
+            headers,
+            serde_json::to_vec(&payload)?.into(),
+        )
+        .await?;
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while s.count("SELECT count(*) FROM repository").await? != 4 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the repository was not removed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        s.count("SELECT count(*) FROM repository_to_monitor")
+            .await?,
+        4
+    );
+    assert_eq!(
+        s.count("SELECT count(*) FROM issue").await?,
+        before - in_repo.0
+    );
+    Ok(())
+}
