@@ -557,7 +557,10 @@ async fn crash_test() -> Result<()> {
         messages.len(),
         started.elapsed()
     );
+    let log = ingress.log.clone();
     drop(ingress);
+    // The child's log is kept only when the test fails.
+    let _ = std::fs::remove_file(log);
     env.db.drop().await;
     Ok(())
 }
