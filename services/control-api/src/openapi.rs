@@ -13,7 +13,7 @@ use crate::routes::{connections, dead_messages, endpoints, jobs, workspaces};
         workspaces::create, workspaces::list, workspaces::get, workspaces::purge,
         connections::create, connections::list, connections::get, connections::audit,
         connections::transition,
-        jobs::create, jobs::list,
+        jobs::create, jobs::list, jobs::cancel,
         dead_messages::list, dead_messages::replay,
         endpoints::create, endpoints::rotate_secret, endpoints::replay,
     ),

@@ -497,3 +497,45 @@ async fn dead_messages_are_listed_and_replayed() -> Result<()> {
     assert_eq!(s, StatusCode::NOT_FOUND);
     running.stop().await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_job_can_be_canceled_once() -> Result<()> {
+    let env = TestEnv::new().await?;
+    let (api, running) = Api::start(&env).await?;
+    let ws = api.workspace("acme").await?;
+    let other = api.workspace("other").await?;
+    let conn = api.connection(&ws, "github").await?;
+    let id = conn["id"].as_str().unwrap();
+    api.post(
+        &format!("/workspaces/{ws}/connections/{id}/activate"),
+        json!({}),
+    )
+    .await?;
+    let (_, job) = api
+        .post(
+            &format!("/workspaces/{ws}/connections/{id}/sync"),
+            json!({ "type": "BACKFILL" }),
+        )
+        .await?;
+    let job_id = job["id"].as_str().unwrap();
+    let cancel = format!("/workspaces/{ws}/connections/{id}/jobs/{job_id}/cancel");
+
+    let (s, _) = api
+        .post(
+            &format!("/workspaces/{other}/connections/{id}/jobs/{job_id}/cancel"),
+            json!({}),
+        )
+        .await?;
+    assert_eq!(
+        s,
+        StatusCode::NOT_FOUND,
+        "another workspace cannot cancel it"
+    );
+    let (s, body) = api.post(&cancel, json!({})).await?;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "canceled");
+    let (s, body) = api.post(&cancel, json!({})).await?;
+    assert_eq!(s, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"], "job_finished");
+    running.stop().await
+}

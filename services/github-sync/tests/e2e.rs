@@ -361,3 +361,39 @@ async fn a_deleted_repository_loses_its_mirror_and_monitors() -> Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_share_the_jobs_and_none_runs_twice() -> Result<()> {
+    let s = Stack::start(300, 100).await?;
+    let second =
+        testkit::spawn_github_sync(testkit::github_sync_config(s.env.common_args())).await?;
+    s.post(
+        &format!("/workspaces/{}/connections/{}/activate", s.ws, s.conn),
+        json!({}),
+    )
+    .await?;
+    s.finished_jobs("INITIAL", 1).await?;
+    let per_job = s.sim.calls(ops::REPOSITORY_ISSUES);
+    // Slow reads keep a replica's slots busy, so queued jobs must reach the other one.
+    s.sim.inject(Fault::always(
+        ops::REPOSITORY_ISSUES,
+        FaultKind::Delay(Duration::from_millis(150)),
+    ));
+    for _ in 0..8 {
+        s.reconcile().await?;
+    }
+    let jobs = s.finished_jobs("RECONCILIATION", 8).await?;
+    assert!(jobs.iter().all(|j| j.0 == "succeeded"), "{jobs:?}");
+    assert_eq!(
+        s.sim.calls(ops::REPOSITORY_ISSUES),
+        per_job * 9,
+        "every job read its pages exactly once"
+    );
+    let replicas: Vec<(String,)> = sqlx::query_as(
+        "SELECT DISTINCT claimed_by FROM sync_job WHERE job_type = 'RECONCILIATION'",
+    )
+    .fetch_all(&s.pool)
+    .await?;
+    assert_eq!(replicas.len(), 2, "both replicas ran jobs: {replicas:?}");
+    second.stop().await
+}

@@ -5,7 +5,9 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use lifecycle_core::job::{JobTypeError, SyncJobType};
-use sea_orm::{ActiveModelTrait, ActiveValue::Set, QuerySelect, TransactionTrait};
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, QueryFilter, QuerySelect, TransactionTrait,
+};
 use serde::{Deserialize, Serialize};
 use store::entity::{ConnectionStatus, JobStatus, JobTrigger, JobType, sync_job};
 use store::outbox::{self, OutboxMessage};
@@ -168,4 +170,39 @@ pub async fn list(
         .all(&state.db)
         .await?;
     Ok(Json(rows.into_iter().map(Into::into).collect()))
+}
+
+#[utoipa::path(post, path = "/workspaces/{workspace_id}/connections/{connection_id}/jobs/{job_id}/cancel",
+    responses((status = 200, body = JobView), (status = 404, body = crate::error::ErrorBody),
+              (status = 409, body = crate::error::ErrorBody)))]
+pub async fn cancel(
+    State(state): State<AppState>,
+    Admin(caller): Admin,
+    PathParams((workspace_id, connection_id, job_id)): PathParams<(Uuid, Uuid, Uuid)>,
+) -> Result<Json<JobView>, ApiError> {
+    let txn = state.db.begin().await?;
+    find_connection(&txn, &caller, workspace_id, connection_id, false).await?;
+    let job = sync_job::of_connection(workspace_id, connection_id)
+        .filter(sync_job::Column::Id.eq(job_id))
+        .lock_exclusive()
+        .one(&txn)
+        .await?
+        .ok_or_else(|| ApiError::not_found("job"))?;
+    if !matches!(job.status, JobStatus::Queued | JobStatus::Running) {
+        return Err(ApiError::conflict(
+            "job_finished",
+            format!(
+                "the job is already {}; only queued or running jobs can be canceled",
+                name(job.status)
+            ),
+        ));
+    }
+    // The worker reads this at its next page and stops there; a queued job never starts.
+    let mut active: sync_job::ActiveModel = job.into();
+    active.status = Set(JobStatus::Canceled);
+    active.updated_at = Set(time::OffsetDateTime::now_utc());
+    let job = active.update(&txn).await?;
+    txn.commit().await?;
+    tracing::info!(%workspace_id, %connection_id, %job_id, actor = %caller.sub, "sync job canceled");
+    Ok(Json(job.into()))
 }

@@ -48,6 +48,10 @@ pub fn router() -> Router<AppState> {
             get(jobs::list),
         )
         .route(
+            "/workspaces/{workspace_id}/connections/{connection_id}/jobs/{job_id}/cancel",
+            post(jobs::cancel),
+        )
+        .route(
             "/workspaces/{workspace_id}/connections/{connection_id}/endpoints",
             post(endpoints::create),
         )
