@@ -123,18 +123,9 @@ async fn publish_now(
     outbox_id: Uuid,
     message: OutboxMessage,
 ) -> anyhow::Result<()> {
-    let txn = db.begin().await?;
-    // Claim the row as the relay does, so the two never publish the same row at once.
-    let claimed = txn
-        .query_one_raw(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            "SELECT id FROM outbox WHERE id = $1 AND published_at IS NULL FOR UPDATE SKIP LOCKED",
-            [outbox_id.into()],
-        ))
-        .await?;
-    if claimed.is_none() {
-        return Ok(());
-    }
+    // No row lock and no open transaction while NATS answers: the message id is the dedup key,
+    // so if the relay publishes the same row meanwhile the stream keeps one copy, and a
+    // database connection is not held for a broker round trip on every delivery.
     let mut headers = async_nats::HeaderMap::new();
     for (k, v) in &message.headers {
         headers.insert(k.as_str(), v.as_str());
@@ -147,12 +138,11 @@ async fn publish_now(
         Bytes::from(message.payload),
     )
     .await?;
-    txn.execute_raw(Statement::from_sql_and_values(
+    db.execute_raw(Statement::from_sql_and_values(
         DbBackend::Postgres,
-        "UPDATE outbox SET published_at = now() WHERE id = $1",
+        "UPDATE outbox SET published_at = now() WHERE id = $1 AND published_at IS NULL",
         [outbox_id.into()],
     ))
     .await?;
-    txn.commit().await?;
     Ok(())
 }
