@@ -8,6 +8,7 @@ mod m0001_core;
 mod m0002_schedules;
 mod m0003_ingress;
 mod m0004_github;
+mod m0005_reconciled_at;
 
 /// Every migration, oldest first.
 pub struct Migrator;
@@ -20,6 +21,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0002_schedules::Migration),
             Box::new(m0003_ingress::Migration),
             Box::new(m0004_github::Migration),
+            Box::new(m0005_reconciled_at::Migration),
         ]
     }
 }

@@ -15,6 +15,8 @@ pub struct ClaimedJob {
     pub connection_id: Uuid,
     pub workspace_id: Uuid,
     pub job_type: SyncJobType,
+    /// Started by the schedule (rather than by an operator or a lifecycle event).
+    pub scheduled: bool,
 }
 
 /// What the job should do after a heartbeat.
@@ -59,27 +61,30 @@ impl Jobs {
     /// Claims a queued job, or a running one whose lease expired (its replica died). `None` when
     /// the job is finished, canceled, or running elsewhere.
     pub async fn claim(&self, job_id: Uuid) -> Result<Option<ClaimedJob>, sqlx::Error> {
-        let row: Option<(Uuid, Uuid, Uuid, String)> = sqlx::query_as(
+        let row: Option<(Uuid, Uuid, Uuid, String, String)> = sqlx::query_as(
             "UPDATE sync_job SET status = 'running', claimed_by = $2,
                     lease_until = now() + make_interval(secs => $3),
                     started_at = coalesce(started_at, now()), updated_at = now()
               WHERE id = $1 AND kind = 'github'
                 AND (status = 'queued' OR (status = 'running' AND lease_until < now()))
-          RETURNING id, connection_id, workspace_id, job_type",
+          RETURNING id, connection_id, workspace_id, job_type, trigger",
         )
         .bind(job_id)
         .bind(&self.replica)
         .bind(self.lease_secs())
         .fetch_optional(&self.pool)
         .await?;
-        Ok(row.and_then(|(id, connection_id, workspace_id, job_type)| {
-            Some(ClaimedJob {
-                id,
-                connection_id,
-                workspace_id,
-                job_type: job_type.parse().ok()?,
-            })
-        }))
+        Ok(
+            row.and_then(|(id, connection_id, workspace_id, job_type, trigger)| {
+                Some(ClaimedJob {
+                    id,
+                    connection_id,
+                    workspace_id,
+                    job_type: job_type.parse().ok()?,
+                    scheduled: trigger == "scheduled",
+                })
+            }),
+        )
     }
 
     /// Extends the lease and records progress; tells the job whether to go on.

@@ -57,6 +57,16 @@ pub struct Config {
     )]
     pub reconcile_cron: String,
 
+    /// Seconds after a complete reconcile during which the scheduled pass skips a repository
+    /// (operators' on-demand reconciles always run).
+    #[arg(
+        long = "github-reconcile-cooldown",
+        env = "FORGESYNC_GITHUB_RECONCILE_COOLDOWN",
+        value_name = "FORGESYNC_GITHUB_RECONCILE_COOLDOWN",
+        default_value_t = 12 * 3600
+    )]
+    pub reconcile_cooldown_secs: u64,
+
     /// Nodes per GraphQL page (at most 100).
     #[arg(long, env = "FORGESYNC_GITHUB_PAGE_SIZE", value_name = "FORGESYNC_GITHUB_PAGE_SIZE", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub page_size: u32,
@@ -126,6 +136,7 @@ pub async fn run(
         settings: sync::SyncSettings {
             page_size: config.page_size,
             page_cap: config.page_cap,
+            reconcile_cooldown: Duration::from_secs(config.reconcile_cooldown_secs),
             ..Default::default()
         },
     };

@@ -24,6 +24,8 @@ pub struct SyncSettings {
     /// Pages per listing before it counts as truncated.
     pub page_cap: u32,
     pub blast_radius: BlastRadius,
+    /// A scheduled RECONCILIATION skips a repository completely reconciled this recently.
+    pub reconcile_cooldown: std::time::Duration,
 }
 
 impl Default for SyncSettings {
@@ -32,6 +34,7 @@ impl Default for SyncSettings {
             page_size: 100,
             page_cap: 10_000,
             blast_radius: BlastRadius::default(),
+            reconcile_cooldown: std::time::Duration::from_secs(12 * 3600),
         }
     }
 }
@@ -122,14 +125,27 @@ impl Engine {
                 ))));
             }
         };
+        let reconciling = job.job_type == SyncJobType::Reconciliation;
         for monitor in &monitors {
+            if reconciling
+                && job.scheduled
+                && self.cooling_down(provider_instance_id, monitor).await?
+            {
+                tracing::info!(repository = %format!("{}/{}", monitor.owner, monitor.name), "reconciled recently; the scheduled pass skips it");
+                continue;
+            }
+            let mut complete = true;
             for class in [ItemClass::Issue, ItemClass::PullRequest] {
-                if let Flow::Stop(outcome) = self
+                let (flow, listed_whole) = self
                     .sync_class(job, provider_instance_id, monitor, class, source, done)
-                    .await?
-                {
+                    .await?;
+                complete &= listed_whole;
+                if let Flow::Stop(outcome) = flow {
                     return Ok(Flow::Stop(outcome));
                 }
+            }
+            if reconciling && complete {
+                self.mark_reconciled(provider_instance_id, monitor).await?;
             }
         }
         Ok(Flow::Next)
@@ -176,6 +192,44 @@ impl Engine {
             .collect()))
     }
 
+    /// Whether the monitored repository finished a complete reconcile within the cooldown.
+    async fn cooling_down(
+        &self,
+        provider_instance_id: Uuid,
+        monitor: &Monitor,
+    ) -> Result<bool, sqlx::Error> {
+        let Some(native_id) = monitor.native_id else {
+            return Ok(false);
+        };
+        let row: Option<(bool,)> = sqlx::query_as(
+            "SELECT coalesce(reconciled_at > now() - make_interval(secs => $3), false)
+               FROM repository WHERE provider_instance_id = $1 AND native_id = $2",
+        )
+        .bind(provider_instance_id)
+        .bind(native_id)
+        .bind(self.settings.reconcile_cooldown.as_secs_f64())
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.is_some_and(|(cooling,)| cooling))
+    }
+
+    async fn mark_reconciled(
+        &self,
+        provider_instance_id: Uuid,
+        monitor: &Monitor,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "UPDATE repository SET reconciled_at = now()
+              WHERE provider_instance_id = $1
+                AND native_id = (SELECT native_id FROM repository_to_monitor WHERE id = $2)",
+        )
+        .bind(provider_instance_id)
+        .bind(monitor.id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     async fn repository_id(
         &self,
         provider_instance_id: Uuid,
@@ -203,7 +257,7 @@ impl Engine {
         class: ItemClass,
         source: &dyn GithubSource,
         done: &mut i64,
-    ) -> Result<Flow, sqlx::Error> {
+    ) -> Result<(Flow, bool), sqlx::Error> {
         let known_repo = self
             .repository_id(provider_instance_id, monitor.native_id)
             .await?;
@@ -232,9 +286,10 @@ impl Engine {
                     break;
                 }
                 JobControl::LostClaim => {
-                    return Ok(Flow::Stop(JobOutcome::Failed(
-                        "lost the job's lease".into(),
-                    )));
+                    return Ok((
+                        Flow::Stop(JobOutcome::Failed("lost the job's lease".into())),
+                        false,
+                    ));
                 }
             }
             let read = match self.read_page(class, source, &repo, after.as_deref()).await {
@@ -274,7 +329,7 @@ impl Engine {
                     }),
                 )
                 .await?;
-                return Ok(Flow::Next);
+                return Ok((Flow::Next, false));
             }
             let repo_id = match repository_id {
                 Some(id) => id,
@@ -317,13 +372,16 @@ impl Engine {
                 }
             }
         }
-        let decision = sweep.decide(listing.finish(), &self.settings.blast_radius);
+        let finished = listing.finish();
+        let complete = finished.is_ok();
+        let decision = sweep.decide(finished, &self.settings.blast_radius);
         self.apply_decision(job, class, repository_id, decision)
             .await?;
-        Ok(match stop {
+        let flow = match stop {
             Some(outcome) => Flow::Stop(outcome),
             None => Flow::Next,
-        })
+        };
+        Ok((flow, complete))
     }
 
     async fn apply_decision(

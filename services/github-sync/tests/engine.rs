@@ -234,14 +234,27 @@ impl Fixture {
     }
 
     async fn queue(&self, job_type: &str) -> Result<Uuid> {
+        self.queue_with(job_type, "manual").await
+    }
+
+    async fn queue_with(&self, job_type: &str, trigger: &str) -> Result<Uuid> {
         let id = Uuid::now_v7();
-        sqlx::query("INSERT INTO sync_job (id, connection_id, workspace_id, kind, job_type, trigger) VALUES ($1, $2, $3, 'github', $4, 'manual')")
-            .bind(id).bind(self.connection_id).bind(self.workspace_id).bind(job_type).execute(&self.pool).await?;
+        sqlx::query("INSERT INTO sync_job (id, connection_id, workspace_id, kind, job_type, trigger) VALUES ($1, $2, $3, 'github', $4, $5)")
+            .bind(id).bind(self.connection_id).bind(self.workspace_id).bind(job_type).bind(trigger).execute(&self.pool).await?;
         Ok(id)
     }
 
     async fn run(&self, job_type: &str, source: Arc<ScriptedGithub>) -> Result<JobOutcome> {
-        let id = self.queue(job_type).await?;
+        self.run_with(job_type, "manual", source).await
+    }
+
+    async fn run_with(
+        &self,
+        job_type: &str,
+        trigger: &str,
+        source: Arc<ScriptedGithub>,
+    ) -> Result<JobOutcome> {
+        let id = self.queue_with(job_type, trigger).await?;
         let engine = self.engine("replica-a");
         let job = engine.jobs.claim(id).await?.expect("claimable");
         Ok(engine.run(&job, self.provider_instance_id, source).await?)
@@ -469,5 +482,51 @@ async fn a_job_runs_on_one_replica_only_and_a_canceled_job_stops() -> Result<()>
         b.jobs.claim(id).await?.is_some(),
         "taken over after the lease"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_scheduled_reconcile_skips_a_repository_reconciled_within_the_cooldown() -> Result<()> {
+    let f = fixture().await?;
+    let gh = ScriptedGithub::new(20);
+    f.run("INITIAL", gh.clone()).await?;
+    let (stamp,): (Option<OffsetDateTime>,) =
+        sqlx::query_as("SELECT reconciled_at FROM repository")
+            .fetch_one(&f.pool)
+            .await?;
+    assert_eq!(stamp, None, "INITIAL is no reconcile");
+    f.run("RECONCILIATION", gh.clone()).await?;
+    let (stamp,): (Option<OffsetDateTime>,) =
+        sqlx::query_as("SELECT reconciled_at FROM repository")
+            .fetch_one(&f.pool)
+            .await?;
+    assert!(stamp.is_some(), "a complete reconcile is stamped");
+
+    gh.with(|s| s.issues.retain(|i| i.number != 5));
+    let calls = gh.script.lock().unwrap().calls;
+    f.run_with("RECONCILIATION", "scheduled", gh.clone())
+        .await?;
+    assert_eq!(
+        gh.script.lock().unwrap().calls,
+        calls,
+        "the scheduled pass read nothing"
+    );
+    assert!(f.tombstoned().await?.is_empty());
+
+    // An operator's reconcile is not held back by the cooldown.
+    f.run_with("RECONCILIATION", "manual", gh.clone()).await?;
+    assert_eq!(f.tombstoned().await?, vec![1005]);
+
+    // An incomplete reconcile does not stamp: after the cooldown lapses, it is the old stamp.
+    sqlx::query("UPDATE repository SET reconciled_at = now() - interval '13 hours'")
+        .execute(&f.pool)
+        .await?;
+    gh.with(|s| s.faults = vec![(s.calls, Fault::Http(502))]);
+    f.run_with("RECONCILIATION", "scheduled", gh).await?;
+    let (old,): (bool,) =
+        sqlx::query_as("SELECT reconciled_at < now() - interval '12 hours' FROM repository")
+            .fetch_one(&f.pool)
+            .await?;
+    assert!(old, "a failed pass leaves the stamp where it was");
     Ok(())
 }
