@@ -221,9 +221,11 @@ impl Handler for LifecycleHandler {
     }
 }
 
-/// The reconcile schedule: one RECONCILIATION job per active connection per due instant.
-pub async fn queue_scheduled_reconciles(
+/// A schedule's run: one job of `job_type` per active GitHub connection per due instant (the
+/// dedup key makes a second replica or a retried run queue nothing more).
+pub async fn queue_scheduled(
     db: &DatabaseConnection,
+    job_type: JobType,
     due_at: time::OffsetDateTime,
 ) -> anyhow::Result<usize> {
     let conns = connection::Entity::find()
@@ -233,16 +235,13 @@ pub async fn queue_scheduled_reconciles(
         .await?;
     let mut queued = 0;
     for conn in &conns {
-        let key = format!("reconcile:{}:{}", conn.id, due_at.unix_timestamp());
-        if queue_job(
-            db,
-            conn,
-            JobType::Reconciliation,
-            JobTrigger::Scheduled,
-            key,
-        )
-        .await?
-        {
+        let key = format!(
+            "scheduled:{}:{}:{}",
+            job_type.as_str(),
+            conn.id,
+            due_at.unix_timestamp()
+        );
+        if queue_job(db, conn, job_type, JobTrigger::Scheduled, key).await? {
             queued += 1;
         }
     }

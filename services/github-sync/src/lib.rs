@@ -19,7 +19,7 @@ use anyhow::Context as _;
 use bus::Stream;
 use bus::consumer::{self, ConsumerSpec};
 use bus::relay::{Relay, RelayConfig};
-use store::entity::connection;
+use store::entity::{JobType, connection};
 use tokio_util::sync::CancellationToken;
 
 pub use source::GithubSource;
@@ -56,6 +56,16 @@ pub struct Config {
         default_value = "0 0 3 * * *"
     )]
     pub reconcile_cron: String,
+
+    /// Cron (with seconds) of a scheduled BACKFILL, UTC; `off` (the default) leaves backfills to
+    /// operators.
+    #[arg(
+        long,
+        env = "FORGESYNC_GITHUB_BACKFILL_CRON",
+        value_name = "FORGESYNC_GITHUB_BACKFILL_CRON",
+        default_value = "off"
+    )]
+    pub backfill_cron: String,
 
     /// Seconds after a complete reconcile during which the scheduled pass skips a repository
     /// (operators' on-demand reconciles always run).
@@ -187,24 +197,43 @@ pub async fn run(
                 .map_err(anyhow::Error::from)
         }
     });
-    if config.reconcile_cron.trim() != "off" {
-        let mut schedules = runtime::ScheduleRunner::new(db.clone(), replica);
+    let mut schedules = runtime::ScheduleRunner::new(db.clone(), replica);
+    let mut scheduled = 0;
+    for (name, cron, job_type, variable) in [
+        (
+            "github-reconcile",
+            &config.reconcile_cron,
+            JobType::Reconciliation,
+            "FORGESYNC_GITHUB_RECONCILE_CRON",
+        ),
+        (
+            "github-backfill",
+            &config.backfill_cron,
+            JobType::Backfill,
+            "FORGESYNC_GITHUB_BACKFILL_CRON",
+        ),
+    ] {
+        if cron.trim() == "off" {
+            continue;
+        }
         let schedule_db = db.clone();
         schedules
-            .add(
-                "github-reconcile",
-                &config.reconcile_cron,
-                Duration::from_secs(300),
-                move |run| {
-                    let db = schedule_db.clone();
-                    async move {
-                        let queued = handlers::queue_scheduled_reconciles(&db, run.due_at).await?;
-                        tracing::info!(queued, "scheduled GitHub reconciles queued");
-                        Ok(())
-                    }
-                },
-            )
-            .context("FORGESYNC_GITHUB_RECONCILE_CRON")?;
+            .add(name, cron, Duration::from_secs(300), move |run| {
+                let db = schedule_db.clone();
+                async move {
+                    let queued = handlers::queue_scheduled(&db, job_type, run.due_at).await?;
+                    tracing::info!(
+                        queued,
+                        job_type = job_type.as_str(),
+                        "scheduled GitHub jobs queued"
+                    );
+                    Ok(())
+                }
+            })
+            .context(variable)?;
+        scheduled += 1;
+    }
+    if scheduled > 0 {
         tasks.spawn({
             let stop = shutdown.clone();
             async move { schedules.run(stop).await }

@@ -530,3 +530,43 @@ async fn the_scheduled_reconcile_skips_a_repository_reconciled_within_the_cooldo
     assert!(old, "a failed pass leaves the stamp where it was");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_schedule_queues_one_job_per_active_connection_per_due_instant() -> Result<()> {
+    let f = fixture().await?;
+    let db = f._db.db.clone();
+    let due = OffsetDateTime::from_unix_timestamp(1_800_000_000)?;
+    let queued =
+        github_sync::handlers::queue_scheduled(&db, store::entity::JobType::Backfill, due).await?;
+    assert_eq!(queued, 1);
+    // Another replica, or a retried run, of the same instant queues nothing more.
+    let again =
+        github_sync::handlers::queue_scheduled(&db, store::entity::JobType::Backfill, due).await?;
+    assert_eq!(again, 0);
+    let later = due + time::Duration::days(1);
+    assert_eq!(
+        github_sync::handlers::queue_scheduled(&db, store::entity::JobType::Backfill, later)
+            .await?,
+        1
+    );
+    let (jobs, outbox): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM sync_job WHERE job_type = 'BACKFILL' AND trigger = 'scheduled'),
+                (SELECT count(*) FROM outbox WHERE subject LIKE 'jobs.github.%.backfill')",
+    )
+    .fetch_one(&f.pool)
+    .await?;
+    assert_eq!((jobs, outbox), (2, 2), "each job commits with its message");
+
+    // A paused connection gets none.
+    sqlx::query("UPDATE connection SET status = 'paused'")
+        .execute(&f.pool)
+        .await?;
+    let paused = github_sync::handlers::queue_scheduled(
+        &db,
+        store::entity::JobType::Backfill,
+        later + time::Duration::days(1),
+    )
+    .await?;
+    assert_eq!(paused, 0);
+    Ok(())
+}

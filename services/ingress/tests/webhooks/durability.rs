@@ -55,9 +55,10 @@ async fn the_relay_publishes_a_stored_delivery_once_under_its_dedup_key() -> Res
     };
     txn.commit().await?;
 
-    // The stream already holds it (an inline publish that died before stamping the row).
-    let first = h
-        .env
+    // The stream already holds it (an inline publish that died before stamping the row). The
+    // harness's own relay may have published the row first: then this copy is the duplicate.
+    // Either way the stream must end with one.
+    h.env
         .bus
         .publish(
             &a.message.subject,
@@ -66,7 +67,6 @@ async fn the_relay_publishes_a_stored_delivery_once_under_its_dedup_key() -> Res
             a.message.payload.clone().into(),
         )
         .await?;
-    assert!(!first.duplicate);
     let relay = Relay::new(h.db().clone(), h.env.bus.clone(), RelayConfig::default());
     relay.publish_batch().await?;
     let got = h.settled(Stream::WebhooksGithub, 1).await?;
