@@ -24,9 +24,7 @@ use crate::{Bus, BusError, Namespace, Stream, dead};
 
 /// Headers that carry the ids every span and log line should name.
 pub mod headers {
-    pub const WORKSPACE: &str = "Forgesync-Workspace";
-    pub const CONNECTION: &str = "Forgesync-Connection";
-    pub const DELIVERY: &str = "Forgesync-Delivery";
+    pub use store::headers::{CONNECTION, DELIVERY, WORKSPACE};
 }
 
 /// How one durable consumer behaves.

@@ -92,7 +92,7 @@ pub async fn replay(
         payload: row.payload.clone(),
         msg_id: None,
     };
-    message = message.header("Forgesync-Replay-Of", id.to_string());
+    message = message.header(store::headers::REPLAY_OF, id.to_string());
     outbox::enqueue(&txn, message).await?;
     let mut active: dead_message::ActiveModel = row.clone().into();
     active.replay_count = Set(row.replay_count + 1);

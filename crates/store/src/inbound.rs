@@ -18,13 +18,13 @@ use crate::outbox::{self, OutboxMessage};
 use crate::secrets::{self, SecretError, SecretKey};
 
 /// Header naming the inbound message a published webhook came from.
-pub const DELIVERY_HEADER: &str = "Forgesync-Delivery";
+pub const DELIVERY_HEADER: &str = crate::headers::DELIVERY;
 /// Header set when the body was too large to publish: read it from `inbound_message_body`.
-pub const BODY_REF_HEADER: &str = "Forgesync-Body-Ref";
+pub const BODY_REF_HEADER: &str = crate::headers::BODY_REF;
 /// Header naming the vendor event (`push`, `merge_request`, `message`, `documents.update`).
-pub const EVENT_HEADER: &str = "Forgesync-Event";
+pub const EVENT_HEADER: &str = crate::headers::EVENT;
 /// Header set on an explicit replay: the message replayed.
-pub const REPLAY_OF_HEADER: &str = "Forgesync-Replay-Of";
+pub const REPLAY_OF_HEADER: &str = crate::headers::REPLAY_OF;
 
 /// Hex SHA-256 of `bytes`: body digests and GitLab token lookups.
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -135,8 +135,8 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
         },
     )
     .msg_id(msg_id.clone())
-    .header(crate_headers::WORKSPACE, ep.workspace_id.to_string())
-    .header(crate_headers::CONNECTION, ep.connection_id.to_string())
+    .header(crate::headers::WORKSPACE, ep.workspace_id.to_string())
+    .header(crate::headers::CONNECTION, ep.connection_id.to_string())
     .header(DELIVERY_HEADER, message_id.to_string())
     .header(EVENT_HEADER, new.event.clone());
     if new.body.len() > new.inline_body_max {
@@ -184,12 +184,6 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
         msg_id,
         message,
     }))
-}
-
-/// Header names shared with `bus::consumer::headers` (store cannot depend on bus).
-mod crate_headers {
-    pub const WORKSPACE: &str = "Forgesync-Workspace";
-    pub const CONNECTION: &str = "Forgesync-Connection";
 }
 
 /// Inserts every key or reports that one was already taken (and unexpired).

@@ -3,7 +3,9 @@
 #![forbid(unsafe_code)]
 
 pub mod entity;
+pub mod headers;
 pub mod inbound;
+pub mod jobs;
 pub mod outbox;
 pub mod secrets;
 

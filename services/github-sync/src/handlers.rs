@@ -6,15 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bus::consumer::{Delivery, Handler};
-use sea_orm::{
-    ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, TransactionTrait,
-    sea_query::OnConflict,
-};
+use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, TransactionTrait};
 use serde::Deserialize;
-use store::entity::{
-    ConnectionKind, ConnectionStatus, JobStatus, JobTrigger, JobType, connection, sync_job,
-};
-use store::outbox::{self, OutboxMessage};
+use store::entity::{ConnectionKind, ConnectionStatus, JobTrigger, JobType, connection};
 use uuid::Uuid;
 
 use crate::SourceFactory;
@@ -129,44 +123,9 @@ pub async fn queue_job(
     dedup_key: String,
 ) -> Result<bool, sea_orm::DbErr> {
     let txn = db.begin().await?;
-    let id = Uuid::now_v7();
-    let inserted = sync_job::Entity::insert(sync_job::ActiveModel {
-        id: Set(id),
-        connection_id: Set(conn.id),
-        workspace_id: Set(conn.workspace_id),
-        kind: Set(ConnectionKind::Github),
-        job_type: Set(job_type),
-        trigger: Set(trigger),
-        status: Set(JobStatus::Queued),
-        progress_done: Set(0),
-        dedup_key: Set(Some(dedup_key)),
-        ..Default::default()
-    })
-    .on_conflict(OnConflict::new().do_nothing().to_owned())
-    .exec_without_returning(&txn)
-    .await?;
-    if inserted == 0 {
-        return Ok(false);
-    }
-    let subject = lifecycle_core::subject::jobs("github", &conn.id.to_string(), job_type.as_str());
-    outbox::enqueue(
-        &txn,
-        OutboxMessage::json(
-            subject,
-            &serde_json::json!({
-                "job_id": id, "connection_id": conn.id, "workspace_id": conn.workspace_id,
-                "kind": "github", "type": job_type.as_str(),
-            }),
-        )
-        .header(
-            bus::consumer::headers::WORKSPACE,
-            conn.workspace_id.to_string(),
-        )
-        .header(bus::consumer::headers::CONNECTION, conn.id.to_string()),
-    )
-    .await?;
+    let queued = store::jobs::queue(&txn, conn, job_type, trigger, Some(dedup_key)).await?;
     txn.commit().await?;
-    Ok(true)
+    Ok(queued.is_some())
 }
 
 #[derive(Debug, Deserialize)]

@@ -10,7 +10,6 @@ use sea_orm::{
 };
 use serde::{Deserialize, Serialize};
 use store::entity::{ConnectionStatus, JobStatus, JobTrigger, JobType, sync_job};
-use store::outbox::{self, OutboxMessage};
 use uuid::Uuid;
 
 use super::connections::{find_connection, status_name};
@@ -110,40 +109,10 @@ pub async fn create(
             ),
         ));
     }
-    let job = sync_job::ActiveModel {
-        id: Set(Uuid::now_v7()),
-        connection_id: Set(conn.id),
-        workspace_id: Set(conn.workspace_id),
-        kind: Set(conn.kind),
-        job_type: Set(job_type),
-        trigger: Set(JobTrigger::Manual),
-        status: Set(JobStatus::Queued),
-        progress_done: Set(0),
-        ..Default::default()
-    }
-    .insert(&txn)
-    .await?;
-    let subject =
-        lifecycle_core::subject::jobs(conn.kind.as_str(), &conn.id.to_string(), job_type.as_str());
-    let payload = serde_json::json!({
-        "job_id": job.id,
-        "connection_id": conn.id,
-        "workspace_id": conn.workspace_id,
-        "kind": conn.kind.as_str(),
-        "type": job_type.as_str(),
-        "trigger": "manual",
-        "actor": caller.sub,
-    });
-    outbox::enqueue(
-        &txn,
-        OutboxMessage::json(subject, &payload)
-            .header(
-                bus::consumer::headers::WORKSPACE,
-                conn.workspace_id.to_string(),
-            )
-            .header(bus::consumer::headers::CONNECTION, conn.id.to_string()),
-    )
-    .await?;
+    // The job row and its message commit together (store::jobs is the one way to queue).
+    let job = store::jobs::queue(&txn, &conn, job_type, JobTrigger::Manual, None)
+        .await?
+        .ok_or_else(|| ApiError::internal("a job without a dedup key was not inserted"))?;
     txn.commit().await?;
     tracing::info!(%workspace_id, %connection_id, job_id = %job.id, job_type = job_type.as_str(), actor = %caller.sub, "sync job queued");
     Ok((StatusCode::ACCEPTED, Json(job.into())))
