@@ -34,6 +34,11 @@ pub struct SettledRun {
 /// A lifecycle change, with the facts its identity rests on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LifecycleChange<'a> {
+    /// Opened: the item's creation date, so every path reports the same opening.
+    Opened {
+        /// Provider createdAt.
+        created_at: Timestamp,
+    },
     /// A push: the move from one head to the next.
     Push {
         /// Head before.
@@ -129,6 +134,7 @@ impl LifecycleChange<'_> {
     /// The source key of this change.
     pub fn source_key(&self) -> SourceKey {
         let key = match self {
+            LifecycleChange::Opened { created_at } => format!("opened:{}", time_token(*created_at)),
             // A force-push back to an earlier head is a new move, so the pair is the identity.
             LifecycleChange::Push { before, after } => format!("push:{before}..{after}"),
             LifecycleChange::Ready { at } => format!("ready:{}", time_token(*at)),
@@ -294,6 +300,7 @@ mod tests {
     #[test]
     fn keys_of_different_changes_differ() {
         let keys = [
+            key(LifecycleChange::Opened { created_at: at(5) }),
             key(LifecycleChange::Ready { at: at(5) }),
             key(LifecycleChange::Draft { at: at(5) }),
             key(LifecycleChange::Reopen { at: at(5) }),

@@ -86,3 +86,26 @@ pub async fn enqueue_with_id<C: ConnectionTrait>(
     .await?;
     Ok(id)
 }
+
+/// Like [`enqueue`], inside a writer's sqlx transaction (the mirror writers use sqlx directly, so
+/// their state change and its announcement still commit as one).
+pub async fn enqueue_pg(
+    conn: &mut sqlx::PgConnection,
+    message: OutboxMessage,
+) -> Result<Uuid, sqlx::Error> {
+    let id = Uuid::now_v7();
+    let headers = serde_json::to_string(&message.headers)
+        .map_err(|e| sqlx::Error::Protocol(format!("outbox headers: {e}")))?;
+    sqlx::query(
+        "INSERT INTO outbox (id, subject, headers, payload, msg_id)
+         VALUES ($1, $2, $3::jsonb, $4, $5)",
+    )
+    .bind(id)
+    .bind(&message.subject)
+    .bind(headers)
+    .bind(&message.payload)
+    .bind(&message.msg_id)
+    .execute(conn)
+    .await?;
+    Ok(id)
+}

@@ -3,6 +3,7 @@
 //! BACKFILL on demand; any number of replicas share the work through the `sync_job` claims.
 #![forbid(unsafe_code)]
 
+pub mod events;
 pub mod github;
 pub mod handlers;
 pub mod jobs;
@@ -99,6 +100,24 @@ pub struct Config {
     )]
     pub job_concurrency: usize,
 
+    /// Webhook deliveries handled at once by this replica.
+    #[arg(
+        long,
+        env = "FORGESYNC_GITHUB_WEBHOOK_CONCURRENCY",
+        value_name = "FORGESYNC_GITHUB_WEBHOOK_CONCURRENCY",
+        default_value_t = 16
+    )]
+    pub webhook_concurrency: usize,
+
+    /// Milliseconds between checks of the monitors for the webhook consumer's filters.
+    #[arg(
+        long,
+        env = "FORGESYNC_GITHUB_FILTER_REFRESH_MS",
+        value_name = "FORGESYNC_GITHUB_FILTER_REFRESH_MS",
+        default_value_t = 5_000
+    )]
+    pub filter_refresh_ms: u64,
+
     /// Seconds a job's claim lasts without a heartbeat before another replica may take it.
     #[arg(
         long = "job-lease",
@@ -184,19 +203,38 @@ pub async fn run(
                 .map_err(anyhow::Error::from)
         }
     });
-    let repository_spec = ConsumerSpec {
-        filter_subjects: vec!["github.*.?.repository".into()],
-        ..ConsumerSpec::new(Stream::WebhooksGithub, "github-sync-repository")
+    let webhook_handler = Arc::new(webhooks::WebhookHandler {
+        pool: db.get_postgres_connection_pool().clone(),
+    });
+    let owner_spec = ConsumerSpec {
+        filter_subjects: vec![webhooks::filters::OWNER_LEVEL.into()],
+        ..ConsumerSpec::new(Stream::WebhooksGithub, "github-sync-owner-events")
     };
-    let repository_handler = Arc::new(webhooks::RepositoryHandler { db: db.clone() });
     tasks.spawn({
-        let (bus, db, stop) = (bus.clone(), db.clone(), shutdown.clone());
+        let (bus, db, stop, handler) = (
+            bus.clone(),
+            db.clone(),
+            shutdown.clone(),
+            webhook_handler.clone(),
+        );
         async move {
-            consumer::run(&bus, db, repository_spec, repository_handler, stop)
+            consumer::run(&bus, db, owner_spec, handler, stop)
                 .await
                 .map_err(anyhow::Error::from)
         }
     });
+    let repository_spec = ConsumerSpec {
+        concurrency: config.webhook_concurrency.max(1),
+        ..ConsumerSpec::new(Stream::WebhooksGithub, "github-sync-repository-events")
+    };
+    tasks.spawn(webhooks::filters::run_repository_consumer(
+        bus.clone(),
+        db.clone(),
+        repository_spec,
+        webhook_handler,
+        Duration::from_millis(config.filter_refresh_ms),
+        shutdown.clone(),
+    ));
     let mut schedules = runtime::ScheduleRunner::new(db.clone(), replica);
     let mut scheduled = 0;
     for (name, cron, job_type, variable) in [

@@ -5,13 +5,15 @@
 
 use std::collections::HashMap;
 
-use lifecycle_core::forward::{Freshness, by_updated_at};
+use lifecycle_core::forward::{self, Freshness, Push, PushOutcome, StoredHead, by_updated_at};
 use lifecycle_core::partial::{Field, PathSegment, field_errored};
+use lifecycle_core::source_key::LifecycleChange;
 // Table names in dynamic SQL come only from `ItemClass::table`, a closed set of literals.
 use sqlx::{AssertSqlSafe, PgPool};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::events::{self, Origin};
 use crate::source::{IssueNode, Page, PullRequestNode, RepoHeader};
 
 /// Which item table a pass works on.
@@ -39,8 +41,8 @@ impl ItemClass {
 }
 
 /// Upserts the repository by native id (a rename re-keys the row) and returns its id.
-pub async fn ensure_repository(
-    pool: &PgPool,
+pub async fn ensure_repository<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
     provider_instance_id: Uuid,
     header: &RepoHeader,
 ) -> Result<Uuid, sqlx::Error> {
@@ -60,7 +62,7 @@ pub async fn ensure_repository(
     .bind(&header.owner)
     .bind(&header.name)
     .bind(header.archived)
-    .fetch_one(pool)
+    .fetch_one(executor)
     .await?;
     Ok(id)
 }
@@ -112,43 +114,77 @@ pub struct Written {
     pub stale: u64,
 }
 
-/// The stored values a write compares against and may keep.
-struct Stored {
-    updated_at: OffsetDateTime,
-    comment_count: Option<i32>,
-    review_count: Option<i32>,
+/// The stored row a write compares against, read with the row locked.
+#[derive(Debug, Clone)]
+pub struct StoredItem {
+    pub id: Uuid,
+    pub updated_at: OffsetDateTime,
+    pub state: String,
+    pub closed_at: Option<OffsetDateTime>,
+    pub merged_at: Option<OffsetDateTime>,
+    pub draft: Option<bool>,
+    pub head_sha: Option<String>,
+    pub head_changed_at: Option<OffsetDateTime>,
+    pub comment_count: Option<i32>,
+    pub review_count: Option<i32>,
 }
 
-async fn lock_stored(
+type StoredRow = (
+    i64,
+    Uuid,
+    OffsetDateTime,
+    String,
+    Option<OffsetDateTime>,
+    Option<OffsetDateTime>,
+    Option<bool>,
+    Option<String>,
+    Option<OffsetDateTime>,
+    Option<i32>,
+    Option<i32>,
+);
+
+/// Locks and reads the rows of `native_ids` (in id order, so concurrent writers never deadlock).
+pub async fn lock_items(
     txn: &mut sqlx::PgConnection,
     class: ItemClass,
     repository_id: Uuid,
     native_ids: &[i64],
-) -> Result<HashMap<i64, Stored>, sqlx::Error> {
-    let review = match class {
-        ItemClass::Issue => "NULL::integer",
-        ItemClass::PullRequest => "review_count",
+) -> Result<HashMap<i64, StoredItem>, sqlx::Error> {
+    let columns = match class {
+        ItemClass::Issue => {
+            "NULL::timestamptz, NULL::boolean, NULL::text, NULL::timestamptz, comment_count,
+             NULL::integer"
+        }
+        ItemClass::PullRequest => {
+            "merged_at, draft, head_sha, head_changed_at, comment_count, review_count"
+        }
     };
     let sql = format!(
-        "SELECT native_id, upstream_updated_at, comment_count, {review} FROM {}
+        "SELECT native_id, id, upstream_updated_at, state, closed_at, {columns} FROM {}
           WHERE repository_id = $1 AND native_id = ANY($2) ORDER BY native_id FOR UPDATE",
         class.table()
     );
-    let rows: Vec<(i64, OffsetDateTime, Option<i32>, Option<i32>)> =
-        sqlx::query_as(AssertSqlSafe(sql))
-            .bind(repository_id)
-            .bind(native_ids)
-            .fetch_all(&mut *txn)
-            .await?;
+    let rows: Vec<StoredRow> = sqlx::query_as(AssertSqlSafe(sql))
+        .bind(repository_id)
+        .bind(native_ids)
+        .fetch_all(&mut *txn)
+        .await?;
     Ok(rows
         .into_iter()
-        .map(|(id, updated_at, comment_count, review_count)| {
+        .map(|r| {
             (
-                id,
-                Stored {
-                    updated_at,
-                    comment_count,
-                    review_count,
+                r.0,
+                StoredItem {
+                    id: r.1,
+                    updated_at: r.2,
+                    state: r.3,
+                    closed_at: r.4,
+                    merged_at: r.5,
+                    draft: r.6,
+                    head_sha: r.7,
+                    head_changed_at: r.8,
+                    comment_count: r.9,
+                    review_count: r.10,
                 },
             )
         })
@@ -177,10 +213,18 @@ fn count_field(
     }
 }
 
+/// A count as a webhook reports it: a payload without it keeps the stored value.
+pub fn reported_count(value: Option<i32>) -> Field<Option<i32>> {
+    match value {
+        Some(v) => Field::Known(Some(v)),
+        None => Field::Absent,
+    }
+}
+
 fn resolve(
     field: Field<Option<i32>>,
-    stored: Option<&Stored>,
-    pick: fn(&Stored) -> Option<i32>,
+    stored: Option<&StoredItem>,
+    pick: fn(&StoredItem) -> Option<i32>,
 ) -> Option<i32> {
     match stored {
         Some(s) => field.merge(pick(s)),
@@ -188,7 +232,156 @@ fn resolve(
     }
 }
 
-/// Writes a page of issues.
+/// Writes one issue over its locked row (the caller checked freshness); returns the row id.
+pub async fn write_issue(
+    txn: &mut sqlx::PgConnection,
+    repository_id: Uuid,
+    n: &IssueNode,
+    comments: Field<Option<i32>>,
+    prior: Option<&StoredItem>,
+) -> Result<Uuid, sqlx::Error> {
+    let comment_count = resolve(comments, prior, |s| s.comment_count);
+    let (id,): (Uuid,) = sqlx::query_as(
+        "INSERT INTO issue (id, repository_id, native_id, node_id, number, title, body, state,
+                            state_reason, author, locked, lock_reason, comment_count,
+                            upstream_created_at, upstream_updated_at, closed_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+         ON CONFLICT (repository_id, native_id) DO UPDATE SET
+            node_id = EXCLUDED.node_id, number = EXCLUDED.number, title = EXCLUDED.title,
+            body = EXCLUDED.body, state = EXCLUDED.state, state_reason = EXCLUDED.state_reason,
+            author = EXCLUDED.author, locked = coalesce(EXCLUDED.locked, issue.locked),
+            lock_reason = CASE WHEN EXCLUDED.locked IS NULL THEN issue.lock_reason
+                               ELSE EXCLUDED.lock_reason END,
+            comment_count = EXCLUDED.comment_count,
+            upstream_created_at = EXCLUDED.upstream_created_at,
+            upstream_updated_at = EXCLUDED.upstream_updated_at,
+            closed_at = EXCLUDED.closed_at, deleted_at = NULL, mirrored_at = now()
+         RETURNING id",
+    )
+    .bind(Uuid::now_v7())
+    .bind(repository_id)
+    .bind(n.native_id)
+    .bind(&n.node_id)
+    .bind(n.number)
+    .bind(&n.title)
+    .bind(&n.body)
+    .bind(&n.state)
+    .bind(&n.state_reason)
+    .bind(&n.author)
+    .bind(n.locked)
+    .bind(&n.lock_reason)
+    .bind(comment_count)
+    .bind(n.created_at)
+    .bind(n.updated_at)
+    .bind(n.closed_at)
+    .fetch_one(&mut *txn)
+    .await?;
+    Ok(id)
+}
+
+/// Whether a write may move the stored head: heads only move forward by the provider's date; in
+/// the same second only a push that continues from the stored head moves it.
+pub fn head_moves(prior: Option<&StoredItem>, n: &PullRequestNode, push: Option<&Push>) -> bool {
+    let Some(prior) = prior else { return true };
+    let (Some(stored_sha), Some(changed_at)) = (&prior.head_sha, prior.head_changed_at) else {
+        return true;
+    };
+    if n.head_sha.as_deref() == Some(stored_sha.as_str()) {
+        return false;
+    }
+    match push {
+        Some(push) => {
+            let stored = StoredHead {
+                sha: stored_sha.clone(),
+                changed_at,
+            };
+            forward::push(Some(&stored), push) == PushOutcome::MoveHead
+        }
+        None => n.updated_at > changed_at,
+    }
+}
+
+/// Writes one pull request over its locked row (the caller checked freshness); returns the id.
+pub async fn write_pull_request(
+    txn: &mut sqlx::PgConnection,
+    repository_id: Uuid,
+    n: &PullRequestNode,
+    counts: (Field<Option<i32>>, Field<Option<i32>>),
+    prior: Option<&StoredItem>,
+    move_head: bool,
+) -> Result<Uuid, sqlx::Error> {
+    let comment_count = resolve(counts.0, prior, |s| s.comment_count);
+    let review_count = resolve(counts.1, prior, |s| s.review_count);
+    let (id,): (Uuid,) = sqlx::query_as(
+        "INSERT INTO pull_request (id, repository_id, native_id, node_id, number, title, body,
+                                   state, draft, author, locked, lock_reason, comment_count,
+                                   review_count, head_ref, head_sha, base_ref,
+                                   upstream_created_at, upstream_updated_at, closed_at, merged_at,
+                                   head_changed_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+                 $18, $19, $20, $21, $19)
+         ON CONFLICT (repository_id, native_id) DO UPDATE SET
+            node_id = EXCLUDED.node_id, number = EXCLUDED.number, title = EXCLUDED.title,
+            body = EXCLUDED.body, state = EXCLUDED.state,
+            draft = coalesce(EXCLUDED.draft, pull_request.draft), author = EXCLUDED.author,
+            locked = coalesce(EXCLUDED.locked, pull_request.locked),
+            lock_reason = CASE WHEN EXCLUDED.locked IS NULL THEN pull_request.lock_reason
+                               ELSE EXCLUDED.lock_reason END,
+            comment_count = EXCLUDED.comment_count, review_count = EXCLUDED.review_count,
+            head_ref = CASE WHEN $22 THEN coalesce(EXCLUDED.head_ref, pull_request.head_ref)
+                            ELSE pull_request.head_ref END,
+            head_sha = CASE WHEN $22 THEN coalesce(EXCLUDED.head_sha, pull_request.head_sha)
+                            ELSE pull_request.head_sha END,
+            head_changed_at = CASE
+                WHEN $22 AND EXCLUDED.head_sha IS DISTINCT FROM pull_request.head_sha
+                THEN EXCLUDED.upstream_updated_at ELSE pull_request.head_changed_at END,
+            base_ref = coalesce(EXCLUDED.base_ref, pull_request.base_ref),
+            upstream_created_at = EXCLUDED.upstream_created_at,
+            upstream_updated_at = EXCLUDED.upstream_updated_at,
+            closed_at = EXCLUDED.closed_at, merged_at = EXCLUDED.merged_at,
+            deleted_at = NULL, mirrored_at = now()
+         RETURNING id",
+    )
+    .bind(Uuid::now_v7())
+    .bind(repository_id)
+    .bind(n.native_id)
+    .bind(&n.node_id)
+    .bind(n.number)
+    .bind(&n.title)
+    .bind(&n.body)
+    .bind(&n.state)
+    .bind(n.draft)
+    .bind(&n.author)
+    .bind(n.locked)
+    .bind(&n.lock_reason)
+    .bind(comment_count)
+    .bind(review_count)
+    .bind(&n.head_ref)
+    .bind(&n.head_sha)
+    .bind(&n.base_ref)
+    .bind(n.created_at)
+    .bind(n.updated_at)
+    .bind(n.closed_at)
+    .bind(n.merged_at)
+    .bind(move_head)
+    .fetch_one(&mut *txn)
+    .await?;
+    Ok(id)
+}
+
+/// The close a write stored, when it stored one the row did not have (a sync reports a close
+/// only when it stores it, so reading a closed item again adds nothing).
+fn stored_close(
+    prior: Option<&StoredItem>,
+    state: &str,
+    closed_at: Option<OffsetDateTime>,
+) -> Option<OffsetDateTime> {
+    let prior = prior?;
+    let closed_at = closed_at.filter(|_| state == "closed")?;
+    (prior.state != "closed" || prior.closed_at != Some(closed_at)).then_some(closed_at)
+}
+
+/// Writes a page of issues; closes it stores become sync-discovered item events.
 pub async fn upsert_issues(
     pool: &PgPool,
     repository_id: Uuid,
@@ -196,7 +389,7 @@ pub async fn upsert_issues(
 ) -> Result<Written, sqlx::Error> {
     let ids: Vec<i64> = page.nodes.iter().map(|n| n.native_id).collect();
     let mut txn = pool.begin().await?;
-    let stored = lock_stored(&mut txn, ItemClass::Issue, repository_id, &ids).await?;
+    let stored = lock_items(&mut txn, ItemClass::Issue, repository_id, &ids).await?;
     let mut written = Written::default();
     for (i, n) in page.nodes.iter().enumerate() {
         let prior = stored.get(&n.native_id);
@@ -212,48 +405,19 @@ pub async fn upsert_issues(
             "comments",
             n.comment_count,
         );
-        let comment_count = resolve(comments, prior, |s| s.comment_count);
-        sqlx::query(
-            "INSERT INTO issue (id, repository_id, native_id, node_id, number, title, body, state,
-                                state_reason, author, locked, lock_reason, comment_count,
-                                upstream_created_at, upstream_updated_at, closed_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
-             ON CONFLICT (repository_id, native_id) DO UPDATE SET
-                node_id = EXCLUDED.node_id, number = EXCLUDED.number, title = EXCLUDED.title,
-                body = EXCLUDED.body, state = EXCLUDED.state, state_reason = EXCLUDED.state_reason,
-                author = EXCLUDED.author, locked = coalesce(EXCLUDED.locked, issue.locked),
-                lock_reason = CASE WHEN EXCLUDED.locked IS NULL THEN issue.lock_reason
-                                   ELSE EXCLUDED.lock_reason END,
-                comment_count = EXCLUDED.comment_count,
-                upstream_created_at = EXCLUDED.upstream_created_at,
-                upstream_updated_at = EXCLUDED.upstream_updated_at,
-                closed_at = EXCLUDED.closed_at, deleted_at = NULL, mirrored_at = now()",
-        )
-        .bind(Uuid::now_v7())
-        .bind(repository_id)
-        .bind(n.native_id)
-        .bind(&n.node_id)
-        .bind(n.number)
-        .bind(&n.title)
-        .bind(&n.body)
-        .bind(&n.state)
-        .bind(&n.state_reason)
-        .bind(&n.author)
-        .bind(n.locked)
-        .bind(&n.lock_reason)
-        .bind(comment_count)
-        .bind(n.created_at)
-        .bind(n.updated_at)
-        .bind(n.closed_at)
-        .execute(&mut *txn)
-        .await?;
+        let id = write_issue(&mut txn, repository_id, n, comments, prior).await?;
+        if let Some(closed_at) = stored_close(prior, &n.state, n.closed_at) {
+            let item = events::Item::issue(id, repository_id);
+            let change = LifecycleChange::Close { closed_at };
+            events::record(&mut txn, &item, &change, n.updated_at, Origin::Sync).await?;
+        }
         written.applied += 1;
     }
     txn.commit().await?;
     Ok(written)
 }
 
-/// Writes a page of pull requests.
+/// Writes a page of pull requests; closes and merges it stores become sync-discovered events.
 pub async fn upsert_pull_requests(
     pool: &PgPool,
     repository_id: Uuid,
@@ -261,7 +425,7 @@ pub async fn upsert_pull_requests(
 ) -> Result<Written, sqlx::Error> {
     let ids: Vec<i64> = page.nodes.iter().map(|n| n.native_id).collect();
     let mut txn = pool.begin().await?;
-    let stored = lock_stored(&mut txn, ItemClass::PullRequest, repository_id, &ids).await?;
+    let stored = lock_items(&mut txn, ItemClass::PullRequest, repository_id, &ids).await?;
     let mut written = Written::default();
     for (i, n) in page.nodes.iter().enumerate() {
         let prior = stored.get(&n.native_id);
@@ -273,54 +437,29 @@ pub async fn upsert_pull_requests(
         let class = ItemClass::PullRequest;
         let comments = count_field(&page.error_paths, class, i, "comments", n.comment_count);
         let reviews = count_field(&page.error_paths, class, i, "reviews", n.review_count);
-        let comment_count = resolve(comments, prior, |s| s.comment_count);
-        let review_count = resolve(reviews, prior, |s| s.review_count);
-        sqlx::query(
-            "INSERT INTO pull_request (id, repository_id, native_id, node_id, number, title, body,
-                                       state, draft, author, locked, lock_reason, comment_count,
-                                       review_count, head_ref, head_sha, base_ref,
-                                       upstream_created_at, upstream_updated_at, closed_at, merged_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
-                     $18, $19, $20, $21)
-             ON CONFLICT (repository_id, native_id) DO UPDATE SET
-                node_id = EXCLUDED.node_id, number = EXCLUDED.number, title = EXCLUDED.title,
-                body = EXCLUDED.body, state = EXCLUDED.state,
-                draft = coalesce(EXCLUDED.draft, pull_request.draft), author = EXCLUDED.author,
-                locked = coalesce(EXCLUDED.locked, pull_request.locked),
-                lock_reason = CASE WHEN EXCLUDED.locked IS NULL THEN pull_request.lock_reason
-                                   ELSE EXCLUDED.lock_reason END,
-                comment_count = EXCLUDED.comment_count, review_count = EXCLUDED.review_count,
-                head_ref = coalesce(EXCLUDED.head_ref, pull_request.head_ref),
-                head_sha = coalesce(EXCLUDED.head_sha, pull_request.head_sha),
-                base_ref = coalesce(EXCLUDED.base_ref, pull_request.base_ref),
-                upstream_created_at = EXCLUDED.upstream_created_at,
-                upstream_updated_at = EXCLUDED.upstream_updated_at,
-                closed_at = EXCLUDED.closed_at, merged_at = EXCLUDED.merged_at,
-                deleted_at = NULL, mirrored_at = now()",
+        let move_head = head_moves(prior, n, None);
+        let id = write_pull_request(
+            &mut txn,
+            repository_id,
+            n,
+            (comments, reviews),
+            prior,
+            move_head,
         )
-        .bind(Uuid::now_v7())
-        .bind(repository_id)
-        .bind(n.native_id)
-        .bind(&n.node_id)
-        .bind(n.number)
-        .bind(&n.title)
-        .bind(&n.body)
-        .bind(&n.state)
-        .bind(n.draft)
-        .bind(&n.author)
-        .bind(n.locked)
-        .bind(&n.lock_reason)
-        .bind(comment_count)
-        .bind(review_count)
-        .bind(&n.head_ref)
-        .bind(&n.head_sha)
-        .bind(&n.base_ref)
-        .bind(n.created_at)
-        .bind(n.updated_at)
-        .bind(n.closed_at)
-        .bind(n.merged_at)
-        .execute(&mut *txn)
         .await?;
+        // A sync records a close or a merge only when it stores one; never a push or a ready
+        // (GitHub redelivers the webhooks that carry those).
+        let item = events::Item::pull_request(id, repository_id);
+        let merged = n.merged_at.filter(|_| n.state == "merged");
+        if let (Some(prior), Some(merged_at)) = (prior, merged) {
+            if prior.merged_at != Some(merged_at) {
+                let change = LifecycleChange::Merge { merged_at };
+                events::record(&mut txn, &item, &change, n.updated_at, Origin::Sync).await?;
+            }
+        } else if let Some(closed_at) = stored_close(prior, &n.state, n.closed_at) {
+            let change = LifecycleChange::Close { closed_at };
+            events::record(&mut txn, &item, &change, n.updated_at, Origin::Sync).await?;
+        }
         written.applied += 1;
     }
     txn.commit().await?;

@@ -1,0 +1,198 @@
+//! GitHub webhooks, consumed from JetStream after ingress stored them. One handler reads each
+//! delivery's body, resolves the connection's GitHub instance and dispatches by event; every
+//! writer locks the rows it compares, so a redelivered, late or reordered payload only ever moves
+//! the mirror forward. Events nobody handles are acknowledged and counted, never an error.
+
+pub mod filters;
+pub mod items;
+pub mod payload;
+pub mod repository;
+
+use bus::consumer::{Delivery, Handler, headers};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// What handling a delivery came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The mirror changed (or an event was recorded).
+    Applied,
+    /// Older than the mirror, or already there: nothing changed.
+    Unchanged,
+    /// Not for us: an event or action we do not act on, or a repository nobody monitors.
+    Ignored,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Applied => "applied",
+            Outcome::Unchanged => "unchanged",
+            Outcome::Ignored => "ignored",
+        }
+    }
+}
+
+/// Why a delivery was not handled.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    /// Can never succeed (malformed payload, missing routing header): recorded dead.
+    #[error("{0}")]
+    Invalid(String),
+    /// May succeed later (database unavailable): redelivered with backoff.
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+/// The delivery as handlers see it.
+pub struct Webhook<'a> {
+    /// `X-GitHub-Event`.
+    pub event: &'a str,
+    pub body: &'a [u8],
+    /// The GitHub instance of the connection whose endpoint received it.
+    pub provider_instance_id: Uuid,
+    /// When JetStream stored it (the NATS server's clock): the date of dated snapshots.
+    pub received_at: time::OffsetDateTime,
+}
+
+/// Consumes `github.>` deliveries for github-sync.
+pub struct WebhookHandler {
+    pub pool: PgPool,
+}
+
+/// The delivery's body: inline, or by reference to the stored raw body (`None`: erased).
+async fn body(pool: &PgPool, delivery: &Delivery) -> Result<Option<Vec<u8>>, sqlx::Error> {
+    let Some(reference) = delivery.header(store::headers::BODY_REF) else {
+        return Ok(Some(delivery.payload().to_vec()));
+    };
+    let Ok(message_id) = reference.parse::<Uuid>() else {
+        return Ok(None);
+    };
+    let row: Option<(Vec<u8>,)> =
+        sqlx::query_as("SELECT body FROM inbound_message_body WHERE message_id = $1")
+            .bind(message_id)
+            .fetch_optional(pool)
+            .await?;
+    Ok(row.map(|(b,)| b))
+}
+
+async fn provider_instance(
+    pool: &PgPool,
+    connection_id: Uuid,
+) -> Result<Option<Uuid>, sqlx::Error> {
+    let row: Option<(Uuid,)> = sqlx::query_as(
+        "SELECT provider_instance_id FROM connection WHERE id = $1 AND kind = 'github'",
+    )
+    .bind(connection_id)
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|(id,)| id))
+}
+
+impl WebhookHandler {
+    async fn dispatch(&self, delivery: &Delivery, event: &str) -> Result<Outcome, WebhookError> {
+        let Some(body) = body(&self.pool, delivery).await? else {
+            return Err(WebhookError::Invalid(
+                "the delivery's body is no longer stored".into(),
+            ));
+        };
+        let connection_id = delivery
+            .header(headers::CONNECTION)
+            .and_then(|c| c.parse::<Uuid>().ok())
+            .ok_or_else(|| WebhookError::Invalid("no connection header".into()))?;
+        let Some(provider_instance_id) = provider_instance(&self.pool, connection_id).await? else {
+            // The connection is gone (erased): nothing of it may be written.
+            return Ok(Outcome::Ignored);
+        };
+        let hook = Webhook {
+            event,
+            body: &body,
+            provider_instance_id,
+            received_at: delivery.stored_at(),
+        };
+        match event {
+            "repository" => repository::handle(&self.pool, &hook).await,
+            "issues" => items::issues(&self.pool, &hook).await,
+            "pull_request" => items::pull_request(&self.pool, &hook).await,
+            _ => Ok(Outcome::Ignored),
+        }
+    }
+}
+
+impl Handler for WebhookHandler {
+    async fn handle(&self, delivery: Delivery) {
+        let event = delivery
+            .header(store::headers::EVENT)
+            .map(str::to_owned)
+            .or_else(|| delivery.subject().rsplit('.').next().map(str::to_owned))
+            .unwrap_or_default();
+        match self.dispatch(&delivery, &event).await {
+            Ok(outcome) => {
+                metrics::counter!("github_webhooks_total", "event" => event.clone(), "outcome" => outcome.as_str())
+                    .increment(1);
+                tracing::debug!(%event, outcome = outcome.as_str(), "github webhook handled");
+                if let Err(e) = delivery.ack().await {
+                    tracing::warn!(error = %e, "ack failed; the delivery will come again");
+                }
+            }
+            Err(WebhookError::Invalid(reason)) => {
+                metrics::counter!("github_webhooks_total", "event" => event, "outcome" => "invalid")
+                    .increment(1);
+                delivery.reject(&reason).await;
+            }
+            Err(WebhookError::Database(e)) => {
+                delivery.retry(&format!("database: {e}")).await;
+            }
+        }
+    }
+}
+
+/// Parses a payload, or says which event it failed to be.
+pub fn parse<'a, T: serde::Deserialize<'a>>(hook: &Webhook<'a>) -> Result<T, WebhookError> {
+    serde_json::from_slice(hook.body)
+        .map_err(|e| WebhookError::Invalid(format!("malformed {} payload: {e}", hook.event)))
+}
+
+/// The mirrored repository a webhook is about, selected by GitHub's repository id (never by
+/// name, so a reused name cannot capture another repository's work). A repository not mirrored
+/// yet is created when a monitor covers it (its native id, or its name while the monitor's id
+/// is unknown); otherwise `None`: nobody monitors it.
+pub async fn monitored_repository(
+    conn: &mut sqlx::PgConnection,
+    provider_instance_id: Uuid,
+    repository: &payload::Repository,
+) -> Result<Option<Uuid>, sqlx::Error> {
+    let found: Option<(Uuid,)> = sqlx::query_as(
+        "SELECT id FROM repository WHERE provider_instance_id = $1 AND native_id = $2",
+    )
+    .bind(provider_instance_id)
+    .bind(repository.id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some((id,)) = found {
+        return Ok(Some(id));
+    }
+    let covered: Option<(i32,)> = sqlx::query_as(
+        "SELECT 1 FROM repository_to_monitor m
+           JOIN connection c ON c.id = m.connection_id
+          WHERE c.provider_instance_id = $1 AND c.kind = 'github'
+            AND c.status IN ('active', 'suspended')
+            AND (m.native_id = $2
+                 OR (m.native_id IS NULL AND lower(m.owner) = lower($3)
+                     AND lower(m.name) = lower($4)))
+          LIMIT 1",
+    )
+    .bind(provider_instance_id)
+    .bind(repository.id)
+    .bind(&repository.owner.login)
+    .bind(&repository.name)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if covered.is_none() {
+        return Ok(None);
+    }
+    let id =
+        crate::mirror::ensure_repository(&mut *conn, provider_instance_id, &repository.header())
+            .await?;
+    Ok(Some(id))
+}

@@ -1,0 +1,158 @@
+//! The parts of GitHub's webhook payloads (REST object shapes) github-sync reads, and their
+//! conversion to the rows the sync writes, so both paths store the same values.
+
+use serde::Deserialize;
+use time::OffsetDateTime;
+
+use crate::source::{IssueNode, PullRequestNode, RepoHeader};
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Account {
+    pub login: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Repository {
+    pub id: i64,
+    pub node_id: String,
+    pub name: String,
+    pub owner: Account,
+    #[serde(default)]
+    pub archived: Option<bool>,
+}
+
+impl Repository {
+    pub fn header(&self) -> RepoHeader {
+        RepoHeader {
+            native_id: self.id,
+            node_id: self.node_id.clone(),
+            owner: self.owner.login.clone(),
+            name: self.name.clone(),
+            archived: self.archived,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Issue {
+    pub id: i64,
+    pub node_id: String,
+    pub number: i32,
+    pub title: String,
+    #[serde(default)]
+    pub body: Option<String>,
+    pub state: String,
+    #[serde(default)]
+    pub state_reason: Option<String>,
+    #[serde(default)]
+    pub user: Option<Account>,
+    #[serde(default)]
+    pub locked: Option<bool>,
+    #[serde(default)]
+    pub active_lock_reason: Option<String>,
+    #[serde(default)]
+    pub comments: Option<i32>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub closed_at: Option<OffsetDateTime>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Branch {
+    #[serde(rename = "ref")]
+    pub name: String,
+    pub sha: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct PullRequest {
+    pub id: i64,
+    pub node_id: String,
+    pub number: i32,
+    pub title: String,
+    #[serde(default)]
+    pub body: Option<String>,
+    pub state: String,
+    #[serde(default)]
+    pub draft: Option<bool>,
+    #[serde(default)]
+    pub user: Option<Account>,
+    #[serde(default)]
+    pub locked: Option<bool>,
+    #[serde(default)]
+    pub active_lock_reason: Option<String>,
+    #[serde(default)]
+    pub comments: Option<i32>,
+    pub head: Branch,
+    pub base: Branch,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub closed_at: Option<OffsetDateTime>,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub merged_at: Option<OffsetDateTime>,
+}
+
+/// REST lock reasons (`off-topic`, `too heated`) as the GraphQL enum the sync stores
+/// (`off_topic`, `too_heated`).
+fn lock_reason(reason: Option<&str>) -> Option<String> {
+    reason.map(|r| r.replace(['-', ' '], "_").to_ascii_lowercase())
+}
+
+impl Issue {
+    pub fn node(&self) -> IssueNode {
+        IssueNode {
+            native_id: self.id,
+            node_id: self.node_id.clone(),
+            number: self.number,
+            title: self.title.clone(),
+            body: self.body.clone().unwrap_or_default(),
+            state: self.state.clone(),
+            state_reason: self.state_reason.clone(),
+            author: self.user.as_ref().map(|u| u.login.clone()),
+            locked: self.locked,
+            lock_reason: lock_reason(self.active_lock_reason.as_deref()),
+            comment_count: self.comments,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            closed_at: self.closed_at,
+        }
+    }
+}
+
+impl PullRequest {
+    pub fn node(&self) -> PullRequestNode {
+        // REST has no merged state: a merged pull request is closed with `merged_at`.
+        let state = match (&*self.state, self.merged_at) {
+            ("closed", Some(_)) => "merged".to_owned(),
+            (state, _) => state.to_owned(),
+        };
+        PullRequestNode {
+            native_id: self.id,
+            node_id: self.node_id.clone(),
+            number: self.number,
+            title: self.title.clone(),
+            body: self.body.clone().unwrap_or_default(),
+            state,
+            draft: self.draft,
+            author: self.user.as_ref().map(|u| u.login.clone()),
+            locked: self.locked,
+            lock_reason: lock_reason(self.active_lock_reason.as_deref()),
+            comment_count: self.comments,
+            // Webhooks carry no review count: unknown, the stored one stays.
+            review_count: None,
+            head_ref: Some(self.head.name.clone()),
+            head_sha: Some(self.head.sha.clone()),
+            base_ref: Some(self.base.name.clone()),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            closed_at: self.closed_at,
+            merged_at: self.merged_at,
+        }
+    }
+}
