@@ -1,0 +1,6 @@
+//! Live GitHub webhooks end to end: signed deliveries through ingress, JetStream, github-sync's
+//! consumers and the mirror, with the GitHub simulator and real Postgres and NATS.
+
+// Each test module uses its own part of the stack.
+#[allow(dead_code)]
+mod support;

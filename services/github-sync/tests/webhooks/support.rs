@@ -1,0 +1,225 @@
+//! The live-webhook stack: the GitHub simulator, control-api, ingress and github-sync against
+//! real Postgres and NATS. A workspace's GitHub App connection is activated and its INITIAL job
+//! has mirrored the simulated installation; webhooks travel signed through ingress.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use control_api::Role;
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use testkit::{Running, TestEnv};
+use vendor_sim::github::webhook::Delivery;
+use vendor_sim::github::{GithubSim, Scenario, generate};
+
+const APP_KEY: &[u8] =
+    include_bytes!("../../../../crates/github-client/tests/fixtures/test-app-key.pem");
+
+/// The GitHub hook id the simulator's deliveries carry, and the endpoint's provider reference.
+pub const HOOK_ID: u64 = 1;
+/// The hook's signing secret.
+pub const SECRET: &str = "live-webhook-secret-0123";
+
+pub struct LiveStack {
+    pub env: TestEnv,
+    pub sim: GithubSim,
+    pub http: reqwest::Client,
+    pub api: String,
+    pub ingress: String,
+    pub token: String,
+    pub ws: String,
+    pub conn: String,
+    pub pool: PgPool,
+    pub repositories: Vec<u64>,
+    _control: Running,
+    _ingress: Running,
+    _sync: Running,
+}
+
+impl LiveStack {
+    /// A stack over a generated installation (`scenario`), after its INITIAL job finished.
+    pub async fn start(scenario: Scenario) -> Result<LiveStack> {
+        Self::start_with(scenario, |_| {}).await
+    }
+
+    /// Like [`LiveStack::start`], with github-sync's configuration adjusted.
+    pub async fn start_with(
+        scenario: Scenario,
+        tweak: impl FnOnce(&mut github_sync::Config),
+    ) -> Result<LiveStack> {
+        let env = TestEnv::new().await?;
+        let generated = generate(&scenario);
+        let mut model = generated.model;
+        model.set_app_id("4242");
+        let sim = GithubSim::start(model).await?;
+        let (control, keys) = testkit::spawn_control_api(env.common_args()).await?;
+        let ingress = testkit::spawn_ingress(env.common_args()).await?;
+        let mut config = testkit::github_sync_config(env.common_args());
+        tweak(&mut config);
+        let sync = testkit::spawn_github_sync(config).await?;
+        let token = testkit::token(&keys, Role::Admin, None)?;
+        let http = reqwest::Client::new();
+        let api = control.url();
+        let mut stack = LiveStack {
+            pool: env.db.db.get_postgres_connection_pool().clone(),
+            env,
+            sim,
+            http,
+            ingress: ingress.url(),
+            api,
+            token,
+            ws: String::new(),
+            conn: String::new(),
+            repositories: generated.repositories,
+            _control: control,
+            _ingress: ingress,
+            _sync: sync,
+        };
+        let (_, ws) = stack.post("/workspaces", json!({"name": "acme"})).await?;
+        stack.ws = ws["id"].as_str().expect("workspace created").to_owned();
+        let (_, conn) = stack
+            .post(
+                &format!("/workspaces/{}/connections", stack.ws),
+                json!({
+                    "kind": "github",
+                    "server_url": stack.sim.base_url(),
+                    "settings": { "auth": "app", "app_id": 4242, "installation_id": generated.installation },
+                    "secrets": { "private_key": String::from_utf8(APP_KEY.to_vec())? },
+                }),
+            )
+            .await?;
+        stack.conn = conn["id"].as_str().expect("connection created").to_owned();
+        let (status, body) = stack
+            .post(
+                &format!("/workspaces/{}/connections/{}/endpoints", stack.ws, stack.conn),
+                json!({"registration": "app", "provider_ref": HOOK_ID.to_string(), "secret": SECRET}),
+            )
+            .await?;
+        assert_eq!(status, 201, "endpoint: {body}");
+        stack
+            .post(
+                &format!(
+                    "/workspaces/{}/connections/{}/activate",
+                    stack.ws, stack.conn
+                ),
+                json!({}),
+            )
+            .await?;
+        stack.finished_jobs("INITIAL", 1).await?;
+        Ok(stack)
+    }
+
+    /// POSTs to control-api as an admin.
+    pub async fn post(&self, path: &str, body: Value) -> Result<(u16, Value)> {
+        let res = self
+            .http
+            .post(format!("{}{path}", self.api))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await?;
+        Ok((
+            res.status().as_u16(),
+            res.json().await.unwrap_or(Value::Null),
+        ))
+    }
+
+    /// Sends one delivery through ingress as GitHub does; returns the HTTP status.
+    pub async fn send(&self, delivery: &Delivery) -> Result<u16> {
+        let url = format!("{}/webhooks/github", self.ingress);
+        Ok(delivery
+            .send(&self.http, &url, SECRET.as_bytes())
+            .await?
+            .as_u16())
+    }
+
+    /// A new delivery of `payload` for `event`, sent through ingress; asserts it was accepted.
+    pub async fn deliver(&self, event: &str, payload: &Value) -> Result<Delivery> {
+        let mut delivery = Delivery::new(event, payload);
+        delivery.hook_id = HOOK_ID;
+        let status = self.send(&delivery).await?;
+        assert_eq!(status, 200, "ingress refused a {event} delivery");
+        Ok(delivery)
+    }
+
+    /// Queues a RECONCILIATION through control-api.
+    pub async fn reconcile(&self) -> Result<()> {
+        let (status, body) = self
+            .post(
+                &format!("/workspaces/{}/connections/{}/sync", self.ws, self.conn),
+                json!({"type": "RECONCILIATION"}),
+            )
+            .await?;
+        assert_eq!(status, 202, "{body}");
+        Ok(())
+    }
+
+    /// Waits until `count` jobs of `job_type` finished; returns (status, error) of each.
+    pub async fn finished_jobs(
+        &self,
+        job_type: &str,
+        count: usize,
+    ) -> Result<Vec<(String, Option<String>)>> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let rows: Vec<(String, Option<String>)> = sqlx::query_as(
+                "SELECT status, error FROM sync_job WHERE job_type = $1 AND finished_at IS NOT NULL ORDER BY created_at",
+            )
+            .bind(job_type)
+            .fetch_all(&self.pool)
+            .await?;
+            if rows.len() >= count {
+                return Ok(rows);
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{job_type} jobs did not finish"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until every accepted delivery is published and github-sync has handled everything
+    /// on the webhook stream (nothing pending or unacknowledged, twice in a row).
+    pub async fn settle(&self) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        let mut quiet = 0;
+        while quiet < 3 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "github-sync did not settle"
+            );
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let (unpublished,): (i64,) =
+                sqlx::query_as("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+                    .fetch_one(&self.pool)
+                    .await?;
+            let mut busy = unpublished > 0;
+            let ns = self.env.bus.namespace();
+            let mut stream = self
+                .env
+                .bus
+                .jetstream()
+                .get_stream(ns.name(bus::Stream::WebhooksGithub.name()))
+                .await?;
+            let stored = stream.info().await?.state.messages;
+            for durable in ["github-sync-owner-events", "github-sync-repository-events"] {
+                match stream.consumer_info(ns.name(durable)).await {
+                    Ok(info) => busy |= info.num_pending > 0 || info.num_ack_pending > 0,
+                    // Not declared yet: busy while there is anything it should take.
+                    Err(_) => busy |= stored > 0 && durable.ends_with("repository-events"),
+                }
+            }
+            quiet = if busy { 0 } else { quiet + 1 };
+        }
+        Ok(())
+    }
+
+    /// One number from `sql`.
+    pub async fn count(&self, sql: &str) -> Result<i64> {
+        let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(n)
+    }
+}
