@@ -195,17 +195,19 @@ type Row = (
     OffsetDateTime,
 );
 
+type NumberedRow = (
+    i32,
+    String,
+    Option<bool>,
+    Option<String>,
+    Option<String>,
+    Option<OffsetDateTime>,
+    Option<OffsetDateTime>,
+    OffsetDateTime,
+);
+
 async fn mirror(s: &LiveStack) -> Result<BTreeMap<i32, Row>> {
-    let rows: Vec<(
-        i32,
-        String,
-        Option<bool>,
-        Option<String>,
-        Option<String>,
-        Option<OffsetDateTime>,
-        Option<OffsetDateTime>,
-        OffsetDateTime,
-    )> = sqlx::query_as(
+    let rows: Vec<NumberedRow> = sqlx::query_as(
         "SELECT number, state, draft, title, head_sha, closed_at, merged_at, upstream_updated_at
                FROM pull_request ORDER BY number",
     )
