@@ -31,6 +31,7 @@ pub async fn run() -> Result<()> {
     let (control, keys) = testkit::spawn_control_api(env.common_args()).await?;
     let config = testkit::github_sync_config(env.common_args());
     let page_size = config.page_size;
+    let webhook_concurrency = config.webhook_concurrency;
     let sync = testkit::spawn_github_sync(config).await?;
     let pool = env.db.db.get_postgres_connection_pool().clone();
 
@@ -88,9 +89,12 @@ pub async fn run() -> Result<()> {
         job.done,
         scenario.items
     );
+    let webhooks = crate::github_webhooks::apply(&env, &pool, &sim, &conn).await?;
     sync.stop().await?;
     control.stop().await?;
     sim.shutdown().await;
+    let webhook_ceiling =
+        crate::github_webhooks::ceiling(&env.db.url, webhooks.events, webhook_concurrency).await?;
 
     // The ceilings write the same rows under fresh repositories: inserts, as in an INITIAL sync.
     let batched = ceiling(&pool, &issues, &pulls, 1, Write::Batched).await?;
@@ -162,6 +166,41 @@ pub async fn run() -> Result<()> {
     println!(
         "engine time is the job row's started_at → finished_at; the ceilings run after it, one \
          connection, sequentially, like the engine"
+    );
+    println!();
+    let applied_rate = webhooks.events as f64 / webhooks.seconds;
+    let ceiling_rate = webhooks.events as f64 / webhook_ceiling.as_secs_f64();
+    let mut t = Table::new(&[
+        "webhooks",
+        "events",
+        "seconds",
+        "events/s",
+        "consumer ÷ this",
+    ]);
+    t.row(vec![
+        format!(
+            "consumer: pull_request deliveries from JetStream, {webhook_concurrency} at once ({} item events recorded)",
+            thousands(webhooks.item_events.max(0) as u64)
+        ),
+        thousands(webhooks.events as u64),
+        format!("{:.2}", webhooks.seconds),
+        rate(applied_rate),
+        "1.00×".into(),
+    ]);
+    t.row(vec![
+        format!(
+            "ceiling: 1-row txn, SELECT … FOR UPDATE + UPDATE, {webhook_concurrency} connections"
+        ),
+        thousands(webhooks.events as u64),
+        format!("{:.2}", webhook_ceiling.as_secs_f64()),
+        rate(ceiling_rate),
+        ratio(applied_rate, ceiling_rate),
+    ]);
+    t.print();
+    println!();
+    println!(
+        "consumer time runs from its first delivery to its last ack (publishing was already under \
+         way); every delivery is a new version of a mirrored pull request, half of them pushes"
     );
     env.db.drop().await;
     Ok(())

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod github_sync;
+mod github_webhooks;
 mod ingress;
 mod table;
 
