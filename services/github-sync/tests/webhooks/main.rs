@@ -5,4 +5,5 @@
 #[allow(dead_code)]
 mod support;
 
+mod consumers;
 mod history;
