@@ -397,3 +397,202 @@ async fn two_replicas_share_the_jobs_and_none_runs_twice() -> Result<()> {
     assert_eq!(replicas.len(), 2, "both replicas ran jobs: {replicas:?}");
     second.stop().await
 }
+
+/// Helpers of the deletion-lifecycle tests below.
+impl Stack {
+    async fn activate(&self) -> Result<()> {
+        let (status, body) = self
+            .post(
+                &format!("/workspaces/{}/connections/{}/activate", self.ws, self.conn),
+                json!({}),
+            )
+            .await?;
+        assert_eq!(status, 200, "{body}");
+        Ok(())
+    }
+
+    /// Native ids of tombstoned issues, ascending.
+    async fn tombstoned_issues(&self) -> Result<Vec<i64>> {
+        let rows: Vec<(i64,)> = sqlx::query_as(
+            "SELECT native_id FROM issue WHERE deleted_at IS NOT NULL ORDER BY native_id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
+    /// Deletes the first `n` issues of `repo` upstream; their native ids, ascending.
+    fn delete_issues(&self, repo: u64, n: usize) -> Vec<i64> {
+        let mut gone: Vec<i64> = self.sim.model(|m| {
+            let numbers: Vec<u64> = m
+                .repository(repo)
+                .unwrap()
+                .issues()
+                .take(n)
+                .map(|i| i.number)
+                .collect();
+            numbers
+                .iter()
+                .filter_map(|number| m.delete_issue(repo, *number))
+                .map(|i| i.database_id as i64)
+                .collect()
+        });
+        gone.sort();
+        assert_eq!(gone.len(), n);
+        gone
+    }
+
+    /// The repository a pass lists first (monitors are walked by owner, then name).
+    fn first_listed_repository(&self) -> u64 {
+        self.sim.model(|m| {
+            m.repositories()
+                .min_by_key(|r| (r.owner.to_lowercase(), r.name.to_lowercase()))
+                .unwrap()
+                .database_id
+        })
+    }
+
+    fn upstream_items(&self) -> i64 {
+        self.sim.model(|m| {
+            m.repositories()
+                .map(|r| r.issues().count() + r.pull_requests().count())
+                .sum::<usize>() as i64
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_initial_job_after_upstream_deletions_tombstones_nothing() -> Result<()> {
+    let s = Stack::start(300, 20).await?;
+    s.activate().await?;
+    s.finished_jobs("INITIAL", 1).await?;
+    let gone = s.delete_issues(s.repositories[0], 3);
+
+    // The App is uninstalled (as GitHub reports it) and installed again: a new activation, whose
+    // generation names a new INITIAL job.
+    sqlx::query("UPDATE connection SET status = 'uninstalled' WHERE id = $1::uuid")
+        .bind(&s.conn)
+        .execute(&s.pool)
+        .await?;
+    s.activate().await?;
+    let jobs = s.finished_jobs("INITIAL", 2).await?;
+    assert_eq!(jobs[1].0, "succeeded", "{jobs:?}");
+    assert_eq!(
+        jobs[1].2,
+        s.upstream_items(),
+        "the second INITIAL listed every item upstream, the deletions' absence included"
+    );
+    assert!(
+        s.tombstoned_issues().await?.is_empty(),
+        "an INITIAL job never infers a deletion"
+    );
+
+    s.reconcile().await?;
+    let jobs = s.finished_jobs("RECONCILIATION", 1).await?;
+    assert_eq!(jobs[0].0, "succeeded", "{jobs:?}");
+    assert_eq!(s.tombstoned_issues().await?, gone);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_item_created_upstream_during_a_reconcile_survives_it() -> Result<()> {
+    // Pages of 20: the first listed repository's issues span several pages.
+    let s = Stack::start(600, 20).await?;
+    s.activate().await?;
+    s.finished_jobs("INITIAL", 1).await?;
+    let repo = s.first_listed_repository();
+    let gone = s.delete_issues(repo, 2);
+
+    // Someone opens an issue after the pass read the repository's first page of issues.
+    let created = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let slot = created.clone();
+    s.sim.inject(Fault::nth(
+        ops::REPOSITORY_ISSUES,
+        2,
+        FaultKind::mutate(move |m| {
+            let issue = m.add_issue(
+                repo,
+                vendor_sim::github::NewIssue {
+                    title: "opened mid-pass".into(),
+                    ..Default::default()
+                },
+            );
+            *slot.lock().unwrap() = issue.map(|i| i.database_id as i64);
+        }),
+    ));
+    s.reconcile().await?;
+    let jobs = s.finished_jobs("RECONCILIATION", 1).await?;
+    assert_eq!(jobs[0].0, "succeeded", "{jobs:?}");
+    let created = created.lock().unwrap().expect("the mutation ran mid-pass");
+    // The total changed under the listing: it stopped there, not provably complete, so the pass
+    // tombstones nothing (the new issue included, whether or not it was read).
+    assert!(s.tombstoned_issues().await?.is_empty());
+    let (reasons,): (Vec<String>,) = sqlx::query_as(
+        "SELECT coalesce(array_agg(detail->>'reason'), '{}') FROM connection_activity WHERE activity = 'not_reconciled'",
+    )
+    .fetch_one(&s.pool)
+    .await?;
+    assert!(
+        reasons.iter().any(|r| r.contains("total count changed")),
+        "{reasons:?}"
+    );
+
+    s.sim.clear_faults();
+    s.reconcile().await?;
+    let jobs = s.finished_jobs("RECONCILIATION", 2).await?;
+    assert_eq!(jobs[1].0, "succeeded", "{jobs:?}");
+    assert_eq!(
+        s.tombstoned_issues().await?,
+        gone,
+        "the clean pass tombstones exactly the deleted items, never the new one"
+    );
+    let live: Option<(Option<String>,)> =
+        sqlx::query_as("SELECT title FROM issue WHERE native_id = $1 AND deleted_at IS NULL")
+            .bind(created)
+            .fetch_optional(&s.pool)
+            .await?;
+    assert_eq!(live, Some((Some("opened mid-pass".to_owned()),)));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restored_item_loses_its_tombstone() -> Result<()> {
+    let s = Stack::start(300, 20).await?;
+    s.activate().await?;
+    s.finished_jobs("INITIAL", 1).await?;
+    let repo = s.repositories[0];
+    let removed = s.sim.model(|m| {
+        let n = m.repository(repo).unwrap().issues().next().unwrap().number;
+        m.delete_issue(repo, n).unwrap()
+    });
+    let id = removed.database_id as i64;
+    let title = |pool: PgPool| async move {
+        let (title,): (Option<String>,) =
+            sqlx::query_as("SELECT title FROM issue WHERE native_id = $1")
+                .bind(id)
+                .fetch_one(&pool)
+                .await?;
+        anyhow::Ok(title)
+    };
+
+    s.reconcile().await?;
+    s.finished_jobs("RECONCILIATION", 1).await?;
+    assert_eq!(s.tombstoned_issues().await?, vec![id]);
+    assert_eq!(
+        title(s.pool.clone()).await?,
+        None,
+        "a tombstone clears content"
+    );
+
+    s.sim
+        .model(|m| assert!(m.restore_issue(repo, removed.clone())));
+    s.reconcile().await?;
+    let jobs = s.finished_jobs("RECONCILIATION", 2).await?;
+    assert_eq!(jobs[1].0, "succeeded", "{jobs:?}");
+    assert!(
+        s.tombstoned_issues().await?.is_empty(),
+        "the reappeared item is live again"
+    );
+    assert_eq!(title(s.pool.clone()).await?, Some(removed.title.clone()));
+    Ok(())
+}
