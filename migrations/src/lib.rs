@@ -9,6 +9,7 @@ mod m0002_schedules;
 mod m0003_ingress;
 mod m0004_github;
 mod m0005_reconciled_at;
+mod m0007_sync_job_passes;
 
 /// Every migration, oldest first.
 pub struct Migrator;
@@ -22,6 +23,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0003_ingress::Migration),
             Box::new(m0004_github::Migration),
             Box::new(m0005_reconciled_at::Migration),
+            Box::new(m0007_sync_job_passes::Migration),
         ]
     }
 }

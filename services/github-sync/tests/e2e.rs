@@ -32,6 +32,14 @@ struct Stack {
 
 impl Stack {
     async fn start(items: usize, page_size: u32) -> Result<Stack> {
+        Self::start_with(items, page_size, |_| {}).await
+    }
+
+    async fn start_with(
+        items: usize,
+        page_size: u32,
+        configure: impl FnOnce(&mut github_sync::Config),
+    ) -> Result<Stack> {
         let env = TestEnv::new().await?;
         let generated = generate(&Scenario {
             items,
@@ -43,6 +51,7 @@ impl Stack {
         let (control, keys) = testkit::spawn_control_api(env.common_args()).await?;
         let mut config = testkit::github_sync_config(env.common_args());
         config.page_size = page_size;
+        configure(&mut config);
         let sync = testkit::spawn_github_sync(config).await?;
         let token = testkit::token(&keys, Role::Admin, None)?;
         let http = reqwest::Client::new();
@@ -594,5 +603,116 @@ async fn a_restored_item_loses_its_tombstone() -> Result<()> {
         "the reappeared item is live again"
     );
     assert_eq!(title(s.pool.clone()).await?, Some(removed.title.clone()));
+    Ok(())
+}
+
+/// The connection's BACKFILL jobs as the API shows them, oldest first.
+async fn backfills(s: &Stack) -> Result<Vec<Value>> {
+    let jobs: Value = s
+        .http
+        .get(format!(
+            "{}/workspaces/{}/connections/{}/jobs",
+            s.api, s.ws, s.conn
+        ))
+        .bearer_auth(&s.token)
+        .send()
+        .await?
+        .json()
+        .await?;
+    let mut out: Vec<Value> = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["type"] == "BACKFILL")
+        .cloned()
+        .collect();
+    out.reverse();
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_manual_backfill_passes_again_until_a_pass_is_complete() -> Result<()> {
+    let s = Stack::start(300, 20).await?;
+    s.activate().await?;
+    s.finished_jobs("INITIAL", 1).await?;
+    let per_pass = s.sim.calls(ops::REPOSITORY_ISSUES);
+    // The first pass's first issues page miscounts; every later page is right.
+    s.sim.inject(Fault::nth(
+        ops::REPOSITORY_ISSUES,
+        1,
+        FaultKind::TotalCountOffBy(1),
+    ));
+    let (status, body) = s
+        .post(
+            &format!("/workspaces/{}/connections/{}/sync", s.ws, s.conn),
+            json!({"type": "BACKFILL"}),
+        )
+        .await?;
+    assert_eq!(status, 202, "{body}");
+    let jobs = s.finished_jobs("BACKFILL", 1).await?;
+    assert_eq!(jobs[0].0, "succeeded", "{jobs:?}");
+    let job = &backfills(&s).await?[0];
+    assert_eq!(job["passes"], 2, "{job}");
+    assert_eq!(
+        job["progress_done"],
+        s.upstream_items(),
+        "the second pass listed every item: {job}"
+    );
+    assert!(
+        s.sim.calls(ops::REPOSITORY_ISSUES) > per_pass * 2,
+        "the backfill read the issues again after its first pass"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_canceled_backfill_stops_between_passes() -> Result<()> {
+    // A minute between passes: a cancel must not wait for it.
+    let s = Stack::start_with(300, 20, |c| c.backfill_backoff_ms = 60_000).await?;
+    s.activate().await?;
+    s.finished_jobs("INITIAL", 1).await?;
+    s.sim.inject(Fault::always(
+        ops::REPOSITORY_ISSUES,
+        FaultKind::TruncatedPage { keep: 5 },
+    ));
+    let (status, job) = s
+        .post(
+            &format!("/workspaces/{}/connections/{}/sync", s.ws, s.conn),
+            json!({"type": "BACKFILL"}),
+        )
+        .await?;
+    assert_eq!(status, 202, "{job}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while s
+        .count(
+            "SELECT count(*) FROM connection_activity WHERE activity = 'backfill_pass_incomplete'",
+        )
+        .await?
+        == 0
+    {
+        assert!(tokio::time::Instant::now() < deadline, "no pass ended");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, body) = s
+        .post(
+            &format!(
+                "/workspaces/{}/connections/{}/jobs/{}/cancel",
+                s.ws,
+                s.conn,
+                job["id"].as_str().unwrap()
+            ),
+            json!({}),
+        )
+        .await?;
+    assert_eq!(status, 200, "{body}");
+    let canceled_at = tokio::time::Instant::now();
+    let jobs = s.finished_jobs("BACKFILL", 1).await?;
+    assert!(
+        canceled_at.elapsed() < Duration::from_secs(10),
+        "the backfill stopped {:?} after the cancel",
+        canceled_at.elapsed()
+    );
+    assert_eq!(jobs[0].0, "canceled", "{jobs:?}");
+    assert_eq!(backfills(&s).await?[0]["passes"], 1);
     Ok(())
 }
