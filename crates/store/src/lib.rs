@@ -7,6 +7,7 @@ pub mod headers;
 pub mod inbound;
 pub mod jobs;
 pub mod outbox;
+pub mod scm_scope;
 pub mod secrets;
 
 pub use sea_orm;

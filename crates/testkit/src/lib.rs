@@ -292,6 +292,8 @@ pub fn github_sync_config(common: runtime::CommonArgs) -> github_sync::Config {
         reconcile_cron: "off".to_owned(),
         backfill_cron: "off".to_owned(),
         reconcile_cooldown_secs: 12 * 3600,
+        backfill_max_passes: 10,
+        backfill_backoff_ms: 100,
         page_size: 100,
         page_cap: 10_000,
         job_concurrency: 2,

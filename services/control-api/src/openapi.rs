@@ -4,7 +4,7 @@ use axum::Json;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
-use crate::routes::{connections, dead_messages, endpoints, jobs, workspaces};
+use crate::routes::{connections, dead_messages, endpoints, github, jobs, workspaces};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -16,6 +16,7 @@ use crate::routes::{connections, dead_messages, endpoints, jobs, workspaces};
         jobs::create, jobs::list, jobs::cancel,
         dead_messages::list, dead_messages::replay,
         endpoints::create, endpoints::rotate_secret, endpoints::replay,
+        github::repositories, github::issues,
     ),
     modifiers(&BearerAuth),
     security(("bearer" = []))

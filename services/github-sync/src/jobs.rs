@@ -120,6 +120,21 @@ impl Jobs {
         })
     }
 
+    /// Records that pass `pass` starts (a manual backfill may take several); its progress
+    /// counts from zero again.
+    pub async fn start_pass(&self, job: &ClaimedJob, pass: i32) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "UPDATE sync_job SET passes = $3, progress_done = 0, updated_at = now()
+              WHERE id = $1 AND claimed_by = $2 AND status = 'running'",
+        )
+        .bind(job.id)
+        .bind(&self.replica)
+        .bind(pass)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     /// Gives the job back after a transient failure, so a redelivery can claim it at once.
     pub async fn release(&self, job: &ClaimedJob) -> Result<(), sqlx::Error> {
         sqlx::query(

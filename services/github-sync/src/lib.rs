@@ -78,6 +78,26 @@ pub struct Config {
     )]
     pub reconcile_cooldown_secs: u64,
 
+    /// Passes a manual BACKFILL may take; after the last incomplete one it fails with its reason.
+    #[arg(
+        long = "github-backfill-max-passes",
+        env = "FORGESYNC_GITHUB_BACKFILL_MAX_PASSES",
+        value_name = "FORGESYNC_GITHUB_BACKFILL_MAX_PASSES",
+        default_value_t = 10,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub backfill_max_passes: u32,
+
+    /// Milliseconds a manual BACKFILL waits after its first incomplete pass; the wait doubles
+    /// with every further pass, up to five minutes.
+    #[arg(
+        long = "github-backfill-backoff-ms",
+        env = "FORGESYNC_GITHUB_BACKFILL_BACKOFF_MS",
+        value_name = "FORGESYNC_GITHUB_BACKFILL_BACKOFF_MS",
+        default_value_t = 5_000
+    )]
+    pub backfill_backoff_ms: u64,
+
     /// Nodes per GraphQL page (at most 100).
     #[arg(long, env = "FORGESYNC_GITHUB_PAGE_SIZE", value_name = "FORGESYNC_GITHUB_PAGE_SIZE", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub page_size: u32,
@@ -166,6 +186,12 @@ pub async fn run(
             page_size: config.page_size,
             page_cap: config.page_cap,
             reconcile_cooldown: Duration::from_secs(config.reconcile_cooldown_secs),
+            backfill: sync::BackfillPolicy {
+                max_passes: config.backfill_max_passes,
+                first_backoff: Duration::from_millis(config.backfill_backoff_ms),
+                max_backoff: Duration::from_millis(config.backfill_backoff_ms)
+                    .max(Duration::from_secs(300)),
+            },
             ..Default::default()
         },
     };

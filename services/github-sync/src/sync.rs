@@ -2,9 +2,13 @@
 //! repository's issues and pull requests page by page through an `UpstreamListing`, writing each
 //! page forward-only. Only a RECONCILIATION whose listing finished clean may tombstone, and only
 //! the candidates captured before it started (the deletion gate decides; this module obeys).
+//! A manual BACKFILL repeats its pass, with backoff, until one pass lists everything, the job is
+//! canceled, or its pass budget is spent.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use backon::BackoffBuilder as _;
 use lifecycle_core::deletion::{BlastRadius, SkipReason, SweepDecision, SweepPass};
 use lifecycle_core::job::SyncJobType;
 use lifecycle_core::listing::{ListingFault, ListingPage, NextStep, UpstreamListing};
@@ -25,7 +29,29 @@ pub struct SyncSettings {
     pub page_cap: u32,
     pub blast_radius: BlastRadius,
     /// A scheduled RECONCILIATION skips a repository completely reconciled this recently.
-    pub reconcile_cooldown: std::time::Duration,
+    pub reconcile_cooldown: Duration,
+    pub backfill: BackfillPolicy,
+}
+
+/// How a manual BACKFILL repeats an incomplete pass.
+#[derive(Debug, Clone)]
+pub struct BackfillPolicy {
+    /// Passes a backfill may take; after the last incomplete one it fails with that pass's reason.
+    pub max_passes: u32,
+    /// Wait after the first incomplete pass; it doubles with every further one.
+    pub first_backoff: Duration,
+    /// The longest wait between two passes.
+    pub max_backoff: Duration,
+}
+
+impl Default for BackfillPolicy {
+    fn default() -> Self {
+        BackfillPolicy {
+            max_passes: 10,
+            first_backoff: Duration::from_secs(5),
+            max_backoff: Duration::from_secs(300),
+        }
+    }
 }
 
 impl Default for SyncSettings {
@@ -34,7 +60,8 @@ impl Default for SyncSettings {
             page_size: 100,
             page_cap: 10_000,
             blast_radius: BlastRadius::default(),
-            reconcile_cooldown: std::time::Duration::from_secs(12 * 3600),
+            reconcile_cooldown: Duration::from_secs(12 * 3600),
+            backfill: BackfillPolicy::default(),
         }
     }
 }
@@ -56,9 +83,56 @@ pub struct Engine {
     pub settings: SyncSettings,
 }
 
-enum Flow {
-    Next,
-    Stop(JobOutcome),
+/// How one pass over the monitored repositories ended.
+#[derive(Debug)]
+enum PassEnd {
+    /// Every listing finished clean.
+    Complete,
+    /// A listing ended early for a reason another pass may not meet: a listing fault, or GitHub
+    /// failing (`failing`: the pass stopped there, and a single-pass job fails).
+    Incomplete { reason: String, failing: bool },
+    /// The job ends here, whatever its type: canceled, its lease lost, or its quota spent.
+    Final(JobOutcome),
+}
+
+impl PassEnd {
+    /// The outcome of a job that runs one pass.
+    fn single_pass_outcome(self) -> JobOutcome {
+        match self {
+            PassEnd::Complete | PassEnd::Incomplete { failing: false, .. } => JobOutcome::Succeeded,
+            PassEnd::Incomplete {
+                reason,
+                failing: true,
+            } => JobOutcome::Failed(reason),
+            PassEnd::Final(outcome) => outcome,
+        }
+    }
+
+    /// What a read failure means for the pass, or `None` when it only ends its own listing.
+    fn of_read_failure(e: &SourceError) -> Option<PassEnd> {
+        match e {
+            // Quota: another pass would only spend what is left of it.
+            SourceError::BudgetExhausted(why) => Some(PassEnd::Final(JobOutcome::Failed(format!(
+                "quota budget exhausted: {why}"
+            )))),
+            SourceError::RateLimited => Some(PassEnd::Final(JobOutcome::Failed(
+                "GitHub's rate limit is spent".into(),
+            ))),
+            SourceError::Http(status) if *status >= 500 => Some(PassEnd::Incomplete {
+                reason: format!("GitHub is failing (HTTP {status} after retries)"),
+                failing: true,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// How one class's listing of one repository ended.
+enum Listed {
+    Whole,
+    Partial(String),
+    /// Not listed by design (the monitored name now belongs to another repository).
+    Skipped,
 }
 
 /// What one page read produced, whatever the class.
@@ -91,13 +165,16 @@ impl Engine {
         provider_instance_id: Uuid,
         source: Arc<dyn GithubSource>,
     ) -> Result<JobOutcome, sqlx::Error> {
-        let mut done: i64 = 0;
-        let outcome = match self
-            .walk(job, provider_instance_id, source.as_ref(), &mut done)
-            .await?
-        {
-            Flow::Next => JobOutcome::Succeeded,
-            Flow::Stop(outcome) => outcome,
+        let (outcome, done) = if job.job_type == SyncJobType::Backfill && !job.scheduled {
+            self.backfill_until_complete(job, provider_instance_id, source.as_ref())
+                .await?
+        } else {
+            let mut done: i64 = 0;
+            self.jobs.start_pass(job, 1).await?;
+            let end = self
+                .walk(job, provider_instance_id, source.as_ref(), &mut done)
+                .await?;
+            (end.single_pass_outcome(), done)
         };
         self.jobs.finish(job, &outcome, done).await?;
         metrics::counter!("github_sync_jobs_total", "type" => job.job_type.as_str(), "outcome" => match &outcome {
@@ -110,22 +187,100 @@ impl Engine {
         Ok(outcome)
     }
 
+    /// A manual backfill: passes until one lists everything, the job is canceled or its quota is
+    /// spent, or the policy's passes run out. Returns the outcome and the last pass's items.
+    async fn backfill_until_complete(
+        &self,
+        job: &ClaimedJob,
+        provider_instance_id: Uuid,
+        source: &dyn GithubSource,
+    ) -> Result<(JobOutcome, i64), sqlx::Error> {
+        let policy = &self.settings.backfill;
+        let mut waits = backon::ExponentialBuilder::default()
+            .with_min_delay(policy.first_backoff)
+            .with_max_delay(policy.max_backoff)
+            .without_max_times()
+            .build();
+        let mut pass = 0;
+        loop {
+            pass += 1;
+            self.jobs.start_pass(job, pass).await?;
+            let mut done: i64 = 0;
+            let end = self
+                .walk(job, provider_instance_id, source, &mut done)
+                .await?;
+            let reason = match end {
+                PassEnd::Complete => return Ok((JobOutcome::Succeeded, done)),
+                PassEnd::Final(outcome) => return Ok((outcome, done)),
+                PassEnd::Incomplete { reason, .. } => reason,
+            };
+            self.activity(
+                job,
+                "backfill_pass_incomplete",
+                serde_json::json!({ "pass": pass, "items": done, "reason": reason }),
+            )
+            .await?;
+            if pass >= i32::try_from(policy.max_passes.max(1)).unwrap_or(i32::MAX) {
+                return Ok((
+                    JobOutcome::Failed(format!(
+                        "backfill still incomplete after {pass} passes: {reason}"
+                    )),
+                    done,
+                ));
+            }
+            let wait = waits.next().unwrap_or(policy.max_backoff);
+            tracing::info!(pass, ?wait, %reason, "backfill pass incomplete; another pass follows");
+            match self.wait_between_passes(job, done, wait).await? {
+                JobControl::Continue => {}
+                JobControl::Canceled => return Ok((JobOutcome::Canceled, done)),
+                JobControl::LostClaim => {
+                    return Ok((JobOutcome::Failed("lost the job's lease".into()), done));
+                }
+            }
+        }
+    }
+
+    /// Sleeps `wait`, heartbeating often enough to keep the lease and to stop soon after a cancel.
+    async fn wait_between_passes(
+        &self,
+        job: &ClaimedJob,
+        done: i64,
+        wait: Duration,
+    ) -> Result<JobControl, sqlx::Error> {
+        const TICK: Duration = Duration::from_millis(500);
+        let until = tokio::time::Instant::now() + wait;
+        loop {
+            let control = self.jobs.heartbeat(job, done, None).await?;
+            let now = tokio::time::Instant::now();
+            if control != JobControl::Continue || now >= until {
+                return Ok(control);
+            }
+            tokio::time::sleep(TICK.min(until - now)).await;
+        }
+    }
+
     async fn walk(
         &self,
         job: &ClaimedJob,
         provider_instance_id: Uuid,
         source: &dyn GithubSource,
         done: &mut i64,
-    ) -> Result<Flow, sqlx::Error> {
+    ) -> Result<PassEnd, sqlx::Error> {
         let monitors = match self.materialise_monitors(job, source).await? {
             Ok(m) => m,
             Err(e) => {
-                return Ok(Flow::Stop(JobOutcome::Failed(format!(
-                    "listing repositories: {e}"
-                ))));
+                let reason = format!("listing repositories: {e}");
+                return Ok(match PassEnd::of_read_failure(&e) {
+                    Some(PassEnd::Final(_)) => PassEnd::Final(JobOutcome::Failed(reason)),
+                    _ => PassEnd::Incomplete {
+                        reason,
+                        failing: true,
+                    },
+                });
             }
         };
         let reconciling = job.job_type == SyncJobType::Reconciliation;
+        let mut first_gap: Option<String> = None;
         for monitor in &monitors {
             if reconciling
                 && job.scheduled
@@ -136,19 +291,39 @@ impl Engine {
             }
             let mut complete = true;
             for class in [ItemClass::Issue, ItemClass::PullRequest] {
-                let (flow, listed_whole) = self
+                let (stop, listed) = self
                     .sync_class(job, provider_instance_id, monitor, class, source, done)
                     .await?;
-                complete &= listed_whole;
-                if let Flow::Stop(outcome) = flow {
-                    return Ok(Flow::Stop(outcome));
+                match listed {
+                    Listed::Whole => {}
+                    Listed::Partial(reason) => {
+                        complete = false;
+                        first_gap.get_or_insert_with(|| {
+                            format!(
+                                "{}/{} {}: {reason}",
+                                monitor.owner,
+                                monitor.name,
+                                class.table()
+                            )
+                        });
+                    }
+                    Listed::Skipped => complete = false,
+                }
+                if let Some(end) = stop {
+                    return Ok(end);
                 }
             }
             if reconciling && complete {
                 self.mark_reconciled(provider_instance_id, monitor).await?;
             }
         }
-        Ok(Flow::Next)
+        Ok(match first_gap {
+            None => PassEnd::Complete,
+            Some(reason) => PassEnd::Incomplete {
+                reason,
+                failing: false,
+            },
+        })
     }
 
     /// Monitors come from what the credentials reach (App installation or PAT list).
@@ -257,7 +432,7 @@ impl Engine {
         class: ItemClass,
         source: &dyn GithubSource,
         done: &mut i64,
-    ) -> Result<(Flow, bool), sqlx::Error> {
+    ) -> Result<(Option<PassEnd>, Listed), sqlx::Error> {
         let known_repo = self
             .repository_id(provider_instance_id, monitor.native_id)
             .await?;
@@ -276,19 +451,21 @@ impl Engine {
         };
         let mut after: Option<String> = None;
         let mut repository_id = known_repo;
-        let mut stop: Option<JobOutcome> = None;
+        let mut stop: Option<PassEnd> = None;
         loop {
             match self.jobs.heartbeat(job, *done, None).await? {
                 JobControl::Continue => {}
                 JobControl::Canceled => {
                     listing.record_fault(ListingFault::Cancelled);
-                    stop = Some(JobOutcome::Canceled);
+                    stop = Some(PassEnd::Final(JobOutcome::Canceled));
                     break;
                 }
                 JobControl::LostClaim => {
                     return Ok((
-                        Flow::Stop(JobOutcome::Failed("lost the job's lease".into())),
-                        false,
+                        Some(PassEnd::Final(JobOutcome::Failed(
+                            "lost the job's lease".into(),
+                        ))),
+                        Listed::Partial("lost the job's lease".into()),
                     ));
                 }
             }
@@ -299,18 +476,7 @@ impl Engine {
                     listing.record_fault(e.fault());
                     // Whatever stops every later read too ends the job; a repository-level
                     // failure (a GraphQL error, a 404) only ends this listing.
-                    stop = match &e {
-                        SourceError::BudgetExhausted(why) => {
-                            Some(JobOutcome::Failed(format!("quota budget exhausted: {why}")))
-                        }
-                        SourceError::RateLimited => {
-                            Some(JobOutcome::Failed("GitHub's rate limit is spent".into()))
-                        }
-                        SourceError::Http(status) if *status >= 500 => Some(JobOutcome::Failed(
-                            format!("GitHub is failing (HTTP {status} after retries)"),
-                        )),
-                        _ => None,
-                    };
+                    stop = PassEnd::of_read_failure(&e);
                     break;
                 }
             };
@@ -329,7 +495,7 @@ impl Engine {
                     }),
                 )
                 .await?;
-                return Ok((Flow::Next, false));
+                return Ok((None, Listed::Skipped));
             }
             let repo_id = match repository_id {
                 Some(id) => id,
@@ -373,15 +539,14 @@ impl Engine {
             }
         }
         let finished = listing.finish();
-        let complete = finished.is_ok();
+        let listed = match &finished {
+            Ok(_) => Listed::Whole,
+            Err(reason) => Listed::Partial(reason.to_string()),
+        };
         let decision = sweep.decide(finished, &self.settings.blast_radius);
         self.apply_decision(job, class, repository_id, decision)
             .await?;
-        let flow = match stop {
-            Some(outcome) => Flow::Stop(outcome),
-            None => Flow::Next,
-        };
-        Ok((flow, complete))
+        Ok((stop, listed))
     }
 
     async fn apply_decision(

@@ -32,6 +32,14 @@ struct Stack {
 
 impl Stack {
     async fn start(items: usize, page_size: u32) -> Result<Stack> {
+        Self::start_with(items, page_size, |_| {}).await
+    }
+
+    async fn start_with(
+        items: usize,
+        page_size: u32,
+        configure: impl FnOnce(&mut github_sync::Config),
+    ) -> Result<Stack> {
         let env = TestEnv::new().await?;
         let generated = generate(&Scenario {
             items,
@@ -43,6 +51,7 @@ impl Stack {
         let (control, keys) = testkit::spawn_control_api(env.common_args()).await?;
         let mut config = testkit::github_sync_config(env.common_args());
         config.page_size = page_size;
+        configure(&mut config);
         let sync = testkit::spawn_github_sync(config).await?;
         let token = testkit::token(&keys, Role::Admin, None)?;
         let http = reqwest::Client::new();
@@ -396,4 +405,314 @@ async fn two_replicas_share_the_jobs_and_none_runs_twice() -> Result<()> {
     .await?;
     assert_eq!(replicas.len(), 2, "both replicas ran jobs: {replicas:?}");
     second.stop().await
+}
+
+/// Helpers of the deletion-lifecycle tests below.
+impl Stack {
+    async fn activate(&self) -> Result<()> {
+        let (status, body) = self
+            .post(
+                &format!("/workspaces/{}/connections/{}/activate", self.ws, self.conn),
+                json!({}),
+            )
+            .await?;
+        assert_eq!(status, 200, "{body}");
+        Ok(())
+    }
+
+    /// Native ids of tombstoned issues, ascending.
+    async fn tombstoned_issues(&self) -> Result<Vec<i64>> {
+        let rows: Vec<(i64,)> = sqlx::query_as(
+            "SELECT native_id FROM issue WHERE deleted_at IS NOT NULL ORDER BY native_id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
+    /// Deletes the first `n` issues of `repo` upstream; their native ids, ascending.
+    fn delete_issues(&self, repo: u64, n: usize) -> Vec<i64> {
+        let mut gone: Vec<i64> = self.sim.model(|m| {
+            let numbers: Vec<u64> = m
+                .repository(repo)
+                .unwrap()
+                .issues()
+                .take(n)
+                .map(|i| i.number)
+                .collect();
+            numbers
+                .iter()
+                .filter_map(|number| m.delete_issue(repo, *number))
+                .map(|i| i.database_id as i64)
+                .collect()
+        });
+        gone.sort();
+        assert_eq!(gone.len(), n);
+        gone
+    }
+
+    /// The repository a pass lists first (monitors are walked by owner, then name).
+    fn first_listed_repository(&self) -> u64 {
+        self.sim.model(|m| {
+            m.repositories()
+                .min_by_key(|r| (r.owner.to_lowercase(), r.name.to_lowercase()))
+                .unwrap()
+                .database_id
+        })
+    }
+
+    fn upstream_items(&self) -> i64 {
+        self.sim.model(|m| {
+            m.repositories()
+                .map(|r| r.issues().count() + r.pull_requests().count())
+                .sum::<usize>() as i64
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_initial_job_after_upstream_deletions_tombstones_nothing() -> Result<()> {
+    let s = Stack::start(300, 20).await?;
+    s.activate().await?;
+    s.finished_jobs("INITIAL", 1).await?;
+    let gone = s.delete_issues(s.repositories[0], 3);
+
+    // The App is uninstalled (as GitHub reports it) and installed again: a new activation, whose
+    // generation names a new INITIAL job.
+    sqlx::query("UPDATE connection SET status = 'uninstalled' WHERE id = $1::uuid")
+        .bind(&s.conn)
+        .execute(&s.pool)
+        .await?;
+    s.activate().await?;
+    let jobs = s.finished_jobs("INITIAL", 2).await?;
+    assert_eq!(jobs[1].0, "succeeded", "{jobs:?}");
+    assert_eq!(
+        jobs[1].2,
+        s.upstream_items(),
+        "the second INITIAL listed every item upstream, the deletions' absence included"
+    );
+    assert!(
+        s.tombstoned_issues().await?.is_empty(),
+        "an INITIAL job never infers a deletion"
+    );
+
+    s.reconcile().await?;
+    let jobs = s.finished_jobs("RECONCILIATION", 1).await?;
+    assert_eq!(jobs[0].0, "succeeded", "{jobs:?}");
+    assert_eq!(s.tombstoned_issues().await?, gone);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_item_created_upstream_during_a_reconcile_survives_it() -> Result<()> {
+    // Pages of 20: the first listed repository's issues span several pages.
+    let s = Stack::start(600, 20).await?;
+    s.activate().await?;
+    s.finished_jobs("INITIAL", 1).await?;
+    let repo = s.first_listed_repository();
+    let gone = s.delete_issues(repo, 2);
+
+    // Someone opens an issue after the pass read the repository's first page of issues.
+    let created = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let slot = created.clone();
+    s.sim.inject(Fault::nth(
+        ops::REPOSITORY_ISSUES,
+        2,
+        FaultKind::mutate(move |m| {
+            let issue = m.add_issue(
+                repo,
+                vendor_sim::github::NewIssue {
+                    title: "opened mid-pass".into(),
+                    ..Default::default()
+                },
+            );
+            *slot.lock().unwrap() = issue.map(|i| i.database_id as i64);
+        }),
+    ));
+    s.reconcile().await?;
+    let jobs = s.finished_jobs("RECONCILIATION", 1).await?;
+    assert_eq!(jobs[0].0, "succeeded", "{jobs:?}");
+    let created = created.lock().unwrap().expect("the mutation ran mid-pass");
+    // The total changed under the listing: it stopped there, not provably complete, so the pass
+    // tombstones nothing (the new issue included, whether or not it was read).
+    assert!(s.tombstoned_issues().await?.is_empty());
+    let (reasons,): (Vec<String>,) = sqlx::query_as(
+        "SELECT coalesce(array_agg(detail->>'reason'), '{}') FROM connection_activity WHERE activity = 'not_reconciled'",
+    )
+    .fetch_one(&s.pool)
+    .await?;
+    assert!(
+        reasons.iter().any(|r| r.contains("total count changed")),
+        "{reasons:?}"
+    );
+
+    s.sim.clear_faults();
+    s.reconcile().await?;
+    let jobs = s.finished_jobs("RECONCILIATION", 2).await?;
+    assert_eq!(jobs[1].0, "succeeded", "{jobs:?}");
+    assert_eq!(
+        s.tombstoned_issues().await?,
+        gone,
+        "the clean pass tombstones exactly the deleted items, never the new one"
+    );
+    let live: Option<(Option<String>,)> =
+        sqlx::query_as("SELECT title FROM issue WHERE native_id = $1 AND deleted_at IS NULL")
+            .bind(created)
+            .fetch_optional(&s.pool)
+            .await?;
+    assert_eq!(live, Some((Some("opened mid-pass".to_owned()),)));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restored_item_loses_its_tombstone() -> Result<()> {
+    let s = Stack::start(300, 20).await?;
+    s.activate().await?;
+    s.finished_jobs("INITIAL", 1).await?;
+    let repo = s.repositories[0];
+    let removed = s.sim.model(|m| {
+        let n = m.repository(repo).unwrap().issues().next().unwrap().number;
+        m.delete_issue(repo, n).unwrap()
+    });
+    let id = removed.database_id as i64;
+    let title = |pool: PgPool| async move {
+        let (title,): (Option<String>,) =
+            sqlx::query_as("SELECT title FROM issue WHERE native_id = $1")
+                .bind(id)
+                .fetch_one(&pool)
+                .await?;
+        anyhow::Ok(title)
+    };
+
+    s.reconcile().await?;
+    s.finished_jobs("RECONCILIATION", 1).await?;
+    assert_eq!(s.tombstoned_issues().await?, vec![id]);
+    assert_eq!(
+        title(s.pool.clone()).await?,
+        None,
+        "a tombstone clears content"
+    );
+
+    s.sim
+        .model(|m| assert!(m.restore_issue(repo, removed.clone())));
+    s.reconcile().await?;
+    let jobs = s.finished_jobs("RECONCILIATION", 2).await?;
+    assert_eq!(jobs[1].0, "succeeded", "{jobs:?}");
+    assert!(
+        s.tombstoned_issues().await?.is_empty(),
+        "the reappeared item is live again"
+    );
+    assert_eq!(title(s.pool.clone()).await?, Some(removed.title.clone()));
+    Ok(())
+}
+
+/// The connection's BACKFILL jobs as the API shows them, oldest first.
+async fn backfills(s: &Stack) -> Result<Vec<Value>> {
+    let jobs: Value = s
+        .http
+        .get(format!(
+            "{}/workspaces/{}/connections/{}/jobs",
+            s.api, s.ws, s.conn
+        ))
+        .bearer_auth(&s.token)
+        .send()
+        .await?
+        .json()
+        .await?;
+    let mut out: Vec<Value> = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["type"] == "BACKFILL")
+        .cloned()
+        .collect();
+    out.reverse();
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_manual_backfill_passes_again_until_a_pass_is_complete() -> Result<()> {
+    let s = Stack::start(300, 20).await?;
+    s.activate().await?;
+    s.finished_jobs("INITIAL", 1).await?;
+    let per_pass = s.sim.calls(ops::REPOSITORY_ISSUES);
+    // The first pass's first issues page miscounts; every later page is right.
+    s.sim.inject(Fault::nth(
+        ops::REPOSITORY_ISSUES,
+        1,
+        FaultKind::TotalCountOffBy(1),
+    ));
+    let (status, body) = s
+        .post(
+            &format!("/workspaces/{}/connections/{}/sync", s.ws, s.conn),
+            json!({"type": "BACKFILL"}),
+        )
+        .await?;
+    assert_eq!(status, 202, "{body}");
+    let jobs = s.finished_jobs("BACKFILL", 1).await?;
+    assert_eq!(jobs[0].0, "succeeded", "{jobs:?}");
+    let job = &backfills(&s).await?[0];
+    assert_eq!(job["passes"], 2, "{job}");
+    assert_eq!(
+        job["progress_done"],
+        s.upstream_items(),
+        "the second pass listed every item: {job}"
+    );
+    assert!(
+        s.sim.calls(ops::REPOSITORY_ISSUES) > per_pass * 2,
+        "the backfill read the issues again after its first pass"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_canceled_backfill_stops_between_passes() -> Result<()> {
+    // A minute between passes: a cancel must not wait for it.
+    let s = Stack::start_with(300, 20, |c| c.backfill_backoff_ms = 60_000).await?;
+    s.activate().await?;
+    s.finished_jobs("INITIAL", 1).await?;
+    s.sim.inject(Fault::always(
+        ops::REPOSITORY_ISSUES,
+        FaultKind::TruncatedPage { keep: 5 },
+    ));
+    let (status, job) = s
+        .post(
+            &format!("/workspaces/{}/connections/{}/sync", s.ws, s.conn),
+            json!({"type": "BACKFILL"}),
+        )
+        .await?;
+    assert_eq!(status, 202, "{job}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while s
+        .count(
+            "SELECT count(*) FROM connection_activity WHERE activity = 'backfill_pass_incomplete'",
+        )
+        .await?
+        == 0
+    {
+        assert!(tokio::time::Instant::now() < deadline, "no pass ended");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, body) = s
+        .post(
+            &format!(
+                "/workspaces/{}/connections/{}/jobs/{}/cancel",
+                s.ws,
+                s.conn,
+                job["id"].as_str().unwrap()
+            ),
+            json!({}),
+        )
+        .await?;
+    assert_eq!(status, 200, "{body}");
+    let canceled_at = tokio::time::Instant::now();
+    let jobs = s.finished_jobs("BACKFILL", 1).await?;
+    assert!(
+        canceled_at.elapsed() < Duration::from_secs(10),
+        "the backfill stopped {:?} after the cancel",
+        canceled_at.elapsed()
+    );
+    assert_eq!(jobs[0].0, "canceled", "{jobs:?}");
+    assert_eq!(backfills(&s).await?[0]["passes"], 1);
+    Ok(())
 }

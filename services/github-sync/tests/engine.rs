@@ -9,7 +9,7 @@ use github_sync::jobs::{JobOutcome, Jobs};
 use github_sync::source::{
     GithubSource, IssueNode, Page, PullRequestNode, RepoHeader, RepoRef, SourceError,
 };
-use github_sync::sync::{Engine, SyncSettings};
+use github_sync::sync::{BackfillPolicy, Engine, SyncSettings};
 use lifecycle_core::partial::PathSegment;
 use sqlx::PgPool;
 use time::OffsetDateTime;
@@ -228,6 +228,11 @@ impl Fixture {
             jobs: Jobs::new(self.pool.clone(), replica, Duration::from_secs(30)),
             settings: SyncSettings {
                 page_size: 10,
+                backfill: BackfillPolicy {
+                    max_passes: 3,
+                    first_backoff: Duration::from_millis(10),
+                    max_backoff: Duration::from_millis(40),
+                },
                 ..Default::default()
             },
         }
@@ -568,5 +573,90 @@ async fn a_schedule_queues_one_job_per_active_connection_per_due_instant() -> Re
     )
     .await?;
     assert_eq!(paused, 0);
+    Ok(())
+}
+
+/// Passes the job recorded, and its incomplete passes' reasons from the activity log.
+async fn passes(f: &Fixture) -> Result<(i32, Vec<String>)> {
+    let (passes,): (i32,) =
+        sqlx::query_as("SELECT passes FROM sync_job WHERE job_type = 'BACKFILL'")
+            .fetch_one(&f.pool)
+            .await?;
+    let reasons: Vec<(String,)> = sqlx::query_as(
+        "SELECT detail->>'reason' FROM connection_activity WHERE activity = 'backfill_pass_incomplete' ORDER BY created_at",
+    )
+    .fetch_all(&f.pool)
+    .await?;
+    Ok((passes, reasons.into_iter().map(|(r,)| r).collect()))
+}
+
+#[tokio::test]
+async fn a_manual_backfill_passes_again_until_a_pass_is_complete() -> Result<()> {
+    let f = fixture().await?;
+    let gh = ScriptedGithub::new(30);
+    // The first pass's second page disagrees on the total; the second pass is clean.
+    gh.with(|s| s.faults = vec![(1, Fault::WrongTotal)]);
+    assert_eq!(f.run("BACKFILL", gh.clone()).await?, JobOutcome::Succeeded);
+    let (n, reasons) = passes(&f).await?;
+    assert_eq!(n, 2, "{reasons:?}");
+    assert_eq!(reasons.len(), 1);
+    assert_eq!(f.live().await?, 30);
+    let (done,): (i64,) = sqlx::query_as("SELECT progress_done FROM sync_job")
+        .fetch_one(&f.pool)
+        .await?;
+    assert_eq!(done, 30, "progress counts the last pass");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_manual_backfill_passes_again_after_github_fails() -> Result<()> {
+    let f = fixture().await?;
+    let gh = ScriptedGithub::new(30);
+    gh.with(|s| s.faults = vec![(0, Fault::Http(502))]);
+    assert_eq!(f.run("BACKFILL", gh).await?, JobOutcome::Succeeded);
+    let (n, reasons) = passes(&f).await?;
+    assert_eq!(n, 2);
+    assert!(reasons[0].contains("HTTP 502"), "{reasons:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_manual_backfill_stops_at_once_when_the_budget_is_spent() -> Result<()> {
+    let f = fixture().await?;
+    let gh = ScriptedGithub::new(30);
+    gh.with(|s| s.faults = vec![(1, Fault::Budget)]);
+    let outcome = f.run("BACKFILL", gh).await?;
+    assert!(
+        matches!(&outcome, JobOutcome::Failed(r) if r.contains("budget")),
+        "{outcome:?}"
+    );
+    assert_eq!(passes(&f).await?.0, 1, "no pass spends what is left");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_manual_backfill_that_stays_incomplete_fails_after_its_passes() -> Result<()> {
+    let f = fixture().await?;
+    let gh = ScriptedGithub::new(30);
+    gh.with(|s| s.faults = (0..100).map(|c| (c, Fault::LyingNoNextPage)).collect());
+    let outcome = f.run("BACKFILL", gh).await?;
+    assert!(
+        matches!(&outcome, JobOutcome::Failed(r) if r.contains("after 3 passes")),
+        "{outcome:?}"
+    );
+    assert_eq!(passes(&f).await?.0, 3);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_scheduled_backfill_takes_one_pass() -> Result<()> {
+    let f = fixture().await?;
+    let gh = ScriptedGithub::new(30);
+    gh.with(|s| s.faults = vec![(1, Fault::WrongTotal)]);
+    assert_eq!(
+        f.run_with("BACKFILL", "scheduled", gh).await?,
+        JobOutcome::Succeeded
+    );
+    assert_eq!(passes(&f).await?.0, 1, "the next cycle picks up the rest");
     Ok(())
 }

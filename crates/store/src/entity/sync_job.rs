@@ -104,6 +104,9 @@ pub struct Model {
     pub updated_at: TimeDateTimeWithTimeZone,
     /// One job per logical request (`initial:<connection>:<generation>`), whoever asks.
     pub dedup_key: Option<String>,
+    /// Passes started so far (a manual backfill repeats an incomplete one); `progress_done`
+    /// counts the current pass.
+    pub passes: i32,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

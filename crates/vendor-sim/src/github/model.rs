@@ -704,6 +704,21 @@ impl Model {
         self.repos.get_mut(&repo)?.issues.remove(number)
     }
 
+    /// Puts an issue back as it was, ids and number included (an issue transferred away and back,
+    /// or hidden and shown again): what a reconcile sees as a reappearance. `false` when the
+    /// repository does not exist or the number is taken.
+    pub fn restore_issue(&mut self, repo: RepoId, issue: Issue) -> bool {
+        let Some(items) = self.repos.get_mut(&repo).map(|r| &mut r.issues) else {
+            return false;
+        };
+        if items.get(issue.number).is_some() {
+            return false;
+        }
+        let key = (issue.created_at.unix_timestamp(), issue.database_id);
+        items.insert(key, issue.number, issue);
+        true
+    }
+
     /// Deletes a pull request (GitHub cannot, but a vanished item is what reconcile must handle).
     pub fn delete_pull_request(&mut self, repo: RepoId, number: u64) -> Option<PullRequest> {
         self.repos.get_mut(&repo)?.pulls.remove(number)

@@ -35,8 +35,11 @@ pub struct JobView {
     pub trigger: String,
     /// queued, running, succeeded, failed or canceled.
     pub status: String,
+    /// Items the current pass has listed.
     pub progress_done: i64,
     pub progress_total: Option<i64>,
+    /// Passes started: a manual BACKFILL repeats an incomplete pass until one lists everything.
+    pub passes: i32,
     pub error: Option<String>,
     pub created_at: String,
     pub started_at: Option<String>,
@@ -60,6 +63,7 @@ impl From<sync_job::Model> for JobView {
             status: name(m.status),
             progress_done: m.progress_done,
             progress_total: m.progress_total,
+            passes: m.passes,
             error: m.error,
             created_at: rfc3339(m.created_at),
             started_at: m.started_at.map(rfc3339),

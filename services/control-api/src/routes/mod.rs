@@ -3,6 +3,7 @@
 pub mod connections;
 pub mod dead_messages;
 pub mod endpoints;
+pub mod github;
 pub mod jobs;
 pub mod workspaces;
 
@@ -62,6 +63,14 @@ pub fn router() -> Router<AppState> {
         .route(
             "/workspaces/{workspace_id}/inbound-messages/{message_id}/replay",
             post(endpoints::replay),
+        )
+        .route(
+            "/workspaces/{workspace_id}/github/repositories",
+            get(github::repositories),
+        )
+        .route(
+            "/workspaces/{workspace_id}/github/repositories/{repository_id}/issues",
+            get(github::issues),
         )
         .route("/dead-messages", get(dead_messages::list))
         .route("/dead-messages/{id}/replay", post(dead_messages::replay))

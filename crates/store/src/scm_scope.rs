@@ -1,0 +1,141 @@
+//! What SCM mirror a workspace may read. Repositories carry no workspace id (one mirrored row
+//! serves every workspace that monitors it), so every read goes through the monitor-scope rule
+//! here and nowhere else: a repository is covered when one of the workspace's monitors names it
+//! (by native id once known, by owner/name before) on the provider instance of that monitor's
+//! connection, and that connection currently authorises reads (active or suspended).
+
+use lifecycle_core::connection::ConnectionState;
+use sea_orm::{
+    ActiveEnum as _, ConnectionTrait, DbBackend, DbErr, FromQueryResult, Iterable as _, Statement,
+};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::entity::{ConnectionKind, ConnectionStatus};
+
+/// A mirrored repository the workspace's monitors cover. Only this module makes one, so a
+/// function that takes one reads inside the scope.
+#[derive(Debug, Clone, PartialEq, Eq, FromQueryResult)]
+#[non_exhaustive]
+pub struct CoveredRepository {
+    pub id: Uuid,
+    pub provider_instance_id: Uuid,
+    pub native_id: i64,
+    pub owner: String,
+    pub name: String,
+    pub archived: Option<bool>,
+    pub deleted_at: Option<OffsetDateTime>,
+    pub reconciled_at: Option<OffsetDateTime>,
+}
+
+/// A mirrored issue of a covered repository; tombstoned rows included (`deleted_at` set, content
+/// cleared), so a reader decides whether to honour the tombstone.
+#[derive(Debug, Clone, PartialEq, Eq, FromQueryResult)]
+#[non_exhaustive]
+pub struct MirroredIssue {
+    pub id: Uuid,
+    pub native_id: i64,
+    pub number: i32,
+    pub title: Option<String>,
+    pub body: Option<String>,
+    pub state: String,
+    pub state_reason: Option<String>,
+    pub author: Option<String>,
+    pub locked: Option<bool>,
+    pub comment_count: Option<i32>,
+    pub upstream_created_at: OffsetDateTime,
+    pub upstream_updated_at: OffsetDateTime,
+    pub closed_at: Option<OffsetDateTime>,
+    pub deleted_at: Option<OffsetDateTime>,
+}
+
+/// `'active', 'suspended'`: the stored statuses whose connections authorise reads (the rule
+/// itself is `ConnectionState::authorises_reads`). Literals of a closed enum, safe in SQL.
+fn reading_statuses() -> String {
+    ConnectionStatus::iter()
+        .filter(|s| ConnectionState::from(*s).authorises_reads())
+        .map(|s| format!("'{}'", s.to_value()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Repositories of `kind` covered for the workspace `$1` (`$2` is the kind).
+fn covered_sql(extra: &str) -> String {
+    format!(
+        "SELECT r.id, r.provider_instance_id, r.native_id, r.owner, r.name, r.archived,
+                r.deleted_at, r.reconciled_at
+           FROM repository r
+           JOIN provider_instance p ON p.id = r.provider_instance_id AND p.kind = $2
+          WHERE EXISTS (
+                SELECT 1 FROM repository_to_monitor m
+                  JOIN connection c ON c.id = m.connection_id
+                 WHERE m.workspace_id = $1 AND c.workspace_id = $1
+                   AND c.status IN ({statuses})
+                   AND c.provider_instance_id = r.provider_instance_id
+                   -- A known native id decides; a name covers only until the id is known.
+                   AND CASE WHEN m.native_id IS NOT NULL THEN m.native_id = r.native_id
+                            ELSE lower(m.owner) = lower(r.owner) AND lower(m.name) = lower(r.name)
+                       END)
+            {extra}
+          ORDER BY lower(r.owner), lower(r.name), r.id",
+        statuses = reading_statuses(),
+    )
+}
+
+/// The workspace's covered repositories of `kind`, by owner and name.
+pub async fn covered_repositories<C: ConnectionTrait>(
+    db: &C,
+    workspace_id: Uuid,
+    kind: ConnectionKind,
+) -> Result<Vec<CoveredRepository>, DbErr> {
+    CoveredRepository::find_by_statement(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        covered_sql(""),
+        [workspace_id.into(), kind.to_value().into()],
+    ))
+    .all(db)
+    .await
+}
+
+/// One repository, if the workspace's monitors cover it.
+pub async fn covered_repository<C: ConnectionTrait>(
+    db: &C,
+    workspace_id: Uuid,
+    kind: ConnectionKind,
+    repository_id: Uuid,
+) -> Result<Option<CoveredRepository>, DbErr> {
+    CoveredRepository::find_by_statement(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        covered_sql("AND r.id = $3"),
+        [
+            workspace_id.into(),
+            kind.to_value().into(),
+            repository_id.into(),
+        ],
+    ))
+    .one(db)
+    .await
+}
+
+/// Issues of a covered repository by number, at most `limit` after `after_number`.
+pub async fn issues<C: ConnectionTrait>(
+    db: &C,
+    repository: &CoveredRepository,
+    after_number: Option<i32>,
+    limit: u64,
+) -> Result<Vec<MirroredIssue>, DbErr> {
+    MirroredIssue::find_by_statement(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "SELECT id, native_id, number, title, body, state, state_reason, author, locked,
+                comment_count, upstream_created_at, upstream_updated_at, closed_at, deleted_at
+           FROM issue WHERE repository_id = $1 AND number > $2
+          ORDER BY number LIMIT $3",
+        [
+            repository.id.into(),
+            after_number.unwrap_or(i32::MIN).into(),
+            i64::try_from(limit).unwrap_or(i64::MAX).into(),
+        ],
+    ))
+    .all(db)
+    .await
+}
