@@ -59,6 +59,23 @@ fn reading_statuses() -> String {
         .join(", ")
 }
 
+/// The monitor-scope rule as SQL over a monitor `m`, its connection `c` and a repository `r`
+/// (any row with `provider_instance_id`, `native_id`, `owner` and `name`), for writers that
+/// must decide coverage in their own statements (github-sync's event fan-out and webhook
+/// admission) without restating the rule.
+pub fn covers_predicate() -> String {
+    format!(
+        "c.id = m.connection_id AND c.workspace_id = m.workspace_id
+         AND c.status IN ({statuses})
+         AND c.provider_instance_id = r.provider_instance_id
+         -- A known native id decides; a name covers only until the id is known.
+         AND CASE WHEN m.native_id IS NOT NULL THEN m.native_id = r.native_id
+                  ELSE lower(m.owner) = lower(r.owner) AND lower(m.name) = lower(r.name)
+             END",
+        statuses = reading_statuses(),
+    )
+}
+
 /// Repositories of `kind` covered for the workspace `$1` (`$2` is the kind).
 fn covered_sql(extra: &str) -> String {
     format!(
@@ -67,18 +84,11 @@ fn covered_sql(extra: &str) -> String {
            FROM repository r
            JOIN provider_instance p ON p.id = r.provider_instance_id AND p.kind = $2
           WHERE EXISTS (
-                SELECT 1 FROM repository_to_monitor m
-                  JOIN connection c ON c.id = m.connection_id
-                 WHERE m.workspace_id = $1 AND c.workspace_id = $1
-                   AND c.status IN ({statuses})
-                   AND c.provider_instance_id = r.provider_instance_id
-                   -- A known native id decides; a name covers only until the id is known.
-                   AND CASE WHEN m.native_id IS NOT NULL THEN m.native_id = r.native_id
-                            ELSE lower(m.owner) = lower(r.owner) AND lower(m.name) = lower(r.name)
-                       END)
+                SELECT 1 FROM repository_to_monitor m, connection c
+                 WHERE m.workspace_id = $1 AND {covers})
             {extra}
           ORDER BY lower(r.owner), lower(r.name), r.id",
-        statuses = reading_statuses(),
+        covers = covers_predicate(),
     )
 }
 

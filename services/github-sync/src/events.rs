@@ -105,28 +105,23 @@ fn occurred_at(change: &LifecycleChange<'_>) -> Option<OffsetDateTime> {
     }
 }
 
-/// The workspaces whose monitors cover a repository: the monitor's native id (or, before it is
-/// known, its name) matches, on the provider instance of an active or suspended GitHub
-/// connection of that workspace.
+/// The workspaces whose monitors cover a repository (the monitor-scope rule of
+/// `store::scm_scope`).
 pub async fn workspaces_in_scope(
     conn: &mut sqlx::PgConnection,
     repository_id: Uuid,
 ) -> Result<Vec<Uuid>, sqlx::Error> {
-    let rows: Vec<(Uuid,)> = sqlx::query_as(
+    let sql = format!(
         "SELECT DISTINCT m.workspace_id
-           FROM repository r
-           JOIN connection c ON c.provider_instance_id = r.provider_instance_id
-                            AND c.kind = 'github' AND c.status IN ('active', 'suspended')
-           JOIN repository_to_monitor m ON m.connection_id = c.id
-          WHERE r.id = $1
-            AND (m.native_id = r.native_id
-                 OR (m.native_id IS NULL AND lower(m.owner) = lower(r.owner)
-                     AND lower(m.name) = lower(r.name)))
+           FROM repository r, repository_to_monitor m, connection c
+          WHERE r.id = $1 AND c.kind = 'github' AND {}
           ORDER BY 1",
-    )
-    .bind(repository_id)
-    .fetch_all(&mut *conn)
-    .await?;
+        store::scm_scope::covers_predicate()
+    );
+    let rows: Vec<(Uuid,)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(repository_id)
+        .fetch_all(&mut *conn)
+        .await?;
     Ok(rows.into_iter().map(|(id,)| id).collect())
 }
 

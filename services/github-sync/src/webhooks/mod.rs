@@ -172,22 +172,22 @@ pub async fn monitored_repository(
     if let Some((id,)) = found {
         return Ok(Some(id));
     }
-    let covered: Option<(i32,)> = sqlx::query_as(
-        "SELECT 1 FROM repository_to_monitor m
-           JOIN connection c ON c.id = m.connection_id
-          WHERE c.provider_instance_id = $1 AND c.kind = 'github'
-            AND c.status IN ('active', 'suspended')
-            AND (m.native_id = $2
-                 OR (m.native_id IS NULL AND lower(m.owner) = lower($3)
-                     AND lower(m.name) = lower($4)))
+    // The repository as GitHub reports it, under the monitor-scope rule's `r`.
+    let sql = format!(
+        "SELECT 1 FROM (SELECT $1::uuid AS provider_instance_id, $2::bigint AS native_id,
+                               $3::text AS owner, $4::text AS name) r,
+                       repository_to_monitor m, connection c
+          WHERE c.kind = 'github' AND {}
           LIMIT 1",
-    )
-    .bind(provider_instance_id)
-    .bind(repository.id)
-    .bind(&repository.owner.login)
-    .bind(&repository.name)
-    .fetch_optional(&mut *conn)
-    .await?;
+        store::scm_scope::covers_predicate()
+    );
+    let covered: Option<(i32,)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(provider_instance_id)
+        .bind(repository.id)
+        .bind(&repository.owner.login)
+        .bind(&repository.name)
+        .fetch_optional(&mut *conn)
+        .await?;
     if covered.is_none() {
         return Ok(None);
     }
