@@ -202,7 +202,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let secret_key = SecretKey::from_base64("k1", &config.secret_key)?;
     let routing_keys = parse_routing_keys(&config.routing_keys)?;
-    let db = runtime::db::connect(&config.common.database_url, config.common.migrate).await?;
+    let db = config.common.connect_db().await?;
     let bus = config.common.connect_bus().await?;
     let hours = |h: u64| Duration::from_secs(h * 3600);
     let state = AppState {
