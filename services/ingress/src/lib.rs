@@ -9,6 +9,7 @@ pub mod endpoint;
 pub mod reject;
 pub mod retention;
 pub mod routes;
+pub mod stamp;
 pub mod verify;
 
 use std::collections::HashMap;
@@ -24,6 +25,8 @@ use store::entity::ConnectionKind;
 use store::secrets::SecretKey;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+
+use crate::stamp::Stamper;
 
 /// ingress's configuration: the common flags plus its own.
 #[derive(Clone, clap::Parser)]
@@ -192,6 +195,8 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     /// Bounds inline publishes; past it the relay publishes.
     pub inline_publish: Arc<Semaphore>,
+    /// Marks inline-published outbox rows published, in batches.
+    pub stamper: Stamper,
 }
 
 /// Runs ingress until `shutdown`; `on_listen` learns the bound address (port 0 in tests).
@@ -205,6 +210,9 @@ pub async fn run(
     let db = config.common.connect_db().await?;
     let bus = config.common.connect_bus().await?;
     let hours = |h: u64| Duration::from_secs(h * 3600);
+    // The stamper outlives the server so the last inline publishes are stamped too.
+    let stamper_stop = CancellationToken::new();
+    let (stamper, stamper_task) = Stamper::spawn(db.clone(), stamper_stop.clone());
     let state = AppState {
         db: db.clone(),
         bus: bus.clone(),
@@ -223,6 +231,7 @@ pub async fn run(
             ],
         }),
         inline_publish: Arc::new(Semaphore::new(64)),
+        stamper,
     };
     let app = routes::router(state).merge(runtime::health::router(runtime::HealthState {
         db: db.clone(),
@@ -251,6 +260,8 @@ pub async fn run(
         .await
         .context("ingress server")?;
     background.cancel();
+    stamper_stop.cancel();
+    stamper_task.await.context("stamper task")?;
     relay_task.await.context("outbox relay task")?;
     prune_task.await.context("retention task")?;
     Ok(())
