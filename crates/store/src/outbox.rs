@@ -89,6 +89,9 @@ pub async fn enqueue_with_id<C: ConnectionTrait>(
 
 /// Stamps the rows `ids` published (those not stamped yet); returns how many it stamped. One
 /// statement for the whole set, whoever published them (the relay, or an inline publisher).
+///
+/// Rows another transaction holds are skipped, not waited for: that is a relay mid-round, which
+/// stamps them itself when it commits (or leaves them to be republished and absorbed).
 pub async fn mark_published<C: ConnectionTrait>(db: &C, ids: &[Uuid]) -> Result<u64, DbErr> {
     if ids.is_empty() {
         return Ok(0);
@@ -104,8 +107,8 @@ pub async fn mark_published<C: ConnectionTrait>(db: &C, ids: &[Uuid]) -> Result<
     let res = db
         .execute_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
-            "UPDATE outbox SET published_at = now() \
-             WHERE id = ANY($1::uuid[]) AND published_at IS NULL",
+            "UPDATE outbox SET published_at = now() WHERE id IN (SELECT id FROM outbox \
+             WHERE id = ANY($1::uuid[]) AND published_at IS NULL FOR UPDATE SKIP LOCKED)",
             [list.into()],
         ))
         .await?;

@@ -185,6 +185,10 @@ impl Settings {
     }
 }
 
+/// Inline publishes in flight at most; past it the relay publishes. Each holds no database
+/// connection, only its message, so a slow broker does not take connections from deliveries.
+const INLINE_PUBLISHES: usize = 256;
+
 /// What every route can reach.
 #[derive(Clone)]
 pub struct AppState {
@@ -230,7 +234,7 @@ pub async fn run(
                 hours(config.retention_outline_hours),
             ],
         }),
-        inline_publish: Arc::new(Semaphore::new(64)),
+        inline_publish: Arc::new(Semaphore::new(INLINE_PUBLISHES)),
         stamper,
     };
     let app = routes::router(state).merge(runtime::health::router(runtime::HealthState {

@@ -256,7 +256,7 @@ pub async fn run() -> Result<()> {
     let ingress = testkit::spawn_ingress(common).await?;
     let url = format!("{}/webhooks/github", ingress.url());
     let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(256)
+        .pool_max_idle_per_host(PACED_MAX_IN_FLIGHT)
         .build()?;
     let pool = env.db.db.get_postgres_connection_pool().clone();
 
