@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_nats::HeaderMap;
 use bytes::Bytes;
-use sea_orm::sea_query::{Expr, LockBehavior, LockType};
+use sea_orm::sea_query::{LockBehavior, LockType};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder,
     QuerySelect, TransactionTrait,
@@ -35,6 +35,10 @@ pub enum RelayError {
 pub struct RelayConfig {
     pub batch_size: u64,
     pub poll_interval: Duration,
+    /// After a round that left the outbox empty, the relay waits this long before the next one,
+    /// so a burst of notifications costs one round, not one each; rows an inline publisher
+    /// (ingress) is stamping meanwhile are then rarely published twice.
+    pub settle: Duration,
     /// Published rows older than this are deleted.
     pub retention: Duration,
 }
@@ -44,6 +48,7 @@ impl Default for RelayConfig {
         RelayConfig {
             batch_size: 500,
             poll_interval: Duration::from_secs(1),
+            settle: Duration::from_millis(100),
             retention: Duration::from_secs(24 * 3600),
         }
     }
@@ -102,11 +107,7 @@ impl Relay {
             ack.await?;
         }
         let ids: Vec<_> = rows.iter().map(|r| r.id).collect();
-        outbox::Entity::update_many()
-            .col_expr(outbox::Column::PublishedAt, Expr::cust("now()"))
-            .filter(outbox::Column::Id.is_in(ids))
-            .exec(&txn)
-            .await?;
+        store::outbox::mark_published(&txn, &ids).await?;
         txn.commit().await?;
         metrics::counter!("outbox_published_total").increment(rows.len() as u64);
         Ok(rows.len())
@@ -142,15 +143,24 @@ impl Relay {
             {
                 tracing::warn!(error = %e, "outbox prune failed");
             }
-            let wait = tokio::time::sleep(self.config.poll_interval);
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(self.config.settle) => {}
+            }
+            let wait =
+                tokio::time::sleep(self.config.poll_interval.saturating_sub(self.config.settle));
             match listener.as_mut() {
                 Some(l) => {
                     tokio::select! {
                         _ = shutdown.cancelled() => break,
                         _ = wait => {}
-                        r = l.recv() => if let Err(e) = r {
-                            tracing::warn!(error = %e, "outbox LISTEN lost; polling until it is back");
-                            listener = None;
+                        r = l.recv() => match r {
+                            // One batch answers every notification already received.
+                            Ok(_) => while l.next_buffered().is_some() {},
+                            Err(e) => {
+                                tracing::warn!(error = %e, "outbox LISTEN lost; polling until it is back");
+                                listener = None;
+                            }
                         }
                     }
                 }

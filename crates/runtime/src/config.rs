@@ -55,6 +55,16 @@ pub struct CommonArgs {
     )]
     pub listen: SocketAddr,
 
+    /// Postgres connections the service may hold at once.
+    #[arg(
+        long,
+        env = "FORGESYNC_DB_POOL_SIZE",
+        value_name = "FORGESYNC_DB_POOL_SIZE",
+        default_value_t = crate::db::DEFAULT_POOL_SIZE,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub db_pool_size: u32,
+
     /// Apply pending database migrations at start (safe with several replicas).
     #[arg(long, env = "FORGESYNC_MIGRATE", value_name = "FORGESYNC_MIGRATE")]
     pub migrate: bool,
@@ -119,6 +129,11 @@ impl CommonArgs {
         }
     }
 
+    /// Connects the Postgres pool (migrating first with `--migrate`).
+    pub async fn connect_db(&self) -> anyhow::Result<sea_orm::DatabaseConnection> {
+        crate::db::connect(&self.database_url, self.migrate, self.db_pool_size).await
+    }
+
     /// Connects to NATS in the configured namespace and declares every stream.
     pub async fn connect_bus(&self) -> anyhow::Result<bus::Bus> {
         let namespace = bus::Namespace::new(self.nats_prefix.as_deref().unwrap_or_default())
@@ -141,6 +156,7 @@ impl fmt::Debug for CommonArgs {
             )
             .field("log_format", &self.log_format)
             .field("listen", &self.listen)
+            .field("db_pool_size", &self.db_pool_size)
             .field("migrate", &self.migrate)
             .field("nats_prefix", &self.nats_prefix)
             .field("shutdown_grace_secs", &self.shutdown_grace_secs)

@@ -9,16 +9,24 @@ use sea_orm::{ConnectOptions, ConnectionTrait as _, Database, DatabaseConnection
 /// Advisory lock key held while migrating (ASCII "fsmigrat"), shared by every replica.
 pub const MIGRATION_LOCK_KEY: i64 = 0x6673_6d69_6772_6174;
 
-/// Connects a pool to `url`; with `migrate`, first applies pending migrations.
+/// Postgres connections a service holds at most unless `FORGESYNC_DB_POOL_SIZE` says otherwise.
+pub const DEFAULT_POOL_SIZE: u32 = 10;
+
+/// Connects a pool of up to `pool_size` connections to `url`; with `migrate`, first applies
+/// pending migrations.
 ///
 /// Several replicas may start at once with `migrate`: they take turns under a Postgres
 /// advisory lock, and the later ones find nothing pending.
-pub async fn connect(url: &str, migrate: bool) -> anyhow::Result<DatabaseConnection> {
+pub async fn connect(
+    url: &str,
+    migrate: bool,
+    pool_size: u32,
+) -> anyhow::Result<DatabaseConnection> {
     // TLS to Postgres goes through rustls.
     crate::crypto::install_crypto_provider();
     let mut options = ConnectOptions::new(url.to_owned());
     options
-        .max_connections(10)
+        .max_connections(pool_size)
         .min_connections(1)
         .connect_timeout(Duration::from_secs(10))
         .acquire_timeout(Duration::from_secs(10))

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use sea_orm::{ActiveValue::Set, ConnectionTrait, DbErr, EntityTrait};
+use sea_orm::{ActiveValue::Set, ConnectionTrait, DbBackend, DbErr, EntityTrait, Statement};
 use uuid::Uuid;
 
 use crate::entity::outbox;
@@ -108,4 +108,32 @@ pub async fn enqueue_pg(
     .execute(conn)
     .await?;
     Ok(id)
+}
+
+/// Stamps the rows `ids` published (those not stamped yet); returns how many it stamped. One
+/// statement for the whole set, whoever published them (the relay, or an inline publisher).
+///
+/// Rows another transaction holds are skipped, not waited for: that is a relay mid-round, which
+/// stamps them itself when it commits (or leaves them to be republished and absorbed).
+pub async fn mark_published<C: ConnectionTrait>(db: &C, ids: &[Uuid]) -> Result<u64, DbErr> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    // A uuid[] literal bound as text: one parameter, whatever the batch size.
+    let list = format!(
+        "{{{}}}",
+        ids.iter()
+            .map(Uuid::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let res = db
+        .execute_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "UPDATE outbox SET published_at = now() WHERE id IN (SELECT id FROM outbox \
+             WHERE id = ANY($1::uuid[]) AND published_at IS NULL FOR UPDATE SKIP LOCKED)",
+            [list.into()],
+        ))
+        .await?;
+    Ok(res.rows_affected())
 }

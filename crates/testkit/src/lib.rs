@@ -202,6 +202,7 @@ pub fn common_args(
         otlp_endpoint: None,
         log_format: runtime::LogFormat::Pretty,
         listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        db_pool_size: runtime::db::DEFAULT_POOL_SIZE,
         migrate: false,
         nats_prefix: prefix.map(str::to_owned),
         shutdown_grace_secs: 5,

@@ -135,7 +135,7 @@ pub async fn run(
     on_listen: impl FnOnce(SocketAddr) + Send,
 ) -> anyhow::Result<()> {
     let secret_key = SecretKey::from_base64("k1", &config.secret_key)?;
-    let db = runtime::db::connect(&config.common.database_url, config.common.migrate).await?;
+    let db = config.common.connect_db().await?;
     let bus = config.common.connect_bus().await?;
     let state = AppState {
         db: db.clone(),

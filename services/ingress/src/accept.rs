@@ -9,7 +9,7 @@ use axum::Json;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
+use sea_orm::DatabaseTransaction;
 use store::inbound::{Dedup, NewMessage, Recorded};
 use store::outbox::OutboxMessage;
 use uuid::Uuid;
@@ -40,9 +40,12 @@ pub fn select_headers(headers: &HeaderMap, names: &[&str]) -> BTreeMap<String, S
         .collect()
 }
 
-/// Stores the delivery and answers 200; a duplicate answers 200 and stores nothing.
+/// Stores the delivery in `txn` (the one its endpoint was found in) and answers 200 once it
+/// commits; a duplicate answers 200 and stores nothing.
+#[allow(clippy::too_many_arguments)]
 pub async fn accept(
     state: &AppState,
+    txn: DatabaseTransaction,
     vendor: &'static str,
     endpoint: &Endpoint,
     verified: Verified,
@@ -51,7 +54,6 @@ pub async fn accept(
     body: Bytes,
 ) -> Result<Response, Rejection> {
     let ids = endpoint.ids;
-    let txn = state.db.begin().await?;
     let recorded = store::inbound::record(
         &txn,
         NewMessage {
@@ -102,23 +104,25 @@ pub async fn accept(
 }
 
 /// Publishes a committed dispatch record now, unless the relay holds it or too many publishes
-/// are in flight (the relay then takes it).
+/// are in flight (the relay then takes it); the stamper then marks the row published.
 pub fn spawn_publish(state: &AppState, outbox_id: Uuid, message: OutboxMessage) {
     let Ok(permit) = state.inline_publish.clone().try_acquire_owned() else {
         return;
     };
-    let db = state.db.clone();
     let bus = state.bus.clone();
+    let stamper = state.stamper.clone();
     tokio::spawn(async move {
         let _permit = permit;
-        if let Err(e) = publish_now(&db, &bus, outbox_id, message).await {
-            tracing::warn!(error = %e, outbox = %outbox_id, "inline publish failed; the relay will retry");
+        match publish_now(&bus, outbox_id, message).await {
+            Ok(()) => stamper.stamp(outbox_id),
+            Err(e) => {
+                tracing::warn!(error = %e, outbox = %outbox_id, "inline publish failed; the relay will retry");
+            }
         }
     });
 }
 
 async fn publish_now(
-    db: &sea_orm::DatabaseConnection,
     bus: &bus::Bus,
     outbox_id: Uuid,
     message: OutboxMessage,
@@ -137,12 +141,6 @@ async fn publish_now(
         headers,
         Bytes::from(message.payload),
     )
-    .await?;
-    db.execute_raw(Statement::from_sql_and_values(
-        DbBackend::Postgres,
-        "UPDATE outbox SET published_at = now() WHERE id = $1 AND published_at IS NULL",
-        [outbox_id.into()],
-    ))
     .await?;
     Ok(())
 }

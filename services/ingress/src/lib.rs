@@ -9,6 +9,7 @@ pub mod endpoint;
 pub mod reject;
 pub mod retention;
 pub mod routes;
+pub mod stamp;
 pub mod verify;
 
 use std::collections::HashMap;
@@ -24,6 +25,8 @@ use store::entity::ConnectionKind;
 use store::secrets::SecretKey;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+
+use crate::stamp::Stamper;
 
 /// ingress's configuration: the common flags plus its own.
 #[derive(Clone, clap::Parser)]
@@ -182,6 +185,10 @@ impl Settings {
     }
 }
 
+/// Inline publishes in flight at most; past it the relay publishes. Each holds no database
+/// connection, only its message, so a slow broker does not take connections from deliveries.
+const INLINE_PUBLISHES: usize = 256;
+
 /// What every route can reach.
 #[derive(Clone)]
 pub struct AppState {
@@ -192,6 +199,8 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     /// Bounds inline publishes; past it the relay publishes.
     pub inline_publish: Arc<Semaphore>,
+    /// Marks inline-published outbox rows published, in batches.
+    pub stamper: Stamper,
 }
 
 /// Runs ingress until `shutdown`; `on_listen` learns the bound address (port 0 in tests).
@@ -202,9 +211,12 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let secret_key = SecretKey::from_base64("k1", &config.secret_key)?;
     let routing_keys = parse_routing_keys(&config.routing_keys)?;
-    let db = runtime::db::connect(&config.common.database_url, config.common.migrate).await?;
+    let db = config.common.connect_db().await?;
     let bus = config.common.connect_bus().await?;
     let hours = |h: u64| Duration::from_secs(h * 3600);
+    // The stamper outlives the server so the last inline publishes are stamped too.
+    let stamper_stop = CancellationToken::new();
+    let (stamper, stamper_task) = Stamper::spawn(db.clone(), stamper_stop.clone());
     let state = AppState {
         db: db.clone(),
         bus: bus.clone(),
@@ -222,7 +234,8 @@ pub async fn run(
                 hours(config.retention_outline_hours),
             ],
         }),
-        inline_publish: Arc::new(Semaphore::new(64)),
+        inline_publish: Arc::new(Semaphore::new(INLINE_PUBLISHES)),
+        stamper,
     };
     let app = routes::router(state).merge(runtime::health::router(runtime::HealthState {
         db: db.clone(),
@@ -251,6 +264,8 @@ pub async fn run(
         .await
         .context("ingress server")?;
     background.cancel();
+    stamper_stop.cancel();
+    stamper_task.await.context("stamper task")?;
     relay_task.await.context("outbox relay task")?;
     prune_task.await.context("retention task")?;
     Ok(())

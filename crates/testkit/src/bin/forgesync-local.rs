@@ -48,7 +48,7 @@ async fn main() -> Result<()> {
     let database_url = env("DATABASE_URL")?;
     match cli.command {
         Command::Migrate => {
-            runtime::db::connect(&database_url, true).await?;
+            runtime::db::connect(&database_url, true, runtime::db::DEFAULT_POOL_SIZE).await?;
             println!(
                 "migrations applied to {}",
                 runtime::config::redact_url(&database_url)

@@ -300,7 +300,10 @@ impl Delivery {
             .body(self.body.clone())
             .send()
             .await?;
-        Ok(response.status())
+        let status = response.status();
+        // Read the answer to its end, as a vendor does: only then is the connection reused.
+        response.bytes().await?;
+        Ok(status)
     }
 }
 

@@ -6,6 +6,7 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use bytes::Bytes;
+use sea_orm::TransactionTrait as _;
 use store::entity::ConnectionKind;
 
 use super::json_object;
@@ -21,19 +22,23 @@ pub async fn receive(
     let mut vendor = "unknown";
     let run = async {
         let body = super::body(body, state.settings.max_body_bytes)?;
-        let ep =
-            endpoint::find_one(&state.db, &state.secret_key, Lookup::AddressToken(&token)).await?;
+        let txn = state.db.begin().await?;
+        let ep = endpoint::find_one(&txn, &state.secret_key, Lookup::AddressToken(&token)).await?;
         vendor = ep.ids.kind.as_str();
         match ep.ids.kind {
-            ConnectionKind::Github => super::github::deliver(&state, &ep, &headers, body).await,
+            ConnectionKind::Github => {
+                super::github::deliver(&state, txn, &ep, &headers, body).await
+            }
             ConnectionKind::Gitlab => {
-                super::gitlab::deliver_shared(&state, &ep, &headers, body).await
+                super::gitlab::deliver_shared(&state, txn, &ep, &headers, body).await
             }
             ConnectionKind::Slack => {
                 let payload = json_object(&body)?;
-                super::slack::deliver(&state, &ep, &headers, body, payload).await
+                super::slack::deliver(&state, txn, &ep, &headers, body, payload).await
             }
-            ConnectionKind::Outline => super::outline::deliver(&state, &ep, &headers, body).await,
+            ConnectionKind::Outline => {
+                super::outline::deliver(&state, txn, &ep, &headers, body).await
+            }
         }
     };
     let result = run.await;

@@ -8,6 +8,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use lifecycle_core::subject;
+use sea_orm::{DatabaseTransaction, TransactionTrait as _};
 use store::entity::ConnectionKind;
 
 use super::{header, json_object, str_at};
@@ -49,13 +50,16 @@ pub async fn receive(
         let body = super::body(body, state.settings.max_body_bytes)?;
         let hook_id = header(&headers, "X-GitHub-Hook-ID")
             .ok_or_else(|| Rejection::malformed("X-GitHub-Hook-ID is required"))?;
+        // One connection for the whole delivery: the endpoint is read in the transaction that
+        // stores it.
+        let txn = state.db.begin().await?;
         let ep = endpoint::find_one(
-            &state.db,
+            &txn,
             &state.secret_key,
             Lookup::ProviderRef(ConnectionKind::Github, hook_id),
         )
         .await?;
-        deliver(&state, &ep, &headers, body).await
+        deliver(&state, txn, &ep, &headers, body).await
     };
     run.await.unwrap_or_else(|r| r.respond(VENDOR))
 }
@@ -63,6 +67,7 @@ pub async fn receive(
 /// Verifies, routes and stores a GitHub delivery to `ep`.
 pub async fn deliver(
     state: &AppState,
+    txn: DatabaseTransaction,
     ep: &Endpoint,
     headers: &HeaderMap,
     body: Bytes,
@@ -85,6 +90,7 @@ pub async fn deliver(
     };
     accept(
         state,
+        txn,
         VENDOR,
         ep,
         verified,

@@ -14,6 +14,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use bytes::Bytes;
 use lifecycle_core::{route_credential, subject};
+use sea_orm::{DatabaseTransaction, TransactionTrait as _};
 use store::entity::inbound_endpoint::Registration;
 use store::entity::{ConnectionKind, provider_instance};
 use uuid::Uuid;
@@ -65,7 +66,8 @@ pub async fn receive_shared(
         let token = header(&headers, "X-Gitlab-Token")
             .ok_or_else(|| Rejection::missing_signature("X-Gitlab-Token"))?;
         // The token names the endpoint; a token no endpoint holds is a bad token.
-        let ep = endpoint::find_one(&state.db, &state.secret_key, Lookup::GitlabToken(token))
+        let txn = state.db.begin().await?;
+        let ep = endpoint::find_one(&txn, &state.secret_key, Lookup::GitlabToken(token))
             .await
             .map_err(|r| {
                 if r.reason == "unknown_endpoint" {
@@ -74,7 +76,7 @@ pub async fn receive_shared(
                     r
                 }
             })?;
-        deliver_shared(&state, &ep, &headers, body).await
+        deliver_shared(&state, txn, &ep, &headers, body).await
     };
     run.await.unwrap_or_else(|r| r.respond(VENDOR))
 }
@@ -82,6 +84,7 @@ pub async fn receive_shared(
 /// Verifies the plain token of an operator-created hook, routes by payload path, stores.
 pub async fn deliver_shared(
     state: &AppState,
+    txn: DatabaseTransaction,
     ep: &Endpoint,
     headers: &HeaderMap,
     body: Bytes,
@@ -102,6 +105,7 @@ pub async fn deliver_shared(
     };
     accept(
         state,
+        txn,
         VENDOR,
         ep,
         verified,
@@ -124,7 +128,8 @@ pub async fn receive_registered(
         else {
             return Err(Rejection::unknown_endpoint());
         };
-        let ep = endpoint::find_one(&state.db, &state.secret_key, Lookup::Id(route)).await?;
+        let txn = state.db.begin().await?;
+        let ep = endpoint::find_one(&txn, &state.secret_key, Lookup::Id(route)).await?;
         // The route must be a hook we registered for exactly this connection.
         if ep.ids.connection_id != connection
             || ep.ids.kind != ConnectionKind::Gitlab
@@ -169,6 +174,7 @@ pub async fn receive_registered(
         };
         accept(
             &state,
+            txn,
             VENDOR,
             &ep,
             Verified::Current,

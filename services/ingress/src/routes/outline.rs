@@ -7,6 +7,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use bytes::Bytes;
 use lifecycle_core::subject;
+use sea_orm::{DatabaseTransaction, TransactionTrait as _};
 use store::entity::ConnectionKind;
 
 use super::{header, json_object, str_at};
@@ -27,12 +28,12 @@ pub async fn receive(
 ) -> Response {
     let run = async {
         let body = super::body(body, state.settings.max_body_bytes)?;
-        let ep =
-            endpoint::find_one(&state.db, &state.secret_key, Lookup::AddressToken(&token)).await?;
+        let txn = state.db.begin().await?;
+        let ep = endpoint::find_one(&txn, &state.secret_key, Lookup::AddressToken(&token)).await?;
         if ep.ids.kind != ConnectionKind::Outline {
             return Err(Rejection::unknown_endpoint());
         }
-        deliver(&state, &ep, &headers, body).await
+        deliver(&state, txn, &ep, &headers, body).await
     };
     run.await.unwrap_or_else(|r| r.respond(VENDOR))
 }
@@ -40,6 +41,7 @@ pub async fn receive(
 /// Verifies, routes and stores an Outline delivery to `ep`.
 pub async fn deliver(
     state: &AppState,
+    txn: DatabaseTransaction,
     ep: &Endpoint,
     headers: &HeaderMap,
     body: Bytes,
@@ -63,6 +65,7 @@ pub async fn deliver(
     }
     accept(
         state,
+        txn,
         VENDOR,
         ep,
         verified,

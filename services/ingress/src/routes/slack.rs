@@ -10,6 +10,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use lifecycle_core::subject;
+use sea_orm::{DatabaseTransaction, TransactionTrait as _};
 use store::entity::ConnectionKind;
 
 use super::{header, json_object, str_at};
@@ -36,19 +37,20 @@ pub async fn receive(
     let run = async {
         let body = super::body(body, state.settings.max_body_bytes)?;
         let payload = json_object(&body)?;
+        let txn = state.db.begin().await?;
         match str_at(&payload, "/team_id") {
             Some(team) => {
                 let ep = endpoint::find_one(
-                    &state.db,
+                    &txn,
                     &state.secret_key,
                     Lookup::ProviderRef(ConnectionKind::Slack, team),
                 )
                 .await?;
-                deliver(&state, &ep, &headers, body, payload).await
+                deliver(&state, txn, &ep, &headers, body, payload).await
             }
             None => {
                 let candidates = endpoint::find(
-                    &state.db,
+                    &txn,
                     &state.secret_key,
                     Lookup::AppLevel(ConnectionKind::Slack),
                     50,
@@ -65,7 +67,7 @@ pub async fn receive(
                             Rejection::bad_signature()
                         }
                     })?;
-                deliver(&state, ep, &headers, body, payload).await
+                deliver(&state, txn, ep, &headers, body, payload).await
             }
         }
     };
@@ -93,6 +95,7 @@ fn signed<'a>(state: &AppState, headers: &'a HeaderMap) -> Result<(&'a str, &'a 
 /// Verifies and routes a Slack request to `ep`; a challenge is echoed and nothing is stored.
 pub async fn deliver(
     state: &AppState,
+    txn: DatabaseTransaction,
     ep: &Endpoint,
     headers: &HeaderMap,
     body: Bytes,
@@ -114,6 +117,7 @@ pub async fn deliver(
         .ok_or_else(|| Rejection::malformed("the payload has no team_id or event type"))?;
     accept(
         state,
+        txn,
         VENDOR,
         ep,
         verified,

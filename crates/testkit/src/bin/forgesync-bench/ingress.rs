@@ -32,8 +32,6 @@ const LEVEL_TIME_CAP: Duration = Duration::from_secs(30);
 /// The open-loop run's length and its cap on requests in flight.
 const PACED_FOR: Duration = Duration::from_secs(5);
 const PACED_MAX_IN_FLIGHT: usize = 512;
-/// ingress's Postgres pool (runtime::db); the Postgres ceiling gets no more connections.
-const INGRESS_POOL: usize = 10;
 const SECRET: &[u8] = b"bench-webhook-secret";
 const HOOK_ID: u64 = 4242;
 
@@ -247,10 +245,18 @@ pub async fn run() -> Result<()> {
             .await?,
         );
     }
-    let ingress = testkit::spawn_ingress(env.common_args()).await?;
+    // ingress's Postgres pool (FORGESYNC_DB_POOL_SIZE); the Postgres ceiling gets no more.
+    let mut common = env.common_args();
+    if let Ok(size) = std::env::var("FORGESYNC_DB_POOL_SIZE") {
+        common.db_pool_size = size
+            .parse()
+            .context("FORGESYNC_DB_POOL_SIZE must be a number")?;
+    }
+    let pool_size = common.db_pool_size as usize;
+    let ingress = testkit::spawn_ingress(common).await?;
     let url = format!("{}/webhooks/github", ingress.url());
     let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(256)
+        .pool_max_idle_per_host(PACED_MAX_IN_FLIGHT)
         .build()?;
     let pool = env.db.db.get_postgres_connection_pool().clone();
 
@@ -321,7 +327,7 @@ pub async fn run() -> Result<()> {
         // The inline publishes after each 2xx finish before the next path runs.
         let drained = drain_outbox(&pool).await?;
         let pg_pool = PgPoolOptions::new()
-            .max_connections(concurrency.min(INGRESS_POOL) as u32)
+            .max_connections(concurrency.min(pool_size) as u32)
             .connect(&env.db.url)
             .await?;
         let postgres_op: Op = {
@@ -381,7 +387,7 @@ pub async fn run() -> Result<()> {
     println!("machine: {}; PostgreSQL {pg_version}", crate::machine());
     println!(
         "Postgres ceiling: the per-delivery transaction ingress makes (2 dedup keys, body, message, \
-         outbox row) straight through sqlx, pool of min(concurrency, {INGRESS_POOL}) like ingress's"
+         outbox row) straight through sqlx, pool of min(concurrency, {pool_size}) like ingress's"
     );
     println!("JetStream ceiling: bus::Bus::publish with ack, same bodies and subjects");
     println!();
