@@ -1,7 +1,9 @@
 //! Misfiled work: an issue or pull request mirrored under another repository row of the same
 //! instance than the one GitHub reports for it now (an earlier version filed work by name, and a
-//! reused name could capture it). A webhook moves such a row to the reported repository before
-//! it locks the item, or skips the work when moving would break an invariant.
+//! reused name could capture it). A webhook, or a sync page, moves such a row to the reported
+//! repository before it locks the item, or skips the work when moving would break an invariant.
+
+use std::collections::HashSet;
 
 use sqlx::{AssertSqlSafe, PgConnection};
 use uuid::Uuid;
@@ -86,6 +88,49 @@ pub async fn refile(
         }
     }
     Ok(None)
+}
+
+/// The sync's side: before a page of `class` (`(native id, number)` per node) is written under
+/// `repository_id`, refiles each node misfiled under another repository row of its instance.
+/// Returns the native ids skipped: the page leaves them alone and the rest of it is written.
+pub async fn refile_page(
+    txn: &mut PgConnection,
+    class: ItemClass,
+    repository_id: Uuid,
+    nodes: &[(i64, i32)],
+) -> Result<HashSet<i64>, sqlx::Error> {
+    let native_ids: Vec<i64> = nodes.iter().map(|(id, _)| *id).collect();
+    let found: Vec<(i64, Uuid)> = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT DISTINCT i.native_id, reported.provider_instance_id FROM {} i
+           JOIN repository r ON r.id = i.repository_id
+           JOIN repository reported ON reported.id = $1
+                                   AND reported.provider_instance_id = r.provider_instance_id
+          WHERE i.native_id = ANY($2) AND i.repository_id <> $1",
+        class.table()
+    )))
+    .bind(repository_id)
+    .bind(&native_ids)
+    .fetch_all(&mut *txn)
+    .await?;
+    let mut skipped = HashSet::new();
+    for (native_id, provider_instance_id) in found {
+        let Some(&(_, number)) = nodes.iter().find(|(id, _)| *id == native_id) else {
+            continue;
+        };
+        let outcome = refile(
+            txn,
+            class,
+            provider_instance_id,
+            repository_id,
+            native_id,
+            number,
+        )
+        .await?;
+        if outcome.is_some() {
+            skipped.insert(native_id);
+        }
+    }
+    Ok(skipped)
 }
 
 async fn skip_reason(

@@ -390,3 +390,63 @@ async fn the_installations_repository_selection_changes_the_monitors() -> Result
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_reconcile_moves_misfiled_work_and_skips_what_it_cannot() -> Result<()> {
+    let stack = LiveStack::start(scenario()).await?;
+    let (holder, reported) = (stack.repositories[0], stack.repositories[1]);
+    let (holder_row, _, _) = repository_row(&stack, holder).await?;
+    let (reported_row, _, _) = repository_row(&stack, reported).await?;
+    let issues: Vec<(u64, u64)> = stack.sim.model(|m| {
+        let r = m.repository(reported).expect("repository exists");
+        r.issues()
+            .map(|i| (i.number, i.database_id))
+            .take(2)
+            .collect()
+    });
+    let [(moved, moved_native), (registered, registered_native)] = issues[..] else {
+        panic!("the scenario gives repo-1 two issues");
+    };
+    let mut row_ids = Vec::new();
+    for number in [moved, registered] {
+        let (id,): (Uuid,) = sqlx::query_as(
+            "UPDATE issue SET repository_id = $1
+              WHERE repository_id = $2 AND number = $3 RETURNING id",
+        )
+        .bind(holder_row)
+        .bind(reported_row)
+        .bind(i32::try_from(number)?)
+        .fetch_one(&stack.pool)
+        .await?;
+        row_ids.push(id);
+    }
+    sqlx::query(
+        "INSERT INTO item_event (id, issue_id, name, source_key, version, origin)
+         VALUES ($1, $2, 'scm.issue.opened', 'registered', now(), 'webhook')",
+    )
+    .bind(Uuid::now_v7())
+    .bind(row_ids[1])
+    .execute(&stack.pool)
+    .await?;
+
+    stack.reconcile().await?;
+    stack.finished_jobs("RECONCILIATION", 1).await?;
+
+    // Moved by the page that lists it: the same row, live, under the reported repository.
+    assert_eq!(
+        filed_under(&stack, "issue", moved_native).await?,
+        vec![reported_row]
+    );
+    let (live,): (bool,) =
+        sqlx::query_as("SELECT deleted_at IS NULL AND title IS NOT NULL FROM issue WHERE id = $1")
+            .bind(row_ids[0])
+            .fetch_one(&stack.pool)
+            .await?;
+    assert!(live, "the moved row carries the listed work");
+    // Skipped (itemRegistered): no second row under the reported repository.
+    assert_eq!(
+        filed_under(&stack, "issue", registered_native).await?,
+        vec![holder_row]
+    );
+    Ok(())
+}
