@@ -76,7 +76,7 @@ async fn connections(
           WHERE kind = 'github' AND provider_instance_id = $1
             AND settings->>'auth' = 'app' AND settings->'installation_id' = to_jsonb($2::bigint)
             AND status IN ('pending', 'active', 'suspended', 'paused')
-          ORDER BY id FOR UPDATE",
+          ORDER BY id",
     )
     .bind(provider_instance_id)
     .bind(installation_id)

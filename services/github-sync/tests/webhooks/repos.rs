@@ -450,3 +450,26 @@ async fn a_reconcile_moves_misfiled_work_and_skips_what_it_cannot() -> Result<()
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_rename_finds_a_legacy_monitor_without_native_id_by_its_former_name() -> Result<()> {
+    let stack = LiveStack::start(scenario()).await?;
+    let repo = stack.repositories[0];
+    sqlx::query(
+        "UPDATE repository_to_monitor SET native_id = NULL
+          WHERE owner = 'acme' AND name = 'repo-0'",
+    )
+    .execute(&stack.pool)
+    .await?;
+    let payload = stack.sim.model(|m| {
+        m.rename_repository(repo, "renamed-0");
+        let r = m.repository(repo).expect("repository exists");
+        repository_payload(m, "renamed", r, Some(renamed_changes("repo-0")))
+    });
+    stack.deliver("repository", &payload).await?;
+    stack.settle().await?;
+    let monitors = monitors(&stack).await?;
+    assert!(monitors.contains(&("acme/renamed-0".into(), Some(i64::try_from(repo)?))));
+    assert!(!monitors.iter().any(|(n, _)| n == "acme/repo-0"));
+    Ok(())
+}
