@@ -11,6 +11,7 @@ mod m0004_github;
 mod m0005_reconciled_at;
 mod m0006_github_live;
 mod m0007_sync_job_passes;
+mod m0008_github_item_native_id;
 
 /// Every migration, oldest first.
 pub struct Migrator;
@@ -26,6 +27,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0005_reconciled_at::Migration),
             Box::new(m0006_github_live::Migration),
             Box::new(m0007_sync_job_passes::Migration),
+            Box::new(m0008_github_item_native_id::Migration),
         ]
     }
 }

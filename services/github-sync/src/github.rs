@@ -82,6 +82,7 @@ impl SourceFactory for ClientFactory {
                         Ok(RepoRef {
                             owner: owner.to_owned(),
                             name: name.to_owned(),
+                            native_id: None,
                         })
                     })
                     .collect::<anyhow::Result<Vec<_>>>()?;
@@ -209,6 +210,7 @@ impl GithubSource for ClientSource {
             out.extend(got.repositories.into_iter().map(|r| RepoRef {
                 owner: r.owner.login,
                 name: r.name,
+                native_id: i64::try_from(r.id).ok(),
             }));
             match got.next_page {
                 Some(next) if next > page => page = next,

@@ -8,6 +8,7 @@ pub mod github;
 pub mod handlers;
 pub mod jobs;
 pub mod mirror;
+pub mod monitors;
 pub mod source;
 pub mod sync;
 pub mod webhooks;

@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use crate::events::{self, Origin};
 use crate::source::{IssueNode, Page, PullRequestNode, RepoHeader};
+use crate::webhooks::misfiled;
 
 /// Which item table a pass works on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -389,9 +390,15 @@ pub async fn upsert_issues(
 ) -> Result<Written, sqlx::Error> {
     let ids: Vec<i64> = page.nodes.iter().map(|n| n.native_id).collect();
     let mut txn = pool.begin().await?;
+    let keys: Vec<(i64, i32)> = page.nodes.iter().map(|n| (n.native_id, n.number)).collect();
+    let skipped = misfiled::refile_page(&mut txn, ItemClass::Issue, repository_id, &keys).await?;
     let stored = lock_items(&mut txn, ItemClass::Issue, repository_id, &ids).await?;
     let mut written = Written::default();
     for (i, n) in page.nodes.iter().enumerate() {
+        // Misfiled work that cannot move stays with its holding repository.
+        if skipped.contains(&n.native_id) {
+            continue;
+        }
         let prior = stored.get(&n.native_id);
         // Forward-only: an older payload changes nothing.
         if by_updated_at(prior.map(|s| s.updated_at), n.updated_at) == Freshness::Stale {
@@ -425,16 +432,22 @@ pub async fn upsert_pull_requests(
 ) -> Result<Written, sqlx::Error> {
     let ids: Vec<i64> = page.nodes.iter().map(|n| n.native_id).collect();
     let mut txn = pool.begin().await?;
-    let stored = lock_items(&mut txn, ItemClass::PullRequest, repository_id, &ids).await?;
+    let keys: Vec<(i64, i32)> = page.nodes.iter().map(|n| (n.native_id, n.number)).collect();
+    let class = ItemClass::PullRequest;
+    let skipped = misfiled::refile_page(&mut txn, class, repository_id, &keys).await?;
+    let stored = lock_items(&mut txn, class, repository_id, &ids).await?;
     let mut written = Written::default();
     for (i, n) in page.nodes.iter().enumerate() {
+        // Misfiled work that cannot move stays with its holding repository.
+        if skipped.contains(&n.native_id) {
+            continue;
+        }
         let prior = stored.get(&n.native_id);
         // Forward-only: an older payload changes nothing.
         if by_updated_at(prior.map(|s| s.updated_at), n.updated_at) == Freshness::Stale {
             written.stale += 1;
             continue;
         }
-        let class = ItemClass::PullRequest;
         let comments = count_field(&page.error_paths, class, i, "comments", n.comment_count);
         let reviews = count_field(&page.error_paths, class, i, "reviews", n.review_count);
         let move_head = head_moves(prior, n, None);

@@ -6,11 +6,13 @@ use lifecycle_core::listing::ListingFault;
 use lifecycle_core::partial::PathSegment;
 use time::OffsetDateTime;
 
-/// `owner/name` of a repository as GitHub reports it now.
+/// `owner/name` of a repository as GitHub reports it now, with its native id when the listing
+/// carries it (an App installation's does, a PAT's configured list does not).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepoRef {
     pub owner: String,
     pub name: String,
+    pub native_id: Option<i64>,
 }
 
 /// The repository header every page carries.

@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 use crate::jobs::{ClaimedJob, JobControl, JobOutcome, Jobs};
 use crate::mirror::{self, ItemClass};
+use crate::monitors;
 use crate::source::{GithubSource, Page, RepoRef, SourceError};
 
 /// Tunables of a pass.
@@ -266,7 +267,10 @@ impl Engine {
         source: &dyn GithubSource,
         done: &mut i64,
     ) -> Result<PassEnd, sqlx::Error> {
-        let monitors = match self.materialise_monitors(job, source).await? {
+        let monitors = match self
+            .materialise_monitors(job, provider_instance_id, source)
+            .await?
+        {
             Ok(m) => m,
             Err(e) => {
                 let reason = format!("listing repositories: {e}");
@@ -330,25 +334,23 @@ impl Engine {
     async fn materialise_monitors(
         &self,
         job: &ClaimedJob,
+        provider_instance_id: Uuid,
         source: &dyn GithubSource,
     ) -> Result<Result<Vec<Monitor>, SourceError>, sqlx::Error> {
         let repos = match source.repositories().await {
             Ok(r) => r,
             Err(e) => return Ok(Err(e)),
         };
-        for RepoRef { owner, name } in &repos {
-            sqlx::query(
-                "INSERT INTO repository_to_monitor (id, workspace_id, connection_id, owner, name)
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-            )
-            .bind(Uuid::now_v7())
-            .bind(job.workspace_id)
-            .bind(job.connection_id)
-            .bind(owner)
-            .bind(name)
-            .execute(&self.pool)
-            .await?;
-        }
+        let mut txn = self.pool.begin().await?;
+        monitors::materialise(
+            &mut txn,
+            provider_instance_id,
+            job.workspace_id,
+            job.connection_id,
+            &repos,
+        )
+        .await?;
+        txn.commit().await?;
         let rows: Vec<(Uuid, String, String, Option<i64>)> = sqlx::query_as(
             "SELECT id, owner, name, native_id FROM repository_to_monitor
               WHERE connection_id = $1 ORDER BY lower(owner), lower(name)",
@@ -448,10 +450,12 @@ impl Engine {
         let repo = RepoRef {
             owner: monitor.owner.clone(),
             name: monitor.name.clone(),
+            native_id: monitor.native_id,
         };
         let mut after: Option<String> = None;
         let mut repository_id = known_repo;
         let mut stop: Option<PassEnd> = None;
+        let mut healed = false;
         loop {
             match self.jobs.heartbeat(job, *done, None).await? {
                 JobControl::Continue => {}
@@ -496,6 +500,15 @@ impl Engine {
                 )
                 .await?;
                 return Ok((None, Listed::Skipped));
+            }
+            // A monitor resolves by native id (a legacy one by its name, which GitHub follows
+            // to the repository's current one): a name that moved, within or across owners, is
+            // re-keyed here, with the mirrored row and the other monitors of the repository.
+            let current = &header.repository;
+            if !healed && (current.owner != monitor.owner || current.name != monitor.name) {
+                self.heal_identity(provider_instance_id, monitor, current)
+                    .await?;
+                healed = true;
             }
             let repo_id = match repository_id {
                 Some(id) => id,
@@ -547,6 +560,38 @@ impl Engine {
         self.apply_decision(job, class, repository_id, decision)
             .await?;
         Ok((stop, listed))
+    }
+
+    /// Re-keys a monitor whose repository (by native id) is now called something else, with the
+    /// repository's mirrored row and its other monitors, in one transaction.
+    async fn heal_identity(
+        &self,
+        provider_instance_id: Uuid,
+        monitor: &Monitor,
+        current: &crate::source::RepoHeader,
+    ) -> Result<(), sqlx::Error> {
+        let mut txn = self.pool.begin().await?;
+        let done = monitors::rekey(
+            &mut txn,
+            provider_instance_id,
+            current.native_id,
+            &current.owner,
+            &current.name,
+            &[(&monitor.owner, &monitor.name)],
+        )
+        .await?;
+        txn.commit().await?;
+        tracing::info!(
+            monitor = %monitor.id,
+            from = %format!("{}/{}", monitor.owner, monitor.name),
+            to = %format!("{}/{}", current.owner, current.name),
+            native_id = current.native_id,
+            moved = done.moved,
+            merged = done.merged,
+            blocked = done.blocked,
+            "repository moved upstream; monitors re-keyed by native id"
+        );
+        Ok(())
     }
 
     async fn apply_decision(

@@ -150,6 +150,7 @@ impl GithubSource for ScriptedGithub {
         Ok(vec![RepoRef {
             owner: self.repo.owner.clone(),
             name: self.repo.name.clone(),
+            native_id: None,
         }])
     }
 

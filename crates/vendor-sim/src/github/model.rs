@@ -579,6 +579,19 @@ impl Model {
         true
     }
 
+    /// Grants or withdraws an installation's access to a repository (the installation's
+    /// repository selection changed); `None` leaves every installation.
+    pub fn set_repository_installation(
+        &mut self,
+        id: RepoId,
+        installation: Option<InstallationId>,
+    ) -> bool {
+        self.repos
+            .get_mut(&id)
+            .map(|r| r.installation = installation)
+            .is_some()
+    }
+
     /// Deletes a repository and everything in it; its names stop resolving.
     pub fn delete_repository(&mut self, id: RepoId) -> Option<Repository> {
         let repo = self.repos.remove(&id)?;

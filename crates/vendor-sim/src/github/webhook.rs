@@ -1,5 +1,6 @@
-//! Webhooks as GitHub sends them: real-shaped `issues`, `pull_request` and `repository`
-//! payloads built from the model, signed with `X-Hub-Signature-256`.
+//! Webhooks as GitHub sends them: real-shaped `issues`, `pull_request`, `repository`,
+//! `installation` and `installation_repositories` payloads built from the model, signed with
+//! `X-Hub-Signature-256`.
 //!
 //! Shapes follow GitHub's documented webhook payloads (the REST objects), trimmed to the fields
 //! a consumer reads; URLs point at `github.com` like the real ones.
@@ -11,8 +12,8 @@ use hmac::{KeyInit as _, Mac as _};
 use serde_json::{Value as Json, json};
 
 use super::model::{
-    self, Issue, IssueState, IssueStateReason, LockReason, Model, OwnerKind, PullRequest,
-    PullRequestState, Repository,
+    self, InstallationId, Issue, IssueState, IssueStateReason, LockReason, Model, OwnerKind,
+    PullRequest, PullRequestState, RepoId, Repository,
 };
 
 /// A stable numeric account id derived from a login (GitHub's account ids are opaque numbers).
@@ -247,6 +248,120 @@ pub fn transferred_changes(model: &Model, old_owner: &str) -> Json {
         OwnerKind::User => "user",
     };
     json!({ "owner": { "from": { key: account_json(old_owner, kind) } } })
+}
+
+/// The `installation` object of installation events; `suspended` fills `suspended_at`/`_by`.
+fn installation_json(model: &Model, installation: InstallationId, suspended: bool) -> Json {
+    let account = model
+        .installations
+        .get(&installation)
+        .map_or_else(|| "ghost".to_owned(), |i| i.account.clone());
+    let kind = model.owner_kind(&account);
+    let app_id: u64 = model
+        .app_id
+        .as_deref()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1);
+    let target_type = match kind {
+        OwnerKind::Organization => "Organization",
+        OwnerKind::User => "User",
+    };
+    let created = model::format_time(model::EPOCH);
+    json!({
+        "id": installation,
+        "client_id": format!("Iv1.sim{app_id:08}"),
+        "account": account_json(&account, kind),
+        "repository_selection": "selected",
+        "access_tokens_url": format!("https://api.github.com/app/installations/{installation}/access_tokens"),
+        "repositories_url": "https://api.github.com/installation/repositories",
+        "html_url": format!("https://github.com/organizations/{account}/settings/installations/{installation}"),
+        "app_id": app_id,
+        "app_slug": "forgesync-sim",
+        "target_id": account_number(&account),
+        "target_type": target_type,
+        "permissions": {
+            "checks": "read", "issues": "read", "metadata": "read",
+            "pull_requests": "read", "statuses": "read",
+        },
+        "events": [
+            "check_run", "check_suite", "issue_comment", "issues", "pull_request",
+            "pull_request_review", "pull_request_review_comment",
+            "pull_request_review_thread", "repository", "status",
+        ],
+        "created_at": created,
+        "updated_at": created,
+        "single_file_name": null,
+        "has_multiple_single_files": false,
+        "single_file_paths": [],
+        "suspended_by": if suspended { account_json(&account, OwnerKind::User) } else { Json::Null },
+        "suspended_at": if suspended { json!(created) } else { Json::Null },
+    })
+}
+
+/// A repository as installation events list it: no owner object, `full_name` names it.
+fn installation_repository_json(repo: &Repository) -> Json {
+    json!({
+        "id": repo.database_id,
+        "node_id": repo.node_id,
+        "name": repo.name,
+        "full_name": repo.name_with_owner(),
+        "private": false,
+    })
+}
+
+/// An `installation` event (`created`, `deleted`, `suspend`, `unsuspend`,
+/// `new_permissions_accepted`). `created` and `deleted` list the installation's repositories.
+pub fn installation_payload(model: &Model, action: &str, installation: InstallationId) -> Json {
+    let account = model
+        .installations
+        .get(&installation)
+        .map_or_else(|| "ghost".to_owned(), |i| i.account.clone());
+    let mut body = json!({
+        "action": action,
+        "installation": installation_json(model, installation, action == "suspend"),
+        "requester": null,
+        "sender": account_json(&account, OwnerKind::User),
+    });
+    if matches!(action, "created" | "deleted") {
+        body["repositories"] = model
+            .repositories()
+            .filter(|r| r.installation == Some(installation))
+            .map(installation_repository_json)
+            .collect();
+    }
+    body
+}
+
+/// An `installation_repositories` event: `added` lists `repositories` in `repositories_added`,
+/// `removed` in `repositories_removed`. Repositories the model no longer has are left out.
+pub fn installation_repositories_payload(
+    model: &Model,
+    action: &str,
+    installation: InstallationId,
+    repositories: &[RepoId],
+) -> Json {
+    let account = model
+        .installations
+        .get(&installation)
+        .map_or_else(|| "ghost".to_owned(), |i| i.account.clone());
+    let listed: Vec<Json> = repositories
+        .iter()
+        .filter_map(|id| model.repository(*id))
+        .map(installation_repository_json)
+        .collect();
+    let (added, removed) = match action {
+        "added" => (listed, Vec::new()),
+        _ => (Vec::new(), listed),
+    };
+    json!({
+        "action": action,
+        "installation": installation_json(model, installation, false),
+        "repository_selection": "selected",
+        "repositories_added": added,
+        "repositories_removed": removed,
+        "requester": null,
+        "sender": account_json(&account, OwnerKind::User),
+    })
 }
 
 /// `sha256=<hex HMAC-SHA256(secret, body)>`, the `X-Hub-Signature-256` value.

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use sqlx::PgPool;
 
 use super::payload::{self, Repository};
-use super::{Outcome, Webhook, WebhookError, monitored_repository, parse};
+use super::{Outcome, Webhook, WebhookError, misfiled, monitored_repository, parse};
 use crate::events::{self, Item, Origin};
 use crate::mirror::{self, ItemClass};
 
@@ -48,6 +48,17 @@ pub async fn issues(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, Webhoo
     else {
         return Ok(Outcome::Ignored);
     };
+    let misfiled = misfiled::refile(
+        &mut txn,
+        ItemClass::Issue,
+        hook.provider_instance_id,
+        repository_id,
+        node.native_id,
+        node.number,
+    );
+    if let Some(skipped) = misfiled.await? {
+        return Ok(skipped);
+    }
     let stored =
         mirror::lock_items(&mut txn, ItemClass::Issue, repository_id, &[node.native_id]).await?;
     let prior = stored.get(&node.native_id);
@@ -97,6 +108,17 @@ pub async fn pull_request(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, 
     else {
         return Ok(Outcome::Ignored);
     };
+    let misfiled = misfiled::refile(
+        &mut txn,
+        ItemClass::PullRequest,
+        hook.provider_instance_id,
+        repository_id,
+        node.native_id,
+        node.number,
+    );
+    if let Some(skipped) = misfiled.await? {
+        return Ok(skipped);
+    }
     let stored = mirror::lock_items(
         &mut txn,
         ItemClass::PullRequest,

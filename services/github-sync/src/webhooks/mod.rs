@@ -4,7 +4,9 @@
 //! the mirror forward. Events nobody handles are acknowledged and counted, never an error.
 
 pub mod filters;
+pub mod installation;
 pub mod items;
+pub mod misfiled;
 pub mod payload;
 pub mod repository;
 
@@ -112,6 +114,10 @@ impl WebhookHandler {
         };
         match event {
             "repository" => repository::handle(&self.pool, &hook).await,
+            "installation" => installation::installation(&self.pool, &hook).await,
+            "installation_repositories" => {
+                installation::installation_repositories(&self.pool, &hook).await
+            }
             "issues" => items::issues(&self.pool, &hook).await,
             "pull_request" => items::pull_request(&self.pool, &hook).await,
             _ => Ok(Outcome::Ignored),

@@ -2,6 +2,7 @@
 //! consumers and the mirror, with the GitHub simulator and real Postgres and NATS.
 
 // Each test module uses its own part of the stack.
+mod repos;
 #[allow(dead_code)]
 mod support;
 

@@ -1,0 +1,207 @@
+//! Monitors: a workspace's wish to mirror a repository, named by owner/name and bound to the
+//! repository's native id once known. They materialise from what a connection's credentials
+//! reach (an App installation's repositories, a PAT's list) and follow the repository by native
+//! id when its name moves; the webhook consumer's filters follow the monitors.
+
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use crate::source::RepoRef;
+
+/// What a re-key did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Rekeyed {
+    /// Monitors now named as the repository is (or newly bound to its native id).
+    pub moved: u64,
+    /// Duplicates of a monitor that already had the new name, removed.
+    pub merged: u64,
+    /// Left alone: the new name is held by a monitor of another repository on that connection.
+    pub blocked: u64,
+}
+
+/// Re-keys the repository `native_id` of a provider instance to `owner/name`: its mirrored row
+/// (when there is one) and every monitor of it, on every connection of that instance. Monitors
+/// are found by native id; a legacy monitor without one is found by a name the repository had:
+/// `previous`, the mirrored row's stored name, or the current name. Runs in the caller's
+/// transaction.
+pub async fn rekey(
+    conn: &mut PgConnection,
+    provider_instance_id: Uuid,
+    native_id: i64,
+    owner: &str,
+    name: &str,
+    previous: &[(&str, &str)],
+) -> Result<Rekeyed, sqlx::Error> {
+    let stored: Option<(String, String)> = sqlx::query_as(
+        "SELECT owner, name FROM repository
+          WHERE provider_instance_id = $1 AND native_id = $2 FOR UPDATE",
+    )
+    .bind(provider_instance_id)
+    .bind(native_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    sqlx::query(
+        "UPDATE repository SET owner = $3, name = $4, updated_at = now()
+          WHERE provider_instance_id = $1 AND native_id = $2 AND (owner <> $3 OR name <> $4)",
+    )
+    .bind(provider_instance_id)
+    .bind(native_id)
+    .bind(owner)
+    .bind(name)
+    .execute(&mut *conn)
+    .await?;
+    // Legacy monitors without a native id fall back to a name the repository had.
+    let mut owners: Vec<String> = vec![owner.to_lowercase()];
+    let mut names: Vec<String> = vec![name.to_lowercase()];
+    for (o, n) in previous
+        .iter()
+        .copied()
+        .chain(stored.as_ref().map(|(o, n)| (o.as_str(), n.as_str())))
+    {
+        owners.push(o.to_lowercase());
+        names.push(n.to_lowercase());
+    }
+    let monitors: Vec<(Uuid, Uuid, String, String, Option<i64>)> = sqlx::query_as(
+        "SELECT m.id, m.connection_id, m.owner, m.name, m.native_id
+           FROM repository_to_monitor m
+           JOIN connection c ON c.id = m.connection_id
+          WHERE c.provider_instance_id = $1 AND c.kind = 'github'
+            AND (m.native_id = $2
+                 OR (m.native_id IS NULL AND (lower(m.owner), lower(m.name)) IN
+                     (SELECT o, n FROM unnest($3::text[], $4::text[]) AS t (o, n))))
+          ORDER BY m.id FOR UPDATE OF m",
+    )
+    .bind(provider_instance_id)
+    .bind(native_id)
+    .bind(&owners)
+    .bind(&names)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut done = Rekeyed::default();
+    for (id, connection_id, m_owner, m_name, m_native) in monitors {
+        if m_native == Some(native_id) && m_owner == owner && m_name == name {
+            continue;
+        }
+        let holder: Option<(Uuid, Option<i64>)> = sqlx::query_as(
+            "SELECT id, native_id FROM repository_to_monitor
+              WHERE connection_id = $1 AND lower(owner) = lower($2) AND lower(name) = lower($3)
+                AND id <> $4
+              FOR UPDATE",
+        )
+        .bind(connection_id)
+        .bind(owner)
+        .bind(name)
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?;
+        match holder {
+            // The connection already monitors the repository under its new name.
+            Some((_, Some(held))) if held == native_id => {
+                sqlx::query("DELETE FROM repository_to_monitor WHERE id = $1")
+                    .bind(id)
+                    .execute(&mut *conn)
+                    .await?;
+                done.merged += 1;
+                continue;
+            }
+            // A monitor of another repository holds the name: that one is stale, and the next
+            // reconcile's listing moves it; this one keeps its name until then.
+            Some((holder, Some(held))) => {
+                tracing::warn!(monitor = %id, %holder, native_id, held, "monitor not re-keyed: its new name is held by a monitor of another repository");
+                done.blocked += 1;
+                continue;
+            }
+            // A monitor by the new name without an id means this repository: one is enough.
+            Some((holder, None)) => {
+                sqlx::query("DELETE FROM repository_to_monitor WHERE id = $1")
+                    .bind(holder)
+                    .execute(&mut *conn)
+                    .await?;
+                done.merged += 1;
+            }
+            None => {}
+        }
+        sqlx::query(
+            "UPDATE repository_to_monitor SET owner = $2, name = $3, native_id = $4,
+                    updated_at = now()
+              WHERE id = $1",
+        )
+        .bind(id)
+        .bind(owner)
+        .bind(name)
+        .bind(native_id)
+        .execute(&mut *conn)
+        .await?;
+        done.moved += 1;
+    }
+    Ok(done)
+}
+
+/// Materialises the monitors of a connection for `repos`, the repositories its credentials
+/// reach. A repository listed with its native id first re-keys the monitors it already has
+/// (a moved name never leaves a stale monitor beside a new one); then every listed repository
+/// the connection does not monitor by name gets a monitor. Monitors are never removed here.
+pub async fn materialise(
+    conn: &mut PgConnection,
+    provider_instance_id: Uuid,
+    workspace_id: Uuid,
+    connection_id: Uuid,
+    repos: &[RepoRef],
+) -> Result<u64, sqlx::Error> {
+    // Re-keys first, so a name a rename freed is free for the repository that took it.
+    for repo in repos {
+        if let Some(native_id) = repo.native_id {
+            rekey(
+                conn,
+                provider_instance_id,
+                native_id,
+                &repo.owner,
+                &repo.name,
+                &[],
+            )
+            .await?;
+        }
+    }
+    let mut created = 0;
+    for repo in repos {
+        created += sqlx::query(
+            "INSERT INTO repository_to_monitor (id, workspace_id, connection_id, owner, name,
+                                                native_id)
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+        )
+        .bind(Uuid::now_v7())
+        .bind(workspace_id)
+        .bind(connection_id)
+        .bind(&repo.owner)
+        .bind(&repo.name)
+        .bind(repo.native_id)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    }
+    Ok(created)
+}
+
+/// Removes the connection's monitors of `repo` (by native id, or by name for a monitor without
+/// one). Mirror rows stay: other workspaces may still monitor the repository, and an orphaned
+/// repository's mirror is the eraser's to remove.
+pub async fn remove(
+    conn: &mut PgConnection,
+    connection_id: Uuid,
+    repo: &RepoRef,
+) -> Result<u64, sqlx::Error> {
+    let removed = sqlx::query(
+        "DELETE FROM repository_to_monitor
+          WHERE connection_id = $1
+            AND (native_id = $2
+                 OR (native_id IS NULL AND lower(owner) = lower($3) AND lower(name) = lower($4)))",
+    )
+    .bind(connection_id)
+    .bind(repo.native_id)
+    .bind(&repo.owner)
+    .bind(&repo.name)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    Ok(removed)
+}
