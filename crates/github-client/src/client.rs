@@ -147,10 +147,7 @@ impl GithubApp {
     /// One page of the App's webhook delivery attempts, newest first (100 per page); `cursor`
     /// is the previous page's [`HookDeliveriesPage::next_cursor`], `None` for the newest.
     #[tracing::instrument(skip(self), fields(app_id = self.credentials.app_id()))]
-    pub async fn hook_deliveries(
-        &self,
-        cursor: Option<&str>,
-    ) -> Result<HookDeliveriesPage, Error> {
+    pub async fn hook_deliveries(&self, cursor: Option<&str>) -> Result<HookDeliveriesPage, Error> {
         const OPERATION: &str = "GET /app/hook/deliveries";
         let mut url = format!(
             "{}/app/hook/deliveries?per_page={MAX_PAGE_SIZE}",

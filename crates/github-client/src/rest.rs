@@ -148,7 +148,8 @@ mod tests {
 
     #[test]
     fn next_cursor_comes_from_the_next_link_only() {
-        let link = r#"<https://api.github.com/app/hook/deliveries?per_page=100&cursor=v1_12>; rel="next""#;
+        let link =
+            r#"<https://api.github.com/app/hook/deliveries?per_page=100&cursor=v1_12>; rel="next""#;
         assert_eq!(next_cursor(link).as_deref(), Some("v1_12"));
         assert_eq!(next_page(link), None);
         let first = r#"<https://api.github.com/app/hook/deliveries?per_page=100>; rel="first""#;

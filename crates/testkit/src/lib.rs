@@ -291,6 +291,7 @@ pub fn github_sync_config(common: runtime::CommonArgs) -> github_sync::Config {
         secret_key: secret_key(),
         reconcile_cron: "off".to_owned(),
         backfill_cron: "off".to_owned(),
+        redeliver_cron: "off".to_owned(),
         reconcile_cooldown_secs: 12 * 3600,
         page_size: 100,
         page_cap: 10_000,

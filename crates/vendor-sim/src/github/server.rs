@@ -156,7 +156,9 @@ impl GithubSim {
     /// guid was attempted before). Returns the receiver's status, 0 when it was unreachable or
     /// no target is set.
     pub async fn deliver(&self, delivery: &webhook::Delivery) -> u16 {
-        deliver_and_log(&self.shared, delivery, None).await.status_code
+        deliver_and_log(&self.shared, delivery, None)
+            .await
+            .status_code
     }
 
     /// Like [`GithubSim::deliver`], with the attempt logged as made at `at` (an old attempt
@@ -649,7 +651,13 @@ async fn list_hook_deliveries(
     Query(q): Query<CursorQuery>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(r) = begin(&shared, ops::LIST_APP_HOOK_DELIVERIES, RateLimitResource::Rest).await {
+    if let Err(r) = begin(
+        &shared,
+        ops::LIST_APP_HOOK_DELIVERIES,
+        RateLimitResource::Rest,
+    )
+    .await
+    {
         return r;
     }
     if let Err(r) = authenticate_app(&lock(&shared.model), &headers) {
