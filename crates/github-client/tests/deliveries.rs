@@ -125,7 +125,10 @@ async fn a_redelivery_resends_the_same_guid_and_is_listed_as_its_own_attempt() {
         assert!(tokio::time::Instant::now() < deadline, "no redelivery");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(*seen.lock().unwrap(), [delivery.delivery_id.clone()]);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        std::slice::from_ref(&delivery.delivery_id)
+    );
     let page = app.hook_deliveries(None).await.unwrap();
     assert_eq!(page.deliveries.len(), 2);
     let retry = &page.deliveries[0];

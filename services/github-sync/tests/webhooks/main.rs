@@ -6,3 +6,4 @@
 mod support;
 
 mod history;
+mod redeliver;
