@@ -27,8 +27,8 @@ use crate::queries::{
     RepositoryPullRequests, RepositoryRef, SelectsRateLimit,
 };
 use crate::rest::{
-    AccessTokenBody, InstallationRepositoriesBody, InstallationRepositoriesPage, MessageBody,
-    RestRepository, next_page,
+    AccessTokenBody, HookDeliveriesPage, HookDelivery, InstallationRepositoriesBody,
+    InstallationRepositoriesPage, MessageBody, RestRepository, next_cursor, next_page,
 };
 use crate::retry::RetryPolicy;
 
@@ -129,20 +129,7 @@ impl GithubApp {
             "{}/app/installations/{installation_id}/access_tokens",
             self.base_url
         );
-        let body = self
-            .retry
-            .run(OPERATION, || async {
-                // A fresh JWT per attempt: a retry after a long Retry-After must not send a stale one.
-                let jwt = self.credentials.jwt(OffsetDateTime::now_utc())?;
-                let response = rest_request(&self.http, Method::POST, &url)
-                    .bearer_auth(jwt)
-                    .send()
-                    .await
-                    .map_err(Error::Transport)?;
-                let (_, body) = read_success(response).await?;
-                Ok(body)
-            })
-            .await?;
+        let (_, body) = self.app_call(OPERATION, Method::POST, &url).await?;
         let body: AccessTokenBody = decode_json(OPERATION, &body)?;
         let expires_at =
             OffsetDateTime::parse(&body.expires_at, &Rfc3339).map_err(|e| Error::Decode {
@@ -153,6 +140,68 @@ impl GithubApp {
             token: Secret::new(body.token),
             expires_at,
         })
+    }
+}
+
+impl GithubApp {
+    /// One page of the App's webhook delivery attempts, newest first (100 per page); `cursor`
+    /// is the previous page's [`HookDeliveriesPage::next_cursor`], `None` for the newest.
+    #[tracing::instrument(skip(self), fields(app_id = self.credentials.app_id()))]
+    pub async fn hook_deliveries(&self, cursor: Option<&str>) -> Result<HookDeliveriesPage, Error> {
+        const OPERATION: &str = "GET /app/hook/deliveries";
+        let mut url = format!(
+            "{}/app/hook/deliveries?per_page={MAX_PAGE_SIZE}",
+            self.base_url
+        );
+        if let Some(cursor) = cursor {
+            // Opaque and already in query form: sent back as the Link header had it.
+            url.push_str("&cursor=");
+            url.push_str(cursor);
+        }
+        let (headers, body) = self.app_call(OPERATION, Method::GET, &url).await?;
+        let deliveries: Vec<HookDelivery> = decode_json(OPERATION, &body)?;
+        let next_cursor = headers
+            .get(LINK)
+            .and_then(|v| v.to_str().ok())
+            .and_then(next_cursor);
+        Ok(HookDeliveriesPage {
+            deliveries,
+            next_cursor,
+        })
+    }
+
+    /// Asks GitHub to deliver the attempt `delivery_id`'s event again (same guid). GitHub
+    /// answers 202 and makes the attempt later; it shows up in [`GithubApp::hook_deliveries`].
+    #[tracing::instrument(skip(self), fields(app_id = self.credentials.app_id()))]
+    pub async fn redeliver(&self, delivery_id: u64) -> Result<(), Error> {
+        const OPERATION: &str = "POST /app/hook/deliveries/{id}/attempts";
+        let url = format!(
+            "{}/app/hook/deliveries/{delivery_id}/attempts",
+            self.base_url
+        );
+        self.app_call(OPERATION, Method::POST, &url).await?;
+        Ok(())
+    }
+
+    /// A call authenticated as the App itself (JWT), retried by the policy.
+    async fn app_call(
+        &self,
+        operation: &'static str,
+        method: Method,
+        url: &str,
+    ) -> Result<(HeaderMap, Vec<u8>), Error> {
+        self.retry
+            .run(operation, || async {
+                // A fresh JWT per attempt: a retry after a long Retry-After must not send a stale one.
+                let jwt = self.credentials.jwt(OffsetDateTime::now_utc())?;
+                let response = rest_request(&self.http, method.clone(), url)
+                    .bearer_auth(jwt)
+                    .send()
+                    .await
+                    .map_err(Error::Transport)?;
+                read_success(response).await
+            })
+            .await
     }
 }
 

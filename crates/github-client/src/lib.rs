@@ -2,6 +2,7 @@
 //! `schemas/github.graphql`), the few REST calls, and the transport policy around them.
 //!
 //! - [`GithubApp`] signs App JWTs and caches installation tokens; [`Auth`] picks App or PAT.
+//!   As the App itself it lists webhook deliveries and asks for redeliveries.
 //! - [`GithubClient`] answers one page per call; the caller paginates and decides completeness.
 //! - Every call is checked against the caller's [`Budget`] first and recorded after
 //!   ([`budget`]); a refused call is [`Error::BudgetExhausted`] and sends nothing.
@@ -28,5 +29,7 @@ pub use queries::{
     Actor, IssueNode, IssueState, IssueStateReason, LockReason, Owner, PageInfo, PullRequestNode,
     PullRequestState, RepositoryHeader, RepositoryRef, Timestamp,
 };
-pub use rest::{InstallationRepositoriesPage, RestOwner, RestRepository};
+pub use rest::{
+    HookDeliveriesPage, HookDelivery, InstallationRepositoriesPage, RestOwner, RestRepository,
+};
 pub use retry::RetryPolicy;

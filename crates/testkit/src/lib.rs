@@ -292,6 +292,7 @@ pub fn github_sync_config(common: runtime::CommonArgs) -> github_sync::Config {
         secret_key: secret_key(),
         reconcile_cron: "off".to_owned(),
         backfill_cron: "off".to_owned(),
+        redeliver_cron: "off".to_owned(),
         reconcile_cooldown_secs: 12 * 3600,
         backfill_max_passes: 10,
         backfill_backoff_ms: 100,

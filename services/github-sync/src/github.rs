@@ -51,9 +51,16 @@ pub struct ClientFactory {
     pub secret_key: SecretKey,
 }
 
-#[async_trait::async_trait]
-impl SourceFactory for ClientFactory {
-    async fn source(&self, conn: &connection::Model) -> anyhow::Result<Arc<dyn GithubSource>> {
+/// A connection's GitHub App acting as itself (JWT calls), and the installation the connection
+/// is for.
+pub struct ConnectionApp {
+    pub app: GithubApp,
+    pub installation_id: u64,
+}
+
+impl ClientFactory {
+    /// The connection's settings and the client configuration for its API.
+    async fn settings(&self, conn: &connection::Model) -> anyhow::Result<(Settings, ClientConfig)> {
         let settings: Settings = serde_json::from_value(conn.settings.clone())
             .context("connection settings must name `auth` (pat or app) and its fields")?;
         let instance = provider_instance::Entity::find_by_id(conn.provider_instance_id)
@@ -63,12 +70,56 @@ impl SourceFactory for ClientFactory {
         let base = instance
             .server_url
             .unwrap_or_else(|| DEFAULT_API.to_owned());
-        let config = ClientConfig::new(base);
-        let secret = |name: &'static str| async move {
-            store::secrets::get(&self.db, &self.secret_key, conn.id, name)
-                .await?
-                .ok_or_else(|| anyhow!("the connection has no `{name}` secret"))
-        };
+        Ok((settings, ClientConfig::new(base)))
+    }
+
+    /// One of the connection's sealed secrets.
+    async fn secret(
+        &self,
+        conn: &connection::Model,
+        name: &'static str,
+    ) -> anyhow::Result<Vec<u8>> {
+        store::secrets::get(&self.db, &self.secret_key, conn.id, name)
+            .await?
+            .ok_or_else(|| anyhow!("the connection has no `{name}` secret"))
+    }
+
+    /// The App and installation of an App connection, from its settings and `private_key`.
+    async fn app_of(
+        &self,
+        conn: &connection::Model,
+        settings: &Settings,
+        config: &ClientConfig,
+    ) -> anyhow::Result<ConnectionApp> {
+        let app_id = settings
+            .app_id
+            .context("an App connection needs `app_id`")?;
+        let installation_id = settings
+            .installation_id
+            .context("an App connection needs `installation_id`")?;
+        let pem = self.secret(conn, "private_key").await?;
+        let app = GithubApp::new(config, AppCredentials::from_pem(app_id, &pem)?)?;
+        Ok(ConnectionApp {
+            app,
+            installation_id,
+        })
+    }
+
+    /// The connection's App, for calls made as the App itself; `None` for a PAT connection.
+    pub async fn app(&self, conn: &connection::Model) -> anyhow::Result<Option<ConnectionApp>> {
+        let (settings, config) = self.settings(conn).await?;
+        match settings.auth {
+            AuthKind::Pat => Ok(None),
+            AuthKind::App => Ok(Some(self.app_of(conn, &settings, &config).await?)),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl SourceFactory for ClientFactory {
+    async fn source(&self, conn: &connection::Model) -> anyhow::Result<Arc<dyn GithubSource>> {
+        let (settings, config) = self.settings(conn).await?;
+        let secret = |name: &'static str| self.secret(conn, name);
         let (auth, repositories) = match settings.auth {
             AuthKind::Pat => {
                 let token = String::from_utf8(secret("token").await?)?;
@@ -89,14 +140,10 @@ impl SourceFactory for ClientFactory {
                 (Auth::personal_token(token), Some(repos))
             }
             AuthKind::App => {
-                let app_id = settings
-                    .app_id
-                    .context("an App connection needs `app_id`")?;
-                let installation_id = settings
-                    .installation_id
-                    .context("an App connection needs `installation_id`")?;
-                let pem = secret("private_key").await?;
-                let app = GithubApp::new(&config, AppCredentials::from_pem(app_id, &pem)?)?;
+                let ConnectionApp {
+                    app,
+                    installation_id,
+                } = self.app_of(conn, &settings, &config).await?;
                 (
                     Auth::Installation {
                         app: Arc::new(app),

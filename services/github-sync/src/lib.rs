@@ -9,6 +9,7 @@ pub mod handlers;
 pub mod jobs;
 pub mod mirror;
 pub mod monitors;
+pub mod redeliver;
 pub mod source;
 pub mod sync;
 pub mod webhooks;
@@ -68,6 +69,16 @@ pub struct Config {
         default_value = "off"
     )]
     pub backfill_cron: String,
+
+    /// Cron (with seconds) of the pass that asks GitHub to redeliver recently failed webhook
+    /// deliveries of App connections, UTC; `off` disables it.
+    #[arg(
+        long,
+        env = "FORGESYNC_GITHUB_REDELIVER_CRON",
+        value_name = "FORGESYNC_GITHUB_REDELIVER_CRON",
+        default_value = "0 */5 * * * *"
+    )]
+    pub redeliver_cron: String,
 
     /// Seconds after a complete reconcile during which the scheduled pass skips a repository
     /// (operators' on-demand reconciles always run).
@@ -154,6 +165,7 @@ impl std::fmt::Debug for Config {
         f.debug_struct("Config")
             .field("common", &self.common)
             .field("reconcile_cron", &self.reconcile_cron)
+            .field("redeliver_cron", &self.redeliver_cron)
             .field("page_size", &self.page_size)
             .field("page_cap", &self.page_cap)
             .field("job_concurrency", &self.job_concurrency)
@@ -170,10 +182,11 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let secret_key = store::secrets::SecretKey::from_base64("k1", &config.secret_key)?;
     let db = config.common.connect_db().await?;
-    let factory: Arc<dyn SourceFactory> = Arc::new(github::ClientFactory {
+    let clients = Arc::new(github::ClientFactory {
         db: db.clone(),
         secret_key,
     });
+    let factory: Arc<dyn SourceFactory> = clients.clone();
     let bus = config.common.connect_bus().await?;
     let replica = runtime::schedule::default_replica_id();
     let engine = sync::Engine {
@@ -296,6 +309,31 @@ pub async fn run(
                 }
             })
             .context(variable)?;
+        scheduled += 1;
+    }
+    if config.redeliver_cron.trim() != "off" {
+        let (db, clients) = (db.clone(), clients.clone());
+        schedules
+            .add(
+                "github-redeliver",
+                &config.redeliver_cron,
+                Duration::from_secs(300),
+                move |run| {
+                    let (db, clients) = (db.clone(), clients.clone());
+                    async move {
+                        let summary = redeliver::run_pass(
+                            &db,
+                            &clients,
+                            time::OffsetDateTime::now_utc(),
+                            &run.cancel,
+                        )
+                        .await?;
+                        tracing::info!(?summary, "GitHub redelivery pass done");
+                        Ok(())
+                    }
+                },
+            )
+            .context("FORGESYNC_GITHUB_REDELIVER_CRON")?;
         scheduled += 1;
     }
     if scheduled > 0 {

@@ -25,6 +25,10 @@ pub mod ops {
     pub const LIST_INSTALLATION_REPOSITORIES: &str = "apps/list-repos-accessible-to-installation";
     /// `GET /repositories/{id}`
     pub const GET_REPOSITORY_BY_ID: &str = "repos/get-by-id";
+    /// `GET /app/hook/deliveries`
+    pub const LIST_APP_HOOK_DELIVERIES: &str = "apps/list-webhook-deliveries";
+    /// `POST /app/hook/deliveries/{delivery_id}/attempts`
+    pub const REDELIVER_APP_HOOK_DELIVERY: &str = "apps/redeliver-webhook-delivery";
 }
 
 /// Which of the matching calls a fault fires on (1-based).

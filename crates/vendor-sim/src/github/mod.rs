@@ -1,5 +1,6 @@
 //! Simulated GitHub: the GraphQL operations and REST calls of our contract, served from an
-//! in-memory [`Model`], with per-call [`Fault`] injection and signed webhooks.
+//! in-memory [`Model`], with per-call [`Fault`] injection and signed webhooks, whose attempts are
+//! logged for the App's delivery listing and redelivery.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -12,6 +13,7 @@
 //! # Ok(()) }
 //! ```
 
+mod deliveries;
 mod fault;
 mod generate;
 mod graphql;
@@ -19,6 +21,7 @@ mod model;
 mod server;
 pub mod webhook;
 
+pub use deliveries::DeliveryAttempt;
 pub use fault::{Calls, Fault, FaultKind, Mutation, ops};
 pub use generate::{Generated, Scenario, generate};
 pub use graphql::sdl;

@@ -24,6 +24,7 @@ use serde_json::{Value as Json, json};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use super::deliveries::{self, DeliveryAttempt, DeliveryLog, HookTarget};
 use super::fault::{Fault, FaultKind, Faults, ops};
 use super::graphql::{self, GithubSchema, Nullability, PageFaults, RateView};
 use super::model::{self, InstallationId, Model, RateLimitBudget, RateLimitResource};
@@ -35,6 +36,9 @@ struct Shared {
     schema: GithubSchema,
     nullability: Nullability,
     base_url: String,
+    deliveries: Mutex<DeliveryLog>,
+    /// Sends the App's webhooks.
+    http: reqwest::Client,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -61,6 +65,12 @@ impl GithubSim {
             model,
             faults: Mutex::new(Faults::default()),
             base_url,
+            deliveries: Mutex::default(),
+            http: {
+                // reqwest needs the process's rustls provider even for plain http.
+                runtime::install_crypto_provider();
+                reqwest::Client::new()
+            },
         });
         let app = Router::new()
             .route("/graphql", post(graphql_call))
@@ -70,6 +80,11 @@ impl GithubSim {
             )
             .route("/installation/repositories", get(installation_repositories))
             .route("/repositories/{id}", get(repository_by_id))
+            .route("/app/hook/deliveries", get(list_hook_deliveries))
+            .route(
+                "/app/hook/deliveries/{delivery_id}/attempts",
+                post(redeliver_hook_delivery),
+            )
             .with_state(shared.clone());
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -126,6 +141,37 @@ impl GithubSim {
     /// Calls received per operation.
     pub fn call_counts(&self) -> BTreeMap<String, u64> {
         lock(&self.shared.faults).calls()
+    }
+
+    /// Points the App's webhook at `url`, signed with `secret`; later attempts and
+    /// redeliveries go there.
+    pub fn set_webhook_target(&self, url: &str, secret: &[u8]) {
+        lock(&self.shared.deliveries).target = Some(HookTarget {
+            url: url.to_owned(),
+            secret: secret.to_vec(),
+        });
+    }
+
+    /// Sends `delivery` to the App's webhook now and logs the attempt (a redelivery if its
+    /// guid was attempted before). Returns the receiver's status, 0 when it was unreachable or
+    /// no target is set.
+    pub async fn deliver(&self, delivery: &webhook::Delivery) -> u16 {
+        deliver_and_log(&self.shared, delivery, None)
+            .await
+            .status_code
+    }
+
+    /// Like [`GithubSim::deliver`], with the attempt logged as made at `at` (an old attempt
+    /// for tests of the delivery log's time window).
+    pub async fn deliver_at(&self, delivery: &webhook::Delivery, at: time::OffsetDateTime) -> u16 {
+        deliver_and_log(&self.shared, delivery, Some(at))
+            .await
+            .status_code
+    }
+
+    /// Every logged attempt of the event `guid` (`X-GitHub-Delivery`), oldest first.
+    pub fn delivery_attempts(&self, guid: &str) -> Vec<DeliveryAttempt> {
+        lock(&self.shared.deliveries).attempts_of(guid)
     }
 
     /// Stops the server and waits (up to 5 s) for open calls to finish.
@@ -527,36 +573,9 @@ async fn create_access_token(
     {
         return r;
     }
-    // The App JWT is checked for shape, `iss` and `exp`; its RS256 signature is not verified.
-    let claims = bearer(&headers)
-        .and_then(|jwt| jwt.split('.').nth(1))
-        .and_then(|p| URL_SAFE_NO_PAD.decode(p.trim_end_matches('=')).ok())
-        .and_then(|p| serde_json::from_slice::<JwtClaims>(&p).ok());
-    let Some(claims) = claims else {
-        return message(
-            StatusCode::UNAUTHORIZED,
-            "A JSON web token could not be decoded",
-        );
-    };
     let mut m = lock(&shared.model);
-    let iss = match &claims.iss {
-        Some(Json::String(s)) => Some(s.clone()),
-        Some(Json::Number(n)) => Some(n.to_string()),
-        _ => None,
-    };
-    let iss_ok = match (&m.app_id, &iss) {
-        (_, None) => false,
-        (Some(want), Some(got)) => want == got,
-        (None, Some(_)) => true,
-    };
-    let fresh = claims
-        .exp
-        .is_none_or(|exp| exp > model::now_seconds().unix_timestamp());
-    if !iss_ok || !fresh {
-        return message(
-            StatusCode::UNAUTHORIZED,
-            "'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires",
-        );
+    if let Err(r) = authenticate_app(&m, &headers) {
+        return r;
     }
     if !m.installations.contains_key(&installation_id) {
         return message(StatusCode::NOT_FOUND, "Not Found");
@@ -572,6 +591,120 @@ async fn create_access_token(
         })),
     )
         .into_response()
+}
+
+/// Checks that a call is made as the App (a JWT); `Err` is the 401 GitHub answers.
+fn authenticate_app(m: &Model, headers: &HeaderMap) -> Result<(), Response> {
+    // The App JWT is checked for shape, `iss` and `exp`; its RS256 signature is not verified.
+    let claims = bearer(headers)
+        .and_then(|jwt| jwt.split('.').nth(1))
+        .and_then(|p| URL_SAFE_NO_PAD.decode(p.trim_end_matches('=')).ok())
+        .and_then(|p| serde_json::from_slice::<JwtClaims>(&p).ok());
+    let Some(claims) = claims else {
+        return Err(message(
+            StatusCode::UNAUTHORIZED,
+            "A JSON web token could not be decoded",
+        ));
+    };
+    let iss = match &claims.iss {
+        Some(Json::String(s)) => Some(s.clone()),
+        Some(Json::Number(n)) => Some(n.to_string()),
+        _ => None,
+    };
+    let iss_ok = match (&m.app_id, &iss) {
+        (_, None) => false,
+        (Some(want), Some(got)) => want == got,
+        (None, Some(_)) => true,
+    };
+    let fresh = claims
+        .exp
+        .is_none_or(|exp| exp > model::now_seconds().unix_timestamp());
+    if !iss_ok || !fresh {
+        return Err(message(
+            StatusCode::UNAUTHORIZED,
+            "'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires",
+        ));
+    }
+    Ok(())
+}
+
+/// Sends `delivery` to the App's webhook target and logs the attempt, dated `at` or now.
+async fn deliver_and_log(
+    shared: &Shared,
+    delivery: &webhook::Delivery,
+    at: Option<time::OffsetDateTime>,
+) -> DeliveryAttempt {
+    let started = model::now_seconds();
+    let target = lock(&shared.deliveries).target.clone();
+    let (status, took) = deliveries::attempt(&shared.http, target.as_ref(), delivery).await;
+    lock(&shared.deliveries).record(delivery, at.unwrap_or(started), status, took)
+}
+
+#[derive(Deserialize)]
+struct CursorQuery {
+    per_page: Option<usize>,
+    cursor: Option<String>,
+}
+
+async fn list_hook_deliveries(
+    State(shared): State<Arc<Shared>>,
+    Query(q): Query<CursorQuery>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = begin(
+        &shared,
+        ops::LIST_APP_HOOK_DELIVERIES,
+        RateLimitResource::Rest,
+    )
+    .await
+    {
+        return r;
+    }
+    if let Err(r) = authenticate_app(&lock(&shared.model), &headers) {
+        return r;
+    }
+    let per_page = q.per_page.unwrap_or(30).clamp(1, 100);
+    let (attempts, next) = lock(&shared.deliveries).page(q.cursor.as_deref(), per_page);
+    let items: Vec<Json> = attempts.iter().map(DeliveryAttempt::to_json).collect();
+    let mut r = axum::Json(items).into_response();
+    if let Some(next) = next {
+        let link = format!(
+            "<{}/app/hook/deliveries?per_page={per_page}&cursor={next}>; rel=\"next\"",
+            shared.base_url
+        );
+        if let Ok(v) = HeaderValue::from_str(&link) {
+            r.headers_mut().insert("link", v);
+        }
+    }
+    r
+}
+
+async fn redeliver_hook_delivery(
+    State(shared): State<Arc<Shared>>,
+    Path(delivery_id): Path<u64>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = begin(
+        &shared,
+        ops::REDELIVER_APP_HOOK_DELIVERY,
+        RateLimitResource::Rest,
+    )
+    .await
+    {
+        return r;
+    }
+    if let Err(r) = authenticate_app(&lock(&shared.model), &headers) {
+        return r;
+    }
+    let Some(delivery) = lock(&shared.deliveries).delivery_of(delivery_id) else {
+        return message(StatusCode::NOT_FOUND, "Not Found");
+    };
+    // Like GitHub: accepted now, attempted right after (same guid, logged as a redelivery).
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        deliver_and_log(&shared, &delivery, None).await;
+    });
+    (StatusCode::ACCEPTED, axum::Json(json!({}))).into_response()
 }
 
 #[derive(Deserialize)]

@@ -8,3 +8,4 @@ mod support;
 
 mod consumers;
 mod history;
+mod redeliver;
