@@ -12,6 +12,7 @@
 //! # Ok(()) }
 //! ```
 
+mod checks;
 mod fault;
 mod generate;
 mod graphql;
@@ -19,6 +20,9 @@ mod model;
 mod server;
 pub mod webhook;
 
+pub use checks::{
+    CheckConclusion, CheckRun, CheckStatus, CheckSuite, CommitChecks, CommitStatus, StatusState,
+};
 pub use fault::{Calls, Fault, FaultKind, Mutation, ops};
 pub use generate::{Generated, Scenario, generate};
 pub use graphql::sdl;
