@@ -2,6 +2,8 @@
 //! repository's issues and pull requests page by page through an `UpstreamListing`, writing each
 //! page forward-only. Only a RECONCILIATION whose listing finished clean may tombstone, and only
 //! the candidates captured before it started (the deletion gate decides; this module obeys).
+//! Each pass also re-reads the check runs of open pull requests whose stored list of their head
+//! has not finished and changed in the last day.
 
 use std::sync::Arc;
 
@@ -12,6 +14,8 @@ use sqlx::PgPool;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::check_runs;
+use crate::events::Origin;
 use crate::jobs::{ClaimedJob, JobControl, JobOutcome, Jobs};
 use crate::mirror::{self, ItemClass};
 use crate::source::{GithubSource, Page, RepoRef, SourceError};
@@ -127,6 +131,8 @@ impl Engine {
         };
         let reconciling = job.job_type == SyncJobType::Reconciliation;
         for monitor in &monitors {
+            self.rescan_check_runs(provider_instance_id, monitor, source)
+                .await?;
             if reconciling
                 && job.scheduled
                 && self.cooling_down(provider_instance_id, monitor).await?
@@ -190,6 +196,44 @@ impl Engine {
                 native_id,
             })
             .collect()))
+    }
+
+    /// Re-reads the runs of each open pull request whose stored list of its head is unfinished
+    /// and changed in the last 24 hours (a read that lagged the last hook settles here).
+    async fn rescan_check_runs(
+        &self,
+        provider_instance_id: Uuid,
+        monitor: &Monitor,
+        source: &dyn GithubSource,
+    ) -> Result<(), sqlx::Error> {
+        let Some(repository_id) = self
+            .repository_id(provider_instance_id, monitor.native_id)
+            .await?
+        else {
+            return Ok(());
+        };
+        let due = check_runs::due_for_rescan(&self.pool, repository_id, OffsetDateTime::now_utc())
+            .await?;
+        let repo = RepoRef {
+            owner: monitor.owner.clone(),
+            name: monitor.name.clone(),
+        };
+        for (pull_request, head) in due {
+            let read = check_runs::read_and_apply(
+                &self.pool,
+                source,
+                &repo,
+                &head,
+                &[pull_request],
+                Origin::Sync,
+            )
+            .await?;
+            if let Err(SourceError::BudgetExhausted(_) | SourceError::RateLimited) = read {
+                // What stops one read stops the rest; the listings will say so too.
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Whether the monitored repository finished a complete reconcile within the cooldown.
