@@ -4,3 +4,5 @@
 // Each test module uses its own part of the stack.
 #[allow(dead_code)]
 mod support;
+
+mod checks;
