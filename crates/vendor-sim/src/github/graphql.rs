@@ -960,7 +960,7 @@ impl Repository {
         let known = !checks.suites.is_empty()
             || !checks.statuses.is_empty()
             || repo.pull_requests().any(|p| p.head_ref_oid == oid);
-        Ok(known.then(|| GitObject::Commit(Commit { oid, checks })))
+        Ok(known.then_some(GitObject::Commit(Commit { oid, checks })))
     }
     async fn issues(
         &self,
