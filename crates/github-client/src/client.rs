@@ -22,6 +22,7 @@ use crate::auth::{AppCredentials, InstallationToken, Secret, TokenCache};
 use crate::budget::{Budget, BudgetStop, Ledger, RateLimit, Resource};
 use crate::error::{Error, GraphqlError, PathSegment, RateLimitKind};
 use crate::queries::{
+    CommitCheckRunsVariables, CommitChecks, CommitObject, GetCommitCheckRuns, GitObjectId,
     IssueNode, PageInfo, PullRequestNode, RateLimitFields, RepositoryById, RepositoryByIdVariables,
     RepositoryHeader, RepositoryIssues, RepositoryNode, RepositoryPageVariables,
     RepositoryPullRequests, RepositoryRef, SelectsRateLimit,
@@ -273,6 +274,19 @@ impl<T> Page<T> {
     }
 }
 
+/// One read of a commit's check runs, statuses and suites (`GetCommitCheckRuns`).
+#[derive(Debug, Clone)]
+pub struct CommitCheckRuns {
+    /// The commit; `None` when the repository has no commit with that id.
+    pub commit: Option<CommitChecks>,
+    /// GraphQL errors that left the rest of the answer usable.
+    pub errors: Vec<GraphqlError>,
+    /// The query's cost and what is left.
+    pub rate_limit: Option<RateLimit>,
+    /// When we asked (our clock): the read's time.
+    pub fetched_at: OffsetDateTime,
+}
+
 /// A GitHub API client for one identity (a PAT or an App installation).
 ///
 /// Clones share the connection pool, the credentials and the rate-limit ledger;
@@ -394,6 +408,37 @@ impl GithubClient {
             total_count: count("RepositoryPullRequests", connection.total_count)?,
             page_info: connection.page_info,
             nodes: connection.nodes.unwrap_or_default(),
+            errors,
+            rate_limit,
+            fetched_at,
+        })
+    }
+
+    /// A commit's check runs and statuses (one page of 100 through its status rollup) and its
+    /// check suites (one page of 100).
+    #[tracing::instrument(skip(self))]
+    pub async fn commit_check_runs(
+        &self,
+        owner: &str,
+        name: &str,
+        oid: &str,
+    ) -> Result<CommitCheckRuns, Error> {
+        let fetched_at = OffsetDateTime::now_utc();
+        let operation = GetCommitCheckRuns::build(CommitCheckRunsVariables {
+            owner: owner.to_owned(),
+            name: name.to_owned(),
+            oid: GitObjectId(oid.to_owned()),
+        });
+        let (data, errors, rate_limit) = self.graphql("GetCommitCheckRuns", operation).await?;
+        let Some(repository) = data.repository else {
+            return Err(repository_missing(owner, name, errors));
+        };
+        let commit = match repository.object {
+            Some(CommitObject::Commit(commit)) => Some(commit),
+            Some(CommitObject::Other) | None => None,
+        };
+        Ok(CommitCheckRuns {
+            commit,
             errors,
             rate_limit,
             fetched_at,

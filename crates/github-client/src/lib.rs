@@ -23,7 +23,9 @@ mod retry;
 
 pub use auth::{AppClaims, AppCredentials, InstallationToken, Secret, TOKEN_REFRESH_MARGIN};
 pub use budget::{Budget, BudgetStop, RateLimit, Resource};
-pub use client::{Auth, ClientConfig, GITHUB_API, GithubApp, GithubClient, MAX_PAGE_SIZE, Page};
+pub use client::{
+    Auth, ClientConfig, CommitCheckRuns, GITHUB_API, GithubApp, GithubClient, MAX_PAGE_SIZE, Page,
+};
 pub use error::{Error, GraphqlError, PathSegment, RateLimitKind};
 pub use queries::{
     Actor, IssueNode, IssueState, IssueStateReason, LockReason, Owner, PageInfo, PullRequestNode,

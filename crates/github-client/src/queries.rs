@@ -371,6 +371,254 @@ pub struct RepositoryById {
     pub rate_limit: Option<RateLimitFields>,
 }
 
+/// A URL as GitHub types it (`URI`).
+#[derive(cynic::Scalar, Debug, Clone, PartialEq, Eq, Hash)]
+#[cynic(graphql_type = "URI")]
+pub struct Uri(pub String);
+
+/// Variables of `GetCommitCheckRuns`.
+#[derive(cynic::QueryVariables, Debug, Clone)]
+pub struct CommitCheckRunsVariables {
+    /// Owner login.
+    pub owner: String,
+    /// Repository name.
+    pub name: String,
+    /// The commit.
+    pub oid: GitObjectId,
+}
+
+/// `CheckStatusState`.
+#[derive(cynic::Enum, Debug, Clone, PartialEq, Eq, Hash)]
+pub enum CheckStatusState {
+    /// Completed.
+    Completed,
+    /// In progress.
+    InProgress,
+    /// Pending.
+    Pending,
+    /// Queued.
+    Queued,
+    /// Requested.
+    Requested,
+    /// Waiting.
+    Waiting,
+    /// A value this build does not know.
+    #[cynic(fallback)]
+    Other(String),
+}
+
+/// `CheckConclusionState`.
+#[derive(cynic::Enum, Debug, Clone, PartialEq, Eq, Hash)]
+pub enum CheckConclusionState {
+    /// Waits for someone to act (a suite awaiting approval of its workflows).
+    ActionRequired,
+    /// Cancelled.
+    Cancelled,
+    /// Failed.
+    Failure,
+    /// Neutral.
+    Neutral,
+    /// Skipped.
+    Skipped,
+    /// Stale.
+    Stale,
+    /// Failed to start.
+    StartupFailure,
+    /// Succeeded.
+    Success,
+    /// Timed out.
+    TimedOut,
+    /// A value this build does not know.
+    #[cynic(fallback)]
+    Other(String),
+}
+
+/// `StatusState`: a commit status's or the rollup's state.
+#[derive(cynic::Enum, Debug, Clone, PartialEq, Eq, Hash)]
+pub enum StatusState {
+    /// Errored.
+    Error,
+    /// Expected (required, not reported yet).
+    Expected,
+    /// Failed.
+    Failure,
+    /// Pending.
+    Pending,
+    /// Succeeded.
+    Success,
+    /// A value this build does not know.
+    #[cynic(fallback)]
+    Other(String),
+}
+
+/// The App of a check run's suite.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "App")]
+pub struct CheckApp {
+    /// Native id (the App id).
+    pub database_id: Option<i32>,
+    /// Display name.
+    pub name: String,
+}
+
+/// `checkSuite { app { databaseId name } }` of a check run.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "CheckSuite")]
+pub struct CheckRunSuite {
+    /// The suite's App; `None` when GitHub does not say.
+    pub app: Option<CheckApp>,
+}
+
+/// One check run of the rollup.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "CheckRun")]
+pub struct CheckRunNode {
+    /// Name.
+    pub name: String,
+    /// Status.
+    pub status: CheckStatusState,
+    /// Conclusion, once completed.
+    pub conclusion: Option<CheckConclusionState>,
+    /// When it completed.
+    pub completed_at: Option<Timestamp>,
+    /// Link to the run's details.
+    pub details_url: Option<Uri>,
+    /// Its suite.
+    pub check_suite: CheckRunSuite,
+}
+
+/// One commit status of the rollup.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "StatusContext")]
+pub struct StatusContextNode {
+    /// The status's context (its name).
+    pub context: String,
+    /// Its state.
+    pub state: StatusState,
+    /// When this state was reported.
+    pub created_at: Timestamp,
+    /// Its link.
+    pub target_url: Option<Uri>,
+}
+
+/// A check run or a commit status.
+#[derive(cynic::InlineFragments, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "StatusCheckRollupContext")]
+pub enum RollupContext {
+    /// A check run.
+    CheckRun(CheckRunNode),
+    /// A commit status.
+    StatusContext(StatusContextNode),
+    /// A kind this build does not know.
+    #[cynic(fallback)]
+    Other,
+}
+
+/// `contexts(first: 100) { totalCount nodes }`.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "StatusCheckRollupContextConnection")]
+pub struct RollupContexts {
+    /// Check runs and statuses GitHub counts for the commit.
+    pub total_count: i32,
+    /// The page; a `null` entry is one GitHub failed to resolve.
+    pub nodes: Option<Vec<Option<RollupContext>>>,
+}
+
+/// `statusCheckRollup { state contexts }`.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "StatusCheckRollup")]
+pub struct StatusCheckRollup {
+    /// The combined state.
+    pub state: StatusState,
+    /// One page of 100 runs and statuses.
+    #[arguments(first: 100)]
+    pub contexts: RollupContexts,
+}
+
+/// `app { databaseId }` of a check suite.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "App")]
+pub struct SuiteApp {
+    /// Native id (the App id).
+    pub database_id: Option<i32>,
+}
+
+/// `checkRuns { totalCount }` of a suite.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "CheckRunConnection")]
+pub struct CheckRunCount {
+    /// How many runs the suite has.
+    pub total_count: i32,
+}
+
+/// One check suite of the commit.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "CheckSuite")]
+pub struct CheckSuiteNode {
+    /// The suite's App.
+    pub app: Option<SuiteApp>,
+    /// Status.
+    pub status: CheckStatusState,
+    /// Conclusion, once completed.
+    pub conclusion: Option<CheckConclusionState>,
+    /// Its runs' count; `None` when GitHub does not say.
+    pub check_runs: Option<CheckRunCount>,
+}
+
+/// `checkSuites(first: 100) { totalCount nodes }`.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "CheckSuiteConnection")]
+pub struct CheckSuites {
+    /// Suites GitHub counts for the commit.
+    pub total_count: i32,
+    /// The page.
+    pub nodes: Option<Vec<Option<CheckSuiteNode>>>,
+}
+
+/// The commit of a `GetCommitCheckRuns` read.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Commit")]
+pub struct CommitChecks {
+    /// The commit.
+    pub oid: GitObjectId,
+    /// `None`: the commit has no checks or statuses at all.
+    pub status_check_rollup: Option<StatusCheckRollup>,
+    /// Its check suites; `None` when GitHub does not say.
+    #[arguments(first: 100)]
+    pub check_suites: Option<CheckSuites>,
+}
+
+/// `object(oid:)`: a commit, or another kind of object.
+#[derive(cynic::InlineFragments, Debug, Clone)]
+#[cynic(graphql_type = "GitObject")]
+pub enum CommitObject {
+    /// A commit.
+    Commit(CommitChecks),
+    /// A tree, blob or tag.
+    #[cynic(fallback)]
+    Other,
+}
+
+/// The repository of a `GetCommitCheckRuns` read.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Repository", variables = "CommitCheckRunsVariables")]
+pub struct CommitChecksRepository {
+    /// `None` when no object has that id.
+    #[arguments(oid: $oid)]
+    pub object: Option<CommitObject>,
+}
+
+/// Operation `GetCommitCheckRuns`.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Query", variables = "CommitCheckRunsVariables")]
+pub struct GetCommitCheckRuns {
+    /// `None` when the repository is gone or not visible.
+    #[arguments(owner: $owner, name: $name)]
+    pub repository: Option<CommitChecksRepository>,
+    /// This query's cost and the remaining budget.
+    pub rate_limit: Option<RateLimitFields>,
+}
+
 /// Implemented by every operation: its `rateLimit` selection.
 pub(crate) trait SelectsRateLimit {
     fn rate_limit(&self) -> Option<&RateLimitFields>;
@@ -386,7 +634,12 @@ macro_rules! selects_rate_limit {
     )*};
 }
 
-selects_rate_limit!(RepositoryIssues, RepositoryPullRequests, RepositoryById);
+selects_rate_limit!(
+    RepositoryIssues,
+    RepositoryPullRequests,
+    RepositoryById,
+    GetCommitCheckRuns
+);
 
 #[cfg(test)]
 mod tests {
@@ -403,6 +656,14 @@ mod tests {
         }
     }
 
+    fn check_vars() -> CommitCheckRunsVariables {
+        CommitCheckRunsVariables {
+            owner: "o".into(),
+            name: "r".into(),
+            oid: GitObjectId("0".repeat(40)),
+        }
+    }
+
     /// The simulator counts calls by operation name: the names are part of the contract.
     #[test]
     fn operation_names_are_the_contracts() {
@@ -415,6 +676,8 @@ mod tests {
         assert!(issues.starts_with("query RepositoryIssues("), "{issues}");
         assert!(prs.starts_with("query RepositoryPullRequests("), "{prs}");
         assert!(by_id.starts_with("query RepositoryById("), "{by_id}");
+        let checks = GetCommitCheckRuns::build(check_vars()).query;
+        assert!(checks.starts_with("query GetCommitCheckRuns("), "{checks}");
         // cynic tells fragment variants apart by `__typename`: the simulator must answer it.
         assert!(by_id.contains("__typename"), "{by_id}");
     }
@@ -430,6 +693,10 @@ mod tests {
             (
                 include_str!("../queries/RepositoryPullRequests.graphql"),
                 RepositoryPullRequests::build(page_vars()).query,
+            ),
+            (
+                include_str!("../queries/GetCommitCheckRuns.graphql"),
+                GetCommitCheckRuns::build(check_vars()).query,
             ),
             (
                 include_str!("../queries/RepositoryById.graphql"),

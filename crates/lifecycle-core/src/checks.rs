@@ -188,8 +188,9 @@ impl RunList {
     }
 }
 
-/// Assesses a read of a commit's runs; `own_app_id` is our GitHub App, whose runs are left out.
-pub fn assess_runs(read: CommitChecksRead, own_app_id: u64) -> RunList {
+/// Assesses a read of a commit's runs; `own_app_id` is our GitHub App (if we have one), whose
+/// suite and runs are left out.
+pub fn assess_runs(read: CommitChecksRead, own_app_id: Option<u64>) -> RunList {
     let mut limitations = Vec::new();
     let mut push = |limitation| {
         if !limitations.contains(&limitation) {
@@ -209,7 +210,7 @@ pub fn assess_runs(read: CommitChecksRead, own_app_id: u64) -> RunList {
     let runs: Vec<CheckRun> = read
         .runs
         .into_iter()
-        .filter(|run| run.app_id != Some(own_app_id))
+        .filter(|run| own_app_id.is_none() || run.app_id != own_app_id)
         .collect();
     if runs
         .iter()
@@ -217,7 +218,7 @@ pub fn assess_runs(read: CommitChecksRead, own_app_id: u64) -> RunList {
     {
         push(Limitation::RunNotEnded);
     }
-    for suite in read.suites.iter().filter(|s| s.app_id != own_app_id) {
+    for suite in read.suites.iter().filter(|s| Some(s.app_id) != own_app_id) {
         if suite.conclusion.as_deref() == Some("action_required") {
             // Awaiting approval: completed with no runs, yet nothing has run.
             push(Limitation::AwaitingApproval);
@@ -483,7 +484,7 @@ mod tests {
                 Some(Rollup::Success),
                 vec![suite(RunStatus::Completed, Some("success"), 1)],
             ),
-            99,
+            Some(99),
         );
         assert!(list.is_complete());
         let settled = list.settled().unwrap();
@@ -496,10 +497,10 @@ mod tests {
                 Some(Rollup::Failure),
                 vec![],
             ),
-            99,
+            Some(99),
         );
         assert!(failed.is_complete());
-        let error = assess_runs(read(vec![], Some(Rollup::Error), vec![]), 99);
+        let error = assess_runs(read(vec![], Some(Rollup::Error), vec![]), Some(99));
         assert!(error.is_complete());
     }
 
@@ -512,7 +513,7 @@ mod tests {
         );
         r.total_count = 2;
         assert_eq!(
-            assess_runs(r.clone(), 99).limitations,
+            assess_runs(r.clone(), Some(99)).limitations,
             vec![Limitation::MoreThanOnePage]
         );
         r.runs = (0..101)
@@ -520,7 +521,7 @@ mod tests {
             .collect();
         r.total_count = 101;
         assert_eq!(
-            assess_runs(r, 99).limitations,
+            assess_runs(r, Some(99)).limitations,
             vec![Limitation::MoreThanOnePage]
         );
     }
@@ -530,7 +531,7 @@ mod tests {
         let runs = (0..100)
             .map(|i| run(&format!("r{i}"), RunStatus::Completed, Some(5)))
             .collect();
-        let list = assess_runs(read(runs, Some(Rollup::Success), vec![]), 99);
+        let list = assess_runs(read(runs, Some(Rollup::Success), vec![]), Some(99));
         assert!(list.is_complete());
     }
 
@@ -549,12 +550,12 @@ mod tests {
     #[test]
     fn fails_closed_on_pending_or_expected_rollup_or_none() {
         for rollup in [Rollup::Pending, Rollup::Expected] {
-            let list = assess_runs(read(vec![], Some(rollup), vec![]), 99);
+            let list = assess_runs(read(vec![], Some(rollup), vec![]), Some(99));
             assert_eq!(list.limitations, vec![Limitation::RollupPending]);
             assert_eq!(list.settled(), None);
         }
         assert_eq!(
-            assess_runs(read(vec![], None, vec![]), 99).limitations,
+            assess_runs(read(vec![], None, vec![]), Some(99)).limitations,
             vec![Limitation::NoRollup]
         );
     }
@@ -564,13 +565,13 @@ mod tests {
         for status in [RunStatus::Waiting, RunStatus::InProgress] {
             let list = assess_runs(
                 read(vec![run("b", status, None)], Some(Rollup::Success), vec![]),
-                99,
+                Some(99),
             );
             assert_eq!(list.limitations, vec![Limitation::RunNotEnded]);
         }
         let mut no_end = run("b", RunStatus::Completed, None);
         no_end.conclusion = Some("success".into());
-        let list = assess_runs(read(vec![no_end], Some(Rollup::Success), vec![]), 99);
+        let list = assess_runs(read(vec![no_end], Some(Rollup::Success), vec![]), Some(99));
         assert_eq!(list.limitations, vec![Limitation::RunNotEnded]);
     }
 
@@ -582,7 +583,7 @@ mod tests {
                 Some(Rollup::Success),
                 vec![suite(RunStatus::InProgress, None, 2)],
             ),
-            99,
+            Some(99),
         );
         assert_eq!(incomplete.limitations, vec![Limitation::SuiteNotCompleted]);
         let ignored = assess_runs(
@@ -591,7 +592,7 @@ mod tests {
                 Some(Rollup::Success),
                 vec![suite(RunStatus::Waiting, None, 0)],
             ),
-            99,
+            Some(99),
         );
         assert!(ignored.is_complete());
     }
@@ -604,7 +605,7 @@ mod tests {
                 Some(Rollup::Success),
                 vec![suite(RunStatus::Completed, Some("action_required"), 0)],
             ),
-            99,
+            Some(99),
         );
         assert_eq!(list.limitations, vec![Limitation::AwaitingApproval]);
     }
@@ -617,10 +618,20 @@ mod tests {
                 Some(Rollup::Success),
                 vec![suite(RunStatus::InProgress, None, 1)],
             ),
-            1,
+            Some(1),
         );
         assert!(own.is_complete());
         assert!(own.runs.is_empty());
+        // Without an App of our own, nothing is left out.
+        let none_of_ours = assess_runs(
+            read(
+                vec![run("theirs", RunStatus::InProgress, None)],
+                Some(Rollup::Success),
+                vec![],
+            ),
+            None,
+        );
+        assert_eq!(none_of_ours.limitations, vec![Limitation::RunNotEnded]);
     }
 
     #[test]
@@ -664,7 +675,7 @@ mod tests {
                 Some(Rollup::Success),
                 vec![],
             ),
-            99,
+            Some(99),
         )
     }
 
@@ -713,7 +724,7 @@ mod tests {
                 Some(Rollup::Pending),
                 vec![],
             ),
-            99,
+            Some(99),
         );
         let mut stored = None;
         assert_eq!(

@@ -300,6 +300,7 @@ pub fn github_sync_config(common: runtime::CommonArgs) -> github_sync::Config {
         page_cap: 10_000,
         job_concurrency: 2,
         job_lease_secs: 60,
+        app_id: None,
         webhook_concurrency: 16,
         // Tests change monitors and expect the webhook consumer to follow promptly.
         filter_refresh_ms: 200,

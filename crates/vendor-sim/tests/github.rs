@@ -753,3 +753,87 @@ fn generation_is_deterministic() {
     });
     assert_ne!(summary(&a.model), summary(&c.model));
 }
+
+#[tokio::test]
+async fn commit_checks_are_served_and_sent_like_github() {
+    use vendor_sim::github::{CheckConclusion, NewPullRequest, StatusState};
+    const CHECKS: &str = include_str!("../../github-client/queries/GetCommitCheckRuns.graphql");
+    let (mut model, repo) = small_model();
+    let pr = model
+        .add_pull_request(repo, NewPullRequest::default())
+        .unwrap();
+    let sha = pr.head_ref_oid.clone();
+    let suite = model.add_check_suite(repo, &sha, 7, "CI").unwrap();
+    let build = model.add_check_run(repo, suite, "build").unwrap();
+    let test = model.add_check_run(repo, suite, "test").unwrap();
+    let at = vendor_sim::github::EPOCH + Duration::from_secs(60);
+    model.complete_check_run(repo, build, CheckConclusion::Success, at);
+    model.add_commit_status(repo, &sha, "lint", StatusState::Pending, at);
+    let api = Api::start(model).await;
+    let read = |oid: String| {
+        let api = &api;
+        async move {
+            let (status, body) = api
+                .graphql(
+                    CHECKS,
+                    json!({"owner": "acme", "name": "repo-0", "oid": oid}),
+                )
+                .await;
+            assert_eq!(status, 200, "{body}");
+            assert!(body.get("errors").is_none(), "{body}");
+            body["data"]["repository"]["object"].clone()
+        }
+    };
+    let commit = read(sha.clone()).await;
+    assert_eq!(commit["oid"], sha.as_str());
+    let rollup = &commit["statusCheckRollup"];
+    assert_eq!(rollup["state"], "PENDING");
+    assert_eq!(rollup["contexts"]["totalCount"], 3);
+    let nodes = rollup["contexts"]["nodes"].as_array().unwrap();
+    assert_eq!(nodes[0]["name"], "build");
+    assert_eq!(nodes[0]["status"], "COMPLETED");
+    assert_eq!(nodes[0]["conclusion"], "SUCCESS");
+    assert_eq!(nodes[0]["completedAt"], "2024-01-01T00:01:00Z");
+    assert_eq!(nodes[0]["checkSuite"]["app"]["databaseId"], 7);
+    assert_eq!(nodes[1]["status"], "IN_PROGRESS");
+    assert_eq!(nodes[2]["context"], "lint");
+    assert_eq!(nodes[2]["state"], "PENDING");
+    let suites = &commit["checkSuites"];
+    assert_eq!(suites["totalCount"], 1);
+    assert_eq!(suites["nodes"][0]["status"], "IN_PROGRESS");
+    assert_eq!(suites["nodes"][0]["checkRuns"]["totalCount"], 2);
+
+    api.sim.model(|m| {
+        m.complete_check_run(repo, test, CheckConclusion::Failure, at);
+        m.complete_check_suite(repo, suite, CheckConclusion::Failure);
+        m.add_commit_status(repo, &sha, "lint", StatusState::Success, at);
+    });
+    let commit = read(sha.clone()).await;
+    assert_eq!(commit["statusCheckRollup"]["state"], "FAILURE");
+    assert_eq!(commit["statusCheckRollup"]["contexts"]["totalCount"], 3);
+    assert_eq!(commit["checkSuites"]["nodes"][0]["conclusion"], "FAILURE");
+    assert!(read("f".repeat(40)).await.is_null(), "an unknown commit");
+    assert_eq!(api.sim.calls(ops::GET_COMMIT_CHECK_RUNS), 3);
+
+    let (suite_hook, status_hook) = api.sim.model(|m| {
+        let r = m.repository(repo).unwrap();
+        let s = m.check_suite(repo, suite).unwrap();
+        let status = m.commit_checks(repo, &sha).statuses[0].clone();
+        (
+            webhook::check_suite_payload(m, "completed", r, s),
+            webhook::status_payload(m, r, &status),
+        )
+    });
+    let cs = &suite_hook["check_suite"];
+    assert_eq!(suite_hook["action"], "completed");
+    assert_eq!(cs["head_sha"], sha.as_str());
+    assert_eq!(cs["status"], "completed");
+    assert_eq!(cs["conclusion"], "failure");
+    assert_eq!(cs["app"]["id"], 7);
+    assert_eq!(cs["pull_requests"][0]["number"], pr.number);
+    assert!(status_hook.get("action").is_none());
+    assert_eq!(status_hook["sha"], sha.as_str());
+    assert_eq!(status_hook["state"], "success");
+    assert_eq!(status_hook["context"], "lint");
+    assert_eq!(status_hook["repository"]["id"], repo);
+}

@@ -3,16 +3,18 @@
 //!
 //! Connection settings: `{"auth": "pat" | "app", "repositories": ["owner/name", ...] (PAT),
 //! "app_id": N, "installation_id": N (App), "min_remaining": N}`; secrets `token` (PAT) or
-//! `private_key` (App, PEM). The provider instance's server URL is the API base.
+//! `private_key` (App, PEM). The provider instance's server URL is the API base. Our own App is
+//! the configured one (`FORGESYNC_GITHUB_APP_ID`), else an App connection's `app_id`.
 
 use std::sync::Arc;
 
 use anyhow::{Context as _, anyhow};
-use github_client::queries;
+use github_client::queries::{self, CheckStatusState, RollupContext, StatusState};
 use github_client::{
     AppCredentials, Auth, Budget, ClientConfig, Error, GithubApp, GithubClient,
     PathSegment as ClientPath,
 };
+use lifecycle_core::checks::{CheckRun, CheckSuite, CommitChecksRead, Rollup, RunStatus};
 use lifecycle_core::partial::PathSegment;
 use sea_orm::{DatabaseConnection, EntityTrait};
 use serde::Deserialize;
@@ -49,6 +51,8 @@ struct Settings {
 pub struct ClientFactory {
     pub db: DatabaseConnection,
     pub secret_key: SecretKey,
+    /// Our own GitHub App, when configured (overrides a connection's `app_id`).
+    pub app_id: Option<u64>,
 }
 
 /// A connection's GitHub App acting as itself (JWT calls), and the installation the connection
@@ -120,6 +124,7 @@ impl SourceFactory for ClientFactory {
     async fn source(&self, conn: &connection::Model) -> anyhow::Result<Arc<dyn GithubSource>> {
         let (settings, config) = self.settings(conn).await?;
         let secret = |name: &'static str| self.secret(conn, name);
+        let own_app_id = self.app_id.or(settings.app_id);
         let (auth, repositories) = match settings.auth {
             AuthKind::Pat => {
                 let token = String::from_utf8(secret("token").await?)?;
@@ -158,6 +163,7 @@ impl SourceFactory for ClientFactory {
         Ok(Arc::new(ClientSource {
             client,
             repositories,
+            own_app_id,
         }))
     }
 }
@@ -167,13 +173,19 @@ pub struct ClientSource {
     client: GithubClient,
     /// A PAT's configured repositories; `None` lists the App installation's.
     repositories: Option<Vec<RepoRef>>,
+    own_app_id: Option<u64>,
 }
 
 impl ClientSource {
-    pub fn new(client: GithubClient, repositories: Option<Vec<RepoRef>>) -> Self {
+    pub fn new(
+        client: GithubClient,
+        repositories: Option<Vec<RepoRef>>,
+        own_app_id: Option<u64>,
+    ) -> Self {
         ClientSource {
             client,
             repositories,
+            own_app_id,
         }
     }
 }
@@ -240,8 +252,156 @@ fn lower<T: std::fmt::Debug>(v: &T) -> String {
     out
 }
 
+fn run_status(s: &CheckStatusState) -> RunStatus {
+    match s {
+        CheckStatusState::Completed => RunStatus::Completed,
+        CheckStatusState::InProgress => RunStatus::InProgress,
+        // Queued, requested, waiting, pending, and values this build does not know.
+        _ => RunStatus::Waiting,
+    }
+}
+
+/// The group of commit statuses (check runs are grouped by their App).
+const STATUS_GROUP: &str = "status";
+
+/// A `GetCommitCheckRuns` answer as the checks rules read it; any doubt is a failed read.
+fn commit_checks_read(
+    read: github_client::CommitCheckRuns,
+) -> Result<CommitChecksRead, SourceError> {
+    if !read.errors.is_empty() {
+        // A failed field is unknown, never a value: the whole read fails.
+        return Err(source_error(Error::Graphql {
+            errors: read.errors,
+        }));
+    }
+    let commit = read.commit.ok_or(SourceError::NotFound)?;
+    let suites = match commit.check_suites {
+        Some(suites) => {
+            let nodes: Vec<_> = suites
+                .nodes
+                .unwrap_or_default()
+                .into_iter()
+                .flatten()
+                .collect();
+            if u64::try_from(suites.total_count).unwrap_or(u64::MAX) > nodes.len() as u64 {
+                return Err(SourceError::Other(format!(
+                    "the commit has {} check suites, more than one page",
+                    suites.total_count
+                )));
+            }
+            nodes
+                .into_iter()
+                .map(|suite| CheckSuite {
+                    app_id: suite
+                        .app
+                        .and_then(|a| a.database_id)
+                        .and_then(|id| u64::try_from(id).ok())
+                        .unwrap_or(0),
+                    status: run_status(&suite.status),
+                    conclusion: suite.conclusion.as_ref().map(lower),
+                    // An unknown run count must not let a running suite pass as empty.
+                    run_count: suite
+                        .check_runs
+                        .map_or(1, |c| u32::try_from(c.total_count).unwrap_or(1)),
+                })
+                .collect()
+        }
+        None => {
+            return Err(SourceError::Other(
+                "GitHub did not list the check suites".into(),
+            ));
+        }
+    };
+    let Some(rollup) = commit.status_check_rollup else {
+        return Ok(CommitChecksRead {
+            runs: Vec::new(),
+            total_count: 0,
+            rollup: None,
+            suites,
+        });
+    };
+    let mut runs = Vec::new();
+    for node in rollup.contexts.nodes.unwrap_or_default() {
+        runs.push(match node {
+            Some(RollupContext::CheckRun(run)) => CheckRun {
+                name: run.name,
+                group: run
+                    .check_suite
+                    .app
+                    .as_ref()
+                    .map(|a| a.name.clone())
+                    .unwrap_or_default(),
+                app_id: run
+                    .check_suite
+                    .app
+                    .and_then(|a| a.database_id)
+                    .and_then(|id| u64::try_from(id).ok()),
+                status: run_status(&run.status),
+                conclusion: run.conclusion.as_ref().map(lower),
+                completed_at: run.completed_at.map(|t| t.0),
+                details_url: run.details_url.map(|u| u.0),
+            },
+            Some(RollupContext::StatusContext(status)) => {
+                // A commit status ends when it succeeds, fails or errors; its date is the end.
+                let ended = matches!(
+                    status.state,
+                    StatusState::Success | StatusState::Failure | StatusState::Error
+                );
+                CheckRun {
+                    name: status.context,
+                    group: STATUS_GROUP.to_owned(),
+                    app_id: None,
+                    status: if ended {
+                        RunStatus::Completed
+                    } else {
+                        RunStatus::Waiting
+                    },
+                    conclusion: ended.then(|| lower(&status.state)),
+                    completed_at: ended.then_some(status.created_at.0),
+                    details_url: status.target_url.map(|u| u.0),
+                }
+            }
+            Some(RollupContext::Other) | None => {
+                return Err(SourceError::Other(
+                    "the rollup lists an entry this build cannot read".into(),
+                ));
+            }
+        });
+    }
+    Ok(CommitChecksRead {
+        runs,
+        total_count: u64::try_from(rollup.contexts.total_count).unwrap_or(u64::MAX),
+        rollup: Some(match rollup.state {
+            StatusState::Success => Rollup::Success,
+            StatusState::Failure => Rollup::Failure,
+            StatusState::Error => Rollup::Error,
+            StatusState::Expected => Rollup::Expected,
+            // Pending, and a state this build does not know: nothing says it finished.
+            StatusState::Pending | StatusState::Other(_) => Rollup::Pending,
+        }),
+        suites,
+    })
+}
+
 #[async_trait::async_trait]
 impl GithubSource for ClientSource {
+    fn own_app_id(&self) -> Option<u64> {
+        self.own_app_id
+    }
+
+    async fn commit_check_runs(
+        &self,
+        repo: &RepoRef,
+        sha: &str,
+    ) -> Result<CommitChecksRead, SourceError> {
+        let read = self
+            .client
+            .commit_check_runs(&repo.owner, &repo.name, sha)
+            .await
+            .map_err(source_error)?;
+        commit_checks_read(read)
+    }
+
     async fn repositories(&self) -> Result<Vec<RepoRef>, SourceError> {
         if let Some(repos) = &self.repositories {
             return Ok(repos.clone());

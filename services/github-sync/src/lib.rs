@@ -3,6 +3,7 @@
 //! BACKFILL on demand; any number of replicas share the work through the `sync_job` claims.
 #![forbid(unsafe_code)]
 
+pub mod check_runs;
 pub mod events;
 pub mod github;
 pub mod handlers;
@@ -150,6 +151,15 @@ pub struct Config {
     )]
     pub filter_refresh_ms: u64,
 
+    /// Our own GitHub App's id: its check suites and runs are left out of a head's runs. Unset,
+    /// an App connection's `app_id` is ours.
+    #[arg(
+        long,
+        env = "FORGESYNC_GITHUB_APP_ID",
+        value_name = "FORGESYNC_GITHUB_APP_ID"
+    )]
+    pub app_id: Option<u64>,
+
     /// Seconds a job's claim lasts without a heartbeat before another replica may take it.
     #[arg(
         long = "job-lease",
@@ -170,6 +180,7 @@ impl std::fmt::Debug for Config {
             .field("page_cap", &self.page_cap)
             .field("job_concurrency", &self.job_concurrency)
             .field("job_lease_secs", &self.job_lease_secs)
+            .field("app_id", &self.app_id)
             .finish_non_exhaustive()
     }
 }
@@ -185,6 +196,7 @@ pub async fn run(
     let clients = Arc::new(github::ClientFactory {
         db: db.clone(),
         secret_key,
+        app_id: config.app_id,
     });
     let factory: Arc<dyn SourceFactory> = clients.clone();
     let bus = config.common.connect_bus().await?;
@@ -220,7 +232,7 @@ pub async fn run(
     let job_handler = Arc::new(handlers::JobHandler {
         db: db.clone(),
         engine,
-        factory,
+        factory: factory.clone(),
     });
     tasks.spawn({
         let (bus, db, stop) = (bus.clone(), db.clone(), shutdown.clone());
@@ -245,6 +257,10 @@ pub async fn run(
     });
     let webhook_handler = Arc::new(webhooks::WebhookHandler {
         pool: db.get_postgres_connection_pool().clone(),
+        readers: webhooks::Readers {
+            db: db.clone(),
+            factory,
+        },
     });
     let owner_spec = ConsumerSpec {
         filter_subjects: vec![webhooks::filters::OWNER_LEVEL.into()],

@@ -2,6 +2,7 @@
 //! vendor's own totals and cursors, and errors that say whether a listing can still be trusted.
 //! The production implementation sits on `github-client`; the engine does not know about HTTP.
 
+use lifecycle_core::checks::CommitChecksRead;
 use lifecycle_core::listing::ListingFault;
 use lifecycle_core::partial::PathSegment;
 use time::OffsetDateTime;
@@ -135,4 +136,15 @@ pub trait GithubSource: Send + Sync {
         first: u32,
         after: Option<&str>,
     ) -> Result<Page<PullRequestNode>, SourceError>;
+
+    /// One read of a commit's check runs, statuses and suites (`GetCommitCheckRuns`). Any doubt
+    /// about the answer (a GraphQL error, an unknown commit) is an error: a failed read.
+    async fn commit_check_runs(
+        &self,
+        repo: &RepoRef,
+        sha: &str,
+    ) -> Result<CommitChecksRead, SourceError>;
+
+    /// Our own GitHub App, whose check suites and runs are left out of a head's runs.
+    fn own_app_id(&self) -> Option<u64>;
 }

@@ -4,6 +4,8 @@
 //! the candidates captured before it started (the deletion gate decides; this module obeys).
 //! A manual BACKFILL repeats its pass, with backoff, until one pass lists everything, the job is
 //! canceled, or its pass budget is spent.
+//! Each pass also re-reads the check runs of open pull requests whose stored list of their head
+//! has not finished and changed in the last day.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +18,8 @@ use sqlx::PgPool;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::check_runs;
+use crate::events::Origin;
 use crate::jobs::{ClaimedJob, JobControl, JobOutcome, Jobs};
 use crate::mirror::{self, ItemClass};
 use crate::monitors;
@@ -286,6 +290,8 @@ impl Engine {
         let reconciling = job.job_type == SyncJobType::Reconciliation;
         let mut first_gap: Option<String> = None;
         for monitor in &monitors {
+            self.rescan_check_runs(provider_instance_id, monitor, source)
+                .await?;
             if reconciling
                 && job.scheduled
                 && self.cooling_down(provider_instance_id, monitor).await?
@@ -367,6 +373,45 @@ impl Engine {
                 native_id,
             })
             .collect()))
+    }
+
+    /// Re-reads the runs of each open pull request whose stored list of its head is unfinished
+    /// and changed in the last 24 hours (a read that lagged the last hook settles here).
+    async fn rescan_check_runs(
+        &self,
+        provider_instance_id: Uuid,
+        monitor: &Monitor,
+        source: &dyn GithubSource,
+    ) -> Result<(), sqlx::Error> {
+        let Some(repository_id) = self
+            .repository_id(provider_instance_id, monitor.native_id)
+            .await?
+        else {
+            return Ok(());
+        };
+        let due = check_runs::due_for_rescan(&self.pool, repository_id, OffsetDateTime::now_utc())
+            .await?;
+        let repo = RepoRef {
+            owner: monitor.owner.clone(),
+            name: monitor.name.clone(),
+            native_id: monitor.native_id,
+        };
+        for (pull_request, head) in due {
+            let read = check_runs::read_and_apply(
+                &self.pool,
+                source,
+                &repo,
+                &head,
+                &[pull_request],
+                Origin::Sync,
+            )
+            .await?;
+            if let Err(SourceError::BudgetExhausted(_) | SourceError::RateLimited) = read {
+                // What stops one read stops the rest; the listings will say so too.
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Whether the monitored repository finished a complete reconcile within the cooldown.

@@ -172,6 +172,20 @@ impl GithubSource for ScriptedGithub {
         page
     }
 
+    fn own_app_id(&self) -> Option<u64> {
+        None
+    }
+
+    async fn commit_check_runs(
+        &self,
+        _repo: &RepoRef,
+        _sha: &str,
+    ) -> Result<lifecycle_core::checks::CommitChecksRead, SourceError> {
+        Err(SourceError::Other(
+            "the scripted GitHub has no checks".into(),
+        ))
+    }
+
     async fn pull_requests_page(
         &self,
         _repo: &RepoRef,

@@ -17,6 +17,8 @@ pub mod ops {
     pub const REPOSITORY_ISSUES: &str = "RepositoryIssues";
     /// GraphQL `RepositoryPullRequests`.
     pub const REPOSITORY_PULL_REQUESTS: &str = "RepositoryPullRequests";
+    /// GraphQL `GetCommitCheckRuns`.
+    pub const GET_COMMIT_CHECK_RUNS: &str = "GetCommitCheckRuns";
     /// GraphQL `RepositoryById`.
     pub const REPOSITORY_BY_ID: &str = "RepositoryById";
     /// `POST /app/installations/{id}/access_tokens`

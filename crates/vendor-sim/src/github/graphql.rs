@@ -10,12 +10,13 @@ use async_graphql::extensions::{
 use async_graphql::{
     Context, EmptyMutation, EmptySubscription, Enum, ErrorExtensions, ID, InputObject,
     InputValueError, InputValueResult, Interface, Object, PathSegment, Scalar, ScalarType, Schema,
-    ServerResult, SimpleObject, Value,
+    ServerResult, SimpleObject, Union, Value,
 };
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use time::OffsetDateTime;
 
+use super::checks as sim;
 use super::model::{self, ItemKey, Items, Model, OwnerKind, RepoId};
 
 /// The executable schema.
@@ -463,6 +464,306 @@ impl PullRequest {
     }
 }
 
+/// `URI`
+#[derive(Clone, Debug)]
+pub(crate) struct Uri(String);
+
+#[Scalar(name = "URI")]
+impl ScalarType for Uri {
+    fn parse(value: Value) -> InputValueResult<Self> {
+        match &value {
+            Value::String(s) => Ok(Uri(s.clone())),
+            _ => Err(InputValueError::expected_type(value)),
+        }
+    }
+    fn to_value(&self) -> Value {
+        Value::String(self.0.clone())
+    }
+}
+
+#[derive(Enum, Clone, Copy, PartialEq, Eq)]
+#[graphql(name = "CheckStatusState")]
+enum CheckStatusState {
+    Completed,
+    InProgress,
+    Pending,
+    Queued,
+    Requested,
+    Waiting,
+}
+
+#[derive(Enum, Clone, Copy, PartialEq, Eq)]
+#[graphql(name = "CheckConclusionState")]
+enum CheckConclusionState {
+    ActionRequired,
+    Cancelled,
+    Failure,
+    Neutral,
+    Skipped,
+    Stale,
+    StartupFailure,
+    Success,
+    TimedOut,
+}
+
+#[derive(Enum, Clone, Copy, PartialEq, Eq)]
+#[graphql(name = "StatusState")]
+enum StatusState {
+    Error,
+    Expected,
+    Failure,
+    Pending,
+    Success,
+}
+
+fn check_status(s: sim::CheckStatus) -> CheckStatusState {
+    match s {
+        sim::CheckStatus::Queued => CheckStatusState::Queued,
+        sim::CheckStatus::InProgress => CheckStatusState::InProgress,
+        sim::CheckStatus::Completed => CheckStatusState::Completed,
+    }
+}
+
+fn check_conclusion(c: Option<sim::CheckConclusion>) -> Option<CheckConclusionState> {
+    c.map(|c| match c {
+        sim::CheckConclusion::Success => CheckConclusionState::Success,
+        sim::CheckConclusion::Failure => CheckConclusionState::Failure,
+        sim::CheckConclusion::Neutral => CheckConclusionState::Neutral,
+        sim::CheckConclusion::Cancelled => CheckConclusionState::Cancelled,
+        sim::CheckConclusion::Skipped => CheckConclusionState::Skipped,
+        sim::CheckConclusion::TimedOut => CheckConclusionState::TimedOut,
+        sim::CheckConclusion::ActionRequired => CheckConclusionState::ActionRequired,
+    })
+}
+
+fn status_state(s: sim::StatusState) -> StatusState {
+    match s {
+        sim::StatusState::Pending => StatusState::Pending,
+        sim::StatusState::Success => StatusState::Success,
+        sim::StatusState::Failure => StatusState::Failure,
+        sim::StatusState::Error => StatusState::Error,
+    }
+}
+
+/// `first` of a nested connection, checked as GitHub checks it.
+fn bounded_first(connection: &str, first: Option<i32>) -> async_graphql::Result<usize> {
+    match first {
+        None => Err(typed_error(
+            "MISSING_PAGINATION_BOUNDARIES",
+            format!(
+                "You must provide a `first` or `last` value to properly paginate the `{connection}` connection."
+            ),
+        )),
+        Some(n) if !(0..=MAX_PAGE).contains(&n) => Err(typed_error(
+            "EXCESSIVE_PAGINATION",
+            format!(
+                "Requesting {n} records on the `{connection}` connection exceeds the `first` limit of 100 records."
+            ),
+        )),
+        Some(n) => Ok(usize::try_from(n).unwrap_or(0)),
+    }
+}
+
+/// `App`
+#[derive(SimpleObject, Clone)]
+#[graphql(name = "App")]
+struct App {
+    database_id: Option<i32>,
+    name: String,
+}
+
+/// `CheckRunConnection` (a count)
+#[derive(SimpleObject)]
+#[graphql(name = "CheckRunConnection")]
+struct CheckRunConnection {
+    total_count: i32,
+}
+
+/// `CheckSuite`
+#[derive(Clone)]
+struct CheckSuite(sim::CheckSuite);
+
+#[Object(name = "CheckSuite")]
+impl CheckSuite {
+    async fn app(&self) -> Option<App> {
+        Some(App {
+            database_id: database_id(self.0.app_id),
+            name: self.0.app_name.clone(),
+        })
+    }
+    async fn status(&self) -> CheckStatusState {
+        check_status(self.0.status)
+    }
+    async fn conclusion(&self) -> Option<CheckConclusionState> {
+        check_conclusion(self.0.conclusion)
+    }
+    async fn check_runs(&self) -> Option<CheckRunConnection> {
+        Some(CheckRunConnection {
+            total_count: count(u32::try_from(self.0.runs.len()).unwrap_or(u32::MAX)),
+        })
+    }
+}
+
+/// `CheckRun`
+#[derive(Clone)]
+struct CheckRun {
+    run: sim::CheckRun,
+    suite: sim::CheckSuite,
+}
+
+#[Object(name = "CheckRun")]
+impl CheckRun {
+    async fn name(&self) -> &str {
+        &self.run.name
+    }
+    async fn status(&self) -> CheckStatusState {
+        check_status(self.run.status)
+    }
+    async fn conclusion(&self) -> Option<CheckConclusionState> {
+        check_conclusion(self.run.conclusion)
+    }
+    async fn completed_at(&self) -> Option<DateTime> {
+        self.run.completed_at.map(DateTime)
+    }
+    async fn details_url(&self) -> Option<Uri> {
+        self.run.details_url.clone().map(Uri)
+    }
+    async fn check_suite(&self) -> CheckSuite {
+        CheckSuite(self.suite.clone())
+    }
+}
+
+/// `StatusContext`
+#[derive(Clone)]
+struct StatusContext(sim::CommitStatus);
+
+#[Object(name = "StatusContext")]
+impl StatusContext {
+    async fn context(&self) -> &str {
+        &self.0.context
+    }
+    async fn state(&self) -> StatusState {
+        status_state(self.0.state)
+    }
+    async fn created_at(&self) -> DateTime {
+        DateTime(self.0.created_at)
+    }
+    async fn target_url(&self) -> Option<Uri> {
+        self.0.target_url.clone().map(Uri)
+    }
+}
+
+#[derive(Union, Clone)]
+#[graphql(name = "StatusCheckRollupContext")]
+enum StatusCheckRollupContext {
+    CheckRun(CheckRun),
+    StatusContext(StatusContext),
+}
+
+/// `StatusCheckRollupContextConnection`
+#[derive(SimpleObject)]
+#[graphql(name = "StatusCheckRollupContextConnection")]
+struct StatusCheckRollupContextConnection {
+    nodes: Option<Vec<Option<StatusCheckRollupContext>>>,
+    total_count: i32,
+}
+
+/// `StatusCheckRollup`
+struct StatusCheckRollup(sim::CommitChecks, sim::StatusState);
+
+#[Object(name = "StatusCheckRollup")]
+impl StatusCheckRollup {
+    async fn state(&self) -> StatusState {
+        status_state(self.1)
+    }
+    /// Check runs of every suite, then the latest status of each context.
+    async fn contexts(
+        &self,
+        first: Option<i32>,
+    ) -> async_graphql::Result<StatusCheckRollupContextConnection> {
+        let first = bounded_first("contexts", first)?;
+        let all: Vec<StatusCheckRollupContext> = self
+            .0
+            .suites
+            .iter()
+            .flat_map(|suite| {
+                suite.runs.iter().map(|run| {
+                    StatusCheckRollupContext::CheckRun(CheckRun {
+                        run: run.clone(),
+                        suite: suite.clone(),
+                    })
+                })
+            })
+            .chain(
+                self.0
+                    .statuses
+                    .iter()
+                    .map(|s| StatusCheckRollupContext::StatusContext(StatusContext(s.clone()))),
+            )
+            .collect();
+        Ok(StatusCheckRollupContextConnection {
+            total_count: count(u32::try_from(all.len()).unwrap_or(u32::MAX)),
+            nodes: Some(all.into_iter().take(first).map(Some).collect()),
+        })
+    }
+}
+
+/// `CheckSuiteConnection`
+#[derive(SimpleObject)]
+#[graphql(name = "CheckSuiteConnection")]
+struct CheckSuiteConnection {
+    nodes: Option<Vec<Option<CheckSuite>>>,
+    total_count: i32,
+}
+
+/// `Commit`, with what the model knows of its checks.
+#[derive(Clone)]
+struct Commit {
+    oid: String,
+    checks: sim::CommitChecks,
+}
+
+#[Object(name = "Commit")]
+impl Commit {
+    async fn id(&self) -> ID {
+        ID(format!("C_{}", self.oid))
+    }
+    async fn oid(&self) -> GitObjectId {
+        GitObjectId(self.oid.clone())
+    }
+    async fn status_check_rollup(&self) -> Option<StatusCheckRollup> {
+        let state = self.checks.rollup()?;
+        Some(StatusCheckRollup(self.checks.clone(), state))
+    }
+    async fn check_suites(
+        &self,
+        first: Option<i32>,
+    ) -> async_graphql::Result<Option<CheckSuiteConnection>> {
+        let first = bounded_first("checkSuites", first)?;
+        Ok(Some(CheckSuiteConnection {
+            total_count: count(u32::try_from(self.checks.suites.len()).unwrap_or(u32::MAX)),
+            nodes: Some(
+                self.checks
+                    .suites
+                    .iter()
+                    .take(first)
+                    .map(|s| Some(CheckSuite(s.clone())))
+                    .collect(),
+            ),
+        }))
+    }
+}
+
+#[derive(Interface)]
+#[graphql(
+    name = "GitObject",
+    field(name = "id", ty = "ID"),
+    field(name = "oid", ty = "GitObjectId")
+)]
+enum GitObject {
+    Commit(Commit),
+}
+
 /// `IssueConnection`
 #[derive(SimpleObject)]
 #[graphql(name = "IssueConnection")]
@@ -643,6 +944,23 @@ impl Repository {
             OwnerKind::Organization => RepositoryOwner::Organization(Organization { login }),
             OwnerKind::User => RepositoryOwner::User(User { login }),
         }
+    }
+    /// A commit the model knows (a pull request's head, or one with checks); `None` otherwise.
+    async fn object(
+        &self,
+        ctx: &Context<'_>,
+        oid: Option<GitObjectId>,
+    ) -> async_graphql::Result<Option<GitObject>> {
+        let model = lock(model_of(ctx));
+        let repo = model.repos.get(&self.id).ok_or_else(|| gone(self.id))?;
+        let Some(GitObjectId(oid)) = oid else {
+            return Ok(None);
+        };
+        let checks = model.commit_checks(self.id, &oid);
+        let known = !checks.suites.is_empty()
+            || !checks.statuses.is_empty()
+            || repo.pull_requests().any(|p| p.head_ref_oid == oid);
+        Ok(known.then_some(GitObject::Commit(Commit { oid, checks })))
     }
     async fn issues(
         &self,

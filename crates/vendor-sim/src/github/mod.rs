@@ -13,6 +13,7 @@
 //! # Ok(()) }
 //! ```
 
+mod checks;
 mod deliveries;
 mod fault;
 mod generate;
@@ -21,6 +22,9 @@ mod model;
 mod server;
 pub mod webhook;
 
+pub use checks::{
+    CheckConclusion, CheckRun, CheckStatus, CheckSuite, CommitChecks, CommitStatus, StatusState,
+};
 pub use deliveries::DeliveryAttempt;
 pub use fault::{Calls, Fault, FaultKind, Mutation, ops};
 pub use generate::{Generated, Scenario, generate};

@@ -330,6 +330,8 @@ pub(crate) struct Token {
 pub struct Model {
     pub(crate) installations: BTreeMap<InstallationId, Installation>,
     pub(crate) repos: BTreeMap<RepoId, Repository>,
+    /// Check suites, check runs and commit statuses per repository.
+    pub(crate) checks: BTreeMap<RepoId, super::checks::RepoChecks>,
     /// `owner/name` lowercased → repository, current names only.
     names: HashMap<String, RepoId>,
     /// Former `owner/name`s (lowercased) that GitHub still redirects (`followRenames`).
@@ -344,6 +346,7 @@ pub struct Model {
     next_repo: u64,
     next_item: u64,
     next_token: u64,
+    pub(crate) next_check: u64,
     clock: OffsetDateTime,
 }
 
@@ -368,6 +371,7 @@ impl Model {
         Self {
             installations: BTreeMap::new(),
             repos: BTreeMap::new(),
+            checks: BTreeMap::new(),
             names: HashMap::new(),
             redirects: HashMap::new(),
             owners: HashMap::new(),
@@ -382,6 +386,7 @@ impl Model {
             next_repo: 1_000,
             next_item: 1_000_000,
             next_token: 1,
+            next_check: 5_000_000,
             clock: EPOCH,
         }
     }
@@ -595,6 +600,7 @@ impl Model {
     /// Deletes a repository and everything in it; its names stop resolving.
     pub fn delete_repository(&mut self, id: RepoId) -> Option<Repository> {
         let repo = self.repos.remove(&id)?;
+        self.checks.remove(&id);
         self.names.remove(&name_key(&repo.owner, &repo.name));
         self.redirects.retain(|_, r| *r != id);
         Some(repo)

@@ -308,7 +308,15 @@ struct GraphqlBody {
 }
 
 /// Connection fields: each costs one request per parent node GitHub assumes (`first`).
-const CONNECTIONS: &[&str] = &["issues", "pullRequests", "comments", "reviews"];
+const CONNECTIONS: &[&str] = &[
+    "issues",
+    "pullRequests",
+    "comments",
+    "reviews",
+    "contexts",
+    "checkSuites",
+    "checkRuns",
+];
 
 /// GitHub's cost: one request per connection per node its parents may return, /100, at least 1.
 /// Returns `(cost, nodeCount)`.

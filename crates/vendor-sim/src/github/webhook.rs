@@ -1,6 +1,6 @@
 //! Webhooks as GitHub sends them: real-shaped `issues`, `pull_request`, `repository`,
-//! `installation` and `installation_repositories` payloads built from the model, signed with
-//! `X-Hub-Signature-256`.
+//! `installation`, `installation_repositories`, `check_suite`, `check_run` and `status`
+//! payloads built from the model, signed with `X-Hub-Signature-256`.
 //!
 //! Shapes follow GitHub's documented webhook payloads (the REST objects), trimmed to the fields
 //! a consumer reads; URLs point at `github.com` like the real ones.
@@ -11,6 +11,9 @@ use base64::Engine as _;
 use hmac::{KeyInit as _, Mac as _};
 use serde_json::{Value as Json, json};
 
+use super::checks::{
+    CheckConclusion, CheckRun, CheckStatus, CheckSuite, CommitStatus, StatusState,
+};
 use super::model::{
     self, InstallationId, Issue, IssueState, IssueStateReason, LockReason, Model, OwnerKind,
     PullRequest, PullRequestState, RepoId, Repository,
@@ -362,6 +365,173 @@ pub fn installation_repositories_payload(
         "requester": null,
         "sender": account_json(&account, OwnerKind::User),
     })
+}
+
+fn check_status_json(s: CheckStatus) -> &'static str {
+    match s {
+        CheckStatus::Queued => "queued",
+        CheckStatus::InProgress => "in_progress",
+        CheckStatus::Completed => "completed",
+    }
+}
+
+fn check_conclusion_json(c: Option<CheckConclusion>) -> Json {
+    let Some(c) = c else { return Json::Null };
+    json!(match c {
+        CheckConclusion::Success => "success",
+        CheckConclusion::Failure => "failure",
+        CheckConclusion::Neutral => "neutral",
+        CheckConclusion::Cancelled => "cancelled",
+        CheckConclusion::Skipped => "skipped",
+        CheckConclusion::TimedOut => "timed_out",
+        CheckConclusion::ActionRequired => "action_required",
+    })
+}
+
+/// The App object of a check suite or run.
+fn app_json(app_id: u64, name: &str) -> Json {
+    let slug = name.to_ascii_lowercase().replace(' ', "-");
+    json!({
+        "id": app_id,
+        "slug": slug,
+        "node_id": model::encode_node_id("A", app_id),
+        "name": name,
+        "owner": account_json(&slug, OwnerKind::Organization),
+        "html_url": format!("https://github.com/apps/{slug}"),
+        "external_url": format!("https://{slug}.example"),
+        "created_at": "2020-01-01T00:00:00Z",
+        "updated_at": "2020-01-01T00:00:00Z",
+        "permissions": { "checks": "write", "metadata": "read" },
+        "events": [],
+    })
+}
+
+/// The minimal pull request objects GitHub lists in check events: the repository's open pull
+/// requests whose head is `sha` (none for a pull request from a fork).
+fn check_pull_requests(repo: &Repository, sha: &str) -> Json {
+    let full_name = repo.name_with_owner();
+    let repo_ref = json!({
+        "id": repo.database_id,
+        "url": format!("https://api.github.com/repos/{full_name}"),
+        "name": repo.name,
+    });
+    repo.pull_requests()
+        .filter(|pr| pr.state == PullRequestState::Open && pr.head_ref_oid == sha)
+        .map(|pr| {
+            json!({
+                "url": format!("https://api.github.com/repos/{full_name}/pulls/{}", pr.number),
+                "id": pr.database_id,
+                "number": pr.number,
+                "head": { "ref": pr.head_ref_name, "sha": pr.head_ref_oid, "repo": repo_ref },
+                "base": {
+                    "ref": pr.base_ref_name,
+                    "sha": model::object_id(pr.database_id ^ 0xbeef),
+                    "repo": repo_ref,
+                },
+            })
+        })
+        .collect::<Vec<_>>()
+        .into()
+}
+
+/// The REST check suite object.
+pub fn check_suite_json(repo: &Repository, suite: &CheckSuite) -> Json {
+    let full_name = repo.name_with_owner();
+    json!({
+        "id": suite.id,
+        "node_id": model::encode_node_id("CS", suite.id),
+        "head_branch": if suite.head_branch.is_empty() { Json::Null } else { json!(suite.head_branch) },
+        "head_sha": suite.head_sha,
+        "status": check_status_json(suite.status),
+        "conclusion": check_conclusion_json(suite.conclusion),
+        "url": format!("https://api.github.com/repos/{full_name}/check-suites/{}", suite.id),
+        "before": null,
+        "after": suite.head_sha,
+        "pull_requests": check_pull_requests(repo, &suite.head_sha),
+        "app": app_json(suite.app_id, &suite.app_name),
+        "created_at": model::format_time(suite.created_at),
+        "updated_at": model::format_time(suite.updated_at),
+        "rerequestable": true,
+        "runs_rerequestable": true,
+        "latest_check_runs_count": suite.runs.len(),
+        "check_runs_url": format!("https://api.github.com/repos/{full_name}/check-suites/{}/check-runs", suite.id),
+    })
+}
+
+/// A `check_suite` event (`completed`, `requested`, `rerequested`).
+pub fn check_suite_payload(
+    model: &Model,
+    action: &str,
+    repo: &Repository,
+    suite: &CheckSuite,
+) -> Json {
+    let mut body = envelope(model, action, repo, None);
+    body["check_suite"] = check_suite_json(repo, suite);
+    body
+}
+
+/// A `check_run` event (`created`, `completed`, `rerequested`, `requested_action`).
+pub fn check_run_payload(
+    model: &Model,
+    action: &str,
+    repo: &Repository,
+    suite: &CheckSuite,
+    run: &CheckRun,
+) -> Json {
+    let full_name = repo.name_with_owner();
+    let mut body = envelope(model, action, repo, None);
+    body["check_run"] = json!({
+        "id": run.id,
+        "node_id": model::encode_node_id("CR", run.id),
+        "head_sha": suite.head_sha,
+        "external_id": run.id.to_string(),
+        "url": format!("https://api.github.com/repos/{full_name}/check-runs/{}", run.id),
+        "html_url": format!("https://github.com/{full_name}/runs/{}", run.id),
+        "details_url": run.details_url,
+        "status": check_status_json(run.status),
+        "conclusion": check_conclusion_json(run.conclusion),
+        "started_at": model::format_time(run.started_at),
+        "completed_at": time_json(run.completed_at),
+        "output": { "title": null, "summary": null, "text": null, "annotations_count": 0 },
+        "name": run.name,
+        "check_suite": check_suite_json(repo, suite),
+        "app": app_json(suite.app_id, &suite.app_name),
+        "pull_requests": check_pull_requests(repo, &suite.head_sha),
+    });
+    body
+}
+
+/// A `status` event (it has no `action`).
+pub fn status_payload(model: &Model, repo: &Repository, status: &CommitStatus) -> Json {
+    let full_name = repo.name_with_owner();
+    let mut body = envelope(model, "", repo, None);
+    if let Some(map) = body.as_object_mut() {
+        map.remove("action");
+    }
+    let state = match status.state {
+        StatusState::Pending => "pending",
+        StatusState::Success => "success",
+        StatusState::Failure => "failure",
+        StatusState::Error => "error",
+    };
+    let at = model::format_time(status.created_at);
+    body["id"] = json!(status.id);
+    body["sha"] = json!(status.sha);
+    body["name"] = json!(full_name);
+    body["target_url"] = json!(status.target_url);
+    body["context"] = json!(status.context);
+    body["description"] = json!(status.description);
+    body["state"] = json!(state);
+    body["commit"] = json!({
+        "sha": status.sha,
+        "node_id": model::encode_node_id("C", status.id),
+        "url": format!("https://api.github.com/repos/{full_name}/commits/{}", status.sha),
+        "html_url": format!("https://github.com/{full_name}/commit/{}", status.sha),
+    });
+    body["branches"] = json!([]);
+    body["created_at"] = json!(at);
+    body["updated_at"] = json!(at);
+    body
 }
 
 /// `sha256=<hex HMAC-SHA256(secret, body)>`, the `X-Hub-Signature-256` value.

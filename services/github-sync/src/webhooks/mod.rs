@@ -3,6 +3,7 @@
 //! writer locks the rows it compares, so a redelivered, late or reordered payload only ever moves
 //! the mirror forward. Events nobody handles are acknowledged and counted, never an error.
 
+pub mod checks;
 pub mod filters;
 pub mod installation;
 pub mod items;
@@ -10,9 +11,15 @@ pub mod misfiled;
 pub mod payload;
 pub mod repository;
 
+use std::sync::Arc;
+
 use bus::consumer::{Delivery, Handler, headers};
+use sea_orm::{DatabaseConnection, EntityTrait};
 use sqlx::PgPool;
+use store::entity::{ConnectionStatus, connection};
 use uuid::Uuid;
+
+use crate::{GithubSource, SourceFactory};
 
 /// What handling a delivery came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +51,9 @@ pub enum WebhookError {
     /// May succeed later (database unavailable): redelivered with backoff.
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
+    /// The same, through sea-orm.
+    #[error("database: {0}")]
+    Store(#[from] sea_orm::DbErr),
 }
 
 /// The delivery as handlers see it.
@@ -51,7 +61,9 @@ pub struct Webhook<'a> {
     /// `X-GitHub-Event`.
     pub event: &'a str,
     pub body: &'a [u8],
-    /// The GitHub instance of the connection whose endpoint received it.
+    /// The connection whose endpoint received it.
+    pub connection_id: Uuid,
+    /// The GitHub instance of that connection.
     pub provider_instance_id: Uuid,
     /// When JetStream stored it (the NATS server's clock): the date of dated snapshots.
     pub received_at: time::OffsetDateTime,
@@ -60,6 +72,41 @@ pub struct Webhook<'a> {
 /// Consumes `github.>` deliveries for github-sync.
 pub struct WebhookHandler {
     pub pool: PgPool,
+    /// Reads GitHub for a delivery that needs more than its payload (a head's check runs).
+    pub readers: Readers,
+}
+
+/// Builds a delivery's connection's GitHub reader, as jobs do.
+pub struct Readers {
+    pub db: DatabaseConnection,
+    pub factory: Arc<dyn SourceFactory>,
+}
+
+impl Readers {
+    /// The reader of an active connection; `None` when the connection is not active or cannot
+    /// reach GitHub (logged: a delivery never fails for it).
+    pub async fn active(
+        &self,
+        connection_id: Uuid,
+    ) -> Result<Option<Arc<dyn GithubSource>>, sea_orm::DbErr> {
+        let Some(conn) = connection::Entity::find_by_id(connection_id)
+            .one(&self.db)
+            .await?
+        else {
+            return Ok(None);
+        };
+        if conn.status != ConnectionStatus::Active {
+            tracing::info!(%connection_id, status = ?conn.status, "the connection is not active; GitHub is not read for it");
+            return Ok(None);
+        }
+        match self.factory.source(&conn).await {
+            Ok(source) => Ok(Some(source)),
+            Err(e) => {
+                tracing::warn!(%connection_id, error = %format!("{e:#}"), "cannot reach GitHub with this connection");
+                Ok(None)
+            }
+        }
+    }
 }
 
 /// The delivery's body: inline, or by reference to the stored raw body (`None`: erased).
@@ -109,6 +156,7 @@ impl WebhookHandler {
         let hook = Webhook {
             event,
             body: &body,
+            connection_id,
             provider_instance_id,
             received_at: delivery.stored_at(),
         };
@@ -120,6 +168,10 @@ impl WebhookHandler {
             }
             "issues" => items::issues(&self.pool, &hook).await,
             "pull_request" => items::pull_request(&self.pool, &hook).await,
+            "check_suite" => checks::check_suite(&self.pool, &self.readers, &hook).await,
+            "status" => checks::status(&self.pool, &self.readers, &hook).await,
+            // A run's end is read when its suite completes: the run alone says nothing of the rest.
+            "check_run" => Ok(Outcome::Ignored),
             _ => Ok(Outcome::Ignored),
         }
     }
@@ -146,8 +198,8 @@ impl Handler for WebhookHandler {
                     .increment(1);
                 delivery.reject(&reason).await;
             }
-            Err(WebhookError::Database(e)) => {
-                delivery.retry(&format!("database: {e}")).await;
+            Err(e @ (WebhookError::Database(_) | WebhookError::Store(_))) => {
+                delivery.retry(&e.to_string()).await;
             }
         }
     }

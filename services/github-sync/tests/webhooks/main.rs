@@ -6,6 +6,7 @@ mod repos;
 #[allow(dead_code)]
 mod support;
 
+mod checks;
 mod consumers;
 mod history;
 mod redeliver;
