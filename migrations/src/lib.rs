@@ -10,6 +10,7 @@ mod m0003_ingress;
 mod m0004_github;
 mod m0005_reconciled_at;
 mod m0006_github_live;
+mod m0008_github_comment_events;
 
 /// Every migration, oldest first.
 pub struct Migrator;
@@ -24,6 +25,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0004_github::Migration),
             Box::new(m0005_reconciled_at::Migration),
             Box::new(m0006_github_live::Migration),
+            Box::new(m0008_github_comment_events::Migration),
         ]
     }
 }

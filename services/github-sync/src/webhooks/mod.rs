@@ -3,10 +3,13 @@
 //! writer locks the rows it compares, so a redelivered, late or reordered payload only ever moves
 //! the mirror forward. Events nobody handles are acknowledged and counted, never an error.
 
+pub mod comments;
 pub mod filters;
 pub mod items;
 pub mod payload;
 pub mod repository;
+pub mod reviewers;
+pub mod reviews;
 
 use bus::consumer::{Delivery, Handler, headers};
 use sqlx::PgPool;
@@ -114,6 +117,10 @@ impl WebhookHandler {
             "repository" => repository::handle(&self.pool, &hook).await,
             "issues" => items::issues(&self.pool, &hook).await,
             "pull_request" => items::pull_request(&self.pool, &hook).await,
+            "issue_comment" => comments::issue_comment(&self.pool, &hook).await,
+            "pull_request_review" => reviews::review(&self.pool, &hook).await,
+            "pull_request_review_comment" => reviews::review_comment(&self.pool, &hook).await,
+            "pull_request_review_thread" => reviews::thread(&self.pool, &hook).await,
             _ => Ok(Outcome::Ignored),
         }
     }
@@ -145,6 +152,13 @@ impl Handler for WebhookHandler {
             }
         }
     }
+}
+
+/// `at` at the microsecond precision Postgres stores, so a stored receive time compares equal
+/// to the same instant received again and a key derived before and after storing is one key.
+pub fn micros(at: time::OffsetDateTime) -> time::OffsetDateTime {
+    let nanos = at.nanosecond();
+    at.replace_nanosecond(nanos - nanos % 1_000).unwrap_or(at)
 }
 
 /// Parses a payload, or says which event it failed to be.
