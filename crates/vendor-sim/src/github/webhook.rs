@@ -10,6 +10,8 @@ use base64::Engine as _;
 use hmac::{KeyInit as _, Mac as _};
 use serde_json::{Value as Json, json};
 
+pub mod reviews;
+
 use super::model::{
     self, Issue, IssueState, IssueStateReason, LockReason, Model, OwnerKind, PullRequest,
     PullRequestState, Repository,
@@ -156,6 +158,7 @@ pub fn pull_request_json(model: &Model, repo: &Repository, pr: &PullRequest) -> 
         "assignee": null,
         "assignees": [],
         "requested_reviewers": [],
+        "requested_teams": [],
         "labels": [],
         "draft": pr.is_draft,
         "head": branch(&pr.head_ref_name, pr.head_ref_oid.clone()),

@@ -2,5 +2,6 @@
 //! consumers and the mirror, with the GitHub simulator and real Postgres and NATS.
 
 // Each test module uses its own part of the stack.
+mod reviews;
 #[allow(dead_code)]
 mod support;
