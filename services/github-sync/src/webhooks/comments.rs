@@ -195,8 +195,8 @@ pub async fn issue_comment(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome,
     })
 }
 
-/// Writes a comment over its locked row (the caller checked freshness); the guard repeats the
-/// check for a row a concurrent writer inserted after the lock found none.
+/// Writes a comment over its locked row (the caller checked freshness). Every writer of a
+/// comment holds its parent's row first, so no other writer inserts it between the two.
 async fn write(
     txn: &mut sqlx::PgConnection,
     repository_id: Uuid,
@@ -210,9 +210,7 @@ async fn write(
          ON CONFLICT (repository_id, native_id) DO UPDATE SET
             node_id = EXCLUDED.node_id, author = EXCLUDED.author, body = EXCLUDED.body,
             upstream_created_at = EXCLUDED.upstream_created_at,
-            upstream_updated_at = EXCLUDED.upstream_updated_at, mirrored_at = now()
-          WHERE comment.deleted_at IS NULL
-            AND comment.upstream_updated_at <= EXCLUDED.upstream_updated_at",
+            upstream_updated_at = EXCLUDED.upstream_updated_at, mirrored_at = now()",
     )
     .bind(Uuid::now_v7())
     .bind(repository_id)

@@ -255,8 +255,8 @@ async fn lock_review_comment(
     Ok(StoredComment::from_row(row))
 }
 
-/// Writes a review comment over its locked row (the caller checked freshness); the guard
-/// repeats the check for a row a concurrent writer inserted after the lock found none.
+/// Writes a review comment over its locked row (the caller checked freshness). Every writer
+/// holds the pull request's row first, so no other writer inserts it between the two.
 async fn write_review_comment(
     txn: &mut sqlx::PgConnection,
     pull_request_id: Uuid,
@@ -275,9 +275,7 @@ async fn write_review_comment(
             path = EXCLUDED.path, line = EXCLUDED.line, commit_sha = EXCLUDED.commit_sha,
             author = EXCLUDED.author, body = EXCLUDED.body,
             upstream_created_at = EXCLUDED.upstream_created_at,
-            upstream_updated_at = EXCLUDED.upstream_updated_at, mirrored_at = now()
-          WHERE review_comment.deleted_at IS NULL
-            AND review_comment.upstream_updated_at <= EXCLUDED.upstream_updated_at",
+            upstream_updated_at = EXCLUDED.upstream_updated_at, mirrored_at = now()",
     )
     .bind(Uuid::now_v7())
     .bind(pull_request_id)

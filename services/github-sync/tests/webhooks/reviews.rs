@@ -106,7 +106,13 @@ async fn comment_edits_move_forward_and_record_one_event_per_edit() -> Result<()
         )
         .await?;
     }
-    // Late and repeated copies: an older edit, the creation, and the last edit again.
+    // Late and repeated copies: the last edit again, an older edit, then the creation.
+    deliver_copy(
+        &s,
+        "issue_comment",
+        &payload_of(&s, hook("edited", &versions[3])).await,
+    )
+    .await?;
     deliver_copy(
         &s,
         "issue_comment",
@@ -117,12 +123,6 @@ async fn comment_edits_move_forward_and_record_one_event_per_edit() -> Result<()
         &s,
         "issue_comment",
         &payload_of(&s, hook("created", &versions[0])).await,
-    )
-    .await?;
-    deliver_copy(
-        &s,
-        "issue_comment",
-        &payload_of(&s, hook("edited", &versions[3])).await,
     )
     .await?;
 
