@@ -12,6 +12,7 @@ mod m0005_reconciled_at;
 mod m0006_github_live;
 mod m0007_sync_job_passes;
 mod m0008_github_item_native_id;
+mod m0009_github_comment_events;
 
 /// Every migration, oldest first.
 pub struct Migrator;
@@ -28,6 +29,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0006_github_live::Migration),
             Box::new(m0007_sync_job_passes::Migration),
             Box::new(m0008_github_item_native_id::Migration),
+            Box::new(m0009_github_comment_events::Migration),
         ]
     }
 }

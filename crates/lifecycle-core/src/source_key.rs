@@ -200,6 +200,21 @@ pub enum ItemEventName {
     ChecksCompleted,
 }
 
+impl ItemEventName {
+    /// Whether the item holds at most one event of this name per version. A checks completion
+    /// of another set of runs, and the events of a comment, review or thread (two edits in one
+    /// second are two edits), are told apart by their source key alone.
+    pub fn one_per_version(self) -> bool {
+        !matches!(
+            self,
+            ItemEventName::ChecksCompleted
+                | ItemEventName::CommentEdited
+                | ItemEventName::ReviewDismissed
+                | ItemEventName::ThreadResolved
+        )
+    }
+}
+
 /// What the ledger did with an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecordOutcome {
@@ -242,9 +257,7 @@ impl<Item: Ord + Clone> ItemEventLedger<Item> {
         {
             return RecordOutcome::DuplicateSourceKey;
         }
-        // One event of a name per version, except a checks completion of another set of runs.
-        let version_unique = name != ItemEventName::ChecksCompleted;
-        if version_unique && self.by_version.contains(&(item.clone(), name, version)) {
+        if name.one_per_version() && self.by_version.contains(&(item.clone(), name, version)) {
             return RecordOutcome::DuplicateVersion;
         }
         if let Some(key) = key {
@@ -458,6 +471,24 @@ mod tests {
             RecordOutcome::Recorded
         );
         assert_eq!(ledger.len(), 3);
+    }
+
+    #[test]
+    fn two_edits_in_one_second_at_one_version_are_two_events() {
+        let mut ledger = ItemEventLedger::new();
+        let name = ItemEventName::CommentEdited;
+        for text in ["one", "two"] {
+            let k = key(LifecycleChange::CommentEdit {
+                updated_at: at(5),
+                text,
+            });
+            assert_eq!(
+                ledger.record(&1, name, Some(&k), at(5)),
+                RecordOutcome::Recorded
+            );
+        }
+        assert!(ItemEventName::Ready.one_per_version());
+        assert!(!ItemEventName::ThreadResolved.one_per_version());
     }
 
     #[test]

@@ -11,6 +11,8 @@ use base64::Engine as _;
 use hmac::{KeyInit as _, Mac as _};
 use serde_json::{Value as Json, json};
 
+pub mod reviews;
+
 use super::checks::{
     CheckConclusion, CheckRun, CheckStatus, CheckSuite, CommitStatus, StatusState,
 };
@@ -160,6 +162,7 @@ pub fn pull_request_json(model: &Model, repo: &Repository, pr: &PullRequest) -> 
         "assignee": null,
         "assignees": [],
         "requested_reviewers": [],
+        "requested_teams": [],
         "labels": [],
         "draft": pr.is_draft,
         "head": branch(&pr.head_ref_name, pr.head_ref_oid.clone()),

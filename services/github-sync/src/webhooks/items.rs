@@ -9,7 +9,7 @@ use serde::Deserialize;
 use sqlx::PgPool;
 
 use super::payload::{self, Repository};
-use super::{Outcome, Webhook, WebhookError, misfiled, monitored_repository, parse};
+use super::{Outcome, Webhook, WebhookError, misfiled, monitored_repository, parse, reviewers};
 use crate::events::{self, Item, Origin};
 use crate::mirror::{self, ItemClass};
 
@@ -155,6 +155,8 @@ pub async fn pull_request(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, 
             (id, node.state.clone(), draft)
         }
     };
+    // Reviewer lists are dated by receipt, not by updated_at: applied even from a stale payload.
+    reviewers::apply_payload(&mut txn, id, hook.received_at, &event.pull_request).await?;
     let item = Item::pull_request(id, repository_id);
     let at = node.updated_at;
     let change = match event.action.as_str() {

@@ -4,12 +4,15 @@
 //! the mirror forward. Events nobody handles are acknowledged and counted, never an error.
 
 pub mod checks;
+pub mod comments;
 pub mod filters;
 pub mod installation;
 pub mod items;
 pub mod misfiled;
 pub mod payload;
 pub mod repository;
+pub mod reviewers;
+pub mod reviews;
 
 use std::sync::Arc;
 
@@ -172,6 +175,10 @@ impl WebhookHandler {
             "status" => checks::status(&self.pool, &self.readers, &hook).await,
             // A run's end is read when its suite completes: the run alone says nothing of the rest.
             "check_run" => Ok(Outcome::Ignored),
+            "issue_comment" => comments::issue_comment(&self.pool, &hook).await,
+            "pull_request_review" => reviews::review(&self.pool, &hook).await,
+            "pull_request_review_comment" => reviews::review_comment(&self.pool, &hook).await,
+            "pull_request_review_thread" => reviews::thread(&self.pool, &hook).await,
             _ => Ok(Outcome::Ignored),
         }
     }
@@ -203,6 +210,13 @@ impl Handler for WebhookHandler {
             }
         }
     }
+}
+
+/// `at` at the microsecond precision Postgres stores, so a stored receive time compares equal
+/// to the same instant received again and a key derived before and after storing is one key.
+pub fn micros(at: time::OffsetDateTime) -> time::OffsetDateTime {
+    let nanos = at.nanosecond();
+    at.replace_nanosecond(nanos - nanos % 1_000).unwrap_or(at)
 }
 
 /// Parses a payload, or says which event it failed to be.

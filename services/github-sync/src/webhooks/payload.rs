@@ -58,6 +58,17 @@ pub struct Issue {
     pub updated_at: OffsetDateTime,
     #[serde(default, with = "time::serde::rfc3339::option")]
     pub closed_at: Option<OffsetDateTime>,
+    /// Present when the issue is a pull request's conversation (`issue_comment` on a pull
+    /// request): the issue's `id` is then not the pull request's.
+    #[serde(default)]
+    pub pull_request: Option<IssuePullRequest>,
+}
+
+/// The `pull_request` marker of an issue object.
+#[derive(Debug, Clone, Deserialize)]
+pub struct IssuePullRequest {
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub merged_at: Option<OffsetDateTime>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -96,6 +107,85 @@ pub struct PullRequest {
     pub closed_at: Option<OffsetDateTime>,
     #[serde(default, with = "time::serde::rfc3339::option")]
     pub merged_at: Option<OffsetDateTime>,
+    /// The people asked for a review; absent from payloads that do not carry the lists.
+    #[serde(default)]
+    pub requested_reviewers: Option<Vec<Account>>,
+    /// The teams asked for a review.
+    #[serde(default)]
+    pub requested_teams: Option<Vec<Team>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Team {
+    pub slug: String,
+}
+
+/// A conversation comment (`issue_comment`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Comment {
+    pub id: i64,
+    pub node_id: String,
+    #[serde(default)]
+    pub user: Option<Account>,
+    #[serde(default)]
+    pub body: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+}
+
+/// A pull request review (`pull_request_review`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Review {
+    pub id: i64,
+    pub node_id: String,
+    #[serde(default)]
+    pub user: Option<Account>,
+    #[serde(default)]
+    pub body: Option<String>,
+    /// `approved`, `changes_requested`, `commented`, `dismissed` or `pending`.
+    pub state: String,
+    #[serde(default)]
+    pub commit_id: Option<String>,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub submitted_at: Option<OffsetDateTime>,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub updated_at: Option<OffsetDateTime>,
+}
+
+/// A review comment on a pull request's diff (`pull_request_review_comment`, and the comments
+/// of a `pull_request_review_thread`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ReviewComment {
+    pub id: i64,
+    pub node_id: String,
+    #[serde(default)]
+    pub pull_request_review_id: Option<i64>,
+    #[serde(default)]
+    pub in_reply_to_id: Option<i64>,
+    #[serde(default)]
+    pub path: Option<String>,
+    #[serde(default)]
+    pub line: Option<i32>,
+    #[serde(default)]
+    pub commit_id: Option<String>,
+    #[serde(default)]
+    pub user: Option<Account>,
+    #[serde(default)]
+    pub body: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+}
+
+/// A review thread (`pull_request_review_thread`): GitHub names no resolution time.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Thread {
+    pub node_id: String,
+    #[serde(default)]
+    pub comments: Vec<ReviewComment>,
 }
 
 /// REST lock reasons (`off-topic`, `too heated`) as the GraphQL enum the sync stores
