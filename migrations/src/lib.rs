@@ -14,6 +14,32 @@ mod m0007_sync_job_passes;
 mod m0008_github_item_native_id;
 mod m0009_github_comment_events;
 
+/// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
+struct Sql {
+    name: &'static str,
+    up: &'static str,
+}
+
+impl MigrationName for Sql {
+    fn name(&self) -> &str {
+        self.name
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for Sql {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager.get_connection().execute_unprepared(self.up).await?;
+        Ok(())
+    }
+
+    async fn down(&self, _manager: &SchemaManager) -> Result<(), DbErr> {
+        Err(DbErr::Migration(
+            "forgesync migrations are forward-only".into(),
+        ))
+    }
+}
+
 /// Every migration, oldest first.
 pub struct Migrator;
 
@@ -21,15 +47,39 @@ pub struct Migrator;
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         vec![
-            Box::new(m0001_core::Migration),
+            Box::new(Sql {
+                name: "m0001_core",
+                up: m0001_core::UP,
+            }),
             Box::new(m0002_schedules::Migration),
-            Box::new(m0003_ingress::Migration),
-            Box::new(m0004_github::Migration),
-            Box::new(m0005_reconciled_at::Migration),
-            Box::new(m0006_github_live::Migration),
-            Box::new(m0007_sync_job_passes::Migration),
-            Box::new(m0008_github_item_native_id::Migration),
-            Box::new(m0009_github_comment_events::Migration),
+            Box::new(Sql {
+                name: "m0003_ingress",
+                up: m0003_ingress::UP,
+            }),
+            Box::new(Sql {
+                name: "m0004_github",
+                up: m0004_github::UP,
+            }),
+            Box::new(Sql {
+                name: "m0005_reconciled_at",
+                up: m0005_reconciled_at::UP,
+            }),
+            Box::new(Sql {
+                name: "m0006_github_live",
+                up: m0006_github_live::UP,
+            }),
+            Box::new(Sql {
+                name: "m0007_sync_job_passes",
+                up: m0007_sync_job_passes::UP,
+            }),
+            Box::new(Sql {
+                name: "m0008_github_item_native_id",
+                up: m0008_github_item_native_id::UP,
+            }),
+            Box::new(Sql {
+                name: "m0009_github_comment_events",
+                up: m0009_github_comment_events::UP,
+            }),
         ]
     }
 }

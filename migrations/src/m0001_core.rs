@@ -2,17 +2,8 @@
 //! messages. Enumerations are `text` with CHECK constraints so a new state is one migration away
 //! and an unknown state can never be written.
 
-use sea_orm_migration::prelude::*;
-
-pub struct Migration;
-
-impl MigrationName for Migration {
-    fn name(&self) -> &str {
-        "m0001_core"
-    }
-}
-
-const UP: &str = r#"
+/// Applied once, as is; written so that applying it again changes nothing.
+pub(crate) const UP: &str = r#"
 CREATE TABLE IF NOT EXISTS workspace (
     id          uuid PRIMARY KEY,
     name        text NOT NULL,
@@ -143,18 +134,3 @@ CREATE TABLE IF NOT EXISTS dead_message (
 );
 CREATE INDEX IF NOT EXISTS dead_message_created ON dead_message (created_at DESC);
 "#;
-
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        manager.get_connection().execute_unprepared(UP).await?;
-        Ok(())
-    }
-
-    // Forward-only: the schema is never rolled back in place; a fix is a new migration.
-    async fn down(&self, _manager: &SchemaManager) -> Result<(), DbErr> {
-        Err(DbErr::Migration(
-            "forgesync migrations are forward-only".into(),
-        ))
-    }
-}

@@ -1,17 +1,8 @@
 //! Webhook ingress: endpoints, received messages and their raw bodies, dedup keys, and an
 //! optional explicit JetStream message id on the outbox.
 
-use sea_orm_migration::prelude::*;
-
-pub struct Migration;
-
-impl MigrationName for Migration {
-    fn name(&self) -> &str {
-        "m0003_ingress"
-    }
-}
-
-const UP: &str = r#"
+/// Applied once, as is; written so that applying it again changes nothing.
+pub(crate) const UP: &str = r#"
 -- When set, the relay publishes with this id instead of the row id (ingress uses its dedup key).
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS msg_id text;
 
@@ -100,18 +91,3 @@ CREATE TRIGGER inbound_message_dispatched AFTER UPDATE OF published_at ON outbox
     FOR EACH ROW WHEN (OLD.published_at IS NULL AND NEW.published_at IS NOT NULL)
     EXECUTE FUNCTION inbound_message_dispatched();
 "#;
-
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        manager.get_connection().execute_unprepared(UP).await?;
-        Ok(())
-    }
-
-    // Forward-only, like every forgesync migration.
-    async fn down(&self, _manager: &SchemaManager) -> Result<(), DbErr> {
-        Err(DbErr::Migration(
-            "forgesync migrations are forward-only".into(),
-        ))
-    }
-}

@@ -3,17 +3,8 @@
 //! carry the vendor's `updated_at` for forward-only writes and `deleted_at` for tombstones.
 //! Unknown values are NULL, never a default.
 
-use sea_orm_migration::prelude::*;
-
-pub struct Migration;
-
-impl MigrationName for Migration {
-    fn name(&self) -> &str {
-        "m0004_github"
-    }
-}
-
-const UP: &str = r#"
+/// Applied once, as is; written so that applying it again changes nothing.
+pub(crate) const UP: &str = r#"
 -- One INITIAL job per activation, whichever path (redelivery, replica) asks for it.
 ALTER TABLE sync_job ADD COLUMN IF NOT EXISTS dedup_key text;
 CREATE UNIQUE INDEX IF NOT EXISTS sync_job_dedup ON sync_job (dedup_key) WHERE dedup_key IS NOT NULL;
@@ -98,18 +89,3 @@ CREATE TABLE IF NOT EXISTS pull_request (
     UNIQUE (repository_id, native_id)
 );
 "#;
-
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        manager.get_connection().execute_unprepared(UP).await?;
-        Ok(())
-    }
-
-    // Forward-only: a fix is a new migration.
-    async fn down(&self, _manager: &SchemaManager) -> Result<(), DbErr> {
-        Err(DbErr::Migration(
-            "forgesync migrations are forward-only".into(),
-        ))
-    }
-}

@@ -7,17 +7,8 @@
 //! per-workspace entry of the same change under the same source key. Both cascade with their
 //! item, so erasing a repository's mirror takes its derived rows along.
 
-use sea_orm_migration::prelude::*;
-
-pub struct Migration;
-
-impl MigrationName for Migration {
-    fn name(&self) -> &str {
-        "m0006_github_live"
-    }
-}
-
-const UP: &str = r#"
+/// Applied once, as is; written so that applying it again changes nothing.
+pub(crate) const UP: &str = r#"
 -- The provider date of the change that set the stored head (push ordering).
 ALTER TABLE pull_request ADD COLUMN IF NOT EXISTS head_changed_at timestamptz;
 -- Reviewer requests (people and teams) as a dated snapshot: when we received the list.
@@ -150,18 +141,3 @@ CREATE TABLE IF NOT EXISTS github_redelivery (
     PRIMARY KEY (connection_id, delivery_id)
 );
 "#;
-
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        manager.get_connection().execute_unprepared(UP).await?;
-        Ok(())
-    }
-
-    // Forward-only: a fix is a new migration.
-    async fn down(&self, _manager: &SchemaManager) -> Result<(), DbErr> {
-        Err(DbErr::Migration(
-            "forgesync migrations are forward-only".into(),
-        ))
-    }
-}

@@ -6,17 +6,8 @@
 //! resolutions. Their source keys identify them, so they leave the (item, name, version) key,
 //! as a checks completion already does.
 
-use sea_orm_migration::prelude::*;
-
-pub struct Migration;
-
-impl MigrationName for Migration {
-    fn name(&self) -> &str {
-        "m0009_github_comment_events"
-    }
-}
-
-const UP: &str = r#"
+/// Applied once, as is; written so that applying it again changes nothing.
+pub(crate) const UP: &str = r#"
 DROP INDEX IF EXISTS item_event_version;
 CREATE UNIQUE INDEX IF NOT EXISTS item_event_version
     ON item_event (item_id, name, version)
@@ -28,18 +19,3 @@ CREATE UNIQUE INDEX IF NOT EXISTS item_event_version
 -- unresolved delivery received earlier than the stored one changes nothing.
 ALTER TABLE review_thread ADD COLUMN IF NOT EXISTS resolution_received_at timestamptz;
 "#;
-
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        manager.get_connection().execute_unprepared(UP).await?;
-        Ok(())
-    }
-
-    // Forward-only: a fix is a new migration.
-    async fn down(&self, _manager: &SchemaManager) -> Result<(), DbErr> {
-        Err(DbErr::Migration(
-            "forgesync migrations are forward-only".into(),
-        ))
-    }
-}
