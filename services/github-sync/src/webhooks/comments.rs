@@ -12,7 +12,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::payload::{self, Repository};
-use super::{Outcome, Webhook, WebhookError, monitored_repository, parse};
+use super::{Outcome, Webhook, WebhookError, misfiled, monitored_repository, parse};
 use crate::events::{self, Item, ItemKind, Origin};
 use crate::mirror::{self, ItemClass};
 
@@ -135,6 +135,21 @@ pub async fn issue_comment(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome,
     else {
         return Ok(Outcome::Ignored);
     };
+    // Misfiled work moves to the repository GitHub reports before a comment may stub it; a
+    // comment on work that stays where it is (skipped) is dropped, as a stub would collide.
+    if event.issue.pull_request.is_none() {
+        let misfiled = misfiled::refile(
+            &mut txn,
+            ItemClass::Issue,
+            hook.provider_instance_id,
+            repository_id,
+            event.issue.id,
+            event.issue.number,
+        );
+        if let Some(skipped) = misfiled.await? {
+            return Ok(skipped);
+        }
+    }
     let Some(item) = parent(&mut txn, repository_id, &event.issue).await? else {
         metrics::counter!("github_webhook_skipped_total", "event" => "issue_comment", "reason" => "pullRequestNotMirrored")
             .increment(1);

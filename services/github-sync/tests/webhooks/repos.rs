@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Result;
 use serde_json::Value;
 use uuid::Uuid;
+use vendor_sim::github::webhook::reviews::{Comment, issue_comment_payload};
 use vendor_sim::github::webhook::{
     installation_payload, installation_repositories_payload, issues_payload, pull_request_payload,
     renamed_changes, repository_payload, transferred_changes,
@@ -471,5 +472,82 @@ async fn a_rename_finds_a_legacy_monitor_without_native_id_by_its_former_name() 
     let monitors = monitors(&stack).await?;
     assert!(monitors.contains(&("acme/renamed-0".into(), Some(i64::try_from(repo)?))));
     assert!(!monitors.iter().any(|(n, _)| n == "acme/repo-0"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_comment_moves_misfiled_work_before_it_stubs_and_is_dropped_on_skipped_work() -> Result<()>
+{
+    let stack = LiveStack::start(scenario()).await?;
+    let (holder, reported) = (stack.repositories[0], stack.repositories[1]);
+    let (holder_row, _, _) = repository_row(&stack, holder).await?;
+    let (reported_row, _, _) = repository_row(&stack, reported).await?;
+    let (moved, registered) = stack.sim.model(|m| {
+        let r = m.repository(reported).expect("repository exists");
+        let mut issues = r.issues().map(|i| i.clone());
+        (issues.next().unwrap(), issues.next().unwrap())
+    });
+    // Both filed under the other repository's row; a workspace registered the second.
+    let mut ids = Vec::new();
+    for issue in [&moved, &registered] {
+        let (id,): (Uuid,) = sqlx::query_as(
+            "UPDATE issue SET repository_id = $1 WHERE repository_id = $2 AND native_id = $3
+             RETURNING id",
+        )
+        .bind(holder_row)
+        .bind(reported_row)
+        .bind(i64::try_from(issue.database_id)?)
+        .fetch_one(&stack.pool)
+        .await?;
+        ids.push(id);
+    }
+    sqlx::query(
+        "INSERT INTO item_event (id, issue_id, name, source_key, version, origin)
+         VALUES ($1, $2, 'scm.issue.opened', 'registered', now(), 'webhook')",
+    )
+    .bind(Uuid::now_v7())
+    .bind(ids[1])
+    .execute(&stack.pool)
+    .await?;
+
+    let at = time::OffsetDateTime::now_utc().replace_nanosecond(0)?;
+    for (issue, comment_id) in [(&moved, 70_001), (&registered, 70_002)] {
+        let payload = stack.sim.model(|m| {
+            let r = m.repository(reported).expect("repository exists");
+            let comment = Comment {
+                id: comment_id,
+                author: "dev".into(),
+                body: "on misfiled work".into(),
+                created_at: at,
+                updated_at: at,
+            };
+            issue_comment_payload(m, "created", r, issue, &comment)
+        });
+        stack.deliver("issue_comment", &payload).await?;
+    }
+    stack.settle().await?;
+
+    // Moved: the row itself now sits under the reported repository, with the comment; no stub.
+    assert_eq!(
+        filed_under(&stack, "issue", moved.database_id).await?,
+        vec![reported_row]
+    );
+    let (on_moved,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM comment WHERE native_id = 70001 AND issue_id = $1")
+            .bind(ids[0])
+            .fetch_one(&stack.pool)
+            .await?;
+    assert_eq!(on_moved, 1);
+    // Skipped (itemRegistered): the row stays, and the comment is dropped rather than stubbed.
+    assert_eq!(
+        filed_under(&stack, "issue", registered.database_id).await?,
+        vec![holder_row]
+    );
+    assert_eq!(
+        stack
+            .count("SELECT count(*) FROM comment WHERE native_id = 70002")
+            .await?,
+        0
+    );
     Ok(())
 }
