@@ -484,7 +484,7 @@ async fn a_comment_moves_misfiled_work_before_it_stubs_and_is_dropped_on_skipped
     let (reported_row, _, _) = repository_row(&stack, reported).await?;
     let (moved, registered) = stack.sim.model(|m| {
         let r = m.repository(reported).expect("repository exists");
-        let mut issues = r.issues().map(|i| i.clone());
+        let mut issues = r.issues().cloned();
         (issues.next().unwrap(), issues.next().unwrap())
     });
     // Both filed under the other repository's row; a workspace registered the second.
