@@ -73,6 +73,8 @@ pub enum LifecycleChange<'a> {
     },
     /// A comment edit: its updated_at and its text.
     CommentEdit {
+        /// Which comment (its id): edits of two comments are two changes.
+        comment: &'a str,
         /// The comment's updated_at.
         updated_at: Timestamp,
         /// The comment's new text.
@@ -80,11 +82,15 @@ pub enum LifecycleChange<'a> {
     },
     /// A review dismissal: the updated_at the review stores for it.
     Dismissal {
+        /// Which review (its id): two reviews dismissed in one second are two dismissals.
+        review: &'a str,
         /// The review's stored updated_at.
         review_updated_at: Timestamp,
     },
     /// A thread resolution: its resolvedAt.
     ThreadResolved {
+        /// Which thread (its id).
+        thread: &'a str,
         /// The thread's resolvedAt.
         resolved_at: Timestamp,
     },
@@ -143,16 +149,26 @@ impl LifecycleChange<'_> {
             LifecycleChange::Close { closed_at } => format!("close:{}", time_token(*closed_at)),
             LifecycleChange::Merge { merged_at } => format!("merge:{}", time_token(*merged_at)),
             // Two edits in one second are two edits: the text is part of the identity.
-            LifecycleChange::CommentEdit { updated_at, text } => format!(
+            LifecycleChange::CommentEdit {
+                comment,
+                updated_at,
+                text,
+            } => format!(
                 "edit:{}:{}",
                 time_token(*updated_at),
-                digest(&[text.as_bytes()])
+                digest(&[comment.as_bytes(), text.as_bytes()])
             ),
-            LifecycleChange::Dismissal { review_updated_at } => {
-                format!("dismiss:{}", time_token(*review_updated_at))
+            LifecycleChange::Dismissal {
+                review,
+                review_updated_at,
+            } => {
+                format!("dismiss:{review}:{}", time_token(*review_updated_at))
             }
-            LifecycleChange::ThreadResolved { resolved_at } => {
-                format!("resolve:{}", time_token(*resolved_at))
+            LifecycleChange::ThreadResolved {
+                thread,
+                resolved_at,
+            } => {
+                format!("resolve:{thread}:{}", time_token(*resolved_at))
             }
             LifecycleChange::ChecksCompleted { item, head, runs } => format!(
                 "checks:{}",
@@ -320,10 +336,15 @@ mod tests {
             key(LifecycleChange::Close { closed_at: at(5) }),
             key(LifecycleChange::Merge { merged_at: at(5) }),
             key(LifecycleChange::Dismissal {
+                review: "r",
                 review_updated_at: at(5),
             }),
-            key(LifecycleChange::ThreadResolved { resolved_at: at(5) }),
+            key(LifecycleChange::ThreadResolved {
+                thread: "t",
+                resolved_at: at(5),
+            }),
             key(LifecycleChange::CommentEdit {
+                comment: "c",
                 updated_at: at(5),
                 text: "",
             }),
@@ -366,14 +387,43 @@ mod tests {
     #[test]
     fn two_comment_edits_in_one_second_are_two_edits() {
         let first = key(LifecycleChange::CommentEdit {
+            comment: "c",
             updated_at: at(5),
             text: "one",
         });
         let second = key(LifecycleChange::CommentEdit {
+            comment: "c",
             updated_at: at(5),
             text: "two",
         });
         assert_ne!(first, second);
+    }
+
+    #[test]
+    fn the_same_change_of_two_comments_reviews_or_threads_is_two_changes() {
+        let edit = |comment| {
+            key(LifecycleChange::CommentEdit {
+                comment,
+                updated_at: at(5),
+                text: "same",
+            })
+        };
+        assert_ne!(edit("1"), edit("2"));
+        let dismissal = |review| {
+            key(LifecycleChange::Dismissal {
+                review,
+                review_updated_at: at(5),
+            })
+        };
+        assert_ne!(dismissal("1"), dismissal("2"));
+        let resolution = |thread| {
+            key(LifecycleChange::ThreadResolved {
+                thread,
+                resolved_at: at(5),
+            })
+        };
+        assert_ne!(resolution("a"), resolution("b"));
+        assert_eq!(resolution("a"), resolution("a"));
     }
 
     #[test]
@@ -479,6 +529,7 @@ mod tests {
         let name = ItemEventName::CommentEdited;
         for text in ["one", "two"] {
             let k = key(LifecycleChange::CommentEdit {
+                comment: "c",
                 updated_at: at(5),
                 text,
             });
@@ -542,7 +593,11 @@ mod tests {
                 if forward::by_updated_at(stored, updated_at) == Freshness::Apply {
                     row.comment = Some((updated_at, text.clone()));
                 }
-                let k = key(LifecycleChange::CommentEdit { updated_at, text });
+                let k = key(LifecycleChange::CommentEdit {
+                    comment: "c",
+                    updated_at,
+                    text,
+                });
                 ledger.record(&1, ItemEventName::CommentEdited, Some(&k), updated_at);
             }
             Update::Push { index } => {

@@ -99,8 +99,10 @@ fn occurred_at(change: &LifecycleChange<'_>) -> Option<OffsetDateTime> {
         C::Close { closed_at } => Some(*closed_at),
         C::Merge { merged_at } => Some(*merged_at),
         C::CommentEdit { updated_at, .. } => Some(*updated_at),
-        C::Dismissal { review_updated_at } => Some(*review_updated_at),
-        C::ThreadResolved { resolved_at } => Some(*resolved_at),
+        C::Dismissal {
+            review_updated_at, ..
+        } => Some(*review_updated_at),
+        C::ThreadResolved { resolved_at, .. } => Some(*resolved_at),
         C::Push { .. } | C::ChecksCompleted { .. } => None,
     }
 }

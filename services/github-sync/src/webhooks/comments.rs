@@ -79,6 +79,7 @@ pub(super) async fn record_edit(
     txn: &mut sqlx::PgConnection,
     item: &Item,
     stored: StoredComment,
+    comment_id: i64,
     updated_at: OffsetDateTime,
     text: &str,
     version: OffsetDateTime,
@@ -86,7 +87,12 @@ pub(super) async fn record_edit(
     if stored == StoredComment::Deleted {
         return Ok(false);
     }
-    let change = LifecycleChange::CommentEdit { updated_at, text };
+    let comment = comment_id.to_string();
+    let change = LifecycleChange::CommentEdit {
+        comment: &comment,
+        updated_at,
+        text,
+    };
     events::record(txn, item, &change, version, Origin::Webhook).await
 }
 
@@ -198,7 +204,7 @@ pub async fn issue_comment(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome,
         CommentAction::Edited => {
             let text = c.body.as_deref().unwrap_or_default();
             let version = event.issue.updated_at;
-            record_edit(&mut txn, &item, stored, c.updated_at, text, version).await?
+            record_edit(&mut txn, &item, stored, c.id, c.updated_at, text, version).await?
         }
         CommentAction::Created | CommentAction::Deleted => false,
     };

@@ -180,7 +180,9 @@ pub async fn review(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, Webhoo
     .await?;
     if dismissed {
         // The dismissal's identity is the updated_at the review stores for it.
+        let review = r.id.to_string();
         let change = LifecycleChange::Dismissal {
+            review: &review,
             review_updated_at: updated_at,
         };
         let version = event.pull_request.updated_at;
@@ -227,7 +229,7 @@ pub async fn review_comment(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome
         CommentAction::Edited => {
             let text = c.body.as_deref().unwrap_or_default();
             let version = event.pull_request.updated_at;
-            record_edit(&mut txn, &item, stored, c.updated_at, text, version).await?
+            record_edit(&mut txn, &item, stored, c.id, c.updated_at, text, version).await?
         }
         CommentAction::Created | CommentAction::Deleted => false,
     };
@@ -427,6 +429,7 @@ pub async fn thread(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, Webhoo
     }
     if newly_resolved {
         let change = LifecycleChange::ThreadResolved {
+            thread: &event.thread.node_id,
             resolved_at: received_at,
         };
         let version = event.pull_request.updated_at;

@@ -276,7 +276,10 @@ async fn a_dismissal_is_final_and_recorded_once() -> Result<()> {
         Some("DISMISSED".into()),
         "a dismissed review stays dismissed"
     );
-    let key = format!("dismiss:{}", dismissed.updated_at.unix_timestamp_nanos());
+    let key = format!(
+        "dismiss:7001:{}",
+        dismissed.updated_at.unix_timestamp_nanos()
+    );
     assert_eq!(
         text(
             &s,
