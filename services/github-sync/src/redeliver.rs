@@ -77,6 +77,16 @@ pub async fn run_pass(
         .all(db)
         .await?;
     let pool = db.get_postgres_connection_pool();
+    // Records of events older than the window (plus a day for clock skew) can never be asked
+    // for again: they only guarded against asking twice, so they go.
+    let pruned = sqlx::query("DELETE FROM github_redelivery WHERE delivered_at < $1")
+        .bind(now - WINDOW - time::Duration::DAY)
+        .execute(pool)
+        .await?
+        .rows_affected();
+    if pruned > 0 {
+        tracing::debug!(pruned, "old redelivery records removed");
+    }
     let mut summary = PassSummary::default();
     for conn in &conns {
         if cancel.is_cancelled() {

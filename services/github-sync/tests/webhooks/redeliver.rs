@@ -102,6 +102,15 @@ async fn recent_failed_deliveries_are_redelivered_once_and_old_or_delivered_ones
     );
     assert_eq!(mirrored(&s, "retried").await?, 1);
 
+    // The record of an event redelivered long ago: past the window, it is pruned.
+    sqlx::query(
+        "INSERT INTO github_redelivery (connection_id, delivery_id, guid, event, delivered_at)
+         VALUES ($1, 1, 'long-done', 'issues', now() - interval '3 days')",
+    )
+    .bind(s.conn.parse::<uuid::Uuid>()?)
+    .execute(&s.pool)
+    .await?;
+
     // A replica with the redelivery schedule (every second) joins.
     let mut config = testkit::github_sync_config(s.env.common_args());
     config.redeliver_cron = "* * * * * *".to_owned();
