@@ -13,6 +13,7 @@ mod m0006_github_live;
 mod m0007_sync_job_passes;
 mod m0008_github_item_native_id;
 mod m0009_github_comment_events;
+mod m0010_head_check_state;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -79,6 +80,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0009_github_comment_events",
                 up: m0009_github_comment_events::UP,
+            }),
+            Box::new(Sql {
+                name: "m0010_head_check_state",
+                up: m0010_head_check_state::UP,
             }),
         ]
     }

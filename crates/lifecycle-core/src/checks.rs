@@ -230,6 +230,21 @@ pub fn assess_runs(read: CommitChecksRead, own_app_id: Option<u64>) -> RunList {
     RunList { runs, limitations }
 }
 
+/// The head's check state from a GitHub read: a suite awaiting a maintainer's approval keeps it
+/// pending (GitHub may still roll that head up as success); otherwise the rollup decides, and a
+/// head without a rollup has none.
+pub fn github_check_state(rollup: Option<Rollup>, list: &RunList) -> CheckState {
+    if list.limitations.contains(&Limitation::AwaitingApproval) {
+        return CheckState::Pending;
+    }
+    match rollup {
+        None => CheckState::None,
+        Some(Rollup::Success) => CheckState::Success,
+        Some(Rollup::Failure | Rollup::Error) => CheckState::Failure,
+        Some(Rollup::Pending | Rollup::Expected) => CheckState::Pending,
+    }
+}
+
 /// At most this many runs are stored.
 pub const MAX_STORED_RUNS: usize = 200;
 /// Run names are cut to this many characters.
@@ -398,6 +413,35 @@ mod tests {
             rollup,
             suites,
         }
+    }
+
+    #[test]
+    fn an_awaiting_approval_suite_keeps_the_head_pending_whatever_the_rollup() {
+        let waiting = RunList {
+            runs: Vec::new(),
+            limitations: vec![Limitation::AwaitingApproval],
+        };
+        let settled = RunList {
+            runs: Vec::new(),
+            limitations: Vec::new(),
+        };
+        assert_eq!(
+            github_check_state(Some(Rollup::Success), &waiting),
+            CheckState::Pending
+        );
+        assert_eq!(
+            github_check_state(Some(Rollup::Success), &settled),
+            CheckState::Success
+        );
+        assert_eq!(
+            github_check_state(Some(Rollup::Error), &settled),
+            CheckState::Failure
+        );
+        assert_eq!(
+            github_check_state(Some(Rollup::Expected), &settled),
+            CheckState::Pending
+        );
+        assert_eq!(github_check_state(None, &settled), CheckState::None);
     }
 
     #[test]

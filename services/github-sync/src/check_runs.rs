@@ -5,7 +5,8 @@
 //! under the digest of the settled runs. Both the webhook path and the scheduled re-read use it.
 
 use lifecycle_core::checks::{
-    RunList, RunReadOutcome, StoredRun, StoredRuns, apply_run_read, assess_runs,
+    CheckState, RunList, RunReadOutcome, StoredRun, StoredRuns, apply_run_read, assess_runs,
+    github_check_state,
 };
 use lifecycle_core::source_key::LifecycleChange;
 use serde::{Deserialize, Serialize};
@@ -83,10 +84,12 @@ pub async fn read_and_apply(
         }
     };
     metrics::counter!("github_check_run_reads_total", "outcome" => "read").increment(1);
+    let rollup = read.rollup;
     let list = assess_runs(read, source.own_app_id());
+    let state = state_text(github_check_state(rollup, &list));
     let mut applied = Applied::default();
     for id in pull_requests {
-        let (stored, recorded) = apply(pool, *id, sha, read_at, &list, origin).await?;
+        let (stored, recorded) = apply(pool, *id, sha, read_at, &list, state, origin).await?;
         applied.stored += usize::from(stored);
         applied.completions += usize::from(recorded);
     }
@@ -112,6 +115,7 @@ async fn apply(
     sha: &str,
     read_at: OffsetDateTime,
     list: &RunList,
+    state: &str,
     origin: Origin,
 ) -> Result<(bool, bool), sqlx::Error> {
     let mut txn = pool.begin().await?;
@@ -165,7 +169,8 @@ async fn apply(
     sqlx::query(
         "UPDATE pull_request
             SET head_check_runs = $2, head_check_runs_sha = $3, head_check_runs_read_at = $4,
-                head_check_runs_changed_at = $5, head_check_runs_finished = $6
+                head_check_runs_changed_at = $5, head_check_runs_finished = $6,
+                head_check_state = $7
           WHERE id = $1",
     )
     .bind(pull_request_id)
@@ -174,6 +179,7 @@ async fn apply(
     .bind(stored.read_at)
     .bind(stored.changed_at)
     .bind(stored.finished)
+    .bind(state)
     .execute(&mut *txn)
     .await?;
     let recorded = match list.settled().filter(|_| completed) {
@@ -201,6 +207,18 @@ async fn apply(
     };
     txn.commit().await?;
     Ok((true, recorded))
+}
+
+/// The check state as stored.
+fn state_text(state: CheckState) -> &'static str {
+    match state {
+        CheckState::Success => "success",
+        CheckState::Failure => "failure",
+        CheckState::Pending => "pending",
+        CheckState::Skipped => "skipped",
+        CheckState::NoPipeline => "no_pipeline",
+        CheckState::None => "none",
+    }
 }
 
 /// The open pull requests of a repository whose head is `sha`.

@@ -138,6 +138,12 @@ async fn a_completed_suite_with_every_run_ended_records_one_completion_and_a_rep
     let (sha, finished, runs) = head.stored().await?;
     assert_eq!(sha.as_deref(), Some(head.sha.as_str()));
     assert_eq!(finished, Some(true));
+    assert_eq!(
+        head.stack
+            .count("SELECT count(*) FROM pull_request WHERE head_check_state = 'success'")
+            .await?,
+        1
+    );
     let runs = runs.expect("runs stored");
     assert_eq!(runs.as_array().map(Vec::len), Some(2));
     assert_eq!(
@@ -237,6 +243,13 @@ async fn an_awaiting_approval_suite_keeps_the_list_incomplete() -> Result<()> {
         "the read is stored"
     );
     assert_eq!(finished, Some(false));
+    // The simulator's rollup reads success; the waiting suite keeps the head pending.
+    assert_eq!(
+        head.stack
+            .count("SELECT count(*) FROM pull_request WHERE head_check_state = 'pending'")
+            .await?,
+        1
+    );
     Ok(())
 }
 
