@@ -417,3 +417,17 @@ pub async fn replay<C: ConnectionTrait>(
         ))),
     }
 }
+
+/// The raw body a message carries by reference (`Forgesync-Body-Ref`); `None` once retention or
+/// erasure removed it. Consumers read it here, beside the code that stores it.
+pub async fn stored_body(
+    pool: &sqlx::PgPool,
+    message_id: Uuid,
+) -> Result<Option<Vec<u8>>, sqlx::Error> {
+    let row: Option<(Vec<u8>,)> =
+        sqlx::query_as("SELECT body FROM inbound_message_body WHERE message_id = $1")
+            .bind(message_id)
+            .fetch_optional(pool)
+            .await?;
+    Ok(row.map(|(body,)| body))
+}

@@ -51,7 +51,7 @@ pub struct MirroredIssue {
 
 /// `'active', 'suspended'`: the stored statuses whose connections authorise reads (the rule
 /// itself is `ConnectionState::authorises_reads`). Literals of a closed enum, safe in SQL.
-fn reading_statuses() -> String {
+pub fn reading_statuses() -> String {
     ConnectionStatus::iter()
         .filter(|s| ConnectionState::from(*s).authorises_reads())
         .map(|s| format!("'{}'", s.to_value()))

@@ -127,6 +127,12 @@ pub async fn workspaces_in_scope(
     Ok(rows.into_iter().map(|(id,)| id).collect())
 }
 
+/// A timestamp as the events' readers expect it (RFC 3339), never serde's tuple form.
+fn rfc3339(at: OffsetDateTime) -> String {
+    at.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| at.unix_timestamp().to_string())
+}
+
 /// Records `change` of `item` at `version`, inside the writer's transaction. Returns whether it
 /// was new: a second report of the same change (same source key) or a second event of the same
 /// name at the same version records nothing, adds no activity and publishes nothing.
@@ -198,8 +204,8 @@ pub async fn record(
             }, "id": item.id },
             "repository_id": item.repository_id,
             "source_key": key.as_str(),
-            "version": version,
-            "occurred_at": occurred,
+            "version": rfc3339(version),
+            "occurred_at": occurred.map(rfc3339),
             "origin": origin.as_str(),
         });
         let message = OutboxMessage::json(

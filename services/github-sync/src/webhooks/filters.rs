@@ -21,13 +21,15 @@ pub const OWNER_LEVEL: &str = "github.*.?.>";
 /// The repository-level filters of every monitor of an active or suspended GitHub connection
 /// (owner-level subjects excluded: the owner consumer takes those).
 pub async fn repository_filters(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
-    let rows: Vec<(String, String)> = sqlx::query_as(
+    let sql = format!(
         "SELECT DISTINCT m.owner, m.name FROM repository_to_monitor m
            JOIN connection c ON c.id = m.connection_id
-          WHERE c.kind = 'github' AND c.status IN ('active', 'suspended')",
-    )
-    .fetch_all(pool)
-    .await?;
+          WHERE c.kind = 'github' AND c.status IN ({})",
+        store::scm_scope::reading_statuses()
+    );
+    let rows: Vec<(String, String)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .fetch_all(pool)
+        .await?;
     let monitors: Vec<Monitor> = rows
         .into_iter()
         .map(|(owner, repo)| Monitor::GithubRepository { owner, repo })

@@ -113,19 +113,14 @@ impl Readers {
 }
 
 /// The delivery's body: inline, or by reference to the stored raw body (`None`: erased).
-async fn body(pool: &PgPool, delivery: &Delivery) -> Result<Option<Vec<u8>>, sqlx::Error> {
+async fn body(pool: &PgPool, delivery: &Delivery) -> Result<Option<Vec<u8>>, WebhookError> {
     let Some(reference) = delivery.header(store::headers::BODY_REF) else {
         return Ok(Some(delivery.payload().to_vec()));
     };
-    let Ok(message_id) = reference.parse::<Uuid>() else {
-        return Ok(None);
-    };
-    let row: Option<(Vec<u8>,)> =
-        sqlx::query_as("SELECT body FROM inbound_message_body WHERE message_id = $1")
-            .bind(message_id)
-            .fetch_optional(pool)
-            .await?;
-    Ok(row.map(|(b,)| b))
+    let message_id = reference
+        .parse::<Uuid>()
+        .map_err(|_| WebhookError::Invalid(format!("malformed body reference {reference:?}")))?;
+    Ok(store::inbound::stored_body(pool, message_id).await?)
 }
 
 async fn provider_instance(

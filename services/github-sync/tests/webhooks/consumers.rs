@@ -58,6 +58,16 @@ async fn filters_follow_the_monitors_so_a_newly_monitored_repository_is_consumed
             .await?,
         1
     );
+    // The event's message dates it in RFC 3339.
+    let version: Option<String> = sqlx::query_scalar(
+        "SELECT convert_from(payload, 'UTF8')::jsonb ->> 'version' FROM outbox
+          WHERE subject LIKE 'events.%'",
+    )
+    .fetch_one(&s.pool)
+    .await?;
+    let version = version.expect("the event names its version");
+    time::OffsetDateTime::parse(&version, &time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|e| panic!("version {version:?} is not RFC 3339: {e}"));
     Ok(())
 }
 
