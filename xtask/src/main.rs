@@ -15,6 +15,7 @@ mod pypi;
 mod schema;
 mod signals;
 mod stack;
+mod webhook_schema;
 
 use std::ffi::OsString;
 use std::process::Command;
@@ -64,7 +65,8 @@ enum Task {
         /// Which vendor's contract.
         vendor: Vendor,
         /// The raw schema: a file path or an http(s) URL (fetched with curl). Defaults to the
-        /// shared vendor copy.
+        /// shared vendor copy for `github`, and to `npm pack` of the pinned package version for
+        /// `github-webhooks` (whose FILE or URL may be that package's `.tgz` or its `schema.json`).
         #[arg(long, value_name = "FILE|URL")]
         from: Option<String>,
     },
@@ -97,7 +99,11 @@ impl BenchTarget {
 /// Vendors whose contract `cargo xtask schema` can refresh.
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum Vendor {
+    /// GitHub's GraphQL schema, pruned to our query documents: `schemas/github.graphql`.
     Github,
+    /// GitHub's webhook payload schemas (`@octokit/webhooks-schemas` on npm), pruned to the
+    /// payloads the simulator sends: `schemas/github-webhooks.json`.
+    GithubWebhooks,
 }
 
 fn main() {
@@ -122,6 +128,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Task::Schema { vendor, from } => {
             match vendor {
                 Vendor::Github => schema::refresh_github(&layout, from.as_deref())?,
+                Vendor::GithubWebhooks => webhook_schema::refresh(&layout, from.as_deref())?,
             }
             Ok(0)
         }
