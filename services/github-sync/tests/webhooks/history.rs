@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use anyhow::Result;
 use futures::StreamExt as _;
-use serde_json::Value;
 use time::OffsetDateTime;
 use vendor_sim::github::webhook::{self, Delivery};
 use vendor_sim::github::{
@@ -39,18 +38,18 @@ struct Change {
     event: Option<&'static str>,
 }
 
+/// `push` names the head before a `synchronize` (the pull request holds the new one).
 fn pull_request_delivery(
     m: &Model,
     repo: &Repository,
     pr: &PullRequest,
     action: &str,
-    push: Option<(&str, &str)>,
+    push: Option<&str>,
 ) -> Delivery {
-    let mut payload = webhook::pull_request_payload(m, action, repo, pr);
-    if let Some((before, after)) = push {
-        payload["before"] = Value::from(before);
-        payload["after"] = Value::from(after);
-    }
+    let payload = match push {
+        Some(before) => webhook::pull_request_synchronize_payload(m, repo, pr, before),
+        None => webhook::pull_request_payload(m, action, repo, pr),
+    };
     let mut delivery = Delivery::new("pull_request", &payload);
     delivery.hook_id = HOOK_ID;
     delivery
@@ -144,7 +143,7 @@ fn script(s: &LiveStack, repo_id: u64, changes: usize, seed: u64) -> Vec<Change>
                 &repo,
                 &pr,
                 wire_action,
-                push.as_deref().map(|after| (before.as_str(), after)),
+                push.is_some().then_some(before.as_str()),
             );
             let event = match action {
                 "synchronize" => Some("scm.pull_request.synchronized"),

@@ -9,7 +9,10 @@
 use serde_json::{Value as Json, json};
 use time::OffsetDateTime;
 
-use super::{account_json, author_json, envelope, issue_json, pull_request_json, time_json};
+use super::{
+    API, author_json, envelope, issue_json, pull_request_json, reactions_json,
+    simple_pull_request_json, time_json, user_json,
+};
 use crate::github::model::{self, Issue, Model, OwnerKind, PullRequest, Repository};
 
 /// A conversation comment of an issue or a pull request.
@@ -22,10 +25,10 @@ pub struct Comment {
     pub updated_at: OffsetDateTime,
 }
 
-/// A review's state as REST writes it.
+/// A review's state as REST writes it. A pending review is sent in no webhook: GitHub announces
+/// a review when it is submitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReviewState {
-    Pending,
     Commented,
     Approved,
     ChangesRequested,
@@ -35,7 +38,6 @@ pub enum ReviewState {
 impl ReviewState {
     fn as_str(self) -> &'static str {
         match self {
-            ReviewState::Pending => "pending",
             ReviewState::Commented => "commented",
             ReviewState::Approved => "approved",
             ReviewState::ChangesRequested => "changes_requested",
@@ -44,7 +46,8 @@ impl ReviewState {
     }
 }
 
-/// A pull request review.
+/// A pull request review. GitHub's review object has no `updated_at`: a review is dated by its
+/// submission, whatever happens to it later.
 #[derive(Debug, Clone)]
 pub struct Review {
     pub id: u64,
@@ -53,7 +56,6 @@ pub struct Review {
     pub state: ReviewState,
     pub commit_id: String,
     pub submitted_at: Option<OffsetDateTime>,
-    pub updated_at: OffsetDateTime,
 }
 
 /// A review comment on a line of the diff.
@@ -114,18 +116,12 @@ fn team_json(owner: &str, slug: &str) -> Json {
     })
 }
 
-/// The pull request object with its review request lists.
-fn pull_request_with(
-    model: &Model,
-    repo: &Repository,
-    pr: &PullRequest,
-    reviewers: &Reviewers,
-) -> Json {
-    let mut body = pull_request_json(model, repo, pr);
+/// A pull request object (full or simple) with its review request lists.
+fn with_reviewers(mut body: Json, repo: &Repository, reviewers: &Reviewers) -> Json {
     body["requested_reviewers"] = reviewers
         .users
         .iter()
-        .map(|u| account_json(u, OwnerKind::User))
+        .map(|u| user_json(u, OwnerKind::User))
         .collect();
     body["requested_teams"] = reviewers
         .teams
@@ -141,9 +137,14 @@ fn pull_request_issue_json(repo: &Repository, pr: &PullRequest) -> Json {
     let full_name = repo.name_with_owner();
     let n = pr.number;
     let closed = pr.state != model::PullRequestState::Open;
+    let url = format!("{API}/repos/{full_name}/issues/{n}");
     json!({
-        "url": format!("https://api.github.com/repos/{full_name}/issues/{n}"),
-        "repository_url": format!("https://api.github.com/repos/{full_name}"),
+        "url": url,
+        "repository_url": format!("{API}/repos/{full_name}"),
+        "labels_url": format!("{url}/labels{{/name}}"),
+        "comments_url": format!("{url}/comments"),
+        "events_url": format!("{url}/events"),
+        "timeline_url": format!("{url}/timeline"),
         "html_url": format!("https://github.com/{full_name}/pull/{n}"),
         // GitHub numbers a pull request's issue separately from the pull request.
         "id": pr.database_id ^ 0x5a5a_5a5a,
@@ -153,7 +154,9 @@ fn pull_request_issue_json(repo: &Repository, pr: &PullRequest) -> Json {
         "user": author_json(pr.author.as_deref()),
         "labels": [],
         "state": if closed { "closed" } else { "open" },
+        "state_reason": null,
         "locked": pr.locked,
+        "active_lock_reason": super::lock_reason_json(pr.active_lock_reason),
         "assignee": null,
         "assignees": [],
         "milestone": null,
@@ -171,6 +174,8 @@ fn pull_request_issue_json(repo: &Repository, pr: &PullRequest) -> Json {
             "merged_at": time_json(pr.merged_at),
         },
         "body": if pr.body.is_empty() { Json::Null } else { json!(pr.body) },
+        "reactions": reactions_json(format!("{url}/reactions")),
+        "performed_via_github_app": null,
     })
 }
 
@@ -178,18 +183,19 @@ fn pull_request_issue_json(repo: &Repository, pr: &PullRequest) -> Json {
 fn comment_json(repo: &Repository, number: u64, is_pull: bool, comment: &Comment) -> Json {
     let full_name = repo.name_with_owner();
     let page = if is_pull { "pull" } else { "issues" };
+    let url = format!("{API}/repos/{full_name}/issues/comments/{}", comment.id);
     json!({
-        "url": format!("https://api.github.com/repos/{full_name}/issues/comments/{}", comment.id),
+        "url": url,
         "html_url": format!("https://github.com/{full_name}/{page}/{number}#issuecomment-{}", comment.id),
         "issue_url": format!("https://api.github.com/repos/{full_name}/issues/{number}"),
         "id": comment.id,
         "node_id": model::encode_node_id("IC", comment.id),
-        "user": account_json(&comment.author, OwnerKind::User),
+        "user": user_json(&comment.author, OwnerKind::User),
         "created_at": model::format_time(comment.created_at),
         "updated_at": model::format_time(comment.updated_at),
         "author_association": "CONTRIBUTOR",
         "body": comment.body,
-        "reactions": { "total_count": 0 },
+        "reactions": reactions_json(format!("{url}/reactions")),
         "performed_via_github_app": null,
     })
 }
@@ -198,8 +204,14 @@ fn comment_json(repo: &Repository, number: u64, is_pull: bool, comment: &Comment
 fn review_comment_json(repo: &Repository, pr: &PullRequest, c: &ReviewComment) -> Json {
     let full_name = repo.name_with_owner();
     let n = pr.number;
+    let url = format!("{API}/repos/{full_name}/pulls/comments/{}", c.id);
+    let html_url = format!(
+        "https://github.com/{full_name}/pull/{n}#discussion_r{}",
+        c.id
+    );
+    let pull_request_url = format!("{API}/repos/{full_name}/pulls/{n}");
     let mut body = json!({
-        "url": format!("https://api.github.com/repos/{full_name}/pulls/comments/{}", c.id),
+        "url": url,
         "pull_request_review_id": c.review_id,
         "id": c.id,
         "node_id": model::encode_node_id("PRRC", c.id),
@@ -209,13 +221,18 @@ fn review_comment_json(repo: &Repository, pr: &PullRequest, c: &ReviewComment) -
         "original_position": c.line,
         "commit_id": c.commit_id,
         "original_commit_id": c.commit_id,
-        "user": account_json(&c.author, OwnerKind::User),
+        "user": user_json(&c.author, OwnerKind::User),
         "body": c.body,
         "created_at": model::format_time(c.created_at),
         "updated_at": model::format_time(c.updated_at),
-        "html_url": format!("https://github.com/{full_name}/pull/{n}#discussion_r{}", c.id),
-        "pull_request_url": format!("https://api.github.com/repos/{full_name}/pulls/{n}"),
+        "html_url": html_url,
+        "pull_request_url": pull_request_url,
         "author_association": "CONTRIBUTOR",
+        "_links": {
+            "self": { "href": url },
+            "html": { "href": html_url },
+            "pull_request": { "href": pull_request_url },
+        },
         "start_line": null,
         "original_start_line": null,
         "start_side": null,
@@ -223,6 +240,7 @@ fn review_comment_json(repo: &Repository, pr: &PullRequest, c: &ReviewComment) -
         "original_line": c.line,
         "side": "RIGHT",
         "subject_type": "line",
+        "reactions": reactions_json(format!("{url}/reactions")),
     });
     if let Some(parent) = c.in_reply_to {
         body["in_reply_to_id"] = json!(parent);
@@ -269,15 +287,14 @@ pub fn pull_request_review_payload(
     let full_name = repo.name_with_owner();
     let n = pr.number;
     let mut body = envelope(model, action, repo, Some(&review.author));
-    body["pull_request"] = pull_request_with(model, repo, pr, &Reviewers::default());
+    body["pull_request"] = simple_pull_request_json(model, repo, pr);
     body["review"] = json!({
         "id": review.id,
         "node_id": model::encode_node_id("PRR", review.id),
-        "user": account_json(&review.author, OwnerKind::User),
+        "user": user_json(&review.author, OwnerKind::User),
         "body": if review.body.is_empty() { Json::Null } else { json!(review.body) },
         "commit_id": review.commit_id,
         "submitted_at": time_json(review.submitted_at),
-        "updated_at": model::format_time(review.updated_at),
         "state": review.state.as_str(),
         "html_url": format!("https://github.com/{full_name}/pull/{n}#pullrequestreview-{}", review.id),
         "pull_request_url": format!("https://api.github.com/repos/{full_name}/pulls/{n}"),
@@ -299,7 +316,7 @@ pub fn pull_request_review_comment_payload(
     comment: &ReviewComment,
 ) -> Json {
     let mut body = envelope(model, action, repo, Some(&comment.author));
-    body["pull_request"] = pull_request_with(model, repo, pr, &Reviewers::default());
+    body["pull_request"] = simple_pull_request_json(model, repo, pr);
     body["comment"] = review_comment_json(repo, pr, comment);
     body
 }
@@ -316,7 +333,7 @@ pub fn pull_request_review_thread_payload(
     sender: &str,
 ) -> Json {
     let mut body = envelope(model, action, repo, Some(sender));
-    body["pull_request"] = pull_request_with(model, repo, pr, &Reviewers::default());
+    body["pull_request"] = simple_pull_request_json(model, repo, pr);
     body["thread"] = json!({
         "node_id": thread_node_id,
         "comments": comments.iter().map(|c| review_comment_json(repo, pr, c)).collect::<Vec<_>>(),
@@ -336,10 +353,10 @@ pub fn review_request_payload(
 ) -> Json {
     let mut body = envelope(model, action, repo, pr.author.as_deref());
     body["number"] = json!(pr.number);
-    body["pull_request"] = pull_request_with(model, repo, pr, reviewers);
+    body["pull_request"] = with_reviewers(pull_request_json(model, repo, pr), repo, reviewers);
     match requested {
         Some(Requested::User(login)) => {
-            body["requested_reviewer"] = account_json(login, OwnerKind::User);
+            body["requested_reviewer"] = user_json(login, OwnerKind::User);
         }
         Some(Requested::Team(slug)) => {
             body["requested_team"] = team_json(&repo.owner, slug);
