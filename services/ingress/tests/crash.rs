@@ -174,25 +174,24 @@ fn delivery_id(n: usize) -> String {
     format!("crash-{n:05}")
 }
 
-/// A `push` payload in GitHub's shape, distinct per delivery (so body digests never collide).
+/// A `push` payload as GitHub sends it (the simulator's builder, checked against GitHub's
+/// published schema in vendor-sim), distinct per delivery (so body digests never collide).
 fn push_body(n: usize) -> Vec<u8> {
-    let after = format!("{:040x}", (n as u128 + 1) * 0x9e37_79b9);
-    serde_json::to_vec(&serde_json::json!({
-        "ref": "refs/heads/main",
-        "before": "0000000000000000000000000000000000000000",
-        "after": after,
-        "created": false,
-        "deleted": false,
-        "forced": false,
-        "compare": format!("https://github.com/acme/api/compare/{after}"),
-        "commits": [],
-        "head_commit": null,
-        "repository": {"id": 42, "name": "api", "full_name": "acme/api", "private": true,
-            "owner": {"login": "acme", "id": 9, "type": "Organization"}},
-        "pusher": {"name": "octocat", "email": "octocat@example.com"},
-        "sender": {"login": "octocat", "id": 1, "type": "User"}
-    }))
-    .expect("a JSON body")
+    use vendor_sim::github::Model;
+    use vendor_sim::github::webhook::{Push, push_payload};
+    let mut m = Model::new();
+    let repo = m.add_repository(None, "acme", "api");
+    let at = m.tick();
+    let push = Push {
+        branch: "main".into(),
+        before: format!("{:040x}", n as u128 * 0x9e37_79b9),
+        after: format!("{:040x}", (n as u128 + 1) * 0x9e37_79b9),
+        pusher: "octocat".into(),
+        message: format!("Change {n}"),
+        at,
+    };
+    let payload = push_payload(&m, m.repository(repo).expect("just added"), &push);
+    serde_json::to_vec(&payload).expect("a JSON body")
 }
 
 /// How one delivery ended from the vendor's side.

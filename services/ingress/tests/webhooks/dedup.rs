@@ -5,11 +5,10 @@ use anyhow::Result;
 use bus::Stream;
 use reqwest::StatusCode;
 use sea_orm::ConnectionTrait as _;
-use serde_json::json;
 use store::entity::ConnectionKind;
 use store::entity::inbound_endpoint::Registration;
 
-use crate::support::{Harness, count, sign};
+use crate::support::{Harness, count, github_push as body, sign};
 
 const SECRET: &str = "gh-webhook-secret";
 
@@ -25,22 +24,13 @@ fn push(delivery: &str, body: &[u8]) -> Vec<(&'static str, String)> {
     ]
 }
 
-fn body(after: &str) -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "ref": "refs/heads/main", "before": "000", "after": after,
-        "repository": {"id": 1, "name": "api", "owner": {"login": "acme", "name": "acme"}},
-        "pusher": {"name": "octocat"}, "sender": {"login": "octocat"}, "commits": []
-    }))
-    .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_concurrent_copies_make_one_message_and_one_stream_entry() -> Result<()> {
     let h = Harness::start().await?;
     let conn = h.connection(ConnectionKind::Github, None).await?;
     h.endpoint(&conn, Registration::Operator, Some("77"), None, SECRET)
         .await?;
-    let b = body("111");
+    let b = body(111);
     let hs = push("same-delivery", &b);
     let sends = (0..5).map(|_| h.post("/webhooks/github", &hs, b.clone()));
     for r in futures::future::join_all(sends).await {
@@ -59,13 +49,13 @@ async fn redelivery_changes_nothing_by_event_id_or_by_body_digest() -> Result<()
     h.endpoint(&conn, Registration::Operator, Some("77"), None, SECRET)
         .await?;
     let (s, _) = h
-        .post("/webhooks/github", &push("d-1", &body("1")), body("1"))
+        .post("/webhooks/github", &push("d-1", &body(1)), body(1))
         .await?;
     assert_eq!(s, StatusCode::OK);
 
     // Same delivery id, even with another body: recognised forever.
     let (s, text) = h
-        .post("/webhooks/github", &push("d-1", &body("2")), body("2"))
+        .post("/webhooks/github", &push("d-1", &body(2)), body(2))
         .await?;
     assert_eq!(
         (s, text.contains("duplicate")),
@@ -74,7 +64,7 @@ async fn redelivery_changes_nothing_by_event_id_or_by_body_digest() -> Result<()
     );
     // Same body under a new id: recognised by its digest.
     let (s, text) = h
-        .post("/webhooks/github", &push("d-9", &body("1")), body("1"))
+        .post("/webhooks/github", &push("d-9", &body(1)), body(1))
         .await?;
     assert_eq!(
         (s, text.contains("duplicate")),
@@ -91,7 +81,7 @@ async fn redelivery_changes_nothing_by_event_id_or_by_body_digest() -> Result<()
         .execute_unprepared("UPDATE dedup_key SET expires_at = now() - interval '1 second' WHERE expires_at IS NOT NULL")
         .await?;
     let (s, text) = h
-        .post("/webhooks/github", &push("d-9", &body("1")), body("1"))
+        .post("/webhooks/github", &push("d-9", &body(1)), body(1))
         .await?;
     assert_eq!(
         (s, text.contains("accepted")),
@@ -99,7 +89,7 @@ async fn redelivery_changes_nothing_by_event_id_or_by_body_digest() -> Result<()
         "{text}"
     );
     let (s, text) = h
-        .post("/webhooks/github", &push("d-1", &body("3")), body("3"))
+        .post("/webhooks/github", &push("d-1", &body(3)), body(3))
         .await?;
     assert_eq!(
         (s, text.contains("duplicate")),

@@ -9,12 +9,11 @@ use bus::Stream;
 use bus::relay::{Relay, RelayConfig};
 use reqwest::StatusCode;
 use sea_orm::{ConnectionTrait as _, TransactionTrait as _};
-use serde_json::json;
 use store::entity::ConnectionKind;
 use store::entity::inbound_endpoint::Registration;
 use store::inbound::{Dedup, EndpointIds, NewMessage, Recorded};
 
-use crate::support::{Harness, count, sign};
+use crate::support::{Harness, count, github_push, sign};
 
 fn new_message(ep: EndpointIds, event_id: &str, retention: Duration) -> NewMessage {
     NewMessage {
@@ -126,8 +125,7 @@ async fn a_delivery_that_cannot_be_stored_is_503() -> Result<()> {
     let conn = h.connection(ConnectionKind::Github, None).await?;
     h.endpoint(&conn, Registration::Operator, Some("7"), None, "s")
         .await?;
-    let body =
-        serde_json::to_vec(&json!({"repository": {"name": "api", "owner": {"login": "acme"}}}))?;
+    let body = github_push(1);
     let headers = vec![
         ("X-GitHub-Event", "push".to_owned()),
         ("X-GitHub-Delivery", "d".to_owned()),

@@ -4,26 +4,51 @@ use anyhow::Result;
 use bus::Stream;
 use reqwest::StatusCode;
 use sea_orm::ConnectionTrait as _;
-use serde_json::json;
 use store::entity::ConnectionKind;
 use store::entity::inbound_endpoint::Registration;
+use vendor_sim::github::webhook;
+use vendor_sim::github::{Model, NewPullRequest, RepoId};
 
 use crate::support::{Harness, assert_refused, count, sign};
 
 const SECRET: &str = "gh-webhook-secret";
 
-/// A `pull_request` payload in GitHub's shape (trimmed to the fields routing reads and a few more).
+/// `Acme/<name>`, an organization's installed repository, as the simulator holds it.
+fn acme_repository(name: &str) -> (Model, RepoId) {
+    let mut m = Model::new();
+    let installation = m.add_installation("Acme");
+    let repo = m.add_repository(Some(installation), "Acme", name);
+    (m, repo)
+}
+
+/// A `pull_request.opened` payload as GitHub sends it (the simulator's builder, checked against
+/// GitHub's published schema in vendor-sim), of a repository whose name needs escaping in a
+/// subject.
 fn pull_request() -> serde_json::Value {
-    json!({
-        "action": "opened",
-        "number": 7,
-        "pull_request": {"id": 1001, "number": 7, "state": "open", "title": "Fix", "updated_at": "2026-01-02T03:04:05Z",
-            "user": {"login": "octocat", "id": 1}, "head": {"sha": "abc"}, "base": {"ref": "main"}},
-        "repository": {"id": 42, "name": "Socket.io", "full_name": "Acme/Socket.io", "private": false,
-            "owner": {"login": "Acme", "id": 9, "type": "Organization"}},
-        "organization": {"login": "Acme", "id": 9},
-        "sender": {"login": "octocat", "id": 1, "type": "User"}
-    })
+    let (mut m, repo) = acme_repository("Socket.io");
+    let pr = m
+        .add_pull_request(
+            repo,
+            NewPullRequest {
+                title: "Fix".into(),
+                author: Some("octocat".into()),
+                ..Default::default()
+            },
+        )
+        .expect("the repository exists");
+    webhook::pull_request_payload(&m, "opened", m.repository(repo).expect("added"), &pr)
+}
+
+/// A `repository.renamed` payload as GitHub sends it: `socket-io` became `Socket.io`.
+fn repository_renamed() -> serde_json::Value {
+    let (mut m, repo) = acme_repository("socket-io");
+    m.rename_repository(repo, "Socket.io");
+    webhook::repository_payload(
+        &m,
+        "renamed",
+        m.repository(repo).expect("added"),
+        Some(webhook::renamed_changes("socket-io")),
+    )
 }
 
 fn headers(event: &str, delivery: &str, body: &[u8], secret: &str) -> Vec<(&'static str, String)> {
@@ -88,9 +113,7 @@ async fn a_signed_delivery_is_stored_and_lands_once_on_its_subject() -> Result<(
     );
 
     // Repository lifecycle rides the owner level.
-    let mut repo = pull_request();
-    repo["action"] = json!("renamed");
-    let body = serde_json::to_vec(&repo)?;
+    let body = serde_json::to_vec(&repository_renamed())?;
     let (s, _) = h
         .post(
             "/webhooks/github",

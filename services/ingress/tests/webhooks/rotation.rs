@@ -5,16 +5,13 @@ use std::time::Duration;
 use anyhow::Result;
 use reqwest::StatusCode;
 use sea_orm::ConnectionTrait as _;
-use serde_json::json;
 use store::entity::ConnectionKind;
 use store::entity::inbound_endpoint::{self, Registration};
 
-use crate::support::{Harness, count, sign};
+use crate::support::{Harness, count, github_push, sign};
 
-fn push(n: u32, secret: &str) -> (Vec<(&'static str, String)>, Vec<u8>) {
-    let body = serde_json::to_vec(&json!({"ref": "refs/heads/main", "after": n.to_string(),
-        "repository": {"name": "api", "owner": {"login": "acme"}}}))
-    .unwrap();
+fn push(n: u64, secret: &str) -> (Vec<(&'static str, String)>, Vec<u8>) {
+    let body = github_push(n);
     (
         vec![
             ("X-GitHub-Event", "push".to_owned()),

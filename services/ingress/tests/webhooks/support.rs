@@ -175,6 +175,27 @@ pub fn sign(secret: &str, parts: &[&[u8]]) -> String {
     ingress::verify::sign_hex(secret.as_bytes(), parts)
 }
 
+/// A GitHub `push` body of `acme/api` as GitHub sends it (the simulator's builder, checked
+/// against GitHub's published schema in vendor-sim). The same `n` gives the same bytes, another
+/// `n` another pushed commit and so another body.
+pub fn github_push(n: u64) -> Vec<u8> {
+    use vendor_sim::github::Model;
+    use vendor_sim::github::webhook::{Push, push_payload};
+    let mut m = Model::new();
+    let repo = m.add_repository(None, "acme", "api");
+    let at = m.tick();
+    let push = Push {
+        branch: "main".into(),
+        before: format!("{:040x}", n.wrapping_mul(0x9e37_79b9)),
+        after: format!("{:040x}", (n + 1).wrapping_mul(0x9e37_79b9)),
+        pusher: "octocat".into(),
+        message: format!("Change {n}"),
+        at,
+    };
+    let payload = push_payload(&m, m.repository(repo).expect("just added"), &push);
+    serde_json::to_vec(&payload).expect("a JSON body")
+}
+
 pub fn now() -> i64 {
     time::OffsetDateTime::now_utc().unix_timestamp()
 }
