@@ -76,6 +76,8 @@ pub const ROOTS: &[&str] = &[
     "repository$renamed",
     "repository$transferred",
     "repository$unarchived",
+    "star$created",
+    "star$deleted",
     "status$event",
 ];
 

@@ -539,6 +539,16 @@ fn every_payload() -> Cases {
             ),
         );
 
+        // star
+        let starred_at = m.tick();
+        for at in [Some(starred_at), None] {
+            cases.add(
+                format!("star {at:?} ({owner})"),
+                "star",
+                webhook::star_payload(&m, &repo, "fan", at),
+            );
+        }
+
         // repository
         for (action, archived) in [
             ("created", false),

@@ -513,6 +513,23 @@ pub fn repository_payload(
     body
 }
 
+/// A `star` event: `created` when `starred_at` is given, `deleted` (unstarred) otherwise.
+pub fn star_payload(
+    model: &Model,
+    repo: &Repository,
+    stargazer: &str,
+    starred_at: Option<time::OffsetDateTime>,
+) -> Json {
+    let action = if starred_at.is_some() {
+        "created"
+    } else {
+        "deleted"
+    };
+    let mut body = envelope(model, action, repo, Some(stargazer));
+    body["starred_at"] = time_json(starred_at);
+    body
+}
+
 /// `changes` of a `repository.renamed` event.
 pub fn renamed_changes(old_name: &str) -> Json {
     json!({ "repository": { "name": { "from": old_name } } })

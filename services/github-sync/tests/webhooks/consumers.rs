@@ -82,8 +82,7 @@ async fn events_we_do_not_handle_and_unmonitored_repositories_are_acknowledged()
     let repo_id = s.repositories[0];
     let (star, stranger) = s.sim.model(|m| {
         let repo = m.repository(repo_id).unwrap().clone();
-        let mut star = webhook::repository_payload(m, "created", &repo, None);
-        star["starred_at"] = serde_json::Value::from("2024-01-01T00:00:00Z");
+        let star = webhook::star_payload(m, &repo, "fan", Some(vendor_sim::github::EPOCH));
         // A repository of the same owner that no monitor covers, with an issue.
         let other = m.add_repository(None, "acme", "stranger");
         let issue = m
