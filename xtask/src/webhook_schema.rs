@@ -130,12 +130,13 @@ fn obtain(work: &Path, from: Option<&str>) -> anyhow::Result<String> {
     if file.extension().is_some_and(|e| e == "tgz") {
         unpack(&file, work)
     } else {
+        let raw = read(&file)?;
         // A bare schema.json names no version: it is taken to be the pinned one.
         eprintln!(
             "xtask: note: recording {} as {PACKAGE} {VERSION}",
             file.display()
         );
-        read(&file)
+        Ok(raw)
     }
 }
 
@@ -182,7 +183,8 @@ fn unpack(tarball: &Path, work: &Path) -> anyhow::Result<String> {
     );
     let manifest: Value = serde_json::from_str(&read(&work.join("package/package.json"))?)
         .context("parsing the package's package.json")?;
-    let (name, version) = (&manifest["name"], &manifest["version"]);
+    let field = |key: &str| manifest[key].as_str().unwrap_or("?").to_owned();
+    let (name, version) = (field("name"), field("version"));
     ensure!(
         name == PACKAGE && version == VERSION,
         "{} is {name} {version}, not the pinned {PACKAGE} {VERSION}: change VERSION in \
