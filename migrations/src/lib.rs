@@ -14,6 +14,7 @@ mod m0007_sync_job_passes;
 mod m0008_github_item_native_id;
 mod m0009_github_comment_events;
 mod m0010_head_check_state;
+mod m0011_dispatch_records;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -84,6 +85,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0010_head_check_state",
                 up: m0010_head_check_state::UP,
+            }),
+            Box::new(Sql {
+                name: "m0011_dispatch_records",
+                up: m0011_dispatch_records::UP,
             }),
         ]
     }

@@ -1,5 +1,6 @@
 //! The outbox relay: publishes committed outbox rows to JetStream with the row's explicit
-//! `msg_id` (or else its id) as `Nats-Msg-Id`, then stamps them published.
+//! `msg_id` (or else its id) as `Nats-Msg-Id`, then deletes them (a dispatch record lasts until
+//! the stream accepts its message).
 //!
 //! Any number of relays may run: each batch is claimed with `FOR UPDATE SKIP LOCKED`, and a relay
 //! that dies mid-batch rolls back its claim, so another relay republishes those rows and the
@@ -10,11 +11,7 @@ use std::time::Duration;
 
 use async_nats::HeaderMap;
 use bytes::Bytes;
-use sea_orm::sea_query::{LockBehavior, LockType};
-use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect, TransactionTrait,
-};
+use sea_orm::{DatabaseConnection, DbBackend, DbErr, EntityTrait, Statement, TransactionTrait};
 use sqlx::postgres::PgListener;
 use store::entity::outbox;
 use tokio_util::sync::CancellationToken;
@@ -39,8 +36,6 @@ pub struct RelayConfig {
     /// so a burst of notifications costs one round, not one each; rows an inline publisher
     /// (ingress) is stamping meanwhile are then rarely published twice.
     pub settle: Duration,
-    /// Published rows older than this are deleted.
-    pub retention: Duration,
 }
 
 impl Default for RelayConfig {
@@ -49,7 +44,6 @@ impl Default for RelayConfig {
             batch_size: 500,
             poll_interval: Duration::from_secs(1),
             settle: Duration::from_millis(100),
-            retention: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -70,12 +64,14 @@ impl Relay {
     #[tracing::instrument(skip(self), level = "debug")]
     pub async fn publish_batch(&self) -> Result<usize, RelayError> {
         let txn = self.db.begin().await?;
+        // Rows held for an inline publisher are not available yet.
         let rows = outbox::Entity::find()
-            .filter(outbox::Column::PublishedAt.is_null())
-            .order_by_asc(outbox::Column::CreatedAt)
-            .order_by_asc(outbox::Column::Id)
-            .limit(self.config.batch_size)
-            .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
+            .from_raw_sql(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                "SELECT * FROM outbox WHERE available_at <= now() ORDER BY available_at, id \
+                 LIMIT $1 FOR UPDATE SKIP LOCKED",
+                [(self.config.batch_size as i64).into()],
+            ))
             .all(&txn)
             .await?;
         if rows.is_empty() {
@@ -107,28 +103,15 @@ impl Relay {
             ack.await?;
         }
         let ids: Vec<_> = rows.iter().map(|r| r.id).collect();
-        store::outbox::mark_published(&txn, &ids).await?;
+        store::outbox::delete_published(&txn, &ids).await?;
         txn.commit().await?;
         metrics::counter!("outbox_published_total").increment(rows.len() as u64);
         Ok(rows.len())
     }
 
-    /// Deletes rows published longer ago than the retention.
-    pub async fn prune(&self) -> Result<u64, DbErr> {
-        let secs = self.config.retention.as_secs();
-        let res = self
-            .db
-            .execute_unprepared(&format!(
-                "DELETE FROM outbox WHERE published_at < now() - interval '{secs} seconds'"
-            ))
-            .await?;
-        Ok(res.rows_affected())
-    }
-
     /// Relays until `shutdown`.
     pub async fn run(&self, shutdown: CancellationToken) {
         let mut listener = self.listen().await;
-        let mut rounds: u64 = 0;
         while !shutdown.is_cancelled() {
             match self.publish_batch().await {
                 Ok(n) if n as u64 >= self.config.batch_size => continue,
@@ -136,12 +119,6 @@ impl Relay {
                 Err(e) => {
                     tracing::warn!(error = %e, "outbox batch failed; retrying after the poll interval");
                 }
-            }
-            rounds += 1;
-            if rounds.is_multiple_of(600)
-                && let Err(e) = self.prune().await
-            {
-                tracing::warn!(error = %e, "outbox prune failed");
             }
             tokio::select! {
                 _ = shutdown.cancelled() => break,

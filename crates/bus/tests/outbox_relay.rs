@@ -63,7 +63,7 @@ async fn pending(db: &DatabaseConnection) -> Result<i64> {
     let row = db
         .query_one_raw(sea_orm::Statement::from_string(
             sea_orm::DbBackend::Postgres,
-            "SELECT count(*) AS n FROM outbox WHERE published_at IS NULL",
+            "SELECT count(*) AS n FROM outbox",
         ))
         .await?
         .expect("count row");
@@ -187,5 +187,47 @@ async fn a_notification_wakes_the_relay_before_its_poll() -> Result<()> {
     shutdown.cancel();
     task.await?;
     assert_eq!(stored_ids(&bus).await?.len(), 3);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_row_waits_for_its_hold_and_a_published_row_is_deleted() -> Result<()> {
+    let db = testkit::TestDb::new().await?;
+    let bus = testkit::test_bus().await?;
+    let hold = Duration::from_millis(1500);
+    let txn = db.db.begin().await?;
+    let held = store::outbox::enqueue_with_id(
+        &txn,
+        uuid::Uuid::now_v7(),
+        OutboxMessage::json("lifecycle.github.held.activated", &serde_json::json!({})),
+        hold,
+    )
+    .await?;
+    let free = enqueue(
+        &txn,
+        OutboxMessage::json("lifecycle.github.free.activated", &serde_json::json!({})),
+    )
+    .await?;
+    txn.commit().await?;
+    let started = std::time::Instant::now();
+
+    let relay = Relay::new(db.db.clone(), bus.clone(), RelayConfig::default());
+    // Only the row without a hold is taken; once published, its dispatch record is gone.
+    assert_eq!(relay.publish_batch().await?, 1);
+    assert_eq!(stored_ids(&bus).await?, vec![free.to_string()]);
+    assert_eq!(pending(&db.db).await?, 1);
+    assert!(
+        started.elapsed() < hold,
+        "the check ran after the hold ended; the machine is too slow for this test"
+    );
+    assert_eq!(relay.publish_batch().await?, 0, "the held row is not taken");
+
+    tokio::time::sleep(hold.saturating_sub(started.elapsed()) + Duration::from_millis(100)).await;
+    assert_eq!(relay.publish_batch().await?, 1);
+    assert_eq!(
+        stored_ids(&bus).await?,
+        vec![free.to_string(), held.to_string()]
+    );
+    assert_eq!(pending(&db.db).await?, 0);
     Ok(())
 }

@@ -43,10 +43,16 @@ pub struct EndpointIds {
 /// How a delivery is deduplicated.
 #[derive(Debug, Clone)]
 pub enum Dedup {
-    /// The vendor's event id (kept forever) and the body digest (kept for `digest_window`).
+    /// The vendor's event id (kept forever) and the body digest (kept for `digest_window`), taken
+    /// only while the endpoint is still open: enabled, its connection not disconnected, and the
+    /// secret named `verified_by` (when the delivery was verified by one) still current, or
+    /// previous inside its rotation window. The check and the keys are one statement, so a
+    /// delivery verified against an endpoint read earlier (or cached) is stored exactly when the
+    /// endpoint still accepts it.
     Keys {
         event_id: Option<String>,
         digest_window: Duration,
+        verified_by: Option<String>,
     },
     /// An explicit replay of an earlier message: no dedup, and the replay is recorded.
     Replay { of: Uuid },
@@ -66,6 +72,8 @@ pub struct NewMessage {
     pub retention: Duration,
     /// Bodies larger than this are published as a reference, not inline.
     pub inline_body_max: usize,
+    /// How long relays leave the dispatch record to the caller's inline publish.
+    pub relay_hold: Duration,
 }
 
 /// What [`record`] did.
@@ -75,6 +83,9 @@ pub enum Recorded {
     Accepted(Accepted),
     /// The endpoint already accepted this event id or, within the window, this body.
     Duplicate,
+    /// The endpoint no longer accepts deliveries verified this way (disabled, disconnected, or
+    /// the secret rotated out) since the caller read it. Nothing was written.
+    EndpointClosed,
 }
 
 /// A stored message and its dispatch record.
@@ -103,6 +114,7 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
         Dedup::Keys {
             event_id,
             digest_window,
+            verified_by,
         } => {
             let mut keys: Vec<(String, Option<OffsetDateTime>)> = Vec::with_capacity(2);
             // Provider event ids are recognised forever; body digests for a window.
@@ -113,8 +125,10 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
                 format!("digest:{digest}"),
                 Some(OffsetDateTime::now_utc() + to_offset(*digest_window)),
             ));
-            if !insert_dedup_keys(db, ep.endpoint_id, message_id, &keys).await? {
-                return Ok(Recorded::Duplicate);
+            match insert_dedup_keys(db, ep.endpoint_id, message_id, &keys, verified_by).await? {
+                Keys::Taken => {}
+                Keys::Duplicate => return Ok(Recorded::Duplicate),
+                Keys::EndpointClosed => return Ok(Recorded::EndpointClosed),
             }
             // The stream deduplicates on the same key, so a republish after a crash is absorbed.
             (
@@ -126,20 +140,17 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
         Dedup::Replay { of } => (format!("replay:{message_id}"), None, Some(*of)),
     };
 
+    let inline = new.body.len() <= new.inline_body_max;
     let mut message = OutboxMessage::bytes(
         new.subject.clone(),
-        if new.body.len() <= new.inline_body_max {
-            new.body.clone()
-        } else {
-            Vec::new()
-        },
+        if inline { new.body.clone() } else { Vec::new() },
     )
     .msg_id(msg_id.clone())
     .header(crate::headers::WORKSPACE, ep.workspace_id.to_string())
     .header(crate::headers::CONNECTION, ep.connection_id.to_string())
     .header(DELIVERY_HEADER, message_id.to_string())
     .header(EVENT_HEADER, new.event.clone());
-    if new.body.len() > new.inline_body_max {
+    if !inline {
         message = message.header(BODY_REF_HEADER, message_id.to_string());
     }
     if let Some(of) = replay_of {
@@ -147,37 +158,46 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
     }
 
     // Raw body first, then the message that points at it, then its dispatch record.
-    inbound_message_body::Entity::insert(inbound_message_body::ActiveModel {
-        message_id: Set(message_id),
-        connection_id: Set(ep.connection_id),
-        body: Set(new.body),
-        retain_until: Set(OffsetDateTime::now_utc() + to_offset(new.retention)),
-    })
-    .exec_without_returning(db)
+    db.execute_raw(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "INSERT INTO inbound_message_body (message_id, connection_id, body, retain_until) \
+         VALUES ($1, $2, $3, $4)",
+        [
+            message_id.into(),
+            ep.connection_id.into(),
+            new.body.into(),
+            (OffsetDateTime::now_utc() + to_offset(new.retention)).into(),
+        ],
+    ))
     .await?;
     let outbox_id = Uuid::now_v7();
-    let headers = serde_json::to_value(&new.headers)
+    let headers = serde_json::to_string(&new.headers)
         .map_err(|e| DbErr::Custom(format!("inbound headers: {e}")))?;
-    inbound_message::Entity::insert(inbound_message::ActiveModel {
-        id: Set(message_id),
-        endpoint_id: Set(ep.endpoint_id),
-        workspace_id: Set(ep.workspace_id),
-        connection_id: Set(ep.connection_id),
-        kind: Set(ep.kind),
-        verification: Set(new.verification),
-        headers: Set(headers),
-        body_digest: Set(digest),
-        provider_event_id: Set(event_id),
-        event: Set(new.event),
-        subject: Set(new.subject),
-        msg_id: Set(msg_id.clone()),
-        outbox_id: Set(outbox_id),
-        replay_of: Set(replay_of),
-        ..Default::default()
-    })
-    .exec_without_returning(db)
+    db.execute_raw(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "INSERT INTO inbound_message (id, endpoint_id, workspace_id, connection_id, kind, \
+         verification, headers, body_digest, provider_event_id, event, subject, msg_id, \
+         outbox_id, replay_of) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, $11, $12, $13, $14)",
+        [
+            message_id.into(),
+            ep.endpoint_id.into(),
+            ep.workspace_id.into(),
+            ep.connection_id.into(),
+            ep.kind.as_str().into(),
+            new.verification.into(),
+            headers.into(),
+            digest.into(),
+            event_id.into(),
+            new.event.into(),
+            new.subject.into(),
+            msg_id.clone().into(),
+            outbox_id.into(),
+            replay_of.into(),
+        ],
+    ))
     .await?;
-    let enqueued = outbox::enqueue_with_id(db, outbox_id, message.clone()).await?;
+    let enqueued = outbox::enqueue_with_id(db, outbox_id, message.clone(), new.relay_hold).await?;
     Ok(Recorded::Accepted(Accepted {
         message_id,
         outbox_id: enqueued,
@@ -186,41 +206,73 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
     }))
 }
 
-/// Inserts every key or reports that one was already taken (and unexpired).
+/// What [`insert_dedup_keys`] found.
+enum Keys {
+    Taken,
+    Duplicate,
+    EndpointClosed,
+}
+
+/// An endpoint that accepts deliveries: `e` is the endpoint, `c` its connection. Disconnecting
+/// a connection disables its endpoints; this is the rule both the endpoint read and the store
+/// apply.
+pub const ENDPOINT_DISABLED_SQL: &str =
+    "(e.status = 'disabled' OR c.status IN ('disconnected', 'uninstalled'))";
+
+/// Inserts every key, or reports that one was already taken (and unexpired), or that the
+/// endpoint no longer accepts the delivery (then nothing is inserted).
 async fn insert_dedup_keys<C: ConnectionTrait>(
     db: &C,
     endpoint_id: Uuid,
     message_id: Uuid,
     keys: &[(String, Option<OffsetDateTime>)],
-) -> Result<bool, DbErr> {
-    let mut sql =
-        String::from("INSERT INTO dedup_key (endpoint_id, key, message_id, expires_at) VALUES ");
-    let mut values: Vec<sea_orm::Value> = Vec::with_capacity(keys.len() * 4);
+    verified_by: &Option<String>,
+) -> Result<Keys, DbErr> {
+    let mut values: Vec<sea_orm::Value> = Vec::with_capacity(keys.len() * 2 + 3);
+    values.push(endpoint_id.into());
+    values.push(message_id.into());
+    values.push(verified_by.clone().into());
+    let mut rows = String::new();
     for (i, (key, expires)) in keys.iter().enumerate() {
         if i > 0 {
-            sql.push_str(", ");
+            rows.push_str(", ");
         }
-        let b = i * 4;
-        sql.push_str(&format!("(${}, ${}, ${}, ${})", b + 1, b + 2, b + 3, b + 4));
-        values.push(endpoint_id.into());
+        let b = 4 + i * 2;
+        rows.push_str(&format!("(${b}::text, ${}::timestamptz)", b + 1));
         values.push(key.clone().into());
-        values.push(message_id.into());
         values.push((*expires).into());
     }
+    // Rotation: a previous secret verifies only inside its window, by the database's clock.
     // An expired digest is taken over; an event id (no expiry) never is.
-    sql.push_str(
-        " ON CONFLICT (endpoint_id, key) DO UPDATE SET message_id = EXCLUDED.message_id, \
-         expires_at = EXCLUDED.expires_at, created_at = now() \
-         WHERE dedup_key.expires_at IS NOT NULL AND dedup_key.expires_at <= now() RETURNING key",
+    let sql = format!(
+        "WITH open AS (SELECT 1 FROM inbound_endpoint e JOIN connection c ON c.id = e.connection_id \
+           WHERE e.id = $1 AND NOT {ENDPOINT_DISABLED_SQL} AND ($3::text IS NULL \
+             OR e.secret_current = $3 OR (e.secret_previous = $3 AND e.previous_valid_until > now()))), \
+         taken AS (INSERT INTO dedup_key (endpoint_id, key, message_id, expires_at) \
+           SELECT $1, k.key, $2, k.expires_at FROM (VALUES {rows}) AS k(key, expires_at) \
+            WHERE EXISTS (SELECT 1 FROM open) \
+           ON CONFLICT (endpoint_id, key) DO UPDATE SET message_id = EXCLUDED.message_id, \
+             expires_at = EXCLUDED.expires_at, created_at = now() \
+           WHERE dedup_key.expires_at IS NOT NULL AND dedup_key.expires_at <= now() RETURNING key) \
+         SELECT EXISTS (SELECT 1 FROM open) AS open, (SELECT count(*) FROM taken) AS taken"
     );
-    let rows = db
-        .query_all_raw(Statement::from_sql_and_values(
+    let row = db
+        .query_one_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
             sql,
             values,
         ))
-        .await?;
-    Ok(rows.len() == keys.len())
+        .await?
+        .ok_or_else(|| DbErr::Custom("the dedup statement returned no row".into()))?;
+    let open: bool = row.try_get("", "open")?;
+    let taken: i64 = row.try_get("", "taken")?;
+    Ok(if !open {
+        Keys::EndpointClosed
+    } else if taken as usize == keys.len() {
+        Keys::Taken
+    } else {
+        Keys::Duplicate
+    })
 }
 
 /// A new endpoint and its first secret.
@@ -407,13 +459,14 @@ pub async fn replay<C: ConnectionTrait>(
             dedup: Dedup::Replay { of: message_id },
             retention: remaining,
             inline_body_max: DEFAULT_INLINE_BODY_MAX,
+            relay_hold: Duration::ZERO,
         },
     )
     .await?;
     match recorded {
         Recorded::Accepted(a) => Ok(a),
-        Recorded::Duplicate => Err(ReplayError::Db(DbErr::Custom(
-            "a replay is never a duplicate".into(),
+        Recorded::Duplicate | Recorded::EndpointClosed => Err(ReplayError::Db(DbErr::Custom(
+            "a replay takes no dedup keys".into(),
         ))),
     }
 }

@@ -1,12 +1,12 @@
 //! The transactional outbox, write side: a state change and the message announcing it commit in
-//! one transaction. `bus::relay` publishes the rows.
+//! one transaction. `bus::relay` publishes the rows; a row is a dispatch record and is deleted
+//! once the stream has accepted its message.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
-use sea_orm::{ActiveValue::Set, ConnectionTrait, DbBackend, DbErr, EntityTrait, Statement};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
 use uuid::Uuid;
-
-use crate::entity::outbox;
 
 /// A message to publish once the surrounding transaction commits.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,26 +63,33 @@ impl OutboxMessage {
 /// with the message's `msg_id` or, when unset, the outbox id as `Nats-Msg-Id`, so a republish
 /// after a crash is absorbed by the stream.
 pub async fn enqueue<C: ConnectionTrait>(db: &C, message: OutboxMessage) -> Result<Uuid, DbErr> {
-    enqueue_with_id(db, Uuid::now_v7(), message).await
+    enqueue_with_id(db, Uuid::now_v7(), message, Duration::ZERO).await
 }
 
-/// Like [`enqueue`], with an id the caller chose (to reference the row from its own record).
+/// Like [`enqueue`], with an id the caller chose (to reference the row from its own record),
+/// and kept from the relays for `hold` after commit: the caller publishes it inline meanwhile
+/// (and deletes it with [`delete_published`]); the relay takes it if the caller does not.
 pub async fn enqueue_with_id<C: ConnectionTrait>(
     db: &C,
     id: Uuid,
     message: OutboxMessage,
+    hold: Duration,
 ) -> Result<Uuid, DbErr> {
-    let headers = serde_json::to_value(&message.headers)
+    let headers = serde_json::to_string(&message.headers)
         .map_err(|e| DbErr::Custom(format!("outbox headers: {e}")))?;
-    outbox::Entity::insert(outbox::ActiveModel {
-        id: Set(id),
-        subject: Set(message.subject),
-        headers: Set(headers),
-        payload: Set(message.payload),
-        msg_id: Set(message.msg_id),
-        ..Default::default()
-    })
-    .exec_without_returning(db)
+    db.execute_raw(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "INSERT INTO outbox (id, subject, headers, payload, msg_id, available_at) \
+         VALUES ($1, $2, $3::jsonb, $4, $5, now() + make_interval(secs => $6))",
+        [
+            id.into(),
+            message.subject.into(),
+            headers.into(),
+            message.payload.into(),
+            message.msg_id.into(),
+            hold.as_secs_f64().into(),
+        ],
+    ))
     .await?;
     Ok(id)
 }
@@ -110,12 +117,13 @@ pub async fn enqueue_pg(
     Ok(id)
 }
 
-/// Stamps the rows `ids` published (those not stamped yet); returns how many it stamped. One
-/// statement for the whole set, whoever published them (the relay, or an inline publisher).
+/// Deletes the dispatch records `ids`, whose messages the stream has accepted; returns how many
+/// it deleted. One statement for the whole set, whoever published them (the relay, or an inline
+/// publisher).
 ///
 /// Rows another transaction holds are skipped, not waited for: that is a relay mid-round, which
-/// stamps them itself when it commits (or leaves them to be republished and absorbed).
-pub async fn mark_published<C: ConnectionTrait>(db: &C, ids: &[Uuid]) -> Result<u64, DbErr> {
+/// deletes them itself when it commits (or leaves them to be republished and absorbed).
+pub async fn delete_published<C: ConnectionTrait>(db: &C, ids: &[Uuid]) -> Result<u64, DbErr> {
     if ids.is_empty() {
         return Ok(0);
     }
@@ -130,8 +138,8 @@ pub async fn mark_published<C: ConnectionTrait>(db: &C, ids: &[Uuid]) -> Result<
     let res = db
         .execute_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
-            "UPDATE outbox SET published_at = now() WHERE id IN (SELECT id FROM outbox \
-             WHERE id = ANY($1::uuid[]) AND published_at IS NULL FOR UPDATE SKIP LOCKED)",
+            "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox \
+             WHERE id = ANY($1::uuid[]) FOR UPDATE SKIP LOCKED)",
             [list.into()],
         ))
         .await?;

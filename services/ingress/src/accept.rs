@@ -9,7 +9,7 @@ use axum::Json;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use sea_orm::DatabaseTransaction;
+use sea_orm::TransactionTrait as _;
 use store::inbound::{Dedup, NewMessage, Recorded};
 use store::outbox::OutboxMessage;
 use uuid::Uuid;
@@ -40,12 +40,11 @@ pub fn select_headers(headers: &HeaderMap, names: &[&str]) -> BTreeMap<String, S
         .collect()
 }
 
-/// Stores the delivery in `txn` (the one its endpoint was found in) and answers 200 once it
-/// commits; a duplicate answers 200 and stores nothing.
-#[allow(clippy::too_many_arguments)]
+/// Stores the delivery and answers 200 once it commits; a duplicate answers 200 and stores
+/// nothing. The store re-checks, in the statement that takes the dedup keys, that `endpoint`
+/// still accepts a delivery verified as `verified` (it may have been read from the cache).
 pub async fn accept(
     state: &AppState,
-    txn: DatabaseTransaction,
     vendor: &'static str,
     endpoint: &Endpoint,
     verified: Verified,
@@ -54,13 +53,15 @@ pub async fn accept(
     body: Bytes,
 ) -> Result<Response, Rejection> {
     let ids = endpoint.ids;
+    let txn = state.db.begin().await?;
     let recorded = store::inbound::record(
         &txn,
         NewMessage {
             endpoint: ids,
-            verification: match verified {
-                Verified::Current => "signature".into(),
-                Verified::Previous => "previous_signature".into(),
+            verification: if verified.previous {
+                "previous_signature".into()
+            } else {
+                "signature".into()
             },
             headers,
             body: body.to_vec(),
@@ -69,13 +70,19 @@ pub async fn accept(
             dedup: Dedup::Keys {
                 event_id: routed.event_id.clone(),
                 digest_window: state.settings.digest_window,
+                verified_by: verified.secret,
             },
             retention: state.settings.retention(ids.kind),
             inline_body_max: state.settings.inline_body_bytes,
+            relay_hold: state.settings.relay_hold,
         },
     )
     .await?;
     match recorded {
+        Recorded::EndpointClosed => {
+            let _ = txn.rollback().await;
+            Err(Rejection::endpoint_changed())
+        }
         Recorded::Duplicate => {
             let _ = txn.rollback().await;
             metrics::counter!("ingress_duplicates_total", "vendor" => vendor).increment(1);
@@ -103,18 +110,18 @@ pub async fn accept(
     }
 }
 
-/// Publishes a committed dispatch record now, unless the relay holds it or too many publishes
-/// are in flight (the relay then takes it); the stamper then marks the row published.
+/// Publishes a committed dispatch record now, unless too many publishes are in flight (the relay
+/// then takes it once its hold ends); the record is then deleted in the background.
 pub fn spawn_publish(state: &AppState, outbox_id: Uuid, message: OutboxMessage) {
     let Ok(permit) = state.inline_publish.clone().try_acquire_owned() else {
         return;
     };
     let bus = state.bus.clone();
-    let stamper = state.stamper.clone();
+    let published = state.published.clone();
     tokio::spawn(async move {
         let _permit = permit;
         match publish_now(&bus, outbox_id, message).await {
-            Ok(()) => stamper.stamp(outbox_id),
+            Ok(()) => published.record(outbox_id),
             Err(e) => {
                 tracing::warn!(error = %e, outbox = %outbox_id, "inline publish failed; the relay will retry");
             }

@@ -1,5 +1,16 @@
 //! Finding the endpoint a delivery is addressed to, with its connection's state and its open
 //! secrets (the previous one only while its rotation window lasts, by the database's clock).
+//!
+//! Reads are cached for a short time. A cached endpoint never decides alone: the store takes a
+//! delivery only if, in the statement that takes its dedup keys, the endpoint is still enabled
+//! and the secret that verified it still open; when it is not, or when a cached endpoint refuses
+//! a delivery, the route runs again on a fresh read. So a disconnect or a rotation is exact from
+//! the moment it commits, and a cache only spares the read.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, Value};
 use store::entity::ConnectionKind;
@@ -18,8 +29,8 @@ pub struct Endpoint {
     /// The GitLab origin of the connection's provider instance.
     pub origin: String,
     disabled: bool,
-    /// Current secret first, then the previous one inside its window.
-    secrets: Vec<Vec<u8>>,
+    /// Current secret first, then the previous one inside its window, each with its name.
+    secrets: Vec<(String, Vec<u8>)>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -31,12 +42,24 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
-/// Which secret verified a delivery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verified {
-    Current,
-    /// The previous secret, inside the rotation window.
-    Previous,
+/// How a delivery was verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    /// By the previous secret, inside the rotation window.
+    pub previous: bool,
+    /// The endpoint secret that verified it; `None` when a credential of ours did (a GitLab route
+    /// credential), and then only the endpoint's status must still hold when it is stored.
+    pub secret: Option<String>,
+}
+
+impl Verified {
+    /// Verified by something other than an endpoint secret.
+    pub fn without_secret() -> Self {
+        Verified {
+            previous: false,
+            secret: None,
+        }
+    }
 }
 
 impl Endpoint {
@@ -53,12 +76,11 @@ impl Endpoint {
     /// Tries each open secret with `check`.
     pub fn verify(&self, check: impl Fn(&[u8]) -> bool) -> Result<Verified, Rejection> {
         // Rotation: the previous secret verifies only inside its window.
-        for (i, secret) in self.secrets.iter().enumerate() {
+        for (i, (name, secret)) in self.secrets.iter().enumerate() {
             if check(secret) {
-                return Ok(if i == 0 {
-                    Verified::Current
-                } else {
-                    Verified::Previous
+                return Ok(Verified {
+                    previous: i > 0,
+                    secret: Some(name.clone()),
                 });
             }
         }
@@ -67,6 +89,7 @@ impl Endpoint {
 }
 
 /// How the route names its endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Lookup<'a> {
     Id(Uuid),
     AddressToken(&'a str),
@@ -78,7 +101,7 @@ pub enum Lookup<'a> {
 }
 
 const SELECT: &str = "SELECT e.id, e.workspace_id, e.connection_id, e.kind, e.registration, \
-    e.provider_ref, (e.status = 'disabled' OR c.status IN ('disconnected', 'uninstalled')) AS disabled, \
+    e.provider_ref, {DISABLED} AS disabled, \
     pi.server_url, \
     e.secret_current, cur.key_id AS cur_key, cur.nonce AS cur_nonce, cur.ciphertext AS cur_ct, \
     e.secret_previous, prev.key_id AS prev_key, prev.nonce AS prev_nonce, prev.ciphertext AS prev_ct \
@@ -89,8 +112,8 @@ const SELECT: &str = "SELECT e.id, e.workspace_id, e.connection_id, e.kind, e.re
     LEFT JOIN connection_secret prev ON prev.connection_id = e.connection_id \
         AND prev.name = e.secret_previous AND e.previous_valid_until > now() ";
 
-/// Finds the endpoints `lookup` names (at most `limit`), enabled ones first.
-pub async fn find<C: ConnectionTrait>(
+/// Reads the endpoints `lookup` names (at most `limit`), enabled ones first.
+async fn find<C: ConnectionTrait>(
     db: &C,
     key: &SecretKey,
     lookup: Lookup<'_>,
@@ -113,8 +136,9 @@ pub async fn find<C: ConnectionTrait>(
             vec![kind.as_str().into()],
         ),
     };
+    let select = SELECT.replace("{DISABLED}", store::inbound::ENDPOINT_DISABLED_SQL);
     let sql = format!(
-        "{SELECT} WHERE {cond} ORDER BY (e.status = 'disabled'), e.created_at DESC LIMIT {limit}"
+        "{select} WHERE {cond} ORDER BY (e.status = 'disabled'), e.created_at DESC LIMIT {limit}"
     );
     let rows = db
         .query_all_raw(Statement::from_sql_and_values(
@@ -124,19 +148,6 @@ pub async fn find<C: ConnectionTrait>(
         ))
         .await?;
     rows.iter().map(|r| from_row(r, key)).collect()
-}
-
-/// The one endpoint `lookup` names, or 404.
-pub async fn find_one<C: ConnectionTrait>(
-    db: &C,
-    key: &SecretKey,
-    lookup: Lookup<'_>,
-) -> Result<Endpoint, Rejection> {
-    find(db, key, lookup, 1)
-        .await?
-        .into_iter()
-        .next()
-        .ok_or_else(Rejection::unknown_endpoint)
 }
 
 fn from_row(r: &QueryResult, key: &SecretKey) -> Result<Endpoint, Rejection> {
@@ -165,7 +176,7 @@ fn from_row(r: &QueryResult, key: &SecretKey) -> Result<Endpoint, Rejection> {
         let nonce: Vec<u8> = r.try_get("", &format!("{prefix}_nonce")).map_err(get_err)?;
         let ct: Vec<u8> = r.try_get("", &format!("{prefix}_ct")).map_err(get_err)?;
         match key.open(connection_id, &name, &nonce, &ct) {
-            Ok(secret) => secrets.push(secret),
+            Ok(secret) => secrets.push((name, secret)),
             // A secret that cannot be opened verifies nothing; the operator must re-issue it.
             Err(e) => {
                 tracing::error!(%connection_id, error = %e, "endpoint secret cannot be opened")
@@ -195,5 +206,157 @@ pub fn default_origin(kind: ConnectionKind) -> &'static str {
         ConnectionKind::Gitlab => "https://gitlab.com",
         ConnectionKind::Slack => "https://slack.com",
         ConnectionKind::Outline => "https://app.getoutline.com",
+    }
+}
+
+/// One route's attempt at a delivery: from the cache first, then, if a cached endpoint refused
+/// it, from a fresh read.
+#[derive(Debug, Default)]
+pub struct Attempt {
+    fresh: bool,
+    used_cache: AtomicBool,
+}
+
+impl Attempt {
+    fn cached() -> Self {
+        Attempt::default()
+    }
+
+    fn fresh() -> Self {
+        Attempt {
+            fresh: true,
+            used_cache: AtomicBool::new(false),
+        }
+    }
+}
+
+/// Runs a route's delivery with cached endpoints, and once more with fresh reads when a cached
+/// endpoint refused it (bad signature, disabled) or changed before the delivery was stored.
+pub async fn with_fresh_retry<F, Fut, T>(run: F) -> Result<T, Rejection>
+where
+    F: Fn(Arc<Attempt>) -> Fut,
+    Fut: Future<Output = Result<T, Rejection>>,
+{
+    let first = Arc::new(Attempt::cached());
+    match run(first.clone()).await {
+        Err(r) if r.worth_a_fresh_read() && first.used_cache.load(Ordering::Relaxed) => {
+            run(Arc::new(Attempt::fresh())).await
+        }
+        other => other,
+    }
+}
+
+/// The endpoint reads of one ingress process, kept for `ttl` (zero keeps nothing).
+#[derive(Debug)]
+pub struct Endpoints {
+    ttl: Duration,
+    entries: Mutex<HashMap<LookupKey, Cached>>,
+}
+
+/// A read and when it was made.
+type Cached = (Instant, Arc<Vec<Endpoint>>);
+
+/// [`Lookup`] owned, as a cache key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum LookupKey {
+    Id(Uuid),
+    AddressToken(String),
+    ProviderRef(ConnectionKind, String),
+    GitlabToken(String),
+    AppLevel(ConnectionKind),
+}
+
+impl From<Lookup<'_>> for LookupKey {
+    fn from(l: Lookup<'_>) -> Self {
+        match l {
+            Lookup::Id(id) => LookupKey::Id(id),
+            Lookup::AddressToken(t) => LookupKey::AddressToken(t.to_owned()),
+            Lookup::ProviderRef(k, r) => LookupKey::ProviderRef(k, r.to_owned()),
+            // Keyed by the token's digest: the cache holds no plain token.
+            Lookup::GitlabToken(t) => {
+                LookupKey::GitlabToken(store::inbound::sha256_hex(t.as_bytes()))
+            }
+            Lookup::AppLevel(k) => LookupKey::AppLevel(k),
+        }
+    }
+}
+
+/// Entries kept at most; past it the cache starts again empty.
+const CACHE_ENTRIES: usize = 10_000;
+
+impl Endpoints {
+    pub fn new(ttl: Duration) -> Self {
+        Endpoints {
+            ttl,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The endpoints `lookup` names (at most `limit`), enabled ones first; cached on a first
+    /// attempt, read afresh on a retry. An empty answer is never cached.
+    pub async fn find<C: ConnectionTrait>(
+        &self,
+        db: &C,
+        key: &SecretKey,
+        lookup: Lookup<'_>,
+        limit: u32,
+        attempt: &Attempt,
+    ) -> Result<Arc<Vec<Endpoint>>, Rejection> {
+        let cache_key = LookupKey::from(lookup);
+        if !attempt.fresh
+            && !self.ttl.is_zero()
+            && let Some((at, found)) = self.lock().get(&cache_key)
+            && at.elapsed() < self.ttl
+        {
+            attempt.used_cache.store(true, Ordering::Relaxed);
+            return Ok(found.clone());
+        }
+        let found = Arc::new(find(db, key, lookup, limit).await?);
+        if !self.ttl.is_zero() {
+            let mut entries = self.lock();
+            if found.is_empty() {
+                entries.remove(&cache_key);
+            } else {
+                if entries.len() >= CACHE_ENTRIES {
+                    entries.clear();
+                }
+                entries.insert(cache_key, (Instant::now(), found.clone()));
+            }
+        }
+        Ok(found)
+    }
+
+    /// The one endpoint `lookup` names, or 404.
+    pub async fn find_one<C: ConnectionTrait>(
+        &self,
+        db: &C,
+        key: &SecretKey,
+        lookup: Lookup<'_>,
+        attempt: &Attempt,
+    ) -> Result<One, Rejection> {
+        let found = self.find(db, key, lookup, 1, attempt).await?;
+        if found.is_empty() {
+            return Err(Rejection::unknown_endpoint());
+        }
+        Ok(One(found))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<LookupKey, Cached>> {
+        // A panic while holding the lock leaves a map of complete entries: keep using it.
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A found endpoint, shared with the cache.
+#[derive(Debug, Clone)]
+pub struct One(Arc<Vec<Endpoint>>);
+
+impl std::ops::Deref for One {
+    type Target = Endpoint;
+
+    fn deref(&self) -> &Endpoint {
+        &self.0[0]
     }
 }

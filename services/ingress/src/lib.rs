@@ -6,10 +6,10 @@
 
 pub mod accept;
 pub mod endpoint;
+pub mod published;
 pub mod reject;
 pub mod retention;
 pub mod routes;
-pub mod stamp;
 pub mod verify;
 
 use std::collections::HashMap;
@@ -26,7 +26,8 @@ use store::secrets::SecretKey;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::stamp::Stamper;
+use crate::endpoint::Endpoints;
+use crate::published::Published;
 
 /// ingress's configuration: the common flags plus its own.
 #[derive(Clone, clap::Parser)]
@@ -113,6 +114,26 @@ pub struct Config {
         default_value_t = 72
     )]
     pub retention_outline_hours: u64,
+
+    /// Milliseconds an endpoint read is reused (0 reads it for every delivery). A disconnect or
+    /// a rotation still applies from the moment it commits: the store re-checks the endpoint.
+    #[arg(
+        long = "endpoint-cache",
+        env = "FORGESYNC_INGRESS_ENDPOINT_CACHE_MS",
+        value_name = "FORGESYNC_INGRESS_ENDPOINT_CACHE_MS",
+        default_value_t = 5_000
+    )]
+    pub endpoint_cache_ms: u64,
+
+    /// Milliseconds the outbox relay leaves a new dispatch record to ingress's own publish
+    /// (after a crash, its messages reach the stream this much later).
+    #[arg(
+        long = "relay-hold",
+        env = "FORGESYNC_INGRESS_RELAY_HOLD_MS",
+        value_name = "FORGESYNC_INGRESS_RELAY_HOLD_MS",
+        default_value_t = 2_000
+    )]
+    pub relay_hold_ms: u64,
 }
 
 impl std::fmt::Debug for Config {
@@ -140,6 +161,8 @@ impl Config {
             retention_gitlab_hours: 7 * 24,
             retention_slack_hours: 72,
             retention_outline_hours: 72,
+            endpoint_cache_ms: 5_000,
+            relay_hold_ms: 2_000,
         }
     }
 }
@@ -170,6 +193,8 @@ pub struct Settings {
     pub inline_body_bytes: usize,
     pub digest_window: Duration,
     pub slack_tolerance: Duration,
+    /// How long relays leave a new dispatch record to the inline publish.
+    pub relay_hold: Duration,
     retention: [Duration; 4],
 }
 
@@ -199,8 +224,10 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     /// Bounds inline publishes; past it the relay publishes.
     pub inline_publish: Arc<Semaphore>,
-    /// Marks inline-published outbox rows published, in batches.
-    pub stamper: Stamper,
+    /// Deletes the dispatch records of inline-published messages, in batches.
+    pub published: Published,
+    /// Endpoint reads, reused for a short time.
+    pub endpoints: Arc<Endpoints>,
 }
 
 /// Runs ingress until `shutdown`; `on_listen` learns the bound address (port 0 in tests).
@@ -214,9 +241,9 @@ pub async fn run(
     let db = config.common.connect_db().await?;
     let bus = config.common.connect_bus().await?;
     let hours = |h: u64| Duration::from_secs(h * 3600);
-    // The stamper outlives the server so the last inline publishes are stamped too.
-    let stamper_stop = CancellationToken::new();
-    let (stamper, stamper_task) = Stamper::spawn(db.clone(), stamper_stop.clone());
+    // This outlives the server so the last inline publishes lose their dispatch records too.
+    let published_stop = CancellationToken::new();
+    let (published, published_task) = Published::spawn(db.clone(), published_stop.clone());
     let state = AppState {
         db: db.clone(),
         bus: bus.clone(),
@@ -227,6 +254,7 @@ pub async fn run(
             inline_body_bytes: config.inline_body_bytes,
             digest_window: Duration::from_secs(config.digest_window_secs),
             slack_tolerance: Duration::from_secs(config.slack_tolerance_secs),
+            relay_hold: Duration::from_millis(config.relay_hold_ms),
             retention: [
                 hours(config.retention_github_hours),
                 hours(config.retention_gitlab_hours),
@@ -235,7 +263,10 @@ pub async fn run(
             ],
         }),
         inline_publish: Arc::new(Semaphore::new(INLINE_PUBLISHES)),
-        stamper,
+        published,
+        endpoints: Arc::new(Endpoints::new(Duration::from_millis(
+            config.endpoint_cache_ms,
+        ))),
     };
     let app = routes::router(state).merge(runtime::health::router(runtime::HealthState {
         db: db.clone(),
@@ -264,8 +295,8 @@ pub async fn run(
         .await
         .context("ingress server")?;
     background.cancel();
-    stamper_stop.cancel();
-    stamper_task.await.context("stamper task")?;
+    published_stop.cancel();
+    published_task.await.context("published-records task")?;
     relay_task.await.context("outbox relay task")?;
     prune_task.await.context("retention task")?;
     Ok(())

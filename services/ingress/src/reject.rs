@@ -101,6 +101,25 @@ impl Rejection {
         )
     }
 
+    /// 503: the endpoint stopped accepting deliveries verified this way while this one was being
+    /// stored (disabled, disconnected, the secret rotated out); nothing was stored, and a retry
+    /// is answered by the endpoint's new state.
+    pub fn endpoint_changed() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "endpoint_changed",
+            "the webhook endpoint changed while the delivery was being stored; retry",
+        )
+    }
+
+    /// A refusal a cached endpoint may have caused: the route runs again on a fresh read.
+    pub fn worth_a_fresh_read(&self) -> bool {
+        matches!(
+            self.reason,
+            "bad_signature" | "disabled" | "endpoint_changed"
+        )
+    }
+
     /// Counts and logs the rejection, then answers it.
     pub fn respond(self, vendor: &'static str) -> Response {
         metrics::counter!("ingress_rejections_total", "vendor" => vendor, "reason" => self.reason)

@@ -21,13 +21,10 @@ pub struct Model {
     pub subject: String,
     /// The `Nats-Msg-Id` it is published with: its dedup key.
     pub msg_id: String,
+    /// Its dispatch record; `dispatched` once that row is gone (view `inbound_message_state`).
     pub outbox_id: Uuid,
-    /// `accepted` until the stream stores it, then `dispatched`.
-    pub processing_state: String,
-    pub attempts: i32,
     pub replay_of: Option<Uuid>,
     pub received_at: TimeDateTimeWithTimeZone,
-    pub dispatched_at: Option<TimeDateTimeWithTimeZone>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

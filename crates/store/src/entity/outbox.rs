@@ -1,4 +1,5 @@
-//! `outbox`: messages committed with the state change they announce (see `crate::outbox`).
+//! `outbox`: messages committed with the state change they announce, until the stream accepts
+//! them (see `crate::outbox`).
 
 use sea_orm::entity::prelude::*;
 
@@ -11,7 +12,8 @@ pub struct Model {
     pub headers: Json,
     pub payload: Vec<u8>,
     pub created_at: TimeDateTimeWithTimeZone,
-    pub published_at: Option<TimeDateTimeWithTimeZone>,
+    /// Relays take the row from then on (an inline publisher has it until then).
+    pub available_at: TimeDateTimeWithTimeZone,
     /// Explicit `Nats-Msg-Id`; the row id is used when unset.
     pub msg_id: Option<String>,
 }

@@ -190,10 +190,9 @@ impl LiveStack {
                 "github-sync did not settle"
             );
             tokio::time::sleep(Duration::from_millis(150)).await;
-            let (unpublished,): (i64,) =
-                sqlx::query_as("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-                    .fetch_one(&self.pool)
-                    .await?;
+            let (unpublished,): (i64,) = sqlx::query_as("SELECT count(*) FROM outbox")
+                .fetch_one(&self.pool)
+                .await?;
             let mut busy = unpublished > 0;
             let ns = self.env.bus.namespace();
             let mut stream = self

@@ -6,12 +6,11 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use bytes::Bytes;
-use sea_orm::TransactionTrait as _;
 use store::entity::ConnectionKind;
 
 use super::json_object;
 use crate::AppState;
-use crate::endpoint::{self, Lookup};
+use crate::endpoint::{Lookup, with_fresh_retry};
 
 pub async fn receive(
     State(state): State<AppState>,
@@ -19,28 +18,42 @@ pub async fn receive(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let mut vendor = "unknown";
+    let vendor = std::sync::Mutex::new("unknown");
     let run = async {
         let body = super::body(body, state.settings.max_body_bytes)?;
-        let txn = state.db.begin().await?;
-        let ep = endpoint::find_one(&txn, &state.secret_key, Lookup::AddressToken(&token)).await?;
-        vendor = ep.ids.kind.as_str();
-        match ep.ids.kind {
-            ConnectionKind::Github => {
-                super::github::deliver(&state, txn, &ep, &headers, body).await
+        with_fresh_retry(|attempt| {
+            let (state, headers, body, vendor) = (&state, &headers, body.clone(), &vendor);
+            let lookup = Lookup::AddressToken(&token);
+            async move {
+                let ep = state
+                    .endpoints
+                    .find_one(&state.db, &state.secret_key, lookup, &attempt)
+                    .await?;
+                *vendor
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = ep.ids.kind.as_str();
+                match ep.ids.kind {
+                    ConnectionKind::Github => {
+                        super::github::deliver(state, &ep, headers, body).await
+                    }
+                    ConnectionKind::Gitlab => {
+                        super::gitlab::deliver_shared(state, &ep, headers, body).await
+                    }
+                    ConnectionKind::Slack => {
+                        let payload = json_object(&body)?;
+                        super::slack::deliver(state, &ep, headers, body, payload).await
+                    }
+                    ConnectionKind::Outline => {
+                        super::outline::deliver(state, &ep, headers, body).await
+                    }
+                }
             }
-            ConnectionKind::Gitlab => {
-                super::gitlab::deliver_shared(&state, txn, &ep, &headers, body).await
-            }
-            ConnectionKind::Slack => {
-                let payload = json_object(&body)?;
-                super::slack::deliver(&state, txn, &ep, &headers, body, payload).await
-            }
-            ConnectionKind::Outline => {
-                super::outline::deliver(&state, txn, &ep, &headers, body).await
-            }
-        }
+        })
+        .await
     };
     let result = run.await;
+    let vendor = *vendor
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     result.unwrap_or_else(|r| r.respond(vendor))
 }

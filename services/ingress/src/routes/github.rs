@@ -8,12 +8,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use lifecycle_core::subject;
-use sea_orm::{DatabaseTransaction, TransactionTrait as _};
 use store::entity::ConnectionKind;
 
 use super::{header, json_object, str_at};
 use crate::accept::{Routed, accept, select_headers};
-use crate::endpoint::{self, Endpoint, Lookup};
+use crate::endpoint::{Endpoint, Lookup, with_fresh_retry};
 use crate::reject::Rejection;
 use crate::{AppState, verify};
 
@@ -50,16 +49,18 @@ pub async fn receive(
         let body = super::body(body, state.settings.max_body_bytes)?;
         let hook_id = header(&headers, "X-GitHub-Hook-ID")
             .ok_or_else(|| Rejection::malformed("X-GitHub-Hook-ID is required"))?;
-        // One connection for the whole delivery: the endpoint is read in the transaction that
-        // stores it.
-        let txn = state.db.begin().await?;
-        let ep = endpoint::find_one(
-            &txn,
-            &state.secret_key,
-            Lookup::ProviderRef(ConnectionKind::Github, hook_id),
-        )
-        .await?;
-        deliver(&state, txn, &ep, &headers, body).await
+        let lookup = Lookup::ProviderRef(ConnectionKind::Github, hook_id);
+        with_fresh_retry(|attempt| {
+            let (state, headers, body) = (&state, &headers, body.clone());
+            async move {
+                let ep = state
+                    .endpoints
+                    .find_one(&state.db, &state.secret_key, lookup, &attempt)
+                    .await?;
+                deliver(state, &ep, headers, body).await
+            }
+        })
+        .await
     };
     run.await.unwrap_or_else(|r| r.respond(VENDOR))
 }
@@ -67,7 +68,6 @@ pub async fn receive(
 /// Verifies, routes and stores a GitHub delivery to `ep`.
 pub async fn deliver(
     state: &AppState,
-    txn: DatabaseTransaction,
     ep: &Endpoint,
     headers: &HeaderMap,
     body: Bytes,
@@ -90,7 +90,6 @@ pub async fn deliver(
     };
     accept(
         state,
-        txn,
         VENDOR,
         ep,
         verified,

@@ -14,14 +14,13 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use bytes::Bytes;
 use lifecycle_core::{route_credential, subject};
-use sea_orm::{DatabaseTransaction, TransactionTrait as _};
 use store::entity::inbound_endpoint::Registration;
 use store::entity::{ConnectionKind, provider_instance};
 use uuid::Uuid;
 
 use super::{header, json_object, str_at};
 use crate::accept::{Routed, accept, select_headers};
-use crate::endpoint::{self, Endpoint, Lookup, Verified};
+use crate::endpoint::{Attempt, Endpoint, Lookup, Verified, with_fresh_retry};
 use crate::reject::Rejection;
 use crate::{AppState, verify};
 
@@ -66,17 +65,29 @@ pub async fn receive_shared(
         let token = header(&headers, "X-Gitlab-Token")
             .ok_or_else(|| Rejection::missing_signature("X-Gitlab-Token"))?;
         // The token names the endpoint; a token no endpoint holds is a bad token.
-        let txn = state.db.begin().await?;
-        let ep = endpoint::find_one(&txn, &state.secret_key, Lookup::GitlabToken(token))
-            .await
-            .map_err(|r| {
-                if r.reason == "unknown_endpoint" {
-                    Rejection::bad_signature()
-                } else {
-                    r
-                }
-            })?;
-        deliver_shared(&state, txn, &ep, &headers, body).await
+        with_fresh_retry(|attempt| {
+            let (state, headers, body) = (&state, &headers, body.clone());
+            async move {
+                let ep = state
+                    .endpoints
+                    .find_one(
+                        &state.db,
+                        &state.secret_key,
+                        Lookup::GitlabToken(token),
+                        &attempt,
+                    )
+                    .await
+                    .map_err(|r| {
+                        if r.reason == "unknown_endpoint" {
+                            Rejection::bad_signature()
+                        } else {
+                            r
+                        }
+                    })?;
+                deliver_shared(state, &ep, headers, body).await
+            }
+        })
+        .await
     };
     run.await.unwrap_or_else(|r| r.respond(VENDOR))
 }
@@ -84,7 +95,6 @@ pub async fn receive_shared(
 /// Verifies the plain token of an operator-created hook, routes by payload path, stores.
 pub async fn deliver_shared(
     state: &AppState,
-    txn: DatabaseTransaction,
     ep: &Endpoint,
     headers: &HeaderMap,
     body: Bytes,
@@ -105,7 +115,6 @@ pub async fn deliver_shared(
     };
     accept(
         state,
-        txn,
         VENDOR,
         ep,
         verified,
@@ -128,63 +137,112 @@ pub async fn receive_registered(
         else {
             return Err(Rejection::unknown_endpoint());
         };
-        let txn = state.db.begin().await?;
-        let ep = endpoint::find_one(&txn, &state.secret_key, Lookup::Id(route)).await?;
-        // The route must be a hook we registered for exactly this connection.
-        if ep.ids.connection_id != connection
-            || ep.ids.kind != ConnectionKind::Gitlab
-            || ep.registration != Registration::Registered
-        {
-            return Err(Rejection::unknown_endpoint());
-        }
-        ep.ensure_enabled()?;
-        let credential = header(&headers, "X-Gitlab-Token")
-            .ok_or_else(|| Rejection::missing_signature("X-Gitlab-Token"))?;
-        let key = state
-            .routing_keys
-            .get(&key_id)
-            .ok_or_else(Rejection::bad_signature)?;
-        let origin = route_credential::verify(key, &connection_id, &key_id, &route_id, credential)
-            .map_err(|_| Rejection::bad_signature())?;
-        // The credential's origin must be the connection's GitLab instance.
-        let configured = provider_instance::normalise_server_url(Some(&ep.origin));
-        if provider_instance::normalise_server_url(Some(&origin)) != configured {
-            return Err(Rejection::bad_signature());
-        }
-        // A supplied instance header must agree with the signed origin; it never selects anything.
-        if let Some(instance) = header(&headers, "X-Gitlab-Instance")
-            && provider_instance::normalise_server_url(Some(instance)) != configured
-        {
-            return Err(Rejection::origin_mismatch());
-        }
-        let payload = json_object(&body)?;
-        // Admission: a group-bound route accepts only its group's payloads.
-        if let (Some(group), Some(path)) = (&ep.provider_ref, payload_path(&payload))
-            && !within(&path, group)
-        {
-            return Err(Rejection::malformed(
-                "the payload's project or group is outside the group this route was registered for",
-            ));
-        }
-        let event = event_name(&payload, &headers)?;
-        let routed = Routed {
-            subject: subject::gitlab_connection(&connection.to_string(), &event),
-            event,
-            event_id: event_id(&headers),
-        };
-        accept(
-            &state,
-            txn,
-            VENDOR,
-            &ep,
-            Verified::Current,
-            routed,
-            select_headers(&headers, KEPT),
-            body,
-        )
+        with_fresh_retry(|attempt| {
+            let body = body.clone();
+            let (state, headers) = (&state, &headers);
+            let (connection_id, key_id, route_id) = (&connection_id, &key_id, &route_id);
+            async move {
+                deliver_registered(
+                    state,
+                    &attempt,
+                    Registered {
+                        connection,
+                        route,
+                        connection_id,
+                        key_id,
+                        route_id,
+                    },
+                    headers,
+                    body,
+                )
+                .await
+            }
+        })
         .await
     };
     run.await.unwrap_or_else(|r| r.respond(VENDOR))
+}
+
+/// The path of a hook we registered.
+struct Registered<'a> {
+    connection: Uuid,
+    route: Uuid,
+    connection_id: &'a str,
+    key_id: &'a str,
+    route_id: &'a str,
+}
+
+/// Verifies a registered hook's route credential, admits the payload, stores it.
+async fn deliver_registered(
+    state: &AppState,
+    attempt: &Attempt,
+    path: Registered<'_>,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, Rejection> {
+    let Registered {
+        connection,
+        route,
+        connection_id,
+        key_id,
+        route_id,
+    } = path;
+    let ep = state
+        .endpoints
+        .find_one(&state.db, &state.secret_key, Lookup::Id(route), attempt)
+        .await?;
+    // The route must be a hook we registered for exactly this connection.
+    if ep.ids.connection_id != connection
+        || ep.ids.kind != ConnectionKind::Gitlab
+        || ep.registration != Registration::Registered
+    {
+        return Err(Rejection::unknown_endpoint());
+    }
+    ep.ensure_enabled()?;
+    let credential = header(headers, "X-Gitlab-Token")
+        .ok_or_else(|| Rejection::missing_signature("X-Gitlab-Token"))?;
+    let key = state
+        .routing_keys
+        .get(key_id)
+        .ok_or_else(Rejection::bad_signature)?;
+    let origin = route_credential::verify(key, connection_id, key_id, route_id, credential)
+        .map_err(|_| Rejection::bad_signature())?;
+    // The credential's origin must be the connection's GitLab instance.
+    let configured = provider_instance::normalise_server_url(Some(&ep.origin));
+    if provider_instance::normalise_server_url(Some(&origin)) != configured {
+        return Err(Rejection::bad_signature());
+    }
+    // A supplied instance header must agree with the signed origin; it never selects anything.
+    if let Some(instance) = header(headers, "X-Gitlab-Instance")
+        && provider_instance::normalise_server_url(Some(instance)) != configured
+    {
+        return Err(Rejection::origin_mismatch());
+    }
+    let payload = json_object(&body)?;
+    // Admission: a group-bound route accepts only its group's payloads.
+    if let (Some(group), Some(path)) = (&ep.provider_ref, payload_path(&payload))
+        && !within(&path, group)
+    {
+        return Err(Rejection::malformed(
+            "the payload's project or group is outside the group this route was registered for",
+        ));
+    }
+    let event = event_name(&payload, headers)?;
+    let routed = Routed {
+        subject: subject::gitlab_connection(&connection.to_string(), &event),
+        event,
+        event_id: event_id(headers),
+    };
+    accept(
+        state,
+        VENDOR,
+        &ep,
+        Verified::without_secret(),
+        routed,
+        select_headers(headers, KEPT),
+        body,
+    )
+    .await
 }
 
 /// `Idempotency-Key` (stable across retries), then the event UUID.

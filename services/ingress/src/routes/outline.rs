@@ -7,12 +7,11 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use bytes::Bytes;
 use lifecycle_core::subject;
-use sea_orm::{DatabaseTransaction, TransactionTrait as _};
 use store::entity::ConnectionKind;
 
 use super::{header, json_object, str_at};
 use crate::accept::{Routed, accept, select_headers};
-use crate::endpoint::{self, Endpoint, Lookup};
+use crate::endpoint::{Endpoint, Lookup, with_fresh_retry};
 use crate::reject::Rejection;
 use crate::{AppState, verify};
 
@@ -28,12 +27,21 @@ pub async fn receive(
 ) -> Response {
     let run = async {
         let body = super::body(body, state.settings.max_body_bytes)?;
-        let txn = state.db.begin().await?;
-        let ep = endpoint::find_one(&txn, &state.secret_key, Lookup::AddressToken(&token)).await?;
-        if ep.ids.kind != ConnectionKind::Outline {
-            return Err(Rejection::unknown_endpoint());
-        }
-        deliver(&state, txn, &ep, &headers, body).await
+        with_fresh_retry(|attempt| {
+            let (state, headers, body) = (&state, &headers, body.clone());
+            let lookup = Lookup::AddressToken(&token);
+            async move {
+                let ep = state
+                    .endpoints
+                    .find_one(&state.db, &state.secret_key, lookup, &attempt)
+                    .await?;
+                if ep.ids.kind != ConnectionKind::Outline {
+                    return Err(Rejection::unknown_endpoint());
+                }
+                deliver(state, &ep, headers, body).await
+            }
+        })
+        .await
     };
     run.await.unwrap_or_else(|r| r.respond(VENDOR))
 }
@@ -41,7 +49,6 @@ pub async fn receive(
 /// Verifies, routes and stores an Outline delivery to `ep`.
 pub async fn deliver(
     state: &AppState,
-    txn: DatabaseTransaction,
     ep: &Endpoint,
     headers: &HeaderMap,
     body: Bytes,
@@ -65,7 +72,6 @@ pub async fn deliver(
     }
     accept(
         state,
-        txn,
         VENDOR,
         ep,
         verified,

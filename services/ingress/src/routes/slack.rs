@@ -10,12 +10,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use lifecycle_core::subject;
-use sea_orm::{DatabaseTransaction, TransactionTrait as _};
 use store::entity::ConnectionKind;
 
 use super::{header, json_object, str_at};
 use crate::accept::{Routed, accept, select_headers};
-use crate::endpoint::{self, Endpoint, Lookup};
+use crate::endpoint::{Endpoint, Lookup, with_fresh_retry};
 use crate::reject::Rejection;
 use crate::{AppState, verify};
 
@@ -37,39 +36,50 @@ pub async fn receive(
     let run = async {
         let body = super::body(body, state.settings.max_body_bytes)?;
         let payload = json_object(&body)?;
-        let txn = state.db.begin().await?;
-        match str_at(&payload, "/team_id") {
-            Some(team) => {
-                let ep = endpoint::find_one(
-                    &txn,
-                    &state.secret_key,
-                    Lookup::ProviderRef(ConnectionKind::Slack, team),
-                )
-                .await?;
-                deliver(&state, txn, &ep, &headers, body, payload).await
+        with_fresh_retry(|attempt| {
+            let (state, headers, body, payload) = (&state, &headers, body.clone(), payload.clone());
+            async move {
+                match str_at(&payload, "/team_id") {
+                    Some(team) => {
+                        let ep = state
+                            .endpoints
+                            .find_one(
+                                &state.db,
+                                &state.secret_key,
+                                Lookup::ProviderRef(ConnectionKind::Slack, team),
+                                &attempt,
+                            )
+                            .await?;
+                        deliver(state, &ep, headers, body, payload).await
+                    }
+                    None => {
+                        let candidates = state
+                            .endpoints
+                            .find(
+                                &state.db,
+                                &state.secret_key,
+                                Lookup::AppLevel(ConnectionKind::Slack),
+                                50,
+                                &attempt,
+                            )
+                            .await?;
+                        let (ts, sig) = signed(state, headers)?;
+                        let ep = candidates
+                            .iter()
+                            .find(|ep| ep.verify(|s| verify::slack(s, ts, sig, &body)).is_ok())
+                            .ok_or_else(|| {
+                                if candidates.is_empty() {
+                                    Rejection::unknown_endpoint()
+                                } else {
+                                    Rejection::bad_signature()
+                                }
+                            })?;
+                        deliver(state, ep, headers, body, payload).await
+                    }
+                }
             }
-            None => {
-                let candidates = endpoint::find(
-                    &txn,
-                    &state.secret_key,
-                    Lookup::AppLevel(ConnectionKind::Slack),
-                    50,
-                )
-                .await?;
-                let (ts, sig) = signed(&state, &headers)?;
-                let ep = candidates
-                    .iter()
-                    .find(|ep| ep.verify(|s| verify::slack(s, ts, sig, &body)).is_ok())
-                    .ok_or_else(|| {
-                        if candidates.is_empty() {
-                            Rejection::unknown_endpoint()
-                        } else {
-                            Rejection::bad_signature()
-                        }
-                    })?;
-                deliver(&state, txn, ep, &headers, body, payload).await
-            }
-        }
+        })
+        .await
     };
     run.await.unwrap_or_else(|r| r.respond(VENDOR))
 }
@@ -95,7 +105,6 @@ fn signed<'a>(state: &AppState, headers: &'a HeaderMap) -> Result<(&'a str, &'a 
 /// Verifies and routes a Slack request to `ep`; a challenge is echoed and nothing is stored.
 pub async fn deliver(
     state: &AppState,
-    txn: DatabaseTransaction,
     ep: &Endpoint,
     headers: &HeaderMap,
     body: Bytes,
@@ -117,7 +126,6 @@ pub async fn deliver(
         .ok_or_else(|| Rejection::malformed("the payload has no team_id or event type"))?;
     accept(
         state,
-        txn,
         VENDOR,
         ep,
         verified,

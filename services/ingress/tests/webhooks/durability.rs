@@ -16,6 +16,15 @@ use store::inbound::{Dedup, EndpointIds, NewMessage, Recorded};
 use crate::support::{Harness, count, github_push, sign};
 
 fn new_message(ep: EndpointIds, event_id: &str, retention: Duration) -> NewMessage {
+    signed_message(ep, event_id, retention, None)
+}
+
+fn signed_message(
+    ep: EndpointIds,
+    event_id: &str,
+    retention: Duration,
+    verified_by: Option<String>,
+) -> NewMessage {
     NewMessage {
         endpoint: ep,
         verification: "signature".into(),
@@ -26,9 +35,11 @@ fn new_message(ep: EndpointIds, event_id: &str, retention: Duration) -> NewMessa
         dedup: Dedup::Keys {
             event_id: Some(event_id.into()),
             digest_window: Duration::from_secs(86_400),
+            verified_by,
         },
         retention,
         inline_body_max: 1024,
+        relay_hold: Duration::ZERO,
     }
 }
 
@@ -74,7 +85,7 @@ async fn the_relay_publishes_a_stored_delivery_once_under_its_dedup_key() -> Res
     assert_eq!(
         count(
             h.db(),
-            "SELECT count(*) FROM inbound_message WHERE processing_state = 'dispatched'"
+            "SELECT count(*) FROM inbound_message_state WHERE processing_state = 'dispatched'"
         )
         .await?,
         1
@@ -154,5 +165,49 @@ async fn a_delivery_that_cannot_be_stored_is_503() -> Result<()> {
     // Back up: the vendor's retry is accepted.
     let (s, text) = h.post("/webhooks/github", &headers, body).await?;
     assert_eq!(s, StatusCode::OK, "{text}");
+    h.ingress.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_takes_a_delivery_only_while_its_endpoint_accepts_it() -> Result<()> {
+    let h = Harness::start().await?;
+    let conn = h.connection(ConnectionKind::Github, None).await?;
+    let ep = h
+        .endpoint(&conn, Registration::Operator, Some("1"), None, "s")
+        .await?;
+    let ids = EndpointIds {
+        endpoint_id: ep.id,
+        workspace_id: conn.workspace_id,
+        connection_id: conn.id,
+        kind: conn.kind,
+    };
+    let keep = Duration::from_secs(3600);
+    let attempt = |event: &str, by: Option<String>| {
+        let new = signed_message(ids, event, keep, by);
+        async {
+            let txn = h.db().begin().await?;
+            let r = store::inbound::record(&txn, new).await?;
+            txn.commit().await?;
+            anyhow::Ok(r)
+        }
+    };
+    // A secret that is not (or no longer) the endpoint's verifies nothing here.
+    assert_eq!(
+        attempt("a", Some("webhook/gone".into())).await?,
+        Recorded::EndpointClosed
+    );
+    assert_eq!(h.footprint().await?, [0, 0, 0, 0]);
+    assert!(matches!(
+        attempt("b", Some(ep.secret_current.clone())).await?,
+        Recorded::Accepted(_)
+    ));
+    // Disconnected: closed whatever verified it, and no key is taken.
+    store::inbound::disable_endpoints(h.db(), conn.id).await?;
+    assert_eq!(
+        attempt("c", Some(ep.secret_current.clone())).await?,
+        Recorded::EndpointClosed
+    );
+    assert_eq!(attempt("d", None).await?, Recorded::EndpointClosed);
+    assert_eq!(h.footprint().await?[..3], [1, 1, 2]);
     h.ingress.stop().await
 }

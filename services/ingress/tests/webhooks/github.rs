@@ -106,7 +106,7 @@ async fn a_signed_delivery_is_stored_and_lands_once_on_its_subject() -> Result<(
     assert_eq!(
         count(
             h.db(),
-            "SELECT count(*) FROM inbound_message WHERE processing_state = 'dispatched'"
+            "SELECT count(*) FROM inbound_message_state WHERE processing_state = 'dispatched'"
         )
         .await?,
         1

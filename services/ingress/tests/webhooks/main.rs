@@ -1,5 +1,6 @@
 //! ingress end to end: the real service on port 0 against real Postgres and NATS.
 
+mod cache;
 mod dedup;
 mod durability;
 mod github;

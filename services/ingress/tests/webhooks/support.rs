@@ -119,13 +119,19 @@ impl Harness {
         Ok((status, res.text().await?))
     }
 
-    /// Rows every accepted delivery writes: messages, bodies, dedup keys, outbox rows.
+    /// Rows every accepted delivery writes: messages, bodies, dedup keys, and dispatch records
+    /// (still in the outbox, or deleted once published: their message is then dispatched).
     pub async fn footprint(&self) -> Result<[i64; 4]> {
         Ok([
             count(self.db(), "SELECT count(*) FROM inbound_message").await?,
             count(self.db(), "SELECT count(*) FROM inbound_message_body").await?,
             count(self.db(), "SELECT count(*) FROM dedup_key").await?,
-            count(self.db(), "SELECT count(*) FROM outbox").await?,
+            count(
+                self.db(),
+                "SELECT (SELECT count(*) FROM outbox) + (SELECT count(*) FROM inbound_message_state \
+                 WHERE processing_state = 'dispatched')",
+            )
+            .await?,
         ])
     }
 

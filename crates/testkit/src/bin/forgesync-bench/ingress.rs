@@ -4,6 +4,7 @@
 //! body, message, outbox row) done directly with sqlx, and JetStream publishes with ack through
 //! `bus::Bus::publish`. Then an open-loop run at half the best Postgres ceiling for the latency goal.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -11,12 +12,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
-use sea_orm::{ActiveModelTrait as _, ActiveValue::Set};
-use sha2::Digest as _;
+use sea_orm::{ActiveModelTrait as _, ActiveValue::Set, DatabaseConnection, TransactionTrait as _};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use store::entity::inbound_endpoint::Registration;
 use store::entity::{ConnectionKind, ConnectionStatus, connection, provider_instance, workspace};
+use store::inbound::{Dedup, EndpointIds, NewMessage, Recorded};
 use uuid::Uuid;
 use vendor_sim::github::webhook::{Delivery, issues_payload};
 use vendor_sim::github::{Scenario, generate};
@@ -25,8 +26,9 @@ use crate::table::{Table, rate, ratio, thousands};
 
 /// Concurrent senders per closed-loop level.
 const CONCURRENCY: [usize; 4] = [1, 8, 32, 64];
-/// Deliveries per level and path.
-const PER_LEVEL: usize = 1_500;
+/// Deliveries per level and path, unless `FORGESYNC_BENCH_PER_LEVEL` says otherwise (longer
+/// levels steady the figures and leave time to attach a profiler).
+const PER_LEVEL: usize = 3_000;
 /// A level stops issuing after this, whatever is left.
 const LEVEL_TIME_CAP: Duration = Duration::from_secs(30);
 /// The open-loop run's length and its cap on requests in flight.
@@ -159,14 +161,19 @@ async fn open_loop(op: Op, first: usize, count: usize, per_sec: f64) -> Measured
 struct Prepared {
     delivery: Delivery,
     subject: String,
-    digest: String,
 }
 
 pub async fn run() -> Result<()> {
     let env = testkit::TestEnv::new().await?;
     let db = &env.db.db;
+    let per_level = match std::env::var("FORGESYNC_BENCH_PER_LEVEL") {
+        Ok(v) => v
+            .parse()
+            .context("FORGESYNC_BENCH_PER_LEVEL must be a number")?,
+        Err(_) => PER_LEVEL,
+    };
     let paced_cap = 6_000;
-    let total = CONCURRENCY.len() * PER_LEVEL + paced_cap;
+    let total = CONCURRENCY.len() * per_level + paced_cap;
     let generated = generate(&Scenario {
         items: total,
         pull_request_percent: 0,
@@ -185,7 +192,6 @@ pub async fn run() -> Result<()> {
                     repo.owner.to_ascii_lowercase(),
                     repo.name.to_ascii_lowercase()
                 ),
-                digest: hex::encode(sha2::Sha256::digest(&delivery.body)),
                 delivery,
             });
         }
@@ -276,6 +282,7 @@ pub async fn run() -> Result<()> {
             })
         })
     };
+    let ceiling_secret = Arc::new(endpoints[1].secret_current.clone());
     let ceiling = Ceiling {
         endpoint: endpoints[1].id,
         workspace: ws.id,
@@ -321,9 +328,9 @@ pub async fn run() -> Result<()> {
     }
     let mut levels = Vec::new();
     for (n, &concurrency) in CONCURRENCY.iter().enumerate() {
-        let first = n * PER_LEVEL;
+        let first = n * per_level;
         eprintln!("bench: ingress at concurrency {concurrency} ...");
-        let ingress_m = closed_loop(ingress_op.clone(), first, PER_LEVEL, concurrency).await;
+        let ingress_m = closed_loop(ingress_op.clone(), first, per_level, concurrency).await;
         // The inline publishes after each 2xx finish before the next path runs.
         let drained = drain_outbox(&pool).await?;
         let pg_pool = PgPoolOptions::new()
@@ -332,18 +339,20 @@ pub async fn run() -> Result<()> {
             .await?;
         let postgres_op: Op = {
             let prepared = prepared.clone();
-            let pg_pool = pg_pool.clone();
+            let pg_db = sea_orm::SqlxPostgresConnector::from_sqlx_postgres_pool(pg_pool.clone());
+            let secret = ceiling_secret.clone();
             Arc::new(move |i| {
                 let prepared = prepared.clone();
-                let pg_pool = pg_pool.clone();
-                Box::pin(async move { ceiling.record(&pg_pool, &prepared[i]).await })
+                let pg_db = pg_db.clone();
+                let secret = secret.clone();
+                Box::pin(async move { ceiling.record(&pg_db, &prepared[i], &secret).await })
             })
         };
         eprintln!("bench: Postgres ceiling at concurrency {concurrency} ...");
-        let postgres_m = closed_loop(postgres_op, first, PER_LEVEL, concurrency).await;
+        let postgres_m = closed_loop(postgres_op, first, per_level, concurrency).await;
         pg_pool.close().await;
         eprintln!("bench: JetStream ceiling at concurrency {concurrency} ...");
-        let jetstream_m = closed_loop(publish_op.clone(), first, PER_LEVEL, concurrency).await;
+        let jetstream_m = closed_loop(publish_op.clone(), first, per_level, concurrency).await;
         levels.push(Level {
             concurrency,
             ingress: ingress_m,
@@ -363,7 +372,7 @@ pub async fn run() -> Result<()> {
     eprintln!("bench: ingress open loop at {paced_rate:.0}/s ...");
     let paced = open_loop(
         ingress_op.clone(),
-        CONCURRENCY.len() * PER_LEVEL,
+        CONCURRENCY.len() * per_level,
         paced_count,
         paced_rate,
     )
@@ -382,12 +391,13 @@ pub async fn run() -> Result<()> {
     println!();
     println!(
         "ingress: signed GitHub `issues` deliveries (real-shaped, {body_bytes} bytes on average), \
-         {PER_LEVEL} per path and concurrency, closed loop"
+         {per_level} per path and concurrency, closed loop"
     );
     println!("machine: {}; PostgreSQL {pg_version}", crate::machine());
     println!(
-        "Postgres ceiling: the per-delivery transaction ingress makes (2 dedup keys, body, message, \
-         outbox row) straight through sqlx, pool of min(concurrency, {pool_size}) like ingress's"
+        "Postgres ceiling: the per-delivery transaction ingress makes (store::inbound::record: \
+         endpoint re-check + 2 dedup keys, body, message, dispatch record), called directly, pool \
+         of min(concurrency, {pool_size}) like ingress's"
     );
     println!("JetStream ceiling: bus::Bus::publish with ack, same bodies and subjects");
     println!();
@@ -506,10 +516,9 @@ pub async fn run() -> Result<()> {
 async fn drain_outbox(pool: &PgPool) -> Result<Option<Duration>> {
     let started = Instant::now();
     loop {
-        let pending: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-                .fetch_one(pool)
-                .await?;
+        let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
+            .fetch_one(pool)
+            .await?;
         if pending == 0 {
             return Ok(Some(started.elapsed()));
         }
@@ -520,7 +529,9 @@ async fn drain_outbox(pool: &PgPool) -> Result<Option<Duration>> {
     }
 }
 
-/// The Postgres work of one accepted delivery, without ingress around it.
+/// The Postgres work of one accepted delivery, without ingress around it: the transaction
+/// ingress opens, and `store::inbound::record`, the very call ingress makes in it (endpoint
+/// re-check and dedup keys, raw body, message, dispatch record), then the commit.
 #[derive(Clone, Copy)]
 struct Ceiling {
     endpoint: Uuid,
@@ -529,77 +540,48 @@ struct Ceiling {
 }
 
 impl Ceiling {
-    async fn record(&self, pool: &PgPool, p: &Prepared) -> Result<()> {
+    async fn record(&self, db: &DatabaseConnection, p: &Prepared, secret: &str) -> Result<()> {
         let d = &p.delivery;
-        let message_id = Uuid::now_v7();
-        let outbox_id = Uuid::now_v7();
-        let event_key = format!("event:{}", d.delivery_id);
-        let msg_id = format!("{}:{event_key}", self.endpoint);
-        let headers = serde_json::json!({
-            "x-github-event": d.event, "x-github-delivery": d.delivery_id,
-            "x-github-hook-id": d.hook_id.to_string(), "user-agent": "GitHub-Hookshot/vendor-sim",
-        });
-        let outbox_headers = serde_json::json!({
-            "Forgesync-Workspace": self.workspace.to_string(),
-            "Forgesync-Connection": self.connection.to_string(),
-            "Forgesync-Delivery": message_id.to_string(),
-            "Forgesync-Event": d.event,
-        });
-        let mut txn = pool.begin().await?;
-        let taken: Vec<String> = sqlx::query_scalar(
-            "INSERT INTO dedup_key (endpoint_id, key, message_id, expires_at)
-             VALUES ($1, $2, $3, NULL), ($1, $4, $3, now() + interval '1 day')
-             ON CONFLICT (endpoint_id, key) DO UPDATE SET message_id = EXCLUDED.message_id,
-                 expires_at = EXCLUDED.expires_at, created_at = now()
-              WHERE dedup_key.expires_at IS NOT NULL AND dedup_key.expires_at <= now()
-             RETURNING key",
+        let headers = BTreeMap::from([
+            ("x-github-event".to_owned(), d.event.clone()),
+            ("x-github-delivery".to_owned(), d.delivery_id.clone()),
+            ("x-github-hook-id".to_owned(), d.hook_id.to_string()),
+            (
+                "user-agent".to_owned(),
+                "GitHub-Hookshot/vendor-sim".to_owned(),
+            ),
+            ("content-type".to_owned(), "application/json".to_owned()),
+        ]);
+        let txn = db.begin().await?;
+        let recorded = store::inbound::record(
+            &txn,
+            NewMessage {
+                endpoint: EndpointIds {
+                    endpoint_id: self.endpoint,
+                    workspace_id: self.workspace,
+                    connection_id: self.connection,
+                    kind: ConnectionKind::Github,
+                },
+                verification: "signature".into(),
+                headers,
+                body: d.body.clone(),
+                event: d.event.clone(),
+                subject: p.subject.clone(),
+                dedup: Dedup::Keys {
+                    event_id: Some(d.delivery_id.clone()),
+                    digest_window: Duration::from_secs(24 * 3600),
+                    verified_by: Some(secret.to_owned()),
+                },
+                retention: Duration::from_secs(7 * 24 * 3600),
+                inline_body_max: 1024 * 1024,
+                relay_hold: Duration::ZERO,
+            },
         )
-        .bind(self.endpoint)
-        .bind(&event_key)
-        .bind(message_id)
-        .bind(format!("digest:{}", p.digest))
-        .fetch_all(&mut *txn)
         .await?;
-        ensure!(taken.len() == 2, "a dedup key was already taken");
-        sqlx::query(
-            "INSERT INTO inbound_message_body (message_id, connection_id, body, retain_until)
-             VALUES ($1, $2, $3, now() + interval '7 days')",
-        )
-        .bind(message_id)
-        .bind(self.connection)
-        .bind(&d.body)
-        .execute(&mut *txn)
-        .await?;
-        sqlx::query(
-            "INSERT INTO inbound_message (id, endpoint_id, workspace_id, connection_id, kind,
-                 verification, headers, body_digest, provider_event_id, event, subject, msg_id,
-                 outbox_id)
-             VALUES ($1, $2, $3, $4, 'github', 'signature', $5::jsonb, $6, $7, $8, $9, $10, $11)",
-        )
-        .bind(message_id)
-        .bind(self.endpoint)
-        .bind(self.workspace)
-        .bind(self.connection)
-        .bind(headers.to_string())
-        .bind(&p.digest)
-        .bind(&d.delivery_id)
-        .bind(&d.event)
-        .bind(&p.subject)
-        .bind(&msg_id)
-        .bind(outbox_id)
-        .execute(&mut *txn)
-        .await?;
-        sqlx::query(
-            "INSERT INTO outbox (id, subject, headers, payload, msg_id)
-             VALUES ($1, $2, $3::jsonb, $4, $5)",
-        )
-        .bind(outbox_id)
-        .bind(&p.subject)
-        .bind(outbox_headers.to_string())
-        .bind(&d.body)
-        .bind(&msg_id)
-        .execute(&mut *txn)
-        .await?;
+        ensure!(
+            matches!(recorded, Recorded::Accepted(_)),
+            "the ceiling's delivery was not stored: {recorded:?}"
+        );
         txn.commit().await.context("commit")?;
         Ok(())
     }
