@@ -91,9 +91,28 @@ async fn count(db: &DatabaseConnection, sql: &str) -> Result<i64> {
 }
 
 /// Rows that a refused request must not have written.
-async fn footprint(db: &DatabaseConnection) -> Result<(i64, i64, i64, i64)> {
+///
+/// Messages: outbox rows are deleted once published, so this waits for the relay to empty the
+/// outbox and counts what the streams hold; a message a refused request wrote would end there.
+async fn footprint(env: &TestEnv) -> Result<(i64, i64, i64, i64)> {
+    let db = &env.db.db;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while count(db, "SELECT count(*) FROM outbox").await? > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the relay did not empty the outbox"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut messages = 0;
+    for stream in Stream::ALL {
+        let name = env.bus.namespace().name(stream.name());
+        if let Ok(mut s) = env.bus.jetstream().get_stream(name).await {
+            messages += s.info().await?.state.messages as i64;
+        }
+    }
     Ok((
-        count(db, "SELECT count(*) FROM outbox").await?,
+        messages,
         count(db, "SELECT count(*) FROM connection_audit").await?,
         count(db, "SELECT count(*) FROM sync_job").await?,
         count(
@@ -213,7 +232,7 @@ async fn an_illegal_transition_is_409_and_writes_nothing() -> Result<()> {
     let ws = api.workspace("acme").await?;
     let conn = api.connection(&ws, "gitlab").await?;
     let id = conn["id"].as_str().unwrap();
-    let before = footprint(&env.db.db).await?;
+    let before = footprint(&env).await?;
     let (s, body) = api
         .post(
             &format!("/workspaces/{ws}/connections/{id}/resume"),
@@ -226,7 +245,7 @@ async fn an_illegal_transition_is_409_and_writes_nothing() -> Result<()> {
         body["message"].as_str().unwrap().contains("pending"),
         "{body}"
     );
-    assert_eq!(footprint(&env.db.db).await?, before);
+    assert_eq!(footprint(&env).await?, before);
 
     let (s, _) = api
         .post(
@@ -239,7 +258,7 @@ async fn an_illegal_transition_is_409_and_writes_nothing() -> Result<()> {
         StatusCode::NOT_FOUND,
         "unknown transitions are not routes"
     );
-    assert_eq!(footprint(&env.db.db).await?, before);
+    assert_eq!(footprint(&env).await?, before);
     running.stop().await
 }
 
@@ -264,7 +283,7 @@ async fn manual_initial_is_422_and_reconciliation_queues_a_job_with_its_message(
     )
     .await?;
 
-    let before = footprint(&env.db.db).await?;
+    let before = footprint(&env).await?;
     let (s, body) = api.post(&sync, json!({ "type": "INITIAL" })).await?;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(
@@ -273,11 +292,7 @@ async fn manual_initial_is_422_and_reconciliation_queues_a_job_with_its_message(
     );
     let (s, _) = api.post(&sync, json!({ "type": "EVERYTHING" })).await?;
     assert_eq!(s, StatusCode::BAD_REQUEST);
-    assert_eq!(
-        footprint(&env.db.db).await?,
-        before,
-        "refused jobs write nothing"
-    );
+    assert_eq!(footprint(&env).await?, before, "refused jobs write nothing");
 
     let (s, job) = api.post(&sync, json!({ "type": "RECONCILIATION" })).await?;
     assert_eq!(s, StatusCode::ACCEPTED, "{job}");
@@ -312,7 +327,7 @@ async fn another_workspaces_connection_is_not_found() -> Result<()> {
         .get(&format!("/workspaces/{ws_b}/connections/{id}"))
         .await?;
     assert_eq!(s, StatusCode::NOT_FOUND);
-    let before = footprint(&env.db.db).await?;
+    let before = footprint(&env).await?;
     let (s, _) = api
         .post(
             &format!("/workspaces/{ws_b}/connections/{id}/activate"),
@@ -320,7 +335,7 @@ async fn another_workspaces_connection_is_not_found() -> Result<()> {
         )
         .await?;
     assert_eq!(s, StatusCode::NOT_FOUND);
-    assert_eq!(footprint(&env.db.db).await?, before);
+    assert_eq!(footprint(&env).await?, before);
 
     // A token scoped to workspace B cannot see A at all.
     let b_token = testkit::token(&api.keys, Role::Admin, Some(ws_b.parse()?))?;

@@ -59,13 +59,12 @@ async fn filters_follow_the_monitors_so_a_newly_monitored_repository_is_consumed
         1
     );
     // The event's message dates it in RFC 3339.
-    let version: Option<String> = sqlx::query_scalar(
-        "SELECT convert_from(payload, 'UTF8')::jsonb ->> 'version' FROM outbox
-          WHERE subject LIKE 'events.%'",
-    )
-    .fetch_one(&s.pool)
-    .await?;
-    let version = version.expect("the event names its version");
+    let events = s.events(1).await?;
+    assert_eq!(events.len(), 1, "one message announces the event");
+    let version = events[0].json()["version"]
+        .as_str()
+        .expect("the event names its version")
+        .to_owned();
     time::OffsetDateTime::parse(&version, &time::format_description::well_known::Rfc3339)
         .unwrap_or_else(|e| panic!("version {version:?} is not RFC 3339: {e}"));
     Ok(())

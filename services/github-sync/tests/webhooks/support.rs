@@ -179,6 +179,18 @@ impl LiveStack {
         }
     }
 
+    /// The messages on `events.>` once at least `min` are there (or 5 s passed).
+    pub async fn events(&self, min: usize) -> Result<Vec<testkit::StoredMessage>> {
+        testkit::read_stream(
+            &self.env.bus,
+            bus::Stream::Events,
+            "events.>",
+            min,
+            Duration::from_secs(5),
+        )
+        .await
+    }
+
     /// Waits until every accepted delivery is published and github-sync has handled everything
     /// on the webhook stream (nothing pending or unacknowledged, twice in a row).
     pub async fn settle(&self) -> Result<()> {
