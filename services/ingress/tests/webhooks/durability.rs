@@ -9,8 +9,8 @@ use bus::Stream;
 use bus::relay::{Relay, RelayConfig};
 use reqwest::StatusCode;
 use sea_orm::{ConnectionTrait as _, TransactionTrait as _};
-use store::entity::ConnectionKind;
-use store::entity::inbound_endpoint::Registration;
+use store::entity::inbound_endpoint::{self, Registration};
+use store::entity::{ConnectionKind, connection};
 use store::inbound::{Dedup, EndpointIds, NewMessage, Recorded};
 
 use crate::support::{Harness, count, github_push, sign};
@@ -43,9 +43,10 @@ fn signed_message(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_relay_publishes_a_stored_delivery_once_under_its_dedup_key() -> Result<()> {
-    let h = Harness::start().await?;
+/// A GitHub connection, its endpoint (secret `s`), and the ids a stored delivery carries.
+async fn github_endpoint(
+    h: &Harness,
+) -> Result<(connection::Model, inbound_endpoint::Model, EndpointIds)> {
     let conn = h.connection(ConnectionKind::Github, None).await?;
     let ep = h
         .endpoint(&conn, Registration::Operator, Some("1"), None, "s")
@@ -56,6 +57,13 @@ async fn the_relay_publishes_a_stored_delivery_once_under_its_dedup_key() -> Res
         connection_id: conn.id,
         kind: conn.kind,
     };
+    Ok((conn, ep, ids))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_publishes_a_stored_delivery_once_under_its_dedup_key() -> Result<()> {
+    let h = Harness::start().await?;
+    let (_, _, ids) = github_endpoint(&h).await?;
     // Committed, never published inline (as if NATS was down or the process died after 2xx).
     let txn = h.db().begin().await?;
     let Recorded::Accepted(a) =
@@ -96,16 +104,7 @@ async fn the_relay_publishes_a_stored_delivery_once_under_its_dedup_key() -> Res
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raw_bodies_expire_by_retention_and_are_erasable_per_connection() -> Result<()> {
     let h = Harness::start().await?;
-    let conn = h.connection(ConnectionKind::Github, None).await?;
-    let ep = h
-        .endpoint(&conn, Registration::Operator, Some("1"), None, "s")
-        .await?;
-    let ids = EndpointIds {
-        endpoint_id: ep.id,
-        workspace_id: conn.workspace_id,
-        connection_id: conn.id,
-        kind: conn.kind,
-    };
+    let (conn, _, ids) = github_endpoint(&h).await?;
     for (id, keep) in [("old", Duration::ZERO), ("new", Duration::from_secs(3600))] {
         let txn = h.db().begin().await?;
         store::inbound::record(&txn, new_message(ids, id, keep)).await?;
@@ -171,16 +170,7 @@ async fn a_delivery_that_cannot_be_stored_is_503() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_takes_a_delivery_only_while_its_endpoint_accepts_it() -> Result<()> {
     let h = Harness::start().await?;
-    let conn = h.connection(ConnectionKind::Github, None).await?;
-    let ep = h
-        .endpoint(&conn, Registration::Operator, Some("1"), None, "s")
-        .await?;
-    let ids = EndpointIds {
-        endpoint_id: ep.id,
-        workspace_id: conn.workspace_id,
-        connection_id: conn.id,
-        kind: conn.kind,
-    };
+    let (conn, ep, ids) = github_endpoint(&h).await?;
     let keep = Duration::from_secs(3600);
     let attempt = |event: &str, by: Option<String>| {
         let new = signed_message(ids, event, keep, by);
