@@ -32,9 +32,9 @@ pub enum RelayError {
 pub struct RelayConfig {
     pub batch_size: u64,
     pub poll_interval: Duration,
-    /// After a round that left the outbox empty, the relay waits this long before the next one,
-    /// so a burst of notifications costs one round, not one each; rows an inline publisher
-    /// (ingress) is stamping meanwhile are then rarely published twice.
+    /// After a round that left nothing available, the relay waits this long before the next
+    /// one, so a burst of notifications costs one round, not one each. (Rows an inline publisher
+    /// handles are kept from relays by their `available_at`, not by this wait.)
     pub settle: Duration,
 }
 

@@ -89,7 +89,7 @@ impl Endpoint {
 }
 
 /// How the route names its endpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy)]
 pub enum Lookup<'a> {
     Id(Uuid),
     AddressToken(&'a str),
@@ -250,7 +250,7 @@ where
 #[derive(Debug)]
 pub struct Endpoints {
     ttl: Duration,
-    entries: Mutex<HashMap<LookupKey, Cached>>,
+    entries: Mutex<HashMap<(LookupKey, u32), Cached>>,
 }
 
 /// A read and when it was made.
@@ -302,7 +302,8 @@ impl Endpoints {
         limit: u32,
         attempt: &Attempt,
     ) -> Result<Arc<Vec<Endpoint>>, Rejection> {
-        let cache_key = LookupKey::from(lookup);
+        // The limit is part of the key: a read of one endpoint never answers a read of many.
+        let cache_key = (LookupKey::from(lookup), limit);
         if !attempt.fresh
             && !self.ttl.is_zero()
             && let Some((at, found)) = self.lock().get(&cache_key)
@@ -341,7 +342,7 @@ impl Endpoints {
         Ok(One(found))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<LookupKey, Cached>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(LookupKey, u32), Cached>> {
         // A panic while holding the lock leaves a map of complete entries: keep using it.
         self.entries
             .lock()

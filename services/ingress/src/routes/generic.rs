@@ -18,7 +18,8 @@ pub async fn receive(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let vendor = std::sync::Mutex::new("unknown");
+    // The vendor label of the metrics, once the endpoint is known.
+    let vendor = std::sync::OnceLock::new();
     let run = async {
         let body = super::body(body, state.settings.max_body_bytes)?;
         with_fresh_retry(|attempt| {
@@ -29,9 +30,8 @@ pub async fn receive(
                     .endpoints
                     .find_one(&state.db, &state.secret_key, lookup, &attempt)
                     .await?;
-                *vendor
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = ep.ids.kind.as_str();
+                // A retry finds the same endpoint, so the first label stands.
+                let _ = vendor.set(ep.ids.kind.as_str());
                 match ep.ids.kind {
                     ConnectionKind::Github => {
                         super::github::deliver(state, &ep, headers, body).await
@@ -52,8 +52,6 @@ pub async fn receive(
         .await
     };
     let result = run.await;
-    let vendor = *vendor
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let vendor = vendor.get().copied().unwrap_or("unknown");
     result.unwrap_or_else(|r| r.respond(vendor))
 }
