@@ -146,7 +146,8 @@ async fn start_demo(
         ..Scenario::default()
     });
     let mut model = generated.model;
-    model.add_personal_access_token("ghp_forgesync_demo");
+    // The owner's own token: control-api resolves every named repository with it.
+    model.add_user_token("ghp_forgesync_demo", &Scenario::default().owner);
     let repositories: Vec<String> = model
         .repositories()
         .map(|r| format!("{}/{}", r.owner, r.name))
