@@ -24,8 +24,9 @@ use crate::error::{Error, GraphqlError, PathSegment, RateLimitKind};
 use crate::queries::{
     CommitCheckRunsVariables, CommitChecks, CommitObject, GetCommitCheckRuns, GitObjectId,
     IssueNode, PageInfo, PullRequestNode, RateLimitFields, RepositoryById, RepositoryByIdVariables,
-    RepositoryHeader, RepositoryIssues, RepositoryNode, RepositoryPageVariables,
-    RepositoryPullRequests, RepositoryRef, SelectsRateLimit,
+    RepositoryByName, RepositoryByNameVariables, RepositoryHeader, RepositoryIssues,
+    RepositoryNode, RepositoryPageVariables, RepositoryPullRequests, RepositoryRef,
+    SelectsRateLimit,
 };
 use crate::rest::{
     AccessTokenBody, HookDeliveriesPage, HookDelivery, InstallationRepositoriesBody,
@@ -462,6 +463,34 @@ impl GithubClient {
             None if errors.iter().all(GraphqlError::is_not_found) => Ok(None),
             None => Err(Error::Graphql { errors }),
             Some(RepositoryNode::Other) => Ok(None),
+        }
+    }
+
+    /// A repository by `owner/name` as these credentials see it (renames followed); `None`
+    /// when GitHub answers NOT_FOUND or FORBIDDEN: no such repository, or one these credentials
+    /// may not see.
+    #[tracing::instrument(skip(self))]
+    pub async fn repository_by_name(
+        &self,
+        owner: &str,
+        name: &str,
+    ) -> Result<Option<RepositoryRef>, Error> {
+        let operation = RepositoryByName::build(RepositoryByNameVariables {
+            owner: owner.to_owned(),
+            name: name.to_owned(),
+        });
+        let (data, errors, _) = self.graphql("RepositoryByName", operation).await?;
+        match data.repository {
+            Some(repository) if errors.is_empty() => Ok(Some(repository)),
+            None if !errors.is_empty()
+                && errors
+                    .iter()
+                    .all(|e| e.is_not_found() || e.kind.as_deref() == Some("FORBIDDEN")) =>
+            {
+                Ok(None)
+            }
+            // Anything else is doubt, never an answer.
+            _ => Err(Error::Graphql { errors }),
         }
     }
 

@@ -371,6 +371,26 @@ pub struct RepositoryById {
     pub rate_limit: Option<RateLimitFields>,
 }
 
+/// Variables of `RepositoryByName`.
+#[derive(cynic::QueryVariables, Debug, Clone)]
+pub struct RepositoryByNameVariables {
+    /// Owner login.
+    pub owner: String,
+    /// Repository name.
+    pub name: String,
+}
+
+/// Operation `RepositoryByName`: resolves a name to the repository these credentials see.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Query", variables = "RepositoryByNameVariables")]
+pub struct RepositoryByName {
+    /// `None` when no repository has that name (or these credentials cannot see it).
+    #[arguments(owner: $owner, name: $name)]
+    pub repository: Option<RepositoryRef>,
+    /// This query's cost and the remaining budget.
+    pub rate_limit: Option<RateLimitFields>,
+}
+
 /// A URL as GitHub types it (`URI`).
 #[derive(cynic::Scalar, Debug, Clone, PartialEq, Eq, Hash)]
 #[cynic(graphql_type = "URI")]
@@ -638,6 +658,7 @@ selects_rate_limit!(
     RepositoryIssues,
     RepositoryPullRequests,
     RepositoryById,
+    RepositoryByName,
     GetCommitCheckRuns
 );
 
@@ -664,6 +685,13 @@ mod tests {
         }
     }
 
+    fn by_name_vars() -> RepositoryByNameVariables {
+        RepositoryByNameVariables {
+            owner: "o".into(),
+            name: "r".into(),
+        }
+    }
+
     /// The simulator counts calls by operation name: the names are part of the contract.
     #[test]
     fn operation_names_are_the_contracts() {
@@ -676,6 +704,8 @@ mod tests {
         assert!(issues.starts_with("query RepositoryIssues("), "{issues}");
         assert!(prs.starts_with("query RepositoryPullRequests("), "{prs}");
         assert!(by_id.starts_with("query RepositoryById("), "{by_id}");
+        let by_name = RepositoryByName::build(by_name_vars()).query;
+        assert!(by_name.starts_with("query RepositoryByName("), "{by_name}");
         let checks = GetCommitCheckRuns::build(check_vars()).query;
         assert!(checks.starts_with("query GetCommitCheckRuns("), "{checks}");
         // cynic tells fragment variants apart by `__typename`: the simulator must answer it.
@@ -697,6 +727,10 @@ mod tests {
             (
                 include_str!("../queries/GetCommitCheckRuns.graphql"),
                 GetCommitCheckRuns::build(check_vars()).query,
+            ),
+            (
+                include_str!("../queries/RepositoryByName.graphql"),
+                RepositoryByName::build(by_name_vars()).query,
             ),
             (
                 include_str!("../queries/RepositoryById.graphql"),

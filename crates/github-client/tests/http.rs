@@ -305,6 +305,54 @@ async fn repository_by_node_id_finds_renames_and_answers_none_when_gone() {
     assert!(query.as_str().unwrap().starts_with("query RepositoryById("));
 }
 
+#[tokio::test]
+async fn repository_by_name_resolves_and_tells_invisible_from_failing() {
+    let server = Scripted::start(vec![
+        ok(json!({"data": {
+            "repository": {"id": "R_1", "databaseId": 77, "nameWithOwner": "acme/widgets",
+                           "owner": {"login": "acme"}},
+            "rateLimit": rate_limit(1, 100)
+        }})),
+        ok(json!({
+            "data": {"repository": null, "rateLimit": rate_limit(1, 99)},
+            "errors": [{"type": "NOT_FOUND", "path": ["repository"],
+                        "message": "Could not resolve to a Repository with the name 'victim/private'."}]
+        })),
+        ok(json!({
+            "data": {"repository": null, "rateLimit": rate_limit(1, 98)},
+            "errors": [{"type": "INTERNAL", "path": ["repository"], "message": "boom"}]
+        })),
+    ])
+    .await;
+    let client = server.pat_client();
+    let found = client
+        .repository_by_name("acme", "widgets")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(found.database_id, Some(77));
+    assert_eq!(
+        client
+            .repository_by_name("victim", "private")
+            .await
+            .unwrap(),
+        None
+    );
+    // An error that is not "not found" is doubt, never "not found".
+    let err = client
+        .repository_by_name("acme", "gadgets")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Graphql { .. }), "{err}");
+    let query = server.seen()[0].body.as_ref().unwrap()["query"].clone();
+    assert!(
+        query
+            .as_str()
+            .unwrap()
+            .starts_with("query RepositoryByName(")
+    );
+}
+
 // ---- rate limits and budgets ----
 
 #[tokio::test]

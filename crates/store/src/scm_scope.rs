@@ -1,8 +1,9 @@
 //! What SCM mirror a workspace may read. Repositories carry no workspace id (one mirrored row
 //! serves every workspace that monitors it), so every read goes through the monitor-scope rule
-//! here and nowhere else: a repository is covered when one of the workspace's monitors names it
-//! (by native id once known, by owner/name before) on the provider instance of that monitor's
-//! connection, and that connection currently authorises reads (active or suspended).
+//! here and nowhere else: a repository is covered when one of the workspace's monitors is bound
+//! to its native id (resolved with that connection's own credentials) on the provider instance
+//! of that monitor's connection, and that connection currently authorises reads (active or
+//! suspended). A monitor known only by name covers nothing.
 
 use lifecycle_core::connection::ConnectionState;
 use sea_orm::{
@@ -60,7 +61,7 @@ pub fn reading_statuses() -> String {
 }
 
 /// The monitor-scope rule as SQL over a monitor `m`, its connection `c` and a repository `r`
-/// (any row with `provider_instance_id`, `native_id`, `owner` and `name`), for writers that
+/// (any row with `provider_instance_id` and `native_id`), for writers that
 /// must decide coverage in their own statements (github-sync's event fan-out and webhook
 /// admission) without restating the rule.
 pub fn covers_predicate() -> String {
@@ -68,10 +69,8 @@ pub fn covers_predicate() -> String {
         "c.id = m.connection_id AND c.workspace_id = m.workspace_id
          AND c.status IN ({statuses})
          AND c.provider_instance_id = r.provider_instance_id
-         -- A known native id decides; a name covers only until the id is known.
-         AND CASE WHEN m.native_id IS NOT NULL THEN m.native_id = r.native_id
-                  ELSE lower(m.owner) = lower(r.owner) AND lower(m.name) = lower(r.name)
-             END",
+         -- Only a monitor bound to a resolved native id grants access; a name alone never does.
+         AND m.native_id IS NOT NULL AND m.native_id = r.native_id",
         statuses = reading_statuses(),
     )
 }

@@ -837,3 +837,50 @@ async fn commit_checks_are_served_and_sent_like_github() {
     assert_eq!(status_hook["context"], "lint");
     assert_eq!(status_hook["repository"]["id"], repo);
 }
+
+#[tokio::test]
+async fn a_private_repository_is_invisible_to_another_users_token() {
+    let (mut model, repo) = small_model();
+    model.set_repository_private(repo, true);
+    model.add_user_token("ghp_owner", "acme");
+    model.add_user_token("ghp_stranger", "mallory");
+    let api = Api::start(model).await;
+    let lookup = |token: &'static str| {
+        let api = &api;
+        async move {
+            let graphql: Json = api
+                .http
+                .post(api.sim.graphql_url())
+                .bearer_auth(token)
+                .json(&json!({"query": ISSUES, "variables":
+                    {"owner": "acme", "name": "repo-0", "first": 1, "after": null}}))
+                .send()
+                .await
+                .expect("sim answers")
+                .json()
+                .await
+                .expect("json");
+            let rest = api
+                .http
+                .get(format!("{}/repositories/{repo}", api.sim.base_url()))
+                .bearer_auth(token)
+                .send()
+                .await
+                .expect("sim answers")
+                .status();
+            (graphql, rest)
+        }
+    };
+    let (graphql, rest) = lookup("ghp_owner").await;
+    assert_eq!(graphql["data"]["repository"]["databaseId"], json!(repo));
+    assert_eq!(rest, 200);
+    let (graphql, rest) = lookup("ghp_stranger").await;
+    assert_eq!(graphql["data"]["repository"], Json::Null, "{graphql}");
+    assert_eq!(graphql["errors"][0]["type"], "NOT_FOUND", "{graphql}");
+    assert_eq!(rest, 404);
+    // Made public, everyone sees it.
+    api.sim.model(|m| m.set_repository_private(repo, false));
+    let (graphql, rest) = lookup("ghp_stranger").await;
+    assert_eq!(graphql["data"]["repository"]["databaseId"], json!(repo));
+    assert_eq!(rest, 200);
+}

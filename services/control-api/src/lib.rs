@@ -5,6 +5,7 @@
 
 pub mod auth;
 pub mod error;
+pub mod github_access;
 pub mod openapi;
 pub mod routes;
 

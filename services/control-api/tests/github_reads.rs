@@ -157,15 +157,15 @@ async fn a_workspace_reads_only_what_its_monitors_cover_on_its_connections_insta
     // The monitor resolved `gadgets` to another repository (a reused name): not this one.
     let gadgets = f.repository(ours, 2, "gadgets").await?;
     f.monitor(ws, conn, "gadgets", Some(99)).await?;
-    // A name alone covers until the native id is known.
-    f.repository(ours, 4, "pending").await?;
+    // A name alone covers nothing: only a monitor bound to a resolved native id grants reads.
+    let pending = f.repository(ours, 4, "pending").await?;
     f.monitor(ws, conn, "pending", None).await?;
     // Same owner and name and id, but on the other workspace's GitHub server.
     let elsewhere = f.repository(theirs, 1, "widgets").await?;
     f.monitor(other_ws, other_conn, "widgets", Some(1)).await?;
 
     let viewer = testkit::token(&f.keys, Role::Viewer, Some(ws))?;
-    assert_eq!(f.visible(ws, &viewer).await?, ["pending", "widgets"]);
+    assert_eq!(f.visible(ws, &viewer).await?, ["widgets"]);
     let (status, body) = f.issues(ws, widgets, &viewer).await?;
     assert_eq!(status, StatusCode::OK, "{body}");
     let numbers: Vec<i64> = body
@@ -175,7 +175,7 @@ async fn a_workspace_reads_only_what_its_monitors_cover_on_its_connections_insta
         .map(|i| i["number"].as_i64().unwrap())
         .collect();
     assert_eq!(numbers, [1, 2]);
-    for repo in [gadgets, elsewhere] {
+    for repo in [gadgets, pending, elsewhere] {
         let (status, body) = f.issues(ws, repo, &viewer).await?;
         assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     }
@@ -185,7 +185,7 @@ async fn a_workspace_reads_only_what_its_monitors_cover_on_its_connections_insta
 
     // A suspended connection still authorises reads; a disconnected one authorises none.
     f.transition(ws, conn, "suspend").await?;
-    assert_eq!(f.visible(ws, &viewer).await?, ["pending", "widgets"]);
+    assert_eq!(f.visible(ws, &viewer).await?, ["widgets"]);
     f.transition(ws, conn, "disconnect").await?;
     assert!(f.visible(ws, &viewer).await?.is_empty());
     let (status, _) = f.issues(ws, widgets, &viewer).await?;

@@ -1,7 +1,8 @@
 //! The production [`GithubSource`]: github-client's generated queries, with the connection's
 //! credentials (a PAT, or an App installation) and a quota budget per job.
 //!
-//! Connection settings: `{"auth": "pat" | "app", "repositories": ["owner/name", ...] (PAT),
+//! Connection settings: `{"auth": "pat" | "app", "repositories": ["owner/name", ...] (PAT,
+//! resolved with the PAT on every pass),
 //! "app_id": N, "installation_id": N (App), "min_remaining": N}`; secrets `token` (PAT) or
 //! `private_key` (App, PEM). The provider instance's server URL is the API base. Our own App is
 //! the configured one (`FORGESYNC_GITHUB_APP_ID`), else an App connection's `app_id`.
@@ -23,7 +24,7 @@ use store::secrets::SecretKey;
 
 use crate::SourceFactory;
 use crate::source::{
-    GithubSource, IssueNode, Page, PullRequestNode, RepoHeader, RepoRef, SourceError,
+    GithubSource, IssueNode, Page, PullRequestNode, Reach, RepoHeader, RepoRef, SourceError,
 };
 
 /// The public GitHub API, for the default provider instance.
@@ -128,21 +129,17 @@ impl SourceFactory for ClientFactory {
         let (auth, repositories) = match settings.auth {
             AuthKind::Pat => {
                 let token = String::from_utf8(secret("token").await?)?;
-                let repos = settings
+                let names = settings
                     .repositories
                     .iter()
                     .map(|r| {
                         let (owner, name) = r
                             .split_once('/')
                             .ok_or_else(|| anyhow!("repository {r:?} is not owner/name"))?;
-                        Ok(RepoRef {
-                            owner: owner.to_owned(),
-                            name: name.to_owned(),
-                            native_id: None,
-                        })
+                        Ok((owner.to_owned(), name.to_owned()))
                     })
                     .collect::<anyhow::Result<Vec<_>>>()?;
-                (Auth::personal_token(token), Some(repos))
+                (Auth::personal_token(token), Some(names))
             }
             AuthKind::App => {
                 let ConnectionApp {
@@ -171,15 +168,16 @@ impl SourceFactory for ClientFactory {
 /// github-client behind the engine's interface.
 pub struct ClientSource {
     client: GithubClient,
-    /// A PAT's configured repositories; `None` lists the App installation's.
-    repositories: Option<Vec<RepoRef>>,
+    /// A PAT's configured `(owner, name)`s, resolved on every pass; `None` lists the App
+    /// installation's repositories.
+    repositories: Option<Vec<(String, String)>>,
     own_app_id: Option<u64>,
 }
 
 impl ClientSource {
     pub fn new(
         client: GithubClient,
-        repositories: Option<Vec<RepoRef>>,
+        repositories: Option<Vec<(String, String)>>,
         own_app_id: Option<u64>,
     ) -> Self {
         ClientSource {
@@ -232,6 +230,23 @@ fn header(h: &queries::RepositoryHeader) -> Result<RepoHeader, SourceError> {
         owner: owner.to_owned(),
         name: name.to_owned(),
         archived: Some(h.is_archived),
+    })
+}
+
+/// A repository a name resolved to, by its current name and native id.
+fn resolved(r: &queries::RepositoryRef) -> Result<RepoRef, SourceError> {
+    let (owner, name) = r
+        .name_with_owner
+        .split_once('/')
+        .ok_or_else(|| SourceError::Other(format!("nameWithOwner {:?}", r.name_with_owner)))?;
+    Ok(RepoRef {
+        owner: owner.to_owned(),
+        name: name.to_owned(),
+        native_id: Some(
+            r.database_id
+                .map(i64::from)
+                .ok_or_else(|| SourceError::Other("repository without databaseId".into()))?,
+        ),
     })
 }
 
@@ -402,9 +417,22 @@ impl GithubSource for ClientSource {
         commit_checks_read(read)
     }
 
-    async fn repositories(&self) -> Result<Vec<RepoRef>, SourceError> {
-        if let Some(repos) = &self.repositories {
-            return Ok(repos.clone());
+    async fn repositories(&self) -> Result<Reach, SourceError> {
+        if let Some(names) = &self.repositories {
+            // Only what these credentials resolve is reached; ids from settings are never trusted.
+            let mut reach = Reach::default();
+            for (owner, name) in names {
+                match self
+                    .client
+                    .repository_by_name(owner, name)
+                    .await
+                    .map_err(source_error)?
+                {
+                    Some(found) => reach.repositories.push(resolved(&found)?),
+                    None => reach.unresolved.push(format!("{owner}/{name}")),
+                }
+            }
+            return Ok(reach);
         }
         let mut out = Vec::new();
         let mut page = 1;
@@ -424,7 +452,10 @@ impl GithubSource for ClientSource {
                 _ => break,
             }
         }
-        Ok(out)
+        Ok(Reach {
+            repositories: out,
+            unresolved: Vec::new(),
+        })
     }
 
     async fn issues_page(

@@ -1,7 +1,9 @@
 //! Monitors: a workspace's wish to mirror a repository, named by owner/name and bound to the
-//! repository's native id once known. They materialise from what a connection's credentials
-//! reach (an App installation's repositories, a PAT's list) and follow the repository by native
-//! id when its name moves; the webhook consumer's filters follow the monitors.
+//! repository's native id. They materialise only from what a connection's own credentials
+//! resolve (an App installation's repositories, a PAT's names resolved with the PAT), always
+//! with the native id, and follow the repository by native id when its name moves; the webhook
+//! consumer's filters follow the monitors. Only an id-bound monitor grants reads
+//! (`store::scm_scope`), so a name is bound to an id only with its own connection's proof.
 
 use sqlx::PgConnection;
 use uuid::Uuid;
@@ -22,8 +24,10 @@ pub struct Rekeyed {
 /// Re-keys the repository `native_id` of a provider instance to `owner/name`: its mirrored row
 /// (when there is one) and every monitor of it, on every connection of that instance. Monitors
 /// are found by native id; a legacy monitor without one is found by a name the repository had:
-/// `previous`, the mirrored row's stored name, or the current name. Runs in the caller's
-/// transaction.
+/// `previous`, the mirrored row's stored name, or the current name. Such a legacy monitor is
+/// bound to the native id only when it belongs to `verified_by`, the connection whose own
+/// credentials resolved the repository; any other legacy monitor only follows the name. Runs in
+/// the caller's transaction.
 pub async fn rekey(
     conn: &mut PgConnection,
     provider_instance_id: Uuid,
@@ -31,6 +35,7 @@ pub async fn rekey(
     owner: &str,
     name: &str,
     previous: &[(&str, &str)],
+    verified_by: Option<Uuid>,
 ) -> Result<Rekeyed, sqlx::Error> {
     let stored: Option<(String, String)> = sqlx::query_as(
         "SELECT owner, name FROM repository
@@ -82,6 +87,8 @@ pub async fn rekey(
         if m_native == Some(native_id) && m_owner == owner && m_name == name {
             continue;
         }
+        // Reads follow ids: a name never becomes an id without its own connection's proof.
+        let bind = m_native.is_some() || verified_by == Some(connection_id);
         let holder: Option<(Uuid, Option<i64>)> = sqlx::query_as(
             "SELECT id, native_id FROM repository_to_monitor
               WHERE connection_id = $1 AND lower(owner) = lower($2) AND lower(name) = lower($3)
@@ -112,17 +119,27 @@ pub async fn rekey(
                 continue;
             }
             // A monitor by the new name without an id means this repository: one is enough.
-            Some((holder, None)) => {
+            Some((holder, None)) if bind => {
                 sqlx::query("DELETE FROM repository_to_monitor WHERE id = $1")
                     .bind(holder)
                     .execute(&mut *conn)
                     .await?;
                 done.merged += 1;
             }
+            // Both unproven names of this repository: this one goes, the holder stays as it is.
+            Some((_, None)) => {
+                sqlx::query("DELETE FROM repository_to_monitor WHERE id = $1")
+                    .bind(id)
+                    .execute(&mut *conn)
+                    .await?;
+                done.merged += 1;
+                continue;
+            }
             None => {}
         }
         sqlx::query(
-            "UPDATE repository_to_monitor SET owner = $2, name = $3, native_id = $4,
+            "UPDATE repository_to_monitor
+                SET owner = $2, name = $3, native_id = CASE WHEN $5 THEN $4 ELSE native_id END,
                     updated_at = now()
               WHERE id = $1",
         )
@@ -130,6 +147,7 @@ pub async fn rekey(
         .bind(owner)
         .bind(name)
         .bind(native_id)
+        .bind(bind)
         .execute(&mut *conn)
         .await?;
         done.moved += 1;
@@ -137,10 +155,11 @@ pub async fn rekey(
     Ok(done)
 }
 
-/// Materialises the monitors of a connection for `repos`, the repositories its credentials
-/// reach. A repository listed with its native id first re-keys the monitors it already has
-/// (a moved name never leaves a stale monitor beside a new one); then every listed repository
-/// the connection does not monitor by name gets a monitor. Monitors are never removed here.
+/// Materialises the monitors of a connection for `repos`, the repositories its own credentials
+/// resolved. Each first re-keys the monitors it already has (a moved name never leaves a stale
+/// monitor beside a new one); then every repository the connection does not monitor by name
+/// gets a monitor bound to its native id. A repository without a native id gets none: only an
+/// id-bound monitor grants reads. Monitors are never removed here.
 pub async fn materialise(
     conn: &mut PgConnection,
     provider_instance_id: Uuid,
@@ -158,12 +177,17 @@ pub async fn materialise(
                 &repo.owner,
                 &repo.name,
                 &[],
+                Some(connection_id),
             )
             .await?;
         }
     }
     let mut created = 0;
     for repo in repos {
+        let Some(native_id) = repo.native_id else {
+            tracing::warn!(repository = %format!("{}/{}", repo.owner, repo.name), %connection_id, "no native id: no monitor");
+            continue;
+        };
         created += sqlx::query(
             "INSERT INTO repository_to_monitor (id, workspace_id, connection_id, owner, name,
                                                 native_id)
@@ -174,12 +198,33 @@ pub async fn materialise(
         .bind(connection_id)
         .bind(&repo.owner)
         .bind(&repo.name)
-        .bind(repo.native_id)
+        .bind(native_id)
         .execute(&mut *conn)
         .await?
         .rows_affected();
     }
     Ok(created)
+}
+
+/// Removes the connection's monitors named `owner/name`, whatever they are bound to: the name no
+/// longer resolves with the connection's credentials, so it reaches nothing. Mirror rows stay.
+pub async fn remove_named(
+    conn: &mut PgConnection,
+    connection_id: Uuid,
+    owner: &str,
+    name: &str,
+) -> Result<u64, sqlx::Error> {
+    let removed = sqlx::query(
+        "DELETE FROM repository_to_monitor
+          WHERE connection_id = $1 AND lower(owner) = lower($2) AND lower(name) = lower($3)",
+    )
+    .bind(connection_id)
+    .bind(owner)
+    .bind(name)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    Ok(removed)
 }
 
 /// Removes the connection's monitors of `repo` (by native id, or by name for a monitor without

@@ -7,13 +7,23 @@ use lifecycle_core::listing::ListingFault;
 use lifecycle_core::partial::PathSegment;
 use time::OffsetDateTime;
 
-/// `owner/name` of a repository as GitHub reports it now, with its native id when the listing
-/// carries it (an App installation's does, a PAT's configured list does not).
+/// `owner/name` of a repository as GitHub reports it now, with its native id when known (a
+/// repository the credentials reach always carries it; a webhook's may not).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepoRef {
     pub owner: String,
     pub name: String,
     pub native_id: Option<i64>,
+}
+
+/// What a connection's credentials reach now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reach {
+    /// Repositories resolved with the connection's own credentials, each with its native id
+    /// (an App installation's listing, or a PAT's configured names resolved one by one).
+    pub repositories: Vec<RepoRef>,
+    /// Configured `owner/name`s the credentials no longer resolve: gone, or not visible to them.
+    pub unresolved: Vec<String>,
 }
 
 /// The repository header every page carries.
@@ -120,8 +130,10 @@ impl SourceError {
 /// GitHub as the sync engine reads it.
 #[async_trait::async_trait]
 pub trait GithubSource: Send + Sync {
-    /// Repositories the credentials reach (an App installation's, or a PAT's configured list).
-    async fn repositories(&self) -> Result<Vec<RepoRef>, SourceError>;
+    /// Repositories the credentials reach (an App installation's, or a PAT's configured names
+    /// resolved with the PAT), each with its native id. A failure to ask (outage, rate limit,
+    /// bad credentials) is an error, never an empty or shorter reach.
+    async fn repositories(&self) -> Result<Reach, SourceError>;
 
     async fn issues_page(
         &self,

@@ -271,7 +271,7 @@ impl Engine {
         source: &dyn GithubSource,
         done: &mut i64,
     ) -> Result<PassEnd, sqlx::Error> {
-        let monitors = match self
+        let (monitors, unresolved) = match self
             .materialise_monitors(job, provider_instance_id, source)
             .await?
         {
@@ -327,6 +327,16 @@ impl Engine {
                 self.mark_reconciled(provider_instance_id, monitor).await?;
             }
         }
+        // A configured repository the credentials cannot reach is a failure, never a quiet skip.
+        if !unresolved.is_empty() {
+            return Ok(PassEnd::Incomplete {
+                reason: format!(
+                    "repositories no longer resolve with the connection's credentials (gone, or not visible to it): {}",
+                    unresolved.join(", ")
+                ),
+                failing: true,
+            });
+        }
         Ok(match first_gap {
             None => PassEnd::Complete,
             Some(reason) => PassEnd::Incomplete {
@@ -336,14 +346,17 @@ impl Engine {
         })
     }
 
-    /// Monitors come from what the credentials reach (App installation or PAT list).
+    /// Monitors come from what the connection's own credentials resolve (App installation, or
+    /// the PAT's names resolved with the PAT), bound to native ids. A configured name that no
+    /// longer resolves loses its monitors, is recorded as connection activity, and is returned
+    /// so the pass reports it.
     async fn materialise_monitors(
         &self,
         job: &ClaimedJob,
         provider_instance_id: Uuid,
         source: &dyn GithubSource,
-    ) -> Result<Result<Vec<Monitor>, SourceError>, sqlx::Error> {
-        let repos = match source.repositories().await {
+    ) -> Result<Result<(Vec<Monitor>, Vec<String>), SourceError>, sqlx::Error> {
+        let reach = match source.repositories().await {
             Ok(r) => r,
             Err(e) => return Ok(Err(e)),
         };
@@ -353,10 +366,27 @@ impl Engine {
             provider_instance_id,
             job.workspace_id,
             job.connection_id,
-            &repos,
+            &reach.repositories,
         )
         .await?;
+        let mut dropped = 0;
+        for full in &reach.unresolved {
+            if let Some((owner, name)) = full.split_once('/') {
+                dropped += monitors::remove_named(&mut txn, job.connection_id, owner, name).await?;
+            }
+        }
         txn.commit().await?;
+        if !reach.unresolved.is_empty() {
+            tracing::warn!(connection_id = %job.connection_id, unresolved = ?reach.unresolved, dropped, "configured repositories no longer resolve with the connection's credentials; not monitored");
+            self.activity(
+                job,
+                "repositories_unresolved",
+                serde_json::json!({
+                    "repositories": reach.unresolved, "monitors_removed": dropped,
+                }),
+            )
+            .await?;
+        }
         let rows: Vec<(Uuid, String, String, Option<i64>)> = sqlx::query_as(
             "SELECT id, owner, name, native_id FROM repository_to_monitor
               WHERE connection_id = $1 ORDER BY lower(owner), lower(name)",
@@ -364,15 +394,17 @@ impl Engine {
         .bind(job.connection_id)
         .fetch_all(&self.pool)
         .await?;
-        Ok(Ok(rows
-            .into_iter()
-            .map(|(id, owner, name, native_id)| Monitor {
-                id,
-                owner,
-                name,
-                native_id,
-            })
-            .collect()))
+        Ok(Ok((
+            rows.into_iter()
+                .map(|(id, owner, name, native_id)| Monitor {
+                    id,
+                    owner,
+                    name,
+                    native_id,
+                })
+                .collect(),
+            reach.unresolved,
+        )))
     }
 
     /// Re-reads the runs of each open pull request whose stored list of its head is unfinished
@@ -551,7 +583,7 @@ impl Engine {
             // re-keyed here, with the mirrored row and the other monitors of the repository.
             let current = &header.repository;
             if !healed && (current.owner != monitor.owner || current.name != monitor.name) {
-                self.heal_identity(provider_instance_id, monitor, current)
+                self.heal_identity(job, provider_instance_id, monitor, current)
                     .await?;
                 healed = true;
             }
@@ -611,11 +643,13 @@ impl Engine {
     /// repository's mirrored row and its other monitors, in one transaction.
     async fn heal_identity(
         &self,
+        job: &ClaimedJob,
         provider_instance_id: Uuid,
         monitor: &Monitor,
         current: &crate::source::RepoHeader,
     ) -> Result<(), sqlx::Error> {
         let mut txn = self.pool.begin().await?;
+        // The page was read with this connection's credentials: its monitors may take the id.
         let done = monitors::rekey(
             &mut txn,
             provider_instance_id,
@@ -623,6 +657,7 @@ impl Engine {
             &current.owner,
             &current.name,
             &[(&monitor.owner, &monitor.name)],
+            Some(job.connection_id),
         )
         .await?;
         txn.commit().await?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Result;
 use github_sync::jobs::{JobOutcome, Jobs};
 use github_sync::source::{
-    GithubSource, IssueNode, Page, PullRequestNode, RepoHeader, RepoRef, SourceError,
+    GithubSource, IssueNode, Page, PullRequestNode, Reach, RepoHeader, RepoRef, SourceError,
 };
 use github_sync::sync::{BackfillPolicy, Engine, SyncSettings};
 use lifecycle_core::partial::PathSegment;
@@ -146,12 +146,16 @@ impl ScriptedGithub {
 
 #[async_trait::async_trait]
 impl GithubSource for ScriptedGithub {
-    async fn repositories(&self) -> Result<Vec<RepoRef>, SourceError> {
-        Ok(vec![RepoRef {
-            owner: self.repo.owner.clone(),
-            name: self.repo.name.clone(),
-            native_id: None,
-        }])
+    async fn repositories(&self) -> Result<Reach, SourceError> {
+        // Resolved with the connection's credentials: bound to its native id.
+        Ok(Reach {
+            repositories: vec![RepoRef {
+                owner: self.repo.owner.clone(),
+                name: self.repo.name.clone(),
+                native_id: Some(self.repo.native_id),
+            }],
+            unresolved: Vec::new(),
+        })
     }
 
     async fn issues_page(

@@ -87,6 +87,15 @@ async fn up(database_url: &str, nats_url: &str, listen: SocketAddr, demo: bool) 
     } else {
         None
     };
+    // The walk-through's PAT connection names a repository its token resolves (the simulator's
+    // when the demo runs); control-api refuses names the token cannot see.
+    let connection_body = match &sim {
+        Some((sim, _, _)) => format!(
+            r#"{{"kind":"github","server_url":"{}","settings":{{"auth":"pat","repositories":["acme/repo-0"]}},"secrets":{{"token":"ghp_forgesync_demo"}}}}"#,
+            sim.base_url()
+        ),
+        None => r#"{"kind":"github","settings":{"auth":"pat","repositories":["OWNER/NAME"]},"secrets":{"token":"<a PAT that can read OWNER/NAME>"}}"#.to_owned(),
+    };
     let demo_lines = match &sim {
         Some((sim, ws, conn)) => format!(
             "  GitHub sim    {}   (3 repositories, 300 issues and pull requests)\n\n\
@@ -112,7 +121,7 @@ An admin token valid for one hour:
 Try it:
   curl -s -X POST {base}/workspaces -H "Authorization: Bearer $TOKEN" -H 'content-type: application/json' -d '{{"name":"acme"}}'
   # then, with the workspace id it returns as $WS:
-  curl -s -X POST {base}/workspaces/$WS/connections -H "Authorization: Bearer $TOKEN" -H 'content-type: application/json' -d '{{"kind":"github","secrets":{{"token":"ghp_example"}}}}'
+  curl -s -X POST {base}/workspaces/$WS/connections -H "Authorization: Bearer $TOKEN" -H 'content-type: application/json' -d '{connection_body}'
   # and with the connection id as $CONN:
   curl -s -X POST {base}/workspaces/$WS/connections/$CONN/activate -H "Authorization: Bearer $TOKEN"
 
@@ -146,7 +155,8 @@ async fn start_demo(
         ..Scenario::default()
     });
     let mut model = generated.model;
-    model.add_personal_access_token("ghp_forgesync_demo");
+    // The owner's own token: control-api resolves every named repository with it.
+    model.add_user_token("ghp_forgesync_demo", &Scenario::default().owner);
     let repositories: Vec<String> = model
         .repositories()
         .map(|r| format!("{}/{}", r.owner, r.name))

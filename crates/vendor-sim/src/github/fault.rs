@@ -21,6 +21,8 @@ pub mod ops {
     pub const GET_COMMIT_CHECK_RUNS: &str = "GetCommitCheckRuns";
     /// GraphQL `RepositoryById`.
     pub const REPOSITORY_BY_ID: &str = "RepositoryById";
+    /// GraphQL `RepositoryByName`.
+    pub const REPOSITORY_BY_NAME: &str = "RepositoryByName";
     /// `POST /app/installations/{id}/access_tokens`
     pub const CREATE_INSTALLATION_ACCESS_TOKEN: &str = "apps/create-installation-access-token";
     /// `GET /installation/repositories`

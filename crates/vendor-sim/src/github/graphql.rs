@@ -17,7 +17,7 @@ use base64::engine::general_purpose::STANDARD;
 use time::OffsetDateTime;
 
 use super::checks as sim;
-use super::model::{self, ItemKey, Items, Model, OwnerKind, RepoId};
+use super::model::{self, ItemKey, Items, Model, OwnerKind, RepoId, Viewer};
 
 /// The executable schema.
 pub(crate) type GithubSchema = Schema<Query, EmptyMutation, EmptySubscription>;
@@ -909,6 +909,12 @@ fn model_of<'a>(ctx: &Context<'a>) -> &'a Arc<Mutex<Model>> {
     ctx.data_unchecked::<Arc<Mutex<Model>>>()
 }
 
+/// Whether the caller sees `repo` (requests without a viewer, built in tests, see everything).
+fn sees(ctx: &Context<'_>, repo: &model::Repository) -> bool {
+    ctx.data_opt::<Viewer>()
+        .is_none_or(|viewer| viewer.sees(repo))
+}
+
 fn lock(model: &Mutex<Model>) -> std::sync::MutexGuard<'_, Model> {
     // A panicking test closure must not take the simulator down with it.
     model.lock().unwrap_or_else(|e| e.into_inner())
@@ -1028,7 +1034,11 @@ impl Query {
         };
         match model::decode_node_id(&id) {
             Some(("R", db_id)) => {
-                let repo = model.repos.get(&db_id).ok_or_else(not_found)?;
+                let repo = model
+                    .repos
+                    .get(&db_id)
+                    .filter(|r| sees(ctx, r))
+                    .ok_or_else(not_found)?;
                 Ok(Some(Node::Repository(Repository::from_model(&model, repo))))
             }
             _ => Err(not_found()),
@@ -1063,7 +1073,9 @@ impl Query {
         let model = lock(model_of(ctx));
         let found = model
             .find_repository(&owner, &name, follow_renames.unwrap_or(true))
-            .and_then(|id| model.repos.get(&id));
+            .and_then(|id| model.repos.get(&id))
+            // A private repository the caller cannot see answers as if it did not exist.
+            .filter(|r| sees(ctx, r));
         match found {
             Some(repo) => Ok(Some(Repository::from_model(&model, repo))),
             None => Err(typed_error(

@@ -258,6 +258,9 @@ pub struct Repository {
     pub is_archived: bool,
     /// The installation that can see it (`None`: reachable with a personal access token only).
     pub installation: Option<InstallationId>,
+    /// Private: only its installation, its owner's tokens and all-seeing tokens see it; anyone
+    /// else is answered as if it did not exist.
+    pub private: bool,
     /// `createdAt`
     pub created_at: OffsetDateTime,
     pub(crate) issues: Items<Issue>,
@@ -321,7 +324,41 @@ pub struct RateLimitBudget {
 #[derive(Clone, Debug)]
 pub(crate) struct Token {
     pub(crate) installation: Option<InstallationId>,
+    /// A personal token's user; `None` for an installation token or an all-seeing one.
+    pub(crate) user: Option<String>,
     pub(crate) expires_at: Option<OffsetDateTime>,
+}
+
+/// Who is calling, as far as repository visibility goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Viewer {
+    /// An installation token.
+    Installation(InstallationId),
+    /// A personal token of this user.
+    User(String),
+    /// A personal token that sees every repository.
+    Everything,
+}
+
+impl Viewer {
+    pub(crate) fn of(token: &Token) -> Viewer {
+        match (&token.installation, &token.user) {
+            (Some(installation), _) => Viewer::Installation(*installation),
+            (None, Some(user)) => Viewer::User(user.clone()),
+            (None, None) => Viewer::Everything,
+        }
+    }
+
+    /// Whether this caller sees `repo`: a public one always; a private one only through its
+    /// installation or its owner's personal token.
+    pub(crate) fn sees(&self, repo: &Repository) -> bool {
+        !repo.private
+            || match self {
+                Viewer::Installation(i) => repo.installation == Some(*i),
+                Viewer::User(login) => repo.owner.eq_ignore_ascii_case(login),
+                Viewer::Everything => true,
+            }
+    }
 }
 
 /// Everything the simulated GitHub knows. Mutate it before [`super::GithubSim::start`] or
@@ -432,9 +469,31 @@ impl Model {
             token.into(),
             Token {
                 installation: None,
+                user: None,
                 expires_at: None,
             },
         );
+    }
+
+    /// Accepts `token` as `login`'s personal access token: it sees public repositories and the
+    /// private ones `login` owns; other private repositories answer NOT_FOUND / 404 to it.
+    pub fn add_user_token(&mut self, token: impl Into<String>, login: &str) {
+        self.tokens.insert(
+            token.into(),
+            Token {
+                installation: None,
+                user: Some(login.to_owned()),
+                expires_at: None,
+            },
+        );
+    }
+
+    /// Makes a repository private or public; `false` when there is no such repository.
+    pub fn set_repository_private(&mut self, id: RepoId, private: bool) -> bool {
+        self.repos
+            .get_mut(&id)
+            .map(|r| r.private = private)
+            .is_some()
     }
 
     /// Forgets every issued or added token: later calls with them answer 401.
@@ -455,6 +514,7 @@ impl Model {
             token.clone(),
             Token {
                 installation: Some(installation),
+                user: None,
                 expires_at: Some(expires_at),
             },
         );
@@ -507,6 +567,7 @@ impl Model {
             name: name.to_owned(),
             is_archived: false,
             installation,
+            private: false,
             created_at,
             issues: Items::default(),
             pulls: Items::default(),

@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 use super::deliveries::{self, DeliveryAttempt, DeliveryLog, HookTarget};
 use super::fault::{Fault, FaultKind, Faults, ops};
 use super::graphql::{self, GithubSchema, Nullability, PageFaults, RateView};
-use super::model::{self, InstallationId, Model, RateLimitBudget, RateLimitResource};
+use super::model::{self, InstallationId, Model, RateLimitBudget, RateLimitResource, Viewer};
 use super::webhook;
 
 struct Shared {
@@ -270,6 +270,14 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 
 /// Who a token is: `Some(installation)` for installation tokens, `None` for a PAT.
 fn authenticate(model: &Model, headers: &HeaderMap) -> Result<Option<InstallationId>, Response> {
+    Ok(match viewer(model, headers)? {
+        Viewer::Installation(i) => Some(i),
+        Viewer::User(_) | Viewer::Everything => None,
+    })
+}
+
+/// Who a token is, as far as repository visibility goes.
+fn viewer(model: &Model, headers: &HeaderMap) -> Result<Viewer, Response> {
     let bad = || message(StatusCode::UNAUTHORIZED, "Bad credentials");
     let token = model
         .tokens
@@ -281,7 +289,7 @@ fn authenticate(model: &Model, headers: &HeaderMap) -> Result<Option<Installatio
     {
         return Err(bad());
     }
-    Ok(token.installation)
+    Ok(Viewer::of(token))
 }
 
 fn rate_headers(headers: &mut HeaderMap, b: RateLimitBudget, resource: &'static str) {
@@ -436,11 +444,15 @@ async fn graphql_call(
         .map(|d| query_cost(d, body.operation_name.as_deref(), &vars))
         .unwrap_or((1, 0));
 
-    let budget = {
+    let (budget, viewer) = {
         let mut m = lock(&shared.model);
-        let installation = match authenticate(&m, &headers) {
-            Ok(i) => i,
+        let viewer = match viewer(&m, &headers) {
+            Ok(v) => v,
             Err(r) => return r,
+        };
+        let installation = match &viewer {
+            Viewer::Installation(i) => Some(*i),
+            Viewer::User(_) | Viewer::Everything => None,
         };
         let mut b = m.rate_limit(RateLimitResource::Graphql);
         if b.remaining < cost {
@@ -461,7 +473,7 @@ async fn graphql_call(
         }
         b.remaining -= cost;
         m.set_rate_limit(RateLimitResource::Graphql, b);
-        b
+        (b, viewer)
     };
 
     let mut page_faults = PageFaults::default();
@@ -481,6 +493,7 @@ async fn graphql_call(
     let mut request = async_graphql::Request::new(body.query)
         .variables(async_graphql::Variables::from_json(vars))
         .data(page_faults)
+        .data(viewer)
         .data(RateView {
             cost,
             node_count,
@@ -799,9 +812,14 @@ async fn repository_by_id(
             Err(r) => return r,
         };
     let m = lock(&shared.model);
+    let Ok(viewer) = viewer(&m, &headers) else {
+        return message(StatusCode::UNAUTHORIZED, "Bad credentials");
+    };
+    // A repository the caller cannot see is answered as missing.
     let found = m
         .repository(id)
-        .filter(|r| installation.is_none() || r.installation == installation);
+        .filter(|r| installation.is_none() || r.installation == installation)
+        .filter(|r| viewer.sees(r));
     let r = match found {
         Some(repo) => axum::Json(webhook::repository_json(&m, repo)).into_response(),
         None => message(StatusCode::NOT_FOUND, "Not Found"),

@@ -123,7 +123,7 @@ pub fn repository_json(model: &Model, repo: &Repository) -> Json {
         "node_id": repo.node_id,
         "name": repo.name,
         "full_name": full_name,
-        "private": false,
+        "private": repo.private,
         "owner": user_json(&repo.owner, model.owner_kind(&repo.owner)),
         "html_url": format!("https://github.com/{full_name}"),
         "description": null,
@@ -156,7 +156,7 @@ pub fn repository_json(model: &Model, repo: &Repository) -> Json {
         "is_template": false,
         "web_commit_signoff_required": false,
         "topics": [],
-        "visibility": "public",
+        "visibility": if repo.private { "private" } else { "public" },
         "forks": 0,
         "open_issues": 0,
         "watchers": 0,
@@ -599,7 +599,7 @@ fn installation_repository_json(repo: &Repository) -> Json {
         "node_id": repo.node_id,
         "name": repo.name,
         "full_name": repo.name_with_owner(),
-        "private": false,
+        "private": repo.private,
     })
 }
 

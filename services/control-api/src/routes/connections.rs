@@ -136,7 +136,8 @@ pub(crate) async fn find_connection<C: ConnectionTrait>(
 
 #[utoipa::path(post, path = "/workspaces/{workspace_id}/connections", request_body = CreateConnection,
     responses((status = 201, body = ConnectionView), (status = 404, body = crate::error::ErrorBody),
-              (status = 409, body = crate::error::ErrorBody)))]
+              (status = 409, body = crate::error::ErrorBody), (status = 422, body = crate::error::ErrorBody),
+              (status = 502, body = crate::error::ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
     Admin(caller): Admin,
@@ -153,6 +154,17 @@ pub async fn create(
     let settings = body.settings.unwrap_or_else(|| serde_json::json!({}));
     if !settings.is_object() {
         return Err(ApiError::bad_request("settings must be a JSON object"));
+    }
+    // Reads follow verified access: a PAT's repositories resolve with the PAT first.
+    if body.kind == ConnectionKind::Github {
+        let api = provider_instance::normalise_server_url(body.server_url.as_deref())
+            .unwrap_or_else(|| github_client::GITHUB_API.to_owned());
+        crate::github_access::verify_pat_repositories(
+            &api,
+            &settings,
+            body.secrets.get("token").map(String::as_str),
+        )
+        .await?;
     }
     let txn = state.db.begin().await?;
     let ws = find_reachable(&txn, &caller, workspace_id, true).await?;

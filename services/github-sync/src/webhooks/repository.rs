@@ -68,6 +68,8 @@ pub async fn handle(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, Webhoo
                 &repo.owner.login,
                 &repo.name,
                 &previous,
+                // A delivery proves no connection's access: legacy monitors follow the name only.
+                None,
             )
             .await?;
             txn.commit().await?;
