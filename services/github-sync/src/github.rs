@@ -125,7 +125,7 @@ impl SourceFactory for ClientFactory {
         let (settings, config) = self.settings(conn).await?;
         let secret = |name: &'static str| self.secret(conn, name);
         let own_app_id = self.app_id.or(settings.app_id);
-        let (auth, repositories) = match settings.auth {
+        let (auth, repositories, installation) = match settings.auth {
             AuthKind::Pat => {
                 let token = String::from_utf8(secret("token").await?)?;
                 let repos = settings
@@ -142,7 +142,7 @@ impl SourceFactory for ClientFactory {
                         })
                     })
                     .collect::<anyhow::Result<Vec<_>>>()?;
-                (Auth::personal_token(token), Some(repos))
+                (Auth::personal_token(token), Some(repos), None)
             }
             AuthKind::App => {
                 let ConnectionApp {
@@ -155,6 +155,7 @@ impl SourceFactory for ClientFactory {
                         installation_id,
                     },
                     None,
+                    Some(installation_id),
                 )
             }
         };
@@ -164,6 +165,7 @@ impl SourceFactory for ClientFactory {
             client,
             repositories,
             own_app_id,
+            installation,
         }))
     }
 }
@@ -174,6 +176,8 @@ pub struct ClientSource {
     /// A PAT's configured repositories; `None` lists the App installation's.
     repositories: Option<Vec<RepoRef>>,
     own_app_id: Option<u64>,
+    /// The App installation the client's tokens are issued for.
+    installation: Option<u64>,
 }
 
 impl ClientSource {
@@ -186,6 +190,7 @@ impl ClientSource {
             client,
             repositories,
             own_app_id,
+            installation: None,
         }
     }
 }
@@ -387,6 +392,25 @@ fn commit_checks_read(
 impl GithubSource for ClientSource {
     fn own_app_id(&self) -> Option<u64> {
         self.own_app_id
+    }
+
+    fn installation_id(&self) -> Option<u64> {
+        self.installation
+    }
+
+    async fn repository(&self, native_id: i64) -> Result<Option<RepoRef>, SourceError> {
+        let id = u64::try_from(native_id)
+            .map_err(|_| SourceError::Other(format!("repository id {native_id}")))?;
+        let found = self
+            .client
+            .repository_by_id(id)
+            .await
+            .map_err(source_error)?;
+        Ok(found.map(|r| RepoRef {
+            owner: r.owner.login,
+            name: r.name,
+            native_id: i64::try_from(r.id).ok(),
+        }))
     }
 
     async fn commit_check_runs(

@@ -22,10 +22,13 @@ pub struct Rekeyed {
 /// Re-keys the repository `native_id` of a provider instance to `owner/name`: its mirrored row
 /// (when there is one) and every monitor of it, on every connection of that instance. Monitors
 /// are found by native id; a legacy monitor without one is found by a name the repository had:
-/// `previous`, the mirrored row's stored name, or the current name. Runs in the caller's
+/// `previous`, the mirrored row's stored name, or the current name. Only the monitors of
+/// `verified_by`, the connection whose credentials reported the repository, are bound to the
+/// native id; another connection's legacy monitor waits for its own sync. Runs in the caller's
 /// transaction.
 pub async fn rekey(
     conn: &mut PgConnection,
+    verified_by: Uuid,
     provider_instance_id: Uuid,
     native_id: i64,
     owner: &str,
@@ -80,6 +83,10 @@ pub async fn rekey(
     let mut done = Rekeyed::default();
     for (id, connection_id, m_owner, m_name, m_native) in monitors {
         if m_native == Some(native_id) && m_owner == owner && m_name == name {
+            continue;
+        }
+        // A bound native id admits writes: only the connection that verified it gets one.
+        if m_native.is_none() && connection_id != verified_by {
             continue;
         }
         let holder: Option<(Uuid, Option<i64>)> = sqlx::query_as(
@@ -153,6 +160,7 @@ pub async fn materialise(
         if let Some(native_id) = repo.native_id {
             rekey(
                 conn,
+                connection_id,
                 provider_instance_id,
                 native_id,
                 &repo.owner,

@@ -1,5 +1,6 @@
 //! `installation` and `installation_repositories` webhooks (owner-level subject), for the
-//! connections whose App installation they name on that provider instance.
+//! delivering connection only, and only through its App endpoint for the installation it
+//! verified with GitHub; anything else is out of scope.
 //!
 //! `installation_repositories` changes what the installation reaches: `added` materialises
 //! monitors for the added repositories (as a sync does from the installation's listing),
@@ -14,7 +15,9 @@ use serde::Deserialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::{Outcome, Webhook, WebhookError, parse};
+use store::admission::{self, Scope};
+
+use super::{Outcome, Webhook, WebhookError, parse, record_activity};
 use crate::monitors;
 use crate::source::RepoRef;
 
@@ -59,56 +62,30 @@ struct InstallationRepositoriesEvent {
     repositories_removed: Vec<ListedRepository>,
 }
 
-/// A connection an installation event concerns.
+/// The connection an installation event concerns: the delivering one, once admitted.
 struct Installed {
     connection_id: Uuid,
     workspace_id: Uuid,
 }
 
-/// The App connections of `installation_id` on the instance that have not ended.
-async fn connections(
+/// Admits an installation event for the delivering connection: only through its App endpoint,
+/// and only for the installation it verified with GitHub (see [`store::admission`]).
+async fn admitted(
     txn: &mut sqlx::PgConnection,
-    provider_instance_id: Uuid,
+    hook: &Webhook<'_>,
     installation_id: i64,
-) -> Result<Vec<Installed>, sqlx::Error> {
-    let rows: Vec<(Uuid, Uuid)> = sqlx::query_as(
-        "SELECT id, workspace_id FROM connection
-          WHERE kind = 'github' AND provider_instance_id = $1
-            AND settings->>'auth' = 'app' AND settings->'installation_id' = to_jsonb($2::bigint)
-            AND status IN ('pending', 'active', 'suspended', 'paused')
-          ORDER BY id",
+) -> Result<Installed, WebhookError> {
+    let admitted = admission::admit(
+        &mut *txn,
+        &hook.origin,
+        Scope::GithubInstallation { installation_id },
     )
-    .bind(provider_instance_id)
-    .bind(installation_id)
-    .fetch_all(&mut *txn)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(connection_id, workspace_id)| Installed {
-            connection_id,
-            workspace_id,
-        })
-        .collect())
-}
-
-async fn record_activity(
-    txn: &mut sqlx::PgConnection,
-    on: &Installed,
-    activity: &str,
-    detail: serde_json::Value,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO connection_activity (id, connection_id, workspace_id, activity, detail)
-         VALUES ($1, $2, $3, $4, $5)",
-    )
-    .bind(Uuid::now_v7())
-    .bind(on.connection_id)
-    .bind(on.workspace_id)
-    .bind(activity)
-    .bind(sqlx::types::Json(detail))
-    .execute(&mut *txn)
-    .await?;
-    Ok(())
+    .await?
+    .map_err(WebhookError::OutOfScope)?;
+    Ok(Installed {
+        connection_id: admitted.connection_id,
+        workspace_id: admitted.workspace_id,
+    })
 }
 
 fn repo_refs(listed: &[ListedRepository]) -> Vec<RepoRef> {
@@ -128,35 +105,30 @@ pub async fn installation(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, 
         return Ok(Outcome::Ignored);
     }
     let mut txn = pool.begin().await?;
-    let installed = connections(&mut txn, hook.provider_instance_id, event.installation.id).await?;
+    let on = admitted(&mut txn, hook, event.installation.id).await?;
     let repos = repo_refs(&event.repositories);
-    for on in &installed {
-        // The installation's state is control-api's to change; this records what GitHub said.
-        record_activity(
+    // The installation's state is control-api's to change; this records what GitHub said.
+    record_activity(
+        &mut txn,
+        on.connection_id,
+        on.workspace_id,
+        &format!("github_installation_{action}"),
+        serde_json::json!({ "installation_id": event.installation.id }),
+    )
+    .await?;
+    if action == "created" {
+        monitors::materialise(
             &mut txn,
-            on,
-            &format!("github_installation_{action}"),
-            serde_json::json!({ "installation_id": event.installation.id }),
+            hook.provider_instance_id,
+            on.workspace_id,
+            on.connection_id,
+            &repos,
         )
         .await?;
-        if action == "created" {
-            monitors::materialise(
-                &mut txn,
-                hook.provider_instance_id,
-                on.workspace_id,
-                on.connection_id,
-                &repos,
-            )
-            .await?;
-        }
-        tracing::info!(connection_id = %on.connection_id, workspace_id = %on.workspace_id, installation_id = event.installation.id, action, "GitHub App installation event recorded");
     }
+    tracing::info!(connection_id = %on.connection_id, workspace_id = %on.workspace_id, installation_id = event.installation.id, action, "GitHub App installation event recorded");
     txn.commit().await?;
-    Ok(if installed.is_empty() {
-        Outcome::Ignored
-    } else {
-        Outcome::Applied
-    })
+    Ok(Outcome::Applied)
 }
 
 /// Handles an `installation_repositories` delivery.
@@ -172,41 +144,37 @@ pub async fn installation_repositories(
     let added = repo_refs(&event.repositories_added);
     let removed = repo_refs(&event.repositories_removed);
     let mut txn = pool.begin().await?;
-    let installed = connections(&mut txn, hook.provider_instance_id, event.installation.id).await?;
-    let mut changed = 0;
-    for on in &installed {
-        let created = monitors::materialise(
-            &mut txn,
-            hook.provider_instance_id,
-            on.workspace_id,
-            on.connection_id,
-            &added,
-        )
-        .await?;
-        let mut dropped = 0;
-        for repo in &removed {
-            dropped += monitors::remove(&mut txn, on.connection_id, repo).await?;
-        }
-        record_activity(
-            &mut txn,
-            on,
-            &format!("github_installation_repositories_{action}"),
-            serde_json::json!({
-                "installation_id": event.installation.id,
-                "added": added.iter().map(|r| format!("{}/{}", r.owner, r.name)).collect::<Vec<_>>(),
-                "removed": removed.iter().map(|r| format!("{}/{}", r.owner, r.name)).collect::<Vec<_>>(),
-                "monitors_created": created, "monitors_removed": dropped,
-            }),
-        )
-        .await?;
-        tracing::info!(connection_id = %on.connection_id, workspace_id = %on.workspace_id, installation_id = event.installation.id, created, removed = dropped, "installation repositories changed; monitors follow");
-        changed += created + dropped;
+    let on = admitted(&mut txn, hook, event.installation.id).await?;
+    let created = monitors::materialise(
+        &mut txn,
+        hook.provider_instance_id,
+        on.workspace_id,
+        on.connection_id,
+        &added,
+    )
+    .await?;
+    let mut dropped = 0;
+    for repo in &removed {
+        dropped += monitors::remove(&mut txn, on.connection_id, repo).await?;
     }
+    record_activity(
+        &mut txn,
+        on.connection_id,
+        on.workspace_id,
+        &format!("github_installation_repositories_{action}"),
+        serde_json::json!({
+            "installation_id": event.installation.id,
+            "added": added.iter().map(|r| format!("{}/{}", r.owner, r.name)).collect::<Vec<_>>(),
+            "removed": removed.iter().map(|r| format!("{}/{}", r.owner, r.name)).collect::<Vec<_>>(),
+            "monitors_created": created, "monitors_removed": dropped,
+        }),
+    )
+    .await?;
+    tracing::info!(connection_id = %on.connection_id, workspace_id = %on.workspace_id, installation_id = event.installation.id, created, removed = dropped, "installation repositories changed; monitors follow");
+    let changed = created + dropped;
     txn.commit().await?;
     Ok(if changed > 0 {
         Outcome::Applied
-    } else if installed.is_empty() {
-        Outcome::Ignored
     } else {
         Outcome::Unchanged
     })
