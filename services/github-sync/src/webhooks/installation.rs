@@ -10,14 +10,16 @@
 //! `installation` (`created`, `deleted`, `suspend`, `unsuspend`) is recorded as connection
 //! activity; the connection's state belongs to control-api, which owns its state machine, so
 //! github-sync changes no status here. `created` also materialises the listed repositories.
+//!
+//! A listed repository becomes a monitor bound to its native id only once the connection's own
+//! installation token reads it by that id; the rest wait for the next reconcile's listing.
 
 use serde::Deserialize;
 use sqlx::PgPool;
+use store::admission::{self, Scope};
 use uuid::Uuid;
 
-use store::admission::{self, Scope};
-
-use super::{Outcome, Webhook, WebhookError, parse, record_activity};
+use super::{Outcome, Readers, Webhook, WebhookError, parse, record_activity};
 use crate::monitors;
 use crate::source::RepoRef;
 
@@ -71,12 +73,12 @@ struct Installed {
 /// Admits an installation event for the delivering connection: only through its App endpoint,
 /// and only for the installation it verified with GitHub (see [`store::admission`]).
 async fn admitted(
-    txn: &mut sqlx::PgConnection,
+    conn: &mut sqlx::PgConnection,
     hook: &Webhook<'_>,
     installation_id: i64,
 ) -> Result<Installed, WebhookError> {
     let admitted = admission::admit(
-        &mut *txn,
+        &mut *conn,
         &hook.origin,
         Scope::GithubInstallation { installation_id },
     )
@@ -88,6 +90,47 @@ async fn admitted(
     })
 }
 
+/// The listed repositories the connection's own credentials read by native id, as GitHub names
+/// them now; the others, with why, are left to the next reconcile.
+async fn reached(
+    readers: &Readers,
+    hook: &Webhook<'_>,
+    listed: &[RepoRef],
+) -> Result<(Vec<RepoRef>, Vec<serde_json::Value>), WebhookError> {
+    let mut confirmed = Vec::new();
+    let mut unconfirmed = Vec::new();
+    if listed.is_empty() {
+        return Ok((confirmed, unconfirmed));
+    }
+    let Some(source) = readers.active(hook.connection_id).await? else {
+        let reason = "the connection cannot read GitHub now";
+        unconfirmed.extend(listed.iter().map(|r| unconfirmed_json(r, reason)));
+        return Ok((confirmed, unconfirmed));
+    };
+    for repo in listed {
+        let Some(native_id) = repo.native_id else {
+            continue;
+        };
+        match source.repository(native_id).await {
+            Ok(Some(now)) if now.native_id == Some(native_id) => confirmed.push(now),
+            Ok(_) => unconfirmed.push(unconfirmed_json(
+                repo,
+                "the installation does not reach this repository id",
+            )),
+            Err(e) => unconfirmed.push(unconfirmed_json(repo, &format!("read failed: {e}"))),
+        }
+    }
+    Ok((confirmed, unconfirmed))
+}
+
+fn unconfirmed_json(repo: &RepoRef, reason: &str) -> serde_json::Value {
+    serde_json::json!({
+        "repository": format!("{}/{}", repo.owner, repo.name),
+        "native_id": repo.native_id,
+        "reason": reason,
+    })
+}
+
 fn repo_refs(listed: &[ListedRepository]) -> Vec<RepoRef> {
     listed
         .iter()
@@ -96,7 +139,11 @@ fn repo_refs(listed: &[ListedRepository]) -> Vec<RepoRef> {
 }
 
 /// Handles an `installation` delivery.
-pub async fn installation(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, WebhookError> {
+pub async fn installation(
+    pool: &PgPool,
+    readers: &Readers,
+    hook: &Webhook<'_>,
+) -> Result<Outcome, WebhookError> {
     let event: InstallationEvent = parse(hook)?;
     let action = event.action.as_str();
     metrics::counter!("github_installation_events_total", "action" => action.to_owned())
@@ -104,16 +151,25 @@ pub async fn installation(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, 
     if !matches!(action, "created" | "deleted" | "suspend" | "unsuspend") {
         return Ok(Outcome::Ignored);
     }
+    admitted(&mut *pool.acquire().await?, hook, event.installation.id).await?;
+    let (repos, unconfirmed) = if action == "created" {
+        reached(readers, hook, &repo_refs(&event.repositories)).await?
+    } else {
+        (Vec::new(), Vec::new())
+    };
     let mut txn = pool.begin().await?;
+    // Still admitted now (the connection is held until commit).
     let on = admitted(&mut txn, hook, event.installation.id).await?;
-    let repos = repo_refs(&event.repositories);
     // The installation's state is control-api's to change; this records what GitHub said.
     record_activity(
         &mut txn,
         on.connection_id,
         on.workspace_id,
         &format!("github_installation_{action}"),
-        serde_json::json!({ "installation_id": event.installation.id }),
+        serde_json::json!({
+            "installation_id": event.installation.id,
+            "unconfirmed": unconfirmed,
+        }),
     )
     .await?;
     if action == "created" {
@@ -134,6 +190,7 @@ pub async fn installation(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, 
 /// Handles an `installation_repositories` delivery.
 pub async fn installation_repositories(
     pool: &PgPool,
+    readers: &Readers,
     hook: &Webhook<'_>,
 ) -> Result<Outcome, WebhookError> {
     let event: InstallationRepositoriesEvent = parse(hook)?;
@@ -141,9 +198,12 @@ pub async fn installation_repositories(
     if !matches!(action, "added" | "removed") {
         return Ok(Outcome::Ignored);
     }
-    let added = repo_refs(&event.repositories_added);
+    admitted(&mut *pool.acquire().await?, hook, event.installation.id).await?;
+    let (added, unconfirmed) =
+        reached(readers, hook, &repo_refs(&event.repositories_added)).await?;
     let removed = repo_refs(&event.repositories_removed);
     let mut txn = pool.begin().await?;
+    // Still admitted now (the connection is held until commit).
     let on = admitted(&mut txn, hook, event.installation.id).await?;
     let created = monitors::materialise(
         &mut txn,
@@ -167,6 +227,7 @@ pub async fn installation_repositories(
             "added": added.iter().map(|r| format!("{}/{}", r.owner, r.name)).collect::<Vec<_>>(),
             "removed": removed.iter().map(|r| format!("{}/{}", r.owner, r.name)).collect::<Vec<_>>(),
             "monitors_created": created, "monitors_removed": dropped,
+            "unconfirmed": unconfirmed,
         }),
     )
     .await?;

@@ -174,9 +174,9 @@ impl WebhookHandler {
         };
         match event {
             "repository" => repository::handle(&self.pool, &self.readers, &hook).await,
-            "installation" => installation::installation(&self.pool, &hook).await,
+            "installation" => installation::installation(&self.pool, &self.readers, &hook).await,
             "installation_repositories" => {
-                installation::installation_repositories(&self.pool, &hook).await
+                installation::installation_repositories(&self.pool, &self.readers, &hook).await
             }
             "issues" => items::issues(&self.pool, &hook).await,
             "pull_request" => items::pull_request(&self.pool, &hook).await,
