@@ -392,3 +392,51 @@ async fn one_connections_404_never_removes_a_mirror_another_connection_monitors(
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_genuine_rename_binds_no_other_connections_name_only_monitor() -> Result<()> {
+    let stack = LiveStack::start(scenario()).await?;
+    let b = with_b(&stack).await?;
+    let repo = stack.repositories[0];
+    // B names A's repository in a monitor of its own, never resolved with B's credentials.
+    sqlx::query(
+        "INSERT INTO repository_to_monitor (id, workspace_id, connection_id, owner, name)
+         VALUES ($1, $2, $3, 'acme', 'repo-0')",
+    )
+    .bind(Uuid::now_v7())
+    .bind(b.ws.parse::<Uuid>()?)
+    .bind(b.conn.parse::<Uuid>()?)
+    .execute(&stack.pool)
+    .await?;
+
+    // A's genuine rename, confirmed with A's credentials, re-keys A's monitor ...
+    let payload = stack.sim.model(|m| {
+        m.rename_repository(repo, "renamed-0");
+        let r = m.repository(repo).expect("repository exists");
+        repository_payload(m, "renamed", r, Some(renamed_changes("repo-0")))
+    });
+    stack.deliver("repository", &payload).await?;
+    stack.settle().await?;
+    assert!(
+        monitors_of(&stack, &stack.conn)
+            .await?
+            .contains(&("acme/renamed-0".into(), Some(i64::try_from(repo)?)))
+    );
+    // ... and leaves B's name-only monitor unbound: a bound id would admit B's writes.
+    assert!(
+        monitors_of(&stack, &b.conn)
+            .await?
+            .contains(&("acme/repo-0".into(), None))
+    );
+    assert_eq!(
+        stack
+            .count(&format!(
+                "SELECT count(*) FROM repository_to_monitor
+                  WHERE connection_id = '{}' AND native_id = {repo}",
+                b.conn
+            ))
+            .await?,
+        0
+    );
+    Ok(())
+}
