@@ -7,11 +7,11 @@
 use anyhow::Result;
 use serde_json::Value;
 use uuid::Uuid;
-use vendor_sim::github::Scenario;
 use vendor_sim::github::webhook::{
     installation_payload, installation_repositories_payload, issues_payload, renamed_changes,
     repository_payload,
 };
+use vendor_sim::github::{Fault, FaultKind, Scenario, ops};
 
 use crate::support::{LiveStack, Tenant};
 
@@ -24,7 +24,7 @@ const B_APP_SECRET: &str = "globex-app-endpoint-secret";
 
 fn scenario() -> Scenario {
     Scenario {
-        repositories: 2,
+        repositories: 3,
         items: 2,
         ..Scenario::default()
     }
@@ -298,6 +298,34 @@ async fn a_genuine_deletion_applies_once_github_confirms_it_and_an_unconfirmed_o
             .await?,
         2
     );
+
+    // `unread` is deleted upstream, but GitHub cannot be read: nothing changes either.
+    let unread = stack.repositories[2];
+    let deleted = stack.sim.model(|m| {
+        let r = m.repository(unread).expect("repository exists").clone();
+        let payload = repository_payload(m, "deleted", &r, None);
+        m.delete_repository(unread);
+        payload
+    });
+    stack.sim.inject(Fault::always(
+        ops::GET_REPOSITORY_BY_ID,
+        FaultKind::Status(403),
+    ));
+    stack.deliver("repository", &deleted).await?;
+    stack.settle().await?;
+    assert_eq!(a_footprint(&stack).await?, before);
+    assert_eq!(
+        stack
+            .count(&format!(
+                "SELECT count(*) FROM connection_activity WHERE connection_id = '{}'
+                  AND activity = 'github_repository_event_unconfirmed'
+                  AND detail->>'reason' LIKE 'reading the repository failed%'",
+                stack.conn
+            ))
+            .await?,
+        1
+    );
+    stack.sim.clear_faults();
 
     // `gone` is deleted upstream: confirmed by a 404 to A's credentials, its mirror goes.
     let deleted = stack.sim.model(|m| {
