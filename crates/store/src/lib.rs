@@ -2,6 +2,7 @@
 //! connection secrets encrypted at rest, the transactional outbox, and webhook ingress records.
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod entity;
 pub mod headers;
 pub mod inbound;

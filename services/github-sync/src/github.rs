@@ -126,7 +126,7 @@ impl SourceFactory for ClientFactory {
         let (settings, config) = self.settings(conn).await?;
         let secret = |name: &'static str| self.secret(conn, name);
         let own_app_id = self.app_id.or(settings.app_id);
-        let (auth, repositories) = match settings.auth {
+        let (auth, repositories, installation) = match settings.auth {
             AuthKind::Pat => {
                 let token = String::from_utf8(secret("token").await?)?;
                 let names = settings
@@ -139,7 +139,7 @@ impl SourceFactory for ClientFactory {
                         Ok((owner.to_owned(), name.to_owned()))
                     })
                     .collect::<anyhow::Result<Vec<_>>>()?;
-                (Auth::personal_token(token), Some(names))
+                (Auth::personal_token(token), Some(names), None)
             }
             AuthKind::App => {
                 let ConnectionApp {
@@ -152,6 +152,7 @@ impl SourceFactory for ClientFactory {
                         installation_id,
                     },
                     None,
+                    Some(installation_id),
                 )
             }
         };
@@ -161,6 +162,7 @@ impl SourceFactory for ClientFactory {
             client,
             repositories,
             own_app_id,
+            installation,
         }))
     }
 }
@@ -172,6 +174,8 @@ pub struct ClientSource {
     /// installation's repositories.
     repositories: Option<Vec<(String, String)>>,
     own_app_id: Option<u64>,
+    /// The App installation the client's tokens are issued for.
+    installation: Option<u64>,
 }
 
 impl ClientSource {
@@ -184,6 +188,7 @@ impl ClientSource {
             client,
             repositories,
             own_app_id,
+            installation: None,
         }
     }
 }
@@ -402,6 +407,25 @@ fn commit_checks_read(
 impl GithubSource for ClientSource {
     fn own_app_id(&self) -> Option<u64> {
         self.own_app_id
+    }
+
+    fn installation_id(&self) -> Option<u64> {
+        self.installation
+    }
+
+    async fn repository(&self, native_id: i64) -> Result<Option<RepoRef>, SourceError> {
+        let id = u64::try_from(native_id)
+            .map_err(|_| SourceError::Other(format!("repository id {native_id}")))?;
+        let found = self
+            .client
+            .repository_by_id(id)
+            .await
+            .map_err(source_error)?;
+        Ok(found.map(|r| RepoRef {
+            owner: r.owner.login,
+            name: r.name,
+            native_id: i64::try_from(r.id).ok(),
+        }))
     }
 
     async fn commit_check_runs(

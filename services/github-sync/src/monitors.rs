@@ -24,18 +24,18 @@ pub struct Rekeyed {
 /// Re-keys the repository `native_id` of a provider instance to `owner/name`: its mirrored row
 /// (when there is one) and every monitor of it, on every connection of that instance. Monitors
 /// are found by native id; a legacy monitor without one is found by a name the repository had:
-/// `previous`, the mirrored row's stored name, or the current name. Such a legacy monitor is
-/// bound to the native id only when it belongs to `verified_by`, the connection whose own
-/// credentials resolved the repository; any other legacy monitor only follows the name. Runs in
-/// the caller's transaction.
+/// `previous`, the mirrored row's stored name, or the current name. Only the monitors of
+/// `verified_by`, the connection whose credentials reported the repository, are bound to the
+/// native id; another connection's legacy monitor waits for its own sync. Runs in the caller's
+/// transaction.
 pub async fn rekey(
     conn: &mut PgConnection,
+    verified_by: Uuid,
     provider_instance_id: Uuid,
     native_id: i64,
     owner: &str,
     name: &str,
     previous: &[(&str, &str)],
-    verified_by: Option<Uuid>,
 ) -> Result<Rekeyed, sqlx::Error> {
     let stored: Option<(String, String)> = sqlx::query_as(
         "SELECT owner, name FROM repository
@@ -87,8 +87,10 @@ pub async fn rekey(
         if m_native == Some(native_id) && m_owner == owner && m_name == name {
             continue;
         }
-        // Reads follow ids: a name never becomes an id without its own connection's proof.
-        let bind = m_native.is_some() || verified_by == Some(connection_id);
+        // A bound native id admits writes: only the connection that verified it gets one.
+        if m_native.is_none() && connection_id != verified_by {
+            continue;
+        }
         let holder: Option<(Uuid, Option<i64>)> = sqlx::query_as(
             "SELECT id, native_id FROM repository_to_monitor
               WHERE connection_id = $1 AND lower(owner) = lower($2) AND lower(name) = lower($3)
@@ -119,35 +121,24 @@ pub async fn rekey(
                 continue;
             }
             // A monitor by the new name without an id means this repository: one is enough.
-            Some((holder, None)) if bind => {
+            Some((holder, None)) => {
                 sqlx::query("DELETE FROM repository_to_monitor WHERE id = $1")
                     .bind(holder)
                     .execute(&mut *conn)
                     .await?;
                 done.merged += 1;
             }
-            // Both unproven names of this repository: this one goes, the holder stays as it is.
-            Some((_, None)) => {
-                sqlx::query("DELETE FROM repository_to_monitor WHERE id = $1")
-                    .bind(id)
-                    .execute(&mut *conn)
-                    .await?;
-                done.merged += 1;
-                continue;
-            }
             None => {}
         }
         sqlx::query(
             "UPDATE repository_to_monitor
-                SET owner = $2, name = $3, native_id = CASE WHEN $5 THEN $4 ELSE native_id END,
-                    updated_at = now()
+                SET owner = $2, name = $3, native_id = $4, updated_at = now()
               WHERE id = $1",
         )
         .bind(id)
         .bind(owner)
         .bind(name)
         .bind(native_id)
-        .bind(bind)
         .execute(&mut *conn)
         .await?;
         done.moved += 1;
@@ -172,12 +163,12 @@ pub async fn materialise(
         if let Some(native_id) = repo.native_id {
             rekey(
                 conn,
+                connection_id,
                 provider_instance_id,
                 native_id,
                 &repo.owner,
                 &repo.name,
                 &[],
-                Some(connection_id),
             )
             .await?;
         }

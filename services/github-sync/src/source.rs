@@ -159,4 +159,12 @@ pub trait GithubSource: Send + Sync {
 
     /// Our own GitHub App, whose check suites and runs are left out of a head's runs.
     fn own_app_id(&self) -> Option<u64>;
+
+    /// A repository by native id as these credentials see it now (`GET /repositories/{id}`);
+    /// `None` when GitHub answers 404 (gone, or no longer visible to these credentials).
+    async fn repository(&self, native_id: i64) -> Result<Option<RepoRef>, SourceError>;
+
+    /// The App installation these credentials act as (an installation token is issued for it
+    /// on each call); `None` for a PAT. A successful call verifies it.
+    fn installation_id(&self) -> Option<u64>;
 }

@@ -361,6 +361,16 @@ impl Engine {
             Err(e) => return Ok(Err(e)),
         };
         let mut txn = self.pool.begin().await?;
+        // The installation just listed with its own token is verified for this connection:
+        // installation webhooks are admitted against it (a typed setting is not verification).
+        if let Some(installation_id) = source.installation_id() {
+            store::admission::record_github_installation(
+                &mut txn,
+                job.connection_id,
+                installation_id,
+            )
+            .await?;
+        }
         monitors::materialise(
             &mut txn,
             provider_instance_id,
@@ -583,7 +593,7 @@ impl Engine {
             // re-keyed here, with the mirrored row and the other monitors of the repository.
             let current = &header.repository;
             if !healed && (current.owner != monitor.owner || current.name != monitor.name) {
-                self.heal_identity(job, provider_instance_id, monitor, current)
+                self.heal_identity(job.connection_id, provider_instance_id, monitor, current)
                     .await?;
                 healed = true;
             }
@@ -643,7 +653,7 @@ impl Engine {
     /// repository's mirrored row and its other monitors, in one transaction.
     async fn heal_identity(
         &self,
-        job: &ClaimedJob,
+        connection_id: Uuid,
         provider_instance_id: Uuid,
         monitor: &Monitor,
         current: &crate::source::RepoHeader,
@@ -652,12 +662,12 @@ impl Engine {
         // The page was read with this connection's credentials: its monitors may take the id.
         let done = monitors::rekey(
             &mut txn,
+            connection_id,
             provider_instance_id,
             current.native_id,
             &current.owner,
             &current.name,
             &[(&monitor.owner, &monitor.name)],
-            Some(job.connection_id),
         )
         .await?;
         txn.commit().await?;

@@ -180,6 +180,16 @@ impl GithubSource for ScriptedGithub {
         None
     }
 
+    fn installation_id(&self) -> Option<u64> {
+        None
+    }
+
+    async fn repository(&self, _native_id: i64) -> Result<Option<RepoRef>, SourceError> {
+        Err(SourceError::Other(
+            "the scripted GitHub reads no repository by id".into(),
+        ))
+    }
+
     async fn commit_check_runs(
         &self,
         _repo: &RepoRef,

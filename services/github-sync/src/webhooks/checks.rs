@@ -86,10 +86,7 @@ async fn read_head(
 ) -> Result<Outcome, WebhookError> {
     let repository_id = {
         let mut conn = pool.acquire().await?;
-        monitored_repository(&mut conn, hook.provider_instance_id, repository).await?
-    };
-    let Some(repository_id) = repository_id else {
-        return Ok(Outcome::Ignored);
+        monitored_repository(&mut conn, hook, repository).await?
     };
     let pull_requests = check_runs::pull_requests_at_head(pool, repository_id, sha).await?;
     if pull_requests.is_empty() {

@@ -136,18 +136,14 @@ pub async fn issue_comment(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome,
         return Ok(Outcome::Ignored);
     };
     let mut txn = pool.begin().await?;
-    let Some(repository_id) =
-        monitored_repository(&mut txn, hook.provider_instance_id, &event.repository).await?
-    else {
-        return Ok(Outcome::Ignored);
-    };
+    let repository_id = monitored_repository(&mut txn, hook, &event.repository).await?;
     // Misfiled work moves to the repository GitHub reports before a comment may stub it; a
     // comment on work that stays where it is (skipped) is dropped, as a stub would collide.
     if event.issue.pull_request.is_none() {
-        let misfiled = misfiled::refile(
+        let misfiled = misfiled::refile_admitted(
             &mut txn,
             ItemClass::Issue,
-            hook.provider_instance_id,
+            hook,
             repository_id,
             event.issue.id,
             event.issue.number,

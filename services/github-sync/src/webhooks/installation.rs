@@ -1,5 +1,6 @@
 //! `installation` and `installation_repositories` webhooks (owner-level subject), for the
-//! connections whose App installation they name on that provider instance.
+//! delivering connection only, and only through its App endpoint for the installation it
+//! verified with GitHub; anything else is out of scope.
 //!
 //! `installation_repositories` changes what the installation reaches: `added` materialises
 //! monitors for the added repositories (as a sync does from the installation's listing),
@@ -9,12 +10,16 @@
 //! `installation` (`created`, `deleted`, `suspend`, `unsuspend`) is recorded as connection
 //! activity; the connection's state belongs to control-api, which owns its state machine, so
 //! github-sync changes no status here. `created` also materialises the listed repositories.
+//!
+//! A listed repository becomes a monitor bound to its native id only once the connection's own
+//! installation token reads it by that id; the rest wait for the next reconcile's listing.
 
 use serde::Deserialize;
 use sqlx::PgPool;
+use store::admission::{self, Scope};
 use uuid::Uuid;
 
-use super::{Outcome, Webhook, WebhookError, parse};
+use super::{Outcome, Readers, Webhook, WebhookError, parse, record_activity};
 use crate::monitors;
 use crate::source::RepoRef;
 
@@ -59,56 +64,71 @@ struct InstallationRepositoriesEvent {
     repositories_removed: Vec<ListedRepository>,
 }
 
-/// A connection an installation event concerns.
+/// The connection an installation event concerns: the delivering one, once admitted.
 struct Installed {
     connection_id: Uuid,
     workspace_id: Uuid,
 }
 
-/// The App connections of `installation_id` on the instance that have not ended.
-async fn connections(
-    txn: &mut sqlx::PgConnection,
-    provider_instance_id: Uuid,
+/// Admits an installation event for the delivering connection: only through its App endpoint,
+/// and only for the installation it verified with GitHub (see [`store::admission`]).
+async fn admitted(
+    conn: &mut sqlx::PgConnection,
+    hook: &Webhook<'_>,
     installation_id: i64,
-) -> Result<Vec<Installed>, sqlx::Error> {
-    let rows: Vec<(Uuid, Uuid)> = sqlx::query_as(
-        "SELECT id, workspace_id FROM connection
-          WHERE kind = 'github' AND provider_instance_id = $1
-            AND settings->>'auth' = 'app' AND settings->'installation_id' = to_jsonb($2::bigint)
-            AND status IN ('pending', 'active', 'suspended', 'paused')
-          ORDER BY id",
+) -> Result<Installed, WebhookError> {
+    let admitted = admission::admit(
+        &mut *conn,
+        &hook.origin,
+        Scope::GithubInstallation { installation_id },
     )
-    .bind(provider_instance_id)
-    .bind(installation_id)
-    .fetch_all(&mut *txn)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(connection_id, workspace_id)| Installed {
-            connection_id,
-            workspace_id,
-        })
-        .collect())
+    .await?
+    .map_err(WebhookError::OutOfScope)?;
+    Ok(Installed {
+        connection_id: admitted.connection_id,
+        workspace_id: admitted.workspace_id,
+    })
 }
 
-async fn record_activity(
-    txn: &mut sqlx::PgConnection,
-    on: &Installed,
-    activity: &str,
-    detail: serde_json::Value,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO connection_activity (id, connection_id, workspace_id, activity, detail)
-         VALUES ($1, $2, $3, $4, $5)",
-    )
-    .bind(Uuid::now_v7())
-    .bind(on.connection_id)
-    .bind(on.workspace_id)
-    .bind(activity)
-    .bind(sqlx::types::Json(detail))
-    .execute(&mut *txn)
-    .await?;
-    Ok(())
+/// The listed repositories the connection's own credentials read by native id, as GitHub names
+/// them now; the others, with why, are left to the next reconcile.
+async fn reached(
+    readers: &Readers,
+    hook: &Webhook<'_>,
+    listed: &[RepoRef],
+) -> Result<(Vec<RepoRef>, Vec<serde_json::Value>), WebhookError> {
+    let mut confirmed = Vec::new();
+    let mut unconfirmed = Vec::new();
+    if listed.is_empty() {
+        return Ok((confirmed, unconfirmed));
+    }
+    let Some(source) = readers.active(hook.connection_id).await? else {
+        let reason = "the connection cannot read GitHub now";
+        unconfirmed.extend(listed.iter().map(|r| unconfirmed_json(r, reason)));
+        return Ok((confirmed, unconfirmed));
+    };
+    for repo in listed {
+        let Some(native_id) = repo.native_id else {
+            continue;
+        };
+        match source.repository(native_id).await {
+            Ok(Some(now)) if now.native_id == Some(native_id) => confirmed.push(now),
+            Ok(_) => unconfirmed.push(unconfirmed_json(
+                repo,
+                "the installation does not reach this repository id",
+            )),
+            Err(e) => unconfirmed.push(unconfirmed_json(repo, &format!("read failed: {e}"))),
+        }
+    }
+    Ok((confirmed, unconfirmed))
+}
+
+fn unconfirmed_json(repo: &RepoRef, reason: &str) -> serde_json::Value {
+    serde_json::json!({
+        "repository": format!("{}/{}", repo.owner, repo.name),
+        "native_id": repo.native_id,
+        "reason": reason,
+    })
 }
 
 fn repo_refs(listed: &[ListedRepository]) -> Vec<RepoRef> {
@@ -119,7 +139,11 @@ fn repo_refs(listed: &[ListedRepository]) -> Vec<RepoRef> {
 }
 
 /// Handles an `installation` delivery.
-pub async fn installation(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, WebhookError> {
+pub async fn installation(
+    pool: &PgPool,
+    readers: &Readers,
+    hook: &Webhook<'_>,
+) -> Result<Outcome, WebhookError> {
     let event: InstallationEvent = parse(hook)?;
     let action = event.action.as_str();
     metrics::counter!("github_installation_events_total", "action" => action.to_owned())
@@ -127,41 +151,46 @@ pub async fn installation(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, 
     if !matches!(action, "created" | "deleted" | "suspend" | "unsuspend") {
         return Ok(Outcome::Ignored);
     }
+    admitted(&mut *pool.acquire().await?, hook, event.installation.id).await?;
+    let (repos, unconfirmed) = if action == "created" {
+        reached(readers, hook, &repo_refs(&event.repositories)).await?
+    } else {
+        (Vec::new(), Vec::new())
+    };
     let mut txn = pool.begin().await?;
-    let installed = connections(&mut txn, hook.provider_instance_id, event.installation.id).await?;
-    let repos = repo_refs(&event.repositories);
-    for on in &installed {
-        // The installation's state is control-api's to change; this records what GitHub said.
-        record_activity(
+    // Still admitted now (the connection is held until commit).
+    let on = admitted(&mut txn, hook, event.installation.id).await?;
+    // The installation's state is control-api's to change; this records what GitHub said.
+    record_activity(
+        &mut txn,
+        on.connection_id,
+        on.workspace_id,
+        &format!("github_installation_{action}"),
+        serde_json::json!({
+            "installation_id": event.installation.id,
+            "unconfirmed": unconfirmed,
+        }),
+    )
+    .await?;
+    if action == "created" {
+        monitors::materialise(
             &mut txn,
-            on,
-            &format!("github_installation_{action}"),
-            serde_json::json!({ "installation_id": event.installation.id }),
+            hook.provider_instance_id,
+            on.workspace_id,
+            on.connection_id,
+            &repos,
         )
         .await?;
-        if action == "created" {
-            monitors::materialise(
-                &mut txn,
-                hook.provider_instance_id,
-                on.workspace_id,
-                on.connection_id,
-                &repos,
-            )
-            .await?;
-        }
-        tracing::info!(connection_id = %on.connection_id, workspace_id = %on.workspace_id, installation_id = event.installation.id, action, "GitHub App installation event recorded");
     }
+    tracing::info!(connection_id = %on.connection_id, workspace_id = %on.workspace_id, installation_id = event.installation.id, action, "GitHub App installation event recorded");
     txn.commit().await?;
-    Ok(if installed.is_empty() {
-        Outcome::Ignored
-    } else {
-        Outcome::Applied
-    })
+    Ok(Outcome::Applied)
 }
 
 /// Handles an `installation_repositories` delivery.
 pub async fn installation_repositories(
     pool: &PgPool,
+    readers: &Readers,
     hook: &Webhook<'_>,
 ) -> Result<Outcome, WebhookError> {
     let event: InstallationRepositoriesEvent = parse(hook)?;
@@ -169,44 +198,44 @@ pub async fn installation_repositories(
     if !matches!(action, "added" | "removed") {
         return Ok(Outcome::Ignored);
     }
-    let added = repo_refs(&event.repositories_added);
+    admitted(&mut *pool.acquire().await?, hook, event.installation.id).await?;
+    let (added, unconfirmed) =
+        reached(readers, hook, &repo_refs(&event.repositories_added)).await?;
     let removed = repo_refs(&event.repositories_removed);
     let mut txn = pool.begin().await?;
-    let installed = connections(&mut txn, hook.provider_instance_id, event.installation.id).await?;
-    let mut changed = 0;
-    for on in &installed {
-        let created = monitors::materialise(
-            &mut txn,
-            hook.provider_instance_id,
-            on.workspace_id,
-            on.connection_id,
-            &added,
-        )
-        .await?;
-        let mut dropped = 0;
-        for repo in &removed {
-            dropped += monitors::remove(&mut txn, on.connection_id, repo).await?;
-        }
-        record_activity(
-            &mut txn,
-            on,
-            &format!("github_installation_repositories_{action}"),
-            serde_json::json!({
-                "installation_id": event.installation.id,
-                "added": added.iter().map(|r| format!("{}/{}", r.owner, r.name)).collect::<Vec<_>>(),
-                "removed": removed.iter().map(|r| format!("{}/{}", r.owner, r.name)).collect::<Vec<_>>(),
-                "monitors_created": created, "monitors_removed": dropped,
-            }),
-        )
-        .await?;
-        tracing::info!(connection_id = %on.connection_id, workspace_id = %on.workspace_id, installation_id = event.installation.id, created, removed = dropped, "installation repositories changed; monitors follow");
-        changed += created + dropped;
+    // Still admitted now (the connection is held until commit).
+    let on = admitted(&mut txn, hook, event.installation.id).await?;
+    let created = monitors::materialise(
+        &mut txn,
+        hook.provider_instance_id,
+        on.workspace_id,
+        on.connection_id,
+        &added,
+    )
+    .await?;
+    let mut dropped = 0;
+    for repo in &removed {
+        dropped += monitors::remove(&mut txn, on.connection_id, repo).await?;
     }
+    record_activity(
+        &mut txn,
+        on.connection_id,
+        on.workspace_id,
+        &format!("github_installation_repositories_{action}"),
+        serde_json::json!({
+            "installation_id": event.installation.id,
+            "added": added.iter().map(|r| format!("{}/{}", r.owner, r.name)).collect::<Vec<_>>(),
+            "removed": removed.iter().map(|r| format!("{}/{}", r.owner, r.name)).collect::<Vec<_>>(),
+            "monitors_created": created, "monitors_removed": dropped,
+            "unconfirmed": unconfirmed,
+        }),
+    )
+    .await?;
+    tracing::info!(connection_id = %on.connection_id, workspace_id = %on.workspace_id, installation_id = event.installation.id, created, removed = dropped, "installation repositories changed; monitors follow");
+    let changed = created + dropped;
     txn.commit().await?;
     Ok(if changed > 0 {
         Outcome::Applied
-    } else if installed.is_empty() {
-        Outcome::Ignored
     } else {
         Outcome::Unchanged
     })

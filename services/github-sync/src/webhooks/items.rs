@@ -43,15 +43,11 @@ pub async fn issues(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, Webhoo
     let event: IssuesEvent = parse(hook)?;
     let node = event.issue.node();
     let mut txn = pool.begin().await?;
-    let Some(repository_id) =
-        monitored_repository(&mut txn, hook.provider_instance_id, &event.repository).await?
-    else {
-        return Ok(Outcome::Ignored);
-    };
-    let misfiled = misfiled::refile(
+    let repository_id = monitored_repository(&mut txn, hook, &event.repository).await?;
+    let misfiled = misfiled::refile_admitted(
         &mut txn,
         ItemClass::Issue,
-        hook.provider_instance_id,
+        hook,
         repository_id,
         node.native_id,
         node.number,
@@ -103,15 +99,11 @@ pub async fn pull_request(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, 
     let event: PullRequestEvent = parse(hook)?;
     let node = event.pull_request.node();
     let mut txn = pool.begin().await?;
-    let Some(repository_id) =
-        monitored_repository(&mut txn, hook.provider_instance_id, &event.repository).await?
-    else {
-        return Ok(Outcome::Ignored);
-    };
-    let misfiled = misfiled::refile(
+    let repository_id = monitored_repository(&mut txn, hook, &event.repository).await?;
+    let misfiled = misfiled::refile_admitted(
         &mut txn,
         ItemClass::PullRequest,
-        hook.provider_instance_id,
+        hook,
         repository_id,
         node.native_id,
         node.number,

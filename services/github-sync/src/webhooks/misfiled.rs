@@ -8,7 +8,9 @@ use std::collections::HashSet;
 use sqlx::{AssertSqlSafe, PgConnection};
 use uuid::Uuid;
 
-use super::Outcome;
+use store::admission::{self, Scope};
+
+use super::{Outcome, Webhook, WebhookError};
 use crate::mirror::ItemClass;
 
 /// Why misfiled work stays where it is.
@@ -88,6 +90,49 @@ pub async fn refile(
         }
     }
     Ok(None)
+}
+
+/// The webhook's side of [`refile`]: a delivery moves work only out of repositories its
+/// connection is admitted for too, so a payload about one repository cannot pull another
+/// tenant's work into it ([`WebhookError::OutOfScope`] otherwise, and nothing is written).
+pub async fn refile_admitted(
+    txn: &mut PgConnection,
+    class: ItemClass,
+    hook: &Webhook<'_>,
+    repository_id: Uuid,
+    native_id: i64,
+    number: i32,
+) -> Result<Option<Outcome>, WebhookError> {
+    let holders: Vec<(i64,)> = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT DISTINCT r.native_id FROM {} i
+           JOIN repository r ON r.id = i.repository_id
+          WHERE r.provider_instance_id = $1 AND i.native_id = $2 AND i.repository_id <> $3",
+        class.table()
+    )))
+    .bind(hook.provider_instance_id)
+    .bind(native_id)
+    .bind(repository_id)
+    .fetch_all(&mut *txn)
+    .await?;
+    for (holder,) in holders {
+        // Moving work out of a repository writes to it: admission applies to it as well.
+        admission::admit(
+            &mut *txn,
+            &hook.origin,
+            Scope::GithubRepository { native_id: holder },
+        )
+        .await?
+        .map_err(WebhookError::OutOfScope)?;
+    }
+    Ok(refile(
+        txn,
+        class,
+        hook.provider_instance_id,
+        repository_id,
+        native_id,
+        number,
+    )
+    .await?)
 }
 
 /// The sync's side: before a page of `class` (`(native id, number)` per node) is written under

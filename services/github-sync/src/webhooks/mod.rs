@@ -19,6 +19,7 @@ use std::sync::Arc;
 use bus::consumer::{Delivery, Handler, headers};
 use sea_orm::{DatabaseConnection, EntityTrait};
 use sqlx::PgPool;
+use store::admission::{self, Origin, Refusal, Scope};
 use store::entity::{ConnectionStatus, connection};
 use uuid::Uuid;
 
@@ -31,7 +32,7 @@ pub enum Outcome {
     Applied,
     /// Older than the mirror, or already there: nothing changed.
     Unchanged,
-    /// Not for us: an event or action we do not act on, or a repository nobody monitors.
+    /// Not for us: an event or action we do not act on.
     Ignored,
 }
 
@@ -57,6 +58,10 @@ pub enum WebhookError {
     /// The same, through sea-orm.
     #[error("database: {0}")]
     Store(#[from] sea_orm::DbErr),
+    /// Outside what the delivering connection verifiably covers: acknowledged, counted, and
+    /// nothing written.
+    #[error("out of scope: {0}")]
+    OutOfScope(Refusal),
 }
 
 /// The delivery as handlers see it.
@@ -66,6 +71,8 @@ pub struct Webhook<'a> {
     pub body: &'a [u8],
     /// The connection whose endpoint received it.
     pub connection_id: Uuid,
+    /// That connection and ingress's record of the delivery: what admission decides on.
+    pub origin: Origin,
     /// The GitHub instance of that connection.
     pub provider_instance_id: Uuid,
     /// When JetStream stored it (the NATS server's clock): the date of dated snapshots.
@@ -151,18 +158,25 @@ impl WebhookHandler {
             // The connection is gone (erased): nothing of it may be written.
             return Ok(Outcome::Ignored);
         };
+        let delivery_id = delivery
+            .header(headers::DELIVERY)
+            .and_then(|d| d.parse::<Uuid>().ok());
         let hook = Webhook {
             event,
             body: &body,
             connection_id,
+            origin: Origin {
+                connection_id,
+                delivery_id,
+            },
             provider_instance_id,
             received_at: delivery.stored_at(),
         };
         match event {
-            "repository" => repository::handle(&self.pool, &hook).await,
-            "installation" => installation::installation(&self.pool, &hook).await,
+            "repository" => repository::handle(&self.pool, &self.readers, &hook).await,
+            "installation" => installation::installation(&self.pool, &self.readers, &hook).await,
             "installation_repositories" => {
-                installation::installation_repositories(&self.pool, &hook).await
+                installation::installation_repositories(&self.pool, &self.readers, &hook).await
             }
             "issues" => items::issues(&self.pool, &hook).await,
             "pull_request" => items::pull_request(&self.pool, &hook).await,
@@ -200,6 +214,23 @@ impl Handler for WebhookHandler {
                     .increment(1);
                 delivery.reject(&reason).await;
             }
+            Err(WebhookError::OutOfScope(refusal)) => {
+                // Never retried: what the connection covers decides, and it was asked.
+                metrics::counter!("webhooks_rejected_total", "vendor" => "github", "reason" => "out_of_scope")
+                    .increment(1);
+                metrics::counter!("github_webhooks_total", "event" => event.clone(), "outcome" => "out_of_scope")
+                    .increment(1);
+                tracing::info!(
+                    %event,
+                    connection_id = delivery.header(headers::CONNECTION).unwrap_or_default(),
+                    delivery_id = delivery.header(headers::DELIVERY).unwrap_or_default(),
+                    reason = refusal.as_str(),
+                    "github webhook out of the connection's scope; acknowledged, nothing written"
+                );
+                if let Err(e) = delivery.ack().await {
+                    tracing::warn!(error = %e, "ack failed; the delivery will come again");
+                }
+            }
             Err(e @ (WebhookError::Database(_) | WebhookError::Store(_))) => {
                 delivery.retry(&e.to_string()).await;
             }
@@ -220,46 +251,61 @@ pub fn parse<'a, T: serde::Deserialize<'a>>(hook: &Webhook<'a>) -> Result<T, Web
         .map_err(|e| WebhookError::Invalid(format!("malformed {} payload: {e}", hook.event)))
 }
 
-/// The mirrored repository a webhook is about, selected by GitHub's repository id (never by
-/// name, so a reused name cannot capture another repository's work). A repository not mirrored
-/// yet is created when a monitor covers it (its native id, or its name while the monitor's id
-/// is unknown); otherwise `None`: nobody monitors it.
+/// The mirrored repository a webhook is about, once the delivery is admitted for it: the
+/// delivering connection has a monitor bound to the payload's repository id (see
+/// [`store::admission`]); otherwise [`WebhookError::OutOfScope`] and nothing is written. Selected
+/// by GitHub's repository id (never by name, so a reused name cannot capture another
+/// repository's work); a repository not mirrored yet is created.
 pub async fn monitored_repository(
     conn: &mut sqlx::PgConnection,
-    provider_instance_id: Uuid,
+    hook: &Webhook<'_>,
     repository: &payload::Repository,
-) -> Result<Option<Uuid>, sqlx::Error> {
+) -> Result<Uuid, WebhookError> {
+    let scope = Scope::GithubRepository {
+        native_id: repository.id,
+    };
+    // Admission before anything is read or written for the repository.
+    admission::admit(&mut *conn, &hook.origin, scope)
+        .await?
+        .map_err(WebhookError::OutOfScope)?;
     let found: Option<(Uuid,)> = sqlx::query_as(
         "SELECT id FROM repository WHERE provider_instance_id = $1 AND native_id = $2",
     )
-    .bind(provider_instance_id)
+    .bind(hook.provider_instance_id)
     .bind(repository.id)
     .fetch_optional(&mut *conn)
     .await?;
     if let Some((id,)) = found {
-        return Ok(Some(id));
+        return Ok(id);
     }
-    // The repository as GitHub reports it, under the monitor-scope rule's `r`.
-    let sql = format!(
-        "SELECT 1 FROM (SELECT $1::uuid AS provider_instance_id, $2::bigint AS native_id,
-                               $3::text AS owner, $4::text AS name) r,
-                       repository_to_monitor m, connection c
-          WHERE c.kind = 'github' AND {}
-          LIMIT 1",
-        store::scm_scope::covers_predicate()
-    );
-    let covered: Option<(i32,)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(provider_instance_id)
-        .bind(repository.id)
-        .bind(&repository.owner.login)
-        .bind(&repository.name)
-        .fetch_optional(&mut *conn)
-        .await?;
-    if covered.is_none() {
-        return Ok(None);
-    }
-    let id =
-        crate::mirror::ensure_repository(&mut *conn, provider_instance_id, &repository.header())
-            .await?;
-    Ok(Some(id))
+    let id = crate::mirror::ensure_repository(
+        &mut *conn,
+        hook.provider_instance_id,
+        &repository.header(),
+    )
+    .await?;
+    Ok(id)
+}
+
+/// Records what a delivery told about a connection (or why it changed nothing) as connection
+/// activity, in the caller's transaction.
+pub async fn record_activity(
+    conn: &mut sqlx::PgConnection,
+    connection_id: Uuid,
+    workspace_id: Uuid,
+    activity: &str,
+    detail: serde_json::Value,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO connection_activity (id, connection_id, workspace_id, activity, detail)
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(Uuid::now_v7())
+    .bind(connection_id)
+    .bind(workspace_id)
+    .bind(activity)
+    .bind(sqlx::types::Json(detail))
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }

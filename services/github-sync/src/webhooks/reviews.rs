@@ -115,11 +115,7 @@ pub async fn review(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, Webhoo
         .or(r.submitted_at)
         .unwrap_or(event.pull_request.updated_at);
     let mut txn = pool.begin().await?;
-    let Some(repository_id) =
-        monitored_repository(&mut txn, hook.provider_instance_id, &event.repository).await?
-    else {
-        return Ok(Outcome::Ignored);
-    };
+    let repository_id = monitored_repository(&mut txn, hook, &event.repository).await?;
     let item = parent(
         &mut txn,
         repository_id,
@@ -199,11 +195,7 @@ pub async fn review_comment(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome
         return Ok(Outcome::Ignored);
     };
     let mut txn = pool.begin().await?;
-    let Some(repository_id) =
-        monitored_repository(&mut txn, hook.provider_instance_id, &event.repository).await?
-    else {
-        return Ok(Outcome::Ignored);
-    };
+    let repository_id = monitored_repository(&mut txn, hook, &event.repository).await?;
     let item = parent(
         &mut txn,
         repository_id,
@@ -351,11 +343,7 @@ pub async fn thread(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, Webhoo
     };
     let received_at = micros(hook.received_at);
     let mut txn = pool.begin().await?;
-    let Some(repository_id) =
-        monitored_repository(&mut txn, hook.provider_instance_id, &event.repository).await?
-    else {
-        return Ok(Outcome::Ignored);
-    };
+    let repository_id = monitored_repository(&mut txn, hook, &event.repository).await?;
     let item = parent(
         &mut txn,
         repository_id,

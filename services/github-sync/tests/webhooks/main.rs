@@ -2,6 +2,7 @@
 //! consumers and the mirror, with the GitHub simulator and real Postgres and NATS.
 
 // Each test module uses its own part of the stack.
+mod admission;
 mod repos;
 mod reviews;
 #[allow(dead_code)]

@@ -469,16 +469,19 @@ async fn a_rename_finds_a_legacy_monitor_without_native_id_by_its_former_name() 
     });
     stack.deliver("repository", &payload).await?;
     stack.settle().await?;
-    let renamed = monitors(&stack).await?;
-    // It follows the name, but a delivery proves no connection's access: it stays unbound until
-    // its own connection's credentials resolve it.
-    assert!(renamed.contains(&("acme/renamed-0".into(), None)));
-    assert!(!renamed.iter().any(|(n, _)| n == "acme/repo-0"));
-    // Its own connection's listing (the installation's credentials) binds it.
+    // A name-only monitor admits no write: the webhook changes nothing ...
+    assert!(
+        monitors(&stack)
+            .await?
+            .contains(&("acme/repo-0".into(), None))
+    );
+    // ... and the connection's own reconcile, which GitHub answers under the new name, re-keys
+    // the legacy monitor and binds it to the native id.
     stack.reconcile().await?;
     stack.finished_jobs("RECONCILIATION", 1).await?;
-    let bound = monitors(&stack).await?;
-    assert!(bound.contains(&("acme/renamed-0".into(), Some(i64::try_from(repo)?))));
+    let monitors = monitors(&stack).await?;
+    assert!(monitors.contains(&("acme/renamed-0".into(), Some(i64::try_from(repo)?))));
+    assert!(!monitors.iter().any(|(n, _)| n == "acme/repo-0"));
     Ok(())
 }
 

@@ -20,6 +20,17 @@ pub const HOOK_ID: u64 = 1;
 /// The hook's signing secret.
 pub const SECRET: &str = "live-webhook-secret-0123";
 
+/// A second tenant: its own workspace, App connection (on an installation of its own) and
+/// endpoints, each with the secret it chose.
+pub struct Tenant {
+    pub ws: String,
+    pub conn: String,
+    /// The simulator's installation the connection is for.
+    pub installation: u64,
+    /// The repository that installation reaches.
+    pub repository: u64,
+}
+
 pub struct LiveStack {
     pub env: TestEnv,
     pub sim: GithubSim,
@@ -107,6 +118,104 @@ impl LiveStack {
             .await?;
         stack.finished_jobs("INITIAL", 1).await?;
         Ok(stack)
+    }
+
+    /// A second workspace `globex` whose App connection covers one repository of its own
+    /// installation, activated and mirrored (its INITIAL job finished).
+    pub async fn second_tenant(&self) -> Result<Tenant> {
+        let (installation, repository) = self.sim.model(|m| {
+            let installation = m.add_installation("globex");
+            let repository = m.add_repository(Some(installation), "globex", "own");
+            (installation, repository)
+        });
+        let (_, ws) = self.post("/workspaces", json!({"name": "globex"})).await?;
+        let ws = ws["id"].as_str().expect("workspace created").to_owned();
+        let (_, conn) = self
+            .post(
+                &format!("/workspaces/{ws}/connections"),
+                json!({
+                    "kind": "github",
+                    "server_url": self.sim.base_url(),
+                    "settings": { "auth": "app", "app_id": 4242, "installation_id": installation },
+                    "secrets": { "private_key": String::from_utf8(APP_KEY.to_vec())? },
+                }),
+            )
+            .await?;
+        let conn = conn["id"].as_str().expect("connection created").to_owned();
+        let initial = self
+            .count("SELECT count(*) FROM sync_job WHERE job_type = 'INITIAL'")
+            .await?;
+        self.post(
+            &format!("/workspaces/{ws}/connections/{conn}/activate"),
+            json!({}),
+        )
+        .await?;
+        self.finished_jobs("INITIAL", usize::try_from(initial)? + 1)
+            .await?;
+        Ok(Tenant {
+            ws,
+            conn,
+            installation,
+            repository,
+        })
+    }
+
+    /// Adds an endpoint to `tenant`'s connection for GitHub hook `hook_id`, signed with `secret`.
+    pub async fn endpoint(
+        &self,
+        tenant: &Tenant,
+        registration: &str,
+        hook_id: u64,
+        secret: &str,
+    ) -> Result<()> {
+        let (status, body) = self
+            .post(
+                &format!("/workspaces/{}/connections/{}/endpoints", tenant.ws, tenant.conn),
+                json!({"registration": registration, "provider_ref": hook_id.to_string(), "secret": secret}),
+            )
+            .await?;
+        assert_eq!(status, 201, "endpoint: {body}");
+        Ok(())
+    }
+
+    /// Sends `payload` for `event` as GitHub hook `hook_id` signed with `secret`; asserts ingress
+    /// accepted it.
+    pub async fn deliver_as(
+        &self,
+        hook_id: u64,
+        secret: &str,
+        event: &str,
+        payload: &Value,
+    ) -> Result<Delivery> {
+        let mut delivery = Delivery::new(event, payload);
+        delivery.hook_id = hook_id;
+        let url = format!("{}/webhooks/github", self.ingress);
+        let status = delivery
+            .send(&self.http, &url, secret.as_bytes())
+            .await?
+            .as_u16();
+        assert_eq!(status, 200, "ingress refused a {event} delivery");
+        Ok(delivery)
+    }
+
+    /// How many GitHub deliveries github-sync counted out of scope (`/metrics`).
+    pub async fn out_of_scope(&self) -> Result<u64> {
+        let text = self
+            .http
+            .get(format!("{}/metrics", self._sync.url()))
+            .send()
+            .await?
+            .text()
+            .await?;
+        Ok(text
+            .lines()
+            .filter(|l| {
+                l.starts_with("webhooks_rejected_total{")
+                    && l.contains("vendor=\"github\"")
+                    && l.contains("reason=\"out_of_scope\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum())
     }
 
     /// POSTs to control-api as an admin.
