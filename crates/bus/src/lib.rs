@@ -59,12 +59,13 @@ impl BusError {
 
 /// Whether a JetStream publish failure is about the message itself (permanent) or about the
 /// moment (NATS down, timeout, no stream yet: transient).
-fn publish_failure_is_permanent(e: &jetstream::context::PublishError) -> bool {
+fn publish_failure_is_permanent(e: &jetstream::context::PublishError, connected: bool) -> bool {
     use async_nats::jetstream::context::PublishErrorKind as K;
     use std::error::Error as _;
     match e.kind() {
-        // Larger than the server's max_payload: it never fits.
-        K::MaxPayloadExceeded => true,
+        // Larger than the server's max_payload: it never fits. Before the first connection the
+        // client only knows a default limit, so then it is not the server's verdict.
+        K::MaxPayloadExceeded => connected,
         K::Other => {
             let source = e.source();
             if source.is_some_and(|s| s.is::<async_nats::SubjectError>()) {
@@ -184,6 +185,29 @@ impl Bus {
         Ok(())
     }
 
+    /// Declares every stream, retrying with backoff (1 s doubling to 30 s) until it succeeds or
+    /// `stop` is cancelled; returns whether the streams are declared. For a service that must
+    /// start while NATS is down.
+    pub async fn declare_streams_until_done(
+        &self,
+        stop: &tokio_util::sync::CancellationToken,
+    ) -> bool {
+        let mut wait = Duration::from_secs(1);
+        loop {
+            match self.declare_streams().await {
+                Ok(()) => return true,
+                Err(e) => {
+                    tracing::warn!(error = %e, retry_in = ?wait, "declaring JetStream streams failed; retrying");
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return false,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            wait = (wait * 2).min(Duration::from_secs(30));
+        }
+    }
+
     /// Publishes and waits for the stream's ack. `msg_id` becomes `Nats-Msg-Id`, so publishing the
     /// same id again inside the duplicate window stores nothing new.
     pub async fn publish(
@@ -228,11 +252,15 @@ impl Bus {
                     .message_id(msg_id),
             )
             .await
-            .map_err(|e| err(e.to_string(), publish_failure_is_permanent(&e)))?;
+            .map_err(|e| {
+                let connected =
+                    self.client.connection_state() == async_nats::connection::State::Connected;
+                err(e.to_string(), publish_failure_is_permanent(&e, connected))
+            })?;
         Ok(async move {
             let ack = ack
                 .await
-                .map_err(|e| err(e.to_string(), publish_failure_is_permanent(&e)))?;
+                .map_err(|e| err(e.to_string(), publish_failure_is_permanent(&e, true)))?;
             Ok(Published {
                 sequence: ack.sequence,
                 duplicate: ack.duplicate,
