@@ -101,12 +101,21 @@ impl Relay {
         for row in &rows {
             match self.start(row).await {
                 Ok(ack) => pending.push((row, ack)),
+                // Sending itself failed for the moment (the connection is down or saturated):
+                // the rest of the batch would wait out the same timeout one by one.
+                Err(e) if !e.is_permanent() => {
+                    note(row, e, &mut parked);
+                    break;
+                }
                 Err(e) => note(row, e, &mut parked),
             }
         }
-        let mut published = Vec::with_capacity(pending.len());
-        for (row, ack) in pending {
-            match ack.await {
+        // Acks are awaited together, so a batch without answers costs one timeout, not one each.
+        let (sent, acks): (Vec<_>, Vec<_>) = pending.into_iter().unzip();
+        let answers = futures::future::join_all(acks).await;
+        let mut published = Vec::with_capacity(sent.len());
+        for (row, answer) in sent.into_iter().zip(answers) {
+            match answer {
                 Ok(_) => published.push(row.id),
                 Err(e) => note(row, e, &mut parked),
             }
