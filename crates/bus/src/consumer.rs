@@ -4,7 +4,8 @@
 //! A delivery dropped without an ack (an early `?`, a panic) is nak'ed with backoff, so it comes
 //! back; on its last allowed attempt it becomes a dead message in Postgres and is acked. The
 //! server's own `max_deliver` stays unlimited: the budget is enforced here, so a message is only
-//! ever acked after it is recorded somewhere.
+//! ever acked after it is recorded somewhere. Acking a message that carries its body by
+//! reference marks that body consumed, which lets retention delete it.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -136,6 +137,17 @@ impl Delivery {
             message: format!("ack failed: {e}"),
         })?;
         metrics::counter!("bus_messages_total", "consumer" => self.ctx.consumer_name.clone(), "outcome" => "acked").increment(1);
+        // A body carried by reference may go once its message is handled (retention keeps it
+        // until then); a failed mark only keeps it longer.
+        if let Some(id) = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(store::headers::BODY_REF))
+            .and_then(|v| v.as_str().parse::<uuid::Uuid>().ok())
+            && let Err(e) = store::inbound::mark_consumed(&self.ctx.db, id).await
+        {
+            tracing::warn!(consumer = %self.ctx.consumer_name, error = %e, "marking a body consumed failed; retention keeps it longer");
+        }
         Ok(())
     }
 

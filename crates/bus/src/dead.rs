@@ -46,13 +46,24 @@ pub fn headers_to_json(headers: Option<&HeaderMap>) -> serde_json::Value {
 
 /// Records a dead message; returns its id.
 pub async fn record<C: ConnectionTrait>(db: &C, message: DeadMessage) -> Result<Uuid, DbErr> {
+    let headers = headers_to_json(message.headers.as_ref());
+    record_with_headers(db, message, headers).await
+}
+
+/// Records a dead message whose headers are already JSON (`message.headers` is ignored), such
+/// as an outbox row's, which may hold what NATS cannot carry.
+pub async fn record_with_headers<C: ConnectionTrait>(
+    db: &C,
+    message: DeadMessage,
+    headers: serde_json::Value,
+) -> Result<Uuid, DbErr> {
     let id = Uuid::now_v7();
     dead_message::Entity::insert(dead_message::ActiveModel {
         id: Set(id),
         stream: Set(message.stream),
         consumer: Set(message.consumer),
         subject: Set(message.subject),
-        headers: Set(headers_to_json(message.headers.as_ref())),
+        headers: Set(headers),
         payload: Set(message.payload),
         reason: Set(message.reason),
         attempts: Set(message.attempts),

@@ -33,9 +33,80 @@ pub enum BusError {
     #[error("declaring stream {stream}: {message}")]
     Declare { stream: String, message: String },
     #[error("publishing to {subject}: {message}")]
-    Publish { subject: String, message: String },
+    Publish {
+        subject: String,
+        message: String,
+        /// No retry can succeed (too large, invalid subject or header, refused by the stream).
+        permanent: bool,
+    },
     #[error("consumer {consumer}: {message}")]
     Consumer { consumer: String, message: String },
+}
+
+impl BusError {
+    /// Whether retrying cannot help: only a publish the server or client refuses for what the
+    /// message is (never for the connection's state) counts.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            BusError::Publish {
+                permanent: true,
+                ..
+            }
+        )
+    }
+}
+
+/// Whether a JetStream publish failure is about the message itself (permanent) or about the
+/// moment (NATS down, timeout, no stream yet: transient).
+fn publish_failure_is_permanent(e: &jetstream::context::PublishError, connected: bool) -> bool {
+    use async_nats::jetstream::context::PublishErrorKind as K;
+    use std::error::Error as _;
+    match e.kind() {
+        // Larger than the server's max_payload: it never fits. Before the first connection the
+        // client only knows a default limit, so then it is not the server's verdict.
+        K::MaxPayloadExceeded => connected,
+        K::Other => {
+            let source = e.source();
+            if source.is_some_and(|s| s.is::<async_nats::SubjectError>()) {
+                return true;
+            }
+            // The stream answered with an error: permanent only for what the message is.
+            source
+                .and_then(|s| s.downcast_ref::<jetstream::Error>())
+                .is_some_and(|js| {
+                    matches!(
+                        js.error_code().0,
+                        // message exceeds the stream's maximum size; headers exceed the maximum;
+                        // invalid message TTL; message TTL disabled on the stream
+                        10054 | 10097 | 10165 | 10166
+                    )
+                })
+        }
+        // No stream (possibly not declared yet), timeouts, broken connection, back-pressure.
+        K::StreamNotFound
+        | K::TimedOut
+        | K::BrokenPipe
+        | K::MaxAckPending
+        | K::WrongLastMessageId
+        | K::WrongLastSequence => false,
+    }
+}
+
+/// Builds a header map, refusing names and values NATS cannot carry (the client would panic).
+pub fn checked_headers<'a>(
+    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<HeaderMap, String> {
+    use std::str::FromStr as _;
+    let mut headers = HeaderMap::new();
+    for (name, value) in pairs {
+        let n = async_nats::HeaderName::from_str(name)
+            .map_err(|e| format!("invalid header name {name:?}: {e}"))?;
+        let v = async_nats::HeaderValue::from_str(value)
+            .map_err(|e| format!("invalid value of header {name:?}: {e}"))?;
+        headers.insert(n, v);
+    }
+    Ok(headers)
 }
 
 /// A JetStream handle bound to a namespace (empty in production, unique per test).
@@ -114,6 +185,29 @@ impl Bus {
         Ok(())
     }
 
+    /// Declares every stream, retrying with backoff (1 s doubling to 30 s) until it succeeds or
+    /// `stop` is cancelled; returns whether the streams are declared. For a service that must
+    /// start while NATS is down.
+    pub async fn declare_streams_until_done(
+        &self,
+        stop: &tokio_util::sync::CancellationToken,
+    ) -> bool {
+        let mut wait = Duration::from_secs(1);
+        loop {
+            match self.declare_streams().await {
+                Ok(()) => return true,
+                Err(e) => {
+                    tracing::warn!(error = %e, retry_in = ?wait, "declaring JetStream streams failed; retrying");
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return false,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            wait = (wait * 2).min(Duration::from_secs(30));
+        }
+    }
+
     /// Publishes and waits for the stream's ack. `msg_id` becomes `Nats-Msg-Id`, so publishing the
     /// same id again inside the duplicate window stores nothing new.
     pub async fn publish(
@@ -139,10 +233,15 @@ impl Bus {
     ) -> Result<impl std::future::Future<Output = Result<Published, BusError>> + use<>, BusError>
     {
         let full = self.namespace.subject(subject);
-        let err = move |message: String| BusError::Publish {
+        let err = move |message: String, permanent: bool| BusError::Publish {
             subject: full.clone(),
             message,
+            permanent,
         };
+        // The client panics on a message id it cannot carry; refuse it as what it is.
+        if let Err(e) = <async_nats::HeaderValue as std::str::FromStr>::from_str(msg_id) {
+            return Err(err(format!("invalid message id {msg_id:?}: {e}"), true));
+        }
         let ack = self
             .js
             .send_publish(
@@ -153,9 +252,15 @@ impl Bus {
                     .message_id(msg_id),
             )
             .await
-            .map_err(|e| err(e.to_string()))?;
+            .map_err(|e| {
+                let connected =
+                    self.client.connection_state() == async_nats::connection::State::Connected;
+                err(e.to_string(), publish_failure_is_permanent(&e, connected))
+            })?;
         Ok(async move {
-            let ack = ack.await.map_err(|e| err(e.to_string()))?;
+            let ack = ack
+                .await
+                .map_err(|e| err(e.to_string(), publish_failure_is_permanent(&e, true)))?;
             Ok(Published {
                 sequence: ack.sequence,
                 duplicate: ack.duplicate,

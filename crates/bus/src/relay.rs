@@ -6,19 +6,27 @@
 //! that dies mid-batch rolls back its claim, so another relay republishes those rows and the
 //! stream's duplicate window absorbs what had already been stored. It wakes on `NOTIFY outbox`
 //! and also polls, so a lost notification only delays a message.
+//!
+//! One row never stops the relay: a row that can never be published (too large, an invalid
+//! subject or header, refused by its stream) is parked as a dead message, replayable once
+//! mended, and the relay goes on; a transient failure (NATS down, a timeout) leaves the row for
+//! the next round.
 
+use std::future::Future;
 use std::time::Duration;
 
-use async_nats::HeaderMap;
 use bytes::Bytes;
 use sea_orm::{DatabaseConnection, DbBackend, DbErr, EntityTrait, Statement, TransactionTrait};
 use sqlx::postgres::PgListener;
 use store::entity::outbox;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Bus, BusError};
+use crate::{Bus, BusError, Stream, dead};
 
-/// Why a batch failed; the rows stay unpublished and are retried.
+/// The name dead messages parked by the relay carry as their consumer.
+pub const RELAY_CONSUMER: &str = "outbox-relay";
+
+/// Why a batch failed; the rows not settled stay in the outbox and are retried.
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
     #[error(transparent)]
@@ -60,7 +68,9 @@ impl Relay {
         Relay { db, bus, config }
     }
 
-    /// Publishes one claimed batch; returns how many rows it published.
+    /// Publishes one claimed batch; returns how many rows it settled (published, or parked as
+    /// dead when no retry can publish them). A transient failure keeps its rows for the next
+    /// round and is returned once the rest of the batch is settled.
     #[tracing::instrument(skip(self), level = "debug")]
     pub async fn publish_batch(&self) -> Result<usize, RelayError> {
         let txn = self.db.begin().await?;
@@ -78,35 +88,99 @@ impl Relay {
             return Ok(0);
         }
         // Pipeline the batch: send everything, then wait for every ack.
-        let mut acks = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let mut headers = HeaderMap::new();
-            if let Some(map) = row.headers.as_object() {
-                for (k, v) in map {
-                    if let Some(v) = v.as_str() {
-                        headers.insert(k.as_str(), v);
-                    }
-                }
+        let mut pending = Vec::with_capacity(rows.len());
+        let mut parked = Vec::new();
+        let mut transient: Option<BusError> = None;
+        let mut note = |row: &outbox::Model, e: BusError, parked: &mut Vec<_>| {
+            if e.is_permanent() {
+                parked.push((row.clone(), e.to_string()));
+            } else if transient.is_none() {
+                transient = Some(e);
             }
-            let ack = self
-                .bus
-                .publish_start(
-                    &row.subject,
-                    &row.msg_id.clone().unwrap_or_else(|| row.id.to_string()),
-                    headers,
-                    Bytes::from(row.payload.clone()),
-                )
-                .await?;
-            acks.push(ack);
+        };
+        for row in &rows {
+            match self.start(row).await {
+                Ok(ack) => pending.push((row, ack)),
+                // Sending itself failed for the moment (the connection is down or saturated):
+                // the rest of the batch would wait out the same timeout one by one.
+                Err(e) if !e.is_permanent() => {
+                    note(row, e, &mut parked);
+                    break;
+                }
+                Err(e) => note(row, e, &mut parked),
+            }
         }
-        for ack in acks {
-            ack.await?;
+        // Acks are awaited together, so a batch without answers costs one timeout, not one each.
+        let (sent, acks): (Vec<_>, Vec<_>) = pending.into_iter().unzip();
+        let answers = futures::future::join_all(acks).await;
+        let mut published = Vec::with_capacity(sent.len());
+        for (row, answer) in sent.into_iter().zip(answers) {
+            match answer {
+                Ok(_) => published.push(row.id),
+                Err(e) => note(row, e, &mut parked),
+            }
         }
-        let ids: Vec<_> = rows.iter().map(|r| r.id).collect();
-        store::outbox::delete_published(&txn, &ids).await?;
+        store::outbox::delete_published(&txn, &published).await?;
+        // Park: the dead record and the row's removal commit together.
+        for (row, reason) in &parked {
+            tracing::error!(outbox_id = %row.id, subject = %row.subject, %reason, "outbox row can never be published; parked as a dead message");
+            dead::record_with_headers(
+                &txn,
+                dead::DeadMessage {
+                    stream: Stream::for_subject(&row.subject)
+                        .map(|s| self.bus.namespace().name(s.name()))
+                        .unwrap_or_default(),
+                    consumer: RELAY_CONSUMER.to_owned(),
+                    subject: row.subject.clone(),
+                    headers: None,
+                    payload: row.payload.clone(),
+                    reason: format!("publish refused: {reason}"),
+                    attempts: 1,
+                },
+                row.headers.clone(),
+            )
+            .await?;
+        }
+        let parked_ids: Vec<_> = parked.iter().map(|(r, _)| r.id).collect();
+        store::outbox::delete_published(&txn, &parked_ids).await?;
         txn.commit().await?;
-        metrics::counter!("outbox_published_total").increment(rows.len() as u64);
-        Ok(rows.len())
+        metrics::counter!("outbox_published_total").increment(published.len() as u64);
+        metrics::counter!("outbox_parked_total").increment(parked.len() as u64);
+        match transient {
+            Some(e) => Err(e.into()),
+            None => Ok(published.len() + parked.len()),
+        }
+    }
+
+    /// Sends one row; a row whose subject no stream captures, or whose headers NATS cannot
+    /// carry, fails permanently before anything is sent.
+    async fn start(
+        &self,
+        row: &outbox::Model,
+    ) -> Result<impl Future<Output = Result<crate::Published, BusError>> + use<>, BusError> {
+        let refuse = |message: String| BusError::Publish {
+            subject: row.subject.clone(),
+            message,
+            permanent: true,
+        };
+        if Stream::for_subject(&row.subject).is_none() {
+            return Err(refuse("no stream captures this subject".to_owned()));
+        }
+        let pairs = row
+            .headers
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| v.as_str().map(|v| (k.as_str(), v)));
+        let headers = crate::checked_headers(pairs).map_err(refuse)?;
+        self.bus
+            .publish_start(
+                &row.subject,
+                &row.msg_id.clone().unwrap_or_else(|| row.id.to_string()),
+                headers,
+                Bytes::from(row.payload.clone()),
+            )
+            .await
     }
 
     /// Relays until `shutdown`.

@@ -231,3 +231,125 @@ async fn a_held_row_waits_for_its_hold_and_a_published_row_is_deleted() -> Resul
     assert_eq!(pending(&db.db).await?, 0);
     Ok(())
 }
+
+async fn dead_rows(db: &DatabaseConnection) -> Result<Vec<(String, String, String)>> {
+    let rows = db
+        .query_all_raw(sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            "SELECT consumer, subject, reason FROM dead_message ORDER BY created_at, id",
+        ))
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok((
+                r.try_get("", "consumer")?,
+                r.try_get("", "subject")?,
+                r.try_get("", "reason")?,
+            ))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_never_stops_on_one_row_unpublishable_rows_are_parked_and_the_rest_published()
+-> Result<()> {
+    let db = testkit::TestDb::new().await?;
+    let bus = testkit::test_bus().await?;
+    // Poison first, so every round meets it before the good rows: larger than the server's
+    // max_payload, a header name NATS cannot carry, and a subject no stream captures.
+    let max_payload = bus.client().server_info().max_payload;
+    let txn = db.db.begin().await?;
+    enqueue(
+        &txn,
+        OutboxMessage::bytes(
+            "lifecycle.github.big.activated",
+            vec![b'x'; max_payload + 1],
+        ),
+    )
+    .await?;
+    enqueue(
+        &txn,
+        OutboxMessage::json("lifecycle.github.hdr.activated", &serde_json::json!({}))
+            .header("Bad:Name", "v"),
+    )
+    .await?;
+    enqueue(
+        &txn,
+        OutboxMessage::json("nowhere.github.x.activated", &serde_json::json!({})),
+    )
+    .await?;
+    txn.commit().await?;
+    let expected = enqueue_many(&db.db, 1000).await?;
+
+    let relay = Relay::new(
+        db.db.clone(),
+        bus.clone(),
+        RelayConfig {
+            batch_size: 100,
+            poll_interval: Duration::from_millis(50),
+            ..Default::default()
+        },
+    );
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let token = shutdown.clone();
+    let task = tokio::spawn(async move { relay.run(token).await });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while pending(&db.db).await? > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the relay stopped on a row: {} left",
+            pending(&db.db).await?
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    shutdown.cancel();
+    task.await?;
+
+    let ids: HashSet<String> = stored_ids(&bus).await?.into_iter().collect();
+    assert_eq!(ids, expected, "every good row published, no poison stored");
+    let dead = dead_rows(&db.db).await?;
+    let subjects: Vec<&str> = dead.iter().map(|(_, s, _)| s.as_str()).collect();
+    assert_eq!(
+        subjects,
+        [
+            "lifecycle.github.big.activated",
+            "lifecycle.github.hdr.activated",
+            "nowhere.github.x.activated"
+        ]
+    );
+    assert!(dead.iter().all(|(c, _, _)| c == bus::relay::RELAY_CONSUMER));
+    assert!(dead[0].2.contains("max payload"), "{}", dead[0].2);
+    assert!(dead[1].2.contains("Bad:Name"), "{}", dead[1].2);
+
+    // A parked row is replayable like any dead message: back in the outbox as a new message.
+    let (id,): (uuid::Uuid,) = sqlx::query_as(
+        "SELECT id FROM dead_message WHERE subject = 'lifecycle.github.big.activated'",
+    )
+    .fetch_one(db.db.get_postgres_connection_pool())
+    .await?;
+    bus::dead::replay(&db.db, id).await?;
+    assert_eq!(pending(&db.db).await?, 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transient_failure_keeps_the_row_unparked_until_it_can_be_published() -> Result<()> {
+    let db = testkit::TestDb::new().await?;
+    let bus = testkit::test_bus().await?;
+    // No stream captures the subject for now (as while streams are still being declared).
+    bus.jetstream()
+        .delete_stream(bus.namespace().name(Stream::Lifecycle.name()))
+        .await?;
+    let expected = enqueue_many(&db.db, 5).await?;
+    let relay = Relay::new(db.db.clone(), bus.clone(), RelayConfig::default());
+    let err = relay.publish_batch().await.expect_err("no stream yet");
+    eprintln!("transient: {err}");
+    assert_eq!(pending(&db.db).await?, 5, "rows kept");
+    assert!(dead_rows(&db.db).await?.is_empty(), "nothing parked");
+
+    bus.declare_streams().await?;
+    assert_eq!(relay.publish_batch().await?, 5);
+    let ids: HashSet<String> = stored_ids(&bus).await?.into_iter().collect();
+    assert_eq!(ids, expected);
+    Ok(())
+}

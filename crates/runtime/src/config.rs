@@ -136,11 +136,17 @@ impl CommonArgs {
 
     /// Connects to NATS in the configured namespace and declares every stream.
     pub async fn connect_bus(&self) -> anyhow::Result<bus::Bus> {
-        let namespace = bus::Namespace::new(self.nats_prefix.as_deref().unwrap_or_default())
-            .map_err(|e| anyhow::anyhow!("FORGESYNC_NATS_PREFIX: {e}"))?;
-        let bus = bus::Bus::connect(&self.nats_url, namespace, self.stream_settings()).await?;
+        let bus = self.connect_bus_undeclared().await?;
         bus.declare_streams().await?;
         Ok(bus)
+    }
+
+    /// Connects to NATS in the configured namespace without declaring streams; the connection
+    /// is made (and remade) in the background, so this does not wait for NATS to be up.
+    pub async fn connect_bus_undeclared(&self) -> anyhow::Result<bus::Bus> {
+        let namespace = bus::Namespace::new(self.nats_prefix.as_deref().unwrap_or_default())
+            .map_err(|e| anyhow::anyhow!("FORGESYNC_NATS_PREFIX: {e}"))?;
+        Ok(bus::Bus::connect(&self.nats_url, namespace, self.stream_settings()).await?)
     }
 }
 

@@ -10,13 +10,17 @@ use axum::routing::get;
 use migrations::{Migrator, MigratorTrait as _};
 use sea_orm::{ConnectionTrait as _, DatabaseConnection, DbBackend, Statement};
 
-/// What readiness checks: the database, the NATS connection and the schema version.
+/// What readiness checks: the database, the schema version, the NATS connection (for services
+/// that cannot work without it) and the supervised tasks.
 #[derive(Clone)]
 pub struct HealthState {
     /// The service's database pool.
     pub db: DatabaseConnection,
-    /// The service's NATS client.
-    pub nats: async_nats::Client,
+    /// The service's NATS client, when readiness depends on it (ingress's does not: deliveries
+    /// are durable in Postgres first).
+    pub nats: Option<async_nats::Client>,
+    /// The service's supervised tasks: not ready once one has ended.
+    pub tasks: crate::Readiness,
 }
 
 /// Routes for `GET /healthz` (alive), `GET /readyz` (dependencies answer, migrations current)
@@ -58,9 +62,14 @@ async fn readyz(State(state): State<HealthState>) -> Response {
         }
     }
 
-    let nats = state.nats.connection_state();
-    if nats != async_nats::connection::State::Connected {
+    if let Some(nats) = state.nats.as_ref().map(|n| n.connection_state())
+        && nats != async_nats::connection::State::Connected
+    {
         failed.insert("nats".into(), format!("connection is {nats}").into());
+    }
+
+    if let Some(why) = state.tasks.failure() {
+        failed.insert("tasks".into(), why.into());
     }
 
     if failed.is_empty() {

@@ -1,5 +1,6 @@
 //! The machinery every forgesync service shares: configuration, telemetry, health endpoints,
-//! graceful shutdown, the database connection and Postgres-claimed cron schedules.
+//! graceful shutdown, task supervision, the database connection and Postgres-claimed cron
+//! schedules.
 #![forbid(unsafe_code)]
 
 pub mod config;
@@ -8,6 +9,7 @@ pub mod db;
 pub mod health;
 pub mod schedule;
 pub mod shutdown;
+pub mod supervisor;
 pub mod telemetry;
 
 pub use config::{CommonArgs, LogFormat};
@@ -15,4 +17,5 @@ pub use crypto::install_crypto_provider;
 pub use health::HealthState;
 pub use schedule::{ScheduleError, ScheduleRunner, ScheduledRun};
 pub use shutdown::shutdown_token;
+pub use supervisor::{Readiness, Supervisor};
 pub use telemetry::TelemetryGuard;

@@ -160,13 +160,14 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
     // Raw body first, then the message that points at it, then its dispatch record.
     db.execute_raw(Statement::from_sql_and_values(
         DbBackend::Postgres,
-        "INSERT INTO inbound_message_body (message_id, connection_id, body, retain_until) \
-         VALUES ($1, $2, $3, $4)",
+        "INSERT INTO inbound_message_body (message_id, connection_id, body, retain_until, \
+         by_reference) VALUES ($1, $2, $3, $4, $5)",
         [
             message_id.into(),
             ep.connection_id.into(),
             new.body.into(),
             (OffsetDateTime::now_utc() + to_offset(new.retention)).into(),
+            (!inline).into(),
         ],
     ))
     .await?;
@@ -382,14 +383,40 @@ pub async fn erase_bodies<C: ConnectionTrait>(db: &C, connection_id: Uuid) -> Re
     Ok(res.rows_affected())
 }
 
-/// Deletes up to `batch` raw bodies past their retention and expired digest keys; returns how
-/// many rows went. Safe from every replica at once.
-pub async fn prune_expired<C: ConnectionTrait>(db: &C, batch: u64) -> Result<u64, DbErr> {
+/// Deletes raw bodies past their retention and expired digest keys, `batch` of each at most;
+/// returns how many rows it deleted.
+///
+/// A body its message carries by reference is needed by whoever consumes the message, so past
+/// its retention it stays until a consumer has marked it consumed or the stream can no longer
+/// deliver the message. The latter is bounded without asking the stream: once the message's
+/// dispatch record is gone (it was published before now), the stream drops it within
+/// `stream_max_age` from now, and that moment is stamped as `stream_expires_at`.
+pub async fn prune_expired<C: ConnectionTrait>(
+    db: &C,
+    batch: u64,
+    stream_max_age: Duration,
+) -> Result<u64, DbErr> {
+    db.execute_raw(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        format!(
+            "UPDATE inbound_message_body SET stream_expires_at = now() + make_interval(secs => $1) \
+             WHERE message_id IN (SELECT b.message_id FROM inbound_message_body b \
+             JOIN inbound_message m ON m.id = b.message_id \
+             WHERE b.retain_until < now() AND b.by_reference AND b.consumed_at IS NULL \
+             AND b.stream_expires_at IS NULL \
+             AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.id = m.outbox_id) \
+             LIMIT {batch} FOR UPDATE OF b SKIP LOCKED)"
+        ),
+        [stream_max_age.as_secs_f64().into()],
+    ))
+    .await?;
+    // Retention never deletes a body a consumer may still need.
     let bodies = db
         .execute_unprepared(&format!(
             "DELETE FROM inbound_message_body WHERE message_id IN (SELECT message_id \
-             FROM inbound_message_body WHERE retain_until < now() LIMIT {batch} \
-             FOR UPDATE SKIP LOCKED)"
+             FROM inbound_message_body WHERE retain_until < now() \
+             AND (NOT by_reference OR consumed_at IS NOT NULL OR stream_expires_at < now()) \
+             LIMIT {batch} FOR UPDATE SKIP LOCKED)"
         ))
         .await?;
     let keys = db
@@ -399,6 +426,19 @@ pub async fn prune_expired<C: ConnectionTrait>(db: &C, batch: u64) -> Result<u64
         ))
         .await?;
     Ok(bodies.rows_affected() + keys.rows_affected())
+}
+
+/// Marks the body of `message_id` consumed (its message was handled and acked), so retention may
+/// delete it once its retention has passed.
+pub async fn mark_consumed<C: ConnectionTrait>(db: &C, message_id: Uuid) -> Result<(), DbErr> {
+    db.execute_raw(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "UPDATE inbound_message_body SET consumed_at = now() \
+         WHERE message_id = $1 AND consumed_at IS NULL",
+        [message_id.into()],
+    ))
+    .await?;
+    Ok(())
 }
 
 /// Bodies up to this size are published inline when the caller has no setting of its own.

@@ -144,10 +144,12 @@ pub async fn run(
         secret_key,
         rotation_window: std::time::Duration::from_secs(config.rotation_window_secs),
     };
+    let mut tasks = runtime::Supervisor::new(&shutdown);
     let app =
         router(state, config.max_body_bytes).merge(runtime::health::router(runtime::HealthState {
             db: db.clone(),
-            nats: bus.client().clone(),
+            nats: Some(bus.client().clone()),
+            tasks: tasks.readiness(),
         }));
 
     let listener = tokio::net::TcpListener::bind(config.common.listen)
@@ -159,20 +161,17 @@ pub async fn run(
 
     // This service writes outbox rows, so it also relays them; any number of relays is safe.
     let relay = Relay::new(db.clone(), bus.clone(), RelayConfig::default());
-    let relay_stop = shutdown.child_token();
-    let relay_task = tokio::spawn({
-        let stop = relay_stop.clone();
-        async move { relay.run(stop).await }
+    tasks.spawn("outbox relay", |stop| async move {
+        relay.run(stop).await;
+        Ok(())
     });
-
-    let server_stop = shutdown.clone();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { server_stop.cancelled().await })
-        .await
-        .context("control-api server")?;
-    relay_stop.cancel();
-    relay_task.await.context("outbox relay task")?;
-    Ok(())
+    tasks.spawn("http server", |stop| async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await
+            .context("control-api server")
+    });
+    tasks.run(config.common.shutdown_grace()).await
 }
 
 #[cfg(test)]

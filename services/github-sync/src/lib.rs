@@ -222,7 +222,7 @@ pub async fn run(
         },
     };
 
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut tasks = runtime::Supervisor::new(&shutdown);
     let jobs_spec = ConsumerSpec {
         filter_subjects: vec!["jobs.github.>".into()],
         concurrency: config.job_concurrency.max(1),
@@ -234,9 +234,9 @@ pub async fn run(
         engine,
         factory: factory.clone(),
     });
-    tasks.spawn({
-        let (bus, db, stop) = (bus.clone(), db.clone(), shutdown.clone());
-        async move {
+    tasks.spawn("jobs consumer", {
+        let (bus, db) = (bus.clone(), db.clone());
+        move |stop| async move {
             consumer::run(&bus, db, jobs_spec, job_handler, stop)
                 .await
                 .map_err(anyhow::Error::from)
@@ -247,9 +247,9 @@ pub async fn run(
         ..ConsumerSpec::new(Stream::Lifecycle, "github-sync-lifecycle")
     };
     let lifecycle_handler = Arc::new(handlers::LifecycleHandler { db: db.clone() });
-    tasks.spawn({
-        let (bus, db, stop) = (bus.clone(), db.clone(), shutdown.clone());
-        async move {
+    tasks.spawn("lifecycle consumer", {
+        let (bus, db) = (bus.clone(), db.clone());
+        move |stop| async move {
             consumer::run(&bus, db, lifecycle_spec, lifecycle_handler, stop)
                 .await
                 .map_err(anyhow::Error::from)
@@ -266,14 +266,9 @@ pub async fn run(
         filter_subjects: vec![webhooks::filters::OWNER_LEVEL.into()],
         ..ConsumerSpec::new(Stream::WebhooksGithub, "github-sync-owner-events")
     };
-    tasks.spawn({
-        let (bus, db, stop, handler) = (
-            bus.clone(),
-            db.clone(),
-            shutdown.clone(),
-            webhook_handler.clone(),
-        );
-        async move {
+    tasks.spawn("owner webhook consumer", {
+        let (bus, db, handler) = (bus.clone(), db.clone(), webhook_handler.clone());
+        move |stop| async move {
             consumer::run(&bus, db, owner_spec, handler, stop)
                 .await
                 .map_err(anyhow::Error::from)
@@ -283,14 +278,20 @@ pub async fn run(
         concurrency: config.webhook_concurrency.max(1),
         ..ConsumerSpec::new(Stream::WebhooksGithub, "github-sync-repository-events")
     };
-    tasks.spawn(webhooks::filters::run_repository_consumer(
-        bus.clone(),
-        db.clone(),
-        repository_spec,
-        webhook_handler,
-        Duration::from_millis(config.filter_refresh_ms),
-        shutdown.clone(),
-    ));
+    tasks.spawn("repository webhook consumer", {
+        let (bus, db) = (bus.clone(), db.clone());
+        let refresh = Duration::from_millis(config.filter_refresh_ms);
+        move |stop| {
+            webhooks::filters::run_repository_consumer(
+                bus,
+                db,
+                repository_spec,
+                webhook_handler,
+                refresh,
+                stop,
+            )
+        }
+    });
     let mut schedules = runtime::ScheduleRunner::new(db.clone(), replica);
     let mut scheduled = 0;
     for (name, cron, job_type, variable) in [
@@ -353,43 +354,28 @@ pub async fn run(
         scheduled += 1;
     }
     if scheduled > 0 {
-        tasks.spawn({
-            let stop = shutdown.clone();
-            async move { schedules.run(stop).await }
-        });
+        tasks.spawn("schedules", |stop| schedules.run(stop));
     }
     let relay = Relay::new(db.clone(), bus.clone(), RelayConfig::default());
-    tasks.spawn({
-        let stop = shutdown.clone();
-        async move {
-            relay.run(stop).await;
-            Ok(())
-        }
+    tasks.spawn("outbox relay", |stop| async move {
+        relay.run(stop).await;
+        Ok(())
     });
 
     let app = runtime::health::router(runtime::HealthState {
         db: db.clone(),
-        nats: bus.client().clone(),
+        nats: Some(bus.client().clone()),
+        tasks: tasks.readiness(),
     });
     let listener = tokio::net::TcpListener::bind(config.common.listen)
         .await
         .with_context(|| format!("FORGESYNC_LISTEN: cannot bind {}", config.common.listen))?;
     on_listen(listener.local_addr()?);
-    let stop = shutdown.clone();
-    tasks.spawn(async move {
+    tasks.spawn("http server", |stop| async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(async move { stop.cancelled().await })
             .await
             .map_err(anyhow::Error::from)
     });
-    let mut first_error = None;
-    while let Some(done) = tasks.join_next().await {
-        let result = done.map_err(anyhow::Error::from).and_then(|r| r);
-        if let Err(e) = result {
-            tracing::error!(error = %e, "github-sync task failed; shutting down");
-            shutdown.cancel();
-            first_error.get_or_insert(e);
-        }
-    }
-    first_error.map_or(Ok(()), Err)
+    tasks.run(config.common.shutdown_grace()).await
 }

@@ -239,11 +239,17 @@ pub async fn run(
     let secret_key = SecretKey::from_base64("k1", &config.secret_key)?;
     let routing_keys = parse_routing_keys(&config.routing_keys)?;
     let db = config.common.connect_db().await?;
-    let bus = config.common.connect_bus().await?;
+    // Ingress starts (and stays ready) while NATS is down: deliveries are durable in Postgres
+    // first, and the streams are declared in the background once NATS answers.
+    let bus = config.common.connect_bus_undeclared().await?;
     let hours = |h: u64| Duration::from_secs(h * 3600);
-    // This outlives the server so the last inline publishes lose their dispatch records too.
-    let published_stop = CancellationToken::new();
-    let (published, published_task) = Published::spawn(db.clone(), published_stop.clone());
+    let mut tasks = runtime::Supervisor::new(&shutdown);
+    // The writer outlives the server so the last inline publishes lose their dispatch records too.
+    let (published, published_writer) = Published::new(db.clone());
+    tasks.spawn_draining("published-records writer", |stop| async move {
+        published_writer(stop).await;
+        Ok(())
+    });
     let state = AppState {
         db: db.clone(),
         bus: bus.clone(),
@@ -268,9 +274,12 @@ pub async fn run(
             config.endpoint_cache_ms,
         ))),
     };
+    // Readiness: Postgres and the supervised tasks, not NATS (a NATS outage must not take the
+    // front door down).
     let app = routes::router(state).merge(runtime::health::router(runtime::HealthState {
         db: db.clone(),
-        nats: bus.client().clone(),
+        nats: None,
+        tasks: tasks.readiness(),
     }));
 
     let listener = tokio::net::TcpListener::bind(config.common.listen)
@@ -280,24 +289,35 @@ pub async fn run(
     tracing::info!(%addr, "ingress listening");
     on_listen(addr);
 
+    tasks.spawn("stream declaration", {
+        let bus = bus.clone();
+        move |stop| async move {
+            if bus.declare_streams_until_done(&stop).await {
+                tracing::info!("JetStream streams declared");
+            }
+            // Done; idle so that only an unexpected end counts as one.
+            stop.cancelled().await;
+            Ok(())
+        }
+    });
     // The dispatch records this service writes are relayed by the one outbox relay.
     let relay = Relay::new(db.clone(), bus.clone(), RelayConfig::default());
-    let background = shutdown.child_token();
-    let relay_task = tokio::spawn({
-        let stop = background.clone();
-        async move { relay.run(stop).await }
+    tasks.spawn("outbox relay", |stop| async move {
+        relay.run(stop).await;
+        Ok(())
     });
-    let prune_task = tokio::spawn(retention::run(db.clone(), background.clone()));
-
-    let server_stop = shutdown.clone();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { server_stop.cancelled().await })
-        .await
-        .context("ingress server")?;
-    background.cancel();
-    published_stop.cancel();
-    published_task.await.context("published-records task")?;
-    relay_task.await.context("outbox relay task")?;
-    prune_task.await.context("retention task")?;
-    Ok(())
+    tasks.spawn("retention", {
+        let (db, max_age) = (db.clone(), config.common.stream_settings().max_age);
+        move |stop| async move {
+            retention::run(db, max_age, stop).await;
+            Ok(())
+        }
+    });
+    tasks.spawn("http server", |stop| async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await
+            .context("ingress server")
+    });
+    tasks.run(config.common.shutdown_grace()).await
 }

@@ -7,7 +7,6 @@
 
 use sea_orm::DatabaseConnection;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -23,11 +22,16 @@ pub struct Published {
 }
 
 impl Published {
-    /// Starts the background delete; it deletes what is queued, then ends once `stop` is
-    /// cancelled.
-    pub fn spawn(db: DatabaseConnection, stop: CancellationToken) -> (Published, JoinHandle<()>) {
+    /// The queue and its background delete, to be run (supervised) until `stop`: it deletes
+    /// what is queued, then ends once `stop` is cancelled.
+    pub fn new(
+        db: DatabaseConnection,
+    ) -> (
+        Published,
+        impl FnOnce(CancellationToken) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
+    ) {
         let (queue, rx) = mpsc::channel(QUEUE);
-        (Published { queue }, tokio::spawn(run(db, rx, stop)))
+        (Published { queue }, move |stop| Box::pin(run(db, rx, stop)))
     }
 
     /// Deletes the dispatch record `outbox_id` soon; never waits.

@@ -1,5 +1,7 @@
 //! Raw-body retention: bodies past their per-vendor retention and expired digest keys are
-//! deleted in batches. Every replica may run it.
+//! deleted in batches. A body its message carries by reference stays until the message is
+//! consumed or its stream can no longer deliver it (`store::inbound::prune_expired`), so
+//! retention never turns an unconsumed delivery into a dead message. Every replica may run it.
 
 use std::time::Duration;
 
@@ -8,11 +10,11 @@ use tokio_util::sync::CancellationToken;
 
 const BATCH: u64 = 1000;
 
-/// Prunes every minute until `shutdown`.
-pub async fn run(db: DatabaseConnection, shutdown: CancellationToken) {
+/// Prunes every minute until `shutdown`; `stream_max_age` is the streams' max age.
+pub async fn run(db: DatabaseConnection, stream_max_age: Duration, shutdown: CancellationToken) {
     loop {
         loop {
-            match store::inbound::prune_expired(&db, BATCH).await {
+            match store::inbound::prune_expired(&db, BATCH, stream_max_age).await {
                 Ok(n) if n >= BATCH && !shutdown.is_cancelled() => continue,
                 Ok(_) => break,
                 Err(e) => {

@@ -29,7 +29,8 @@ async fn ready_when_postgres_nats_and_migrations_are() {
     let test = TestDb::new().await.unwrap();
     let router = runtime::health::router(runtime::HealthState {
         db: test.db.clone(),
-        nats: nats().await,
+        nats: Some(nats().await),
+        tasks: Default::default(),
     });
     assert_eq!(
         get(&router, "/healthz").await,
@@ -50,7 +51,8 @@ async fn not_ready_names_pending_migrations() {
     let test = TestDb::empty().await.unwrap();
     let router = runtime::health::router(runtime::HealthState {
         db: test.db.clone(),
-        nats: nats().await,
+        nats: Some(nats().await),
+        tasks: Default::default(),
     });
     assert_eq!(get(&router, "/healthz").await.0, StatusCode::OK);
     let (status, body) = get(&router, "/readyz").await;
@@ -67,7 +69,8 @@ async fn not_ready_names_an_unreachable_database() {
     let test = TestDb::new().await.unwrap();
     let router = runtime::health::router(runtime::HealthState {
         db: test.db.clone(),
-        nats: nats().await,
+        nats: Some(nats().await),
+        tasks: Default::default(),
     });
     test.db.clone().close().await.unwrap();
     let (status, body) = get(&router, "/readyz").await;
@@ -90,9 +93,39 @@ async fn a_schema_ahead_of_this_binary_is_still_ready() {
         .unwrap();
     let router = runtime::health::router(runtime::HealthState {
         db: test.db.clone(),
-        nats: nats().await,
+        nats: Some(nats().await),
+        tasks: Default::default(),
     });
     let (status, body) = get(&router, "/readyz").await;
     assert_eq!(status, StatusCode::OK, "{body}");
+    test.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_ready_once_a_supervised_task_ended() {
+    let test = TestDb::new().await.unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let mut sup = runtime::Supervisor::new(&shutdown);
+    let router = runtime::health::router(runtime::HealthState {
+        db: test.db.clone(),
+        nats: None,
+        tasks: sup.readiness(),
+    });
+    sup.spawn("outbox relay", |_| async { anyhow::bail!("lost") });
+    let err = sup
+        .run(std::time::Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("outbox relay"), "{err}");
+    let (status, body) = get(&router, "/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        body["failed"]["tasks"]
+            .as_str()
+            .unwrap()
+            .contains("outbox relay"),
+        "{body}"
+    );
     test.drop().await;
 }

@@ -10,6 +10,12 @@ pub struct Model {
     pub connection_id: Uuid,
     pub body: Vec<u8>,
     pub retain_until: TimeDateTimeWithTimeZone,
+    /// Its message carries it by reference: a consumer reads it here.
+    pub by_reference: bool,
+    /// When a consumer handled its message (set only for bodies by reference).
+    pub consumed_at: Option<TimeDateTimeWithTimeZone>,
+    /// By when the stream has dropped its message (set by retention once published).
+    pub stream_expires_at: Option<TimeDateTimeWithTimeZone>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

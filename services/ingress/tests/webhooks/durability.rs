@@ -111,7 +111,7 @@ async fn raw_bodies_expire_by_retention_and_are_erasable_per_connection() -> Res
         txn.commit().await?;
     }
     tokio::time::sleep(Duration::from_millis(20)).await;
-    store::inbound::prune_expired(h.db(), 100).await?;
+    store::inbound::prune_expired(h.db(), 100, Duration::from_secs(3600)).await?;
     assert_eq!(
         count(h.db(), "SELECT count(*) FROM inbound_message_body").await?,
         1
@@ -199,5 +199,113 @@ async fn the_store_takes_a_delivery_only_while_its_endpoint_accepts_it() -> Resu
     );
     assert_eq!(attempt("d", None).await?, Recorded::EndpointClosed);
     assert_eq!(h.footprint().await?[..3], [1, 1, 2]);
+    h.ingress.stop().await
+}
+
+/// Hands each delivery's body (read by reference when it has one) to the test, then acks.
+struct ReadBody(
+    tokio::sync::mpsc::UnboundedSender<Option<Vec<u8>>>,
+    sea_orm::DatabaseConnection,
+);
+
+impl bus::consumer::Handler for ReadBody {
+    async fn handle(&self, delivery: bus::consumer::Delivery) {
+        let body = match delivery.header(store::headers::BODY_REF) {
+            Some(id) => store::inbound::stored_body(
+                self.1.get_postgres_connection_pool(),
+                id.parse().expect("a uuid"),
+            )
+            .await
+            .expect("read the body"),
+            None => Some(delivery.payload().to_vec()),
+        };
+        let _ = self.0.send(body);
+        delivery.ack().await.expect("ack");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_keeps_an_unconsumed_body_by_reference_until_its_message_is_consumed()
+-> Result<()> {
+    let h = Harness::start().await?;
+    let (_, _, ids) = github_endpoint(&h).await?;
+    // Both past their retention at once; one travels by reference (over 1024 bytes).
+    let mut by_ref = new_message(ids, "by-ref", Duration::ZERO);
+    by_ref.body = format!("{{\"pad\":\"{}\"}}", "x".repeat(4096)).into_bytes();
+    let expected = by_ref.body.clone();
+    let txn = h.db().begin().await?;
+    store::inbound::record(&txn, by_ref).await?;
+    store::inbound::record(&txn, new_message(ids, "inline", Duration::ZERO)).await?;
+    txn.commit().await?;
+    // Published (its dispatch record is gone), nobody has consumed it yet.
+    Relay::new(h.db().clone(), h.env.bus.clone(), RelayConfig::default())
+        .publish_batch()
+        .await?;
+    h.settled(Stream::WebhooksGithub, 2).await?;
+    let max_age = Duration::from_secs(3600);
+    for _ in 0..2 {
+        store::inbound::prune_expired(h.db(), 100, max_age).await?;
+    }
+    assert_eq!(
+        count(h.db(), "SELECT count(*) FROM inbound_message_body").await?,
+        1,
+        "the inline body goes, the unconsumed body by reference stays"
+    );
+    assert_eq!(
+        count(
+            h.db(),
+            "SELECT count(*) FROM inbound_message_body WHERE by_reference \
+             AND stream_expires_at > now() + interval '50 minutes'"
+        )
+        .await?,
+        1,
+        "kept until the stream can no longer deliver it"
+    );
+
+    // Consumed later: the body is still there for the consumer, then retention may take it.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let consumer = tokio::spawn({
+        let (bus, db, stop) = (h.env.bus.clone(), h.db().clone(), stop.clone());
+        let handler = std::sync::Arc::new(ReadBody(tx, db.clone()));
+        async move {
+            bus::consumer::run(
+                &bus,
+                db,
+                bus::consumer::ConsumerSpec::new(Stream::WebhooksGithub, "retention-test"),
+                handler,
+                stop,
+            )
+            .await
+        }
+    });
+    let mut bodies = Vec::new();
+    for _ in 0..2 {
+        let body = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await?
+            .expect("a delivery");
+        bodies.push(body.expect("the body is still stored"));
+    }
+    assert!(
+        bodies.contains(&expected),
+        "the by-reference body is read whole"
+    );
+    stop.cancel();
+    consumer.await??;
+    assert_eq!(
+        count(
+            h.db(),
+            "SELECT count(*) FROM inbound_message_body WHERE consumed_at IS NOT NULL"
+        )
+        .await?,
+        1
+    );
+    assert_eq!(count(h.db(), "SELECT count(*) FROM dead_message").await?, 0);
+    store::inbound::prune_expired(h.db(), 100, max_age).await?;
+    assert_eq!(
+        count(h.db(), "SELECT count(*) FROM inbound_message_body").await?,
+        0,
+        "once consumed and past retention, it goes"
+    );
     h.ingress.stop().await
 }
