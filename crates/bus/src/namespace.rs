@@ -6,7 +6,7 @@
 pub struct Namespace(Option<String>);
 
 impl Namespace {
-    /// No namespace: the subjects and streams of DESIGN.md as they are.
+    /// No namespace: the subjects and streams as docs/architecture.md names them.
     pub fn root() -> Self {
         Namespace(None)
     }

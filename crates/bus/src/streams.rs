@@ -1,4 +1,4 @@
-//! The streams of DESIGN.md and their idempotent declaration.
+//! The streams (docs/architecture.md, "Subjects and streams") and their idempotent declaration.
 
 use std::time::Duration;
 

@@ -1,7 +1,8 @@
 //! The lifecycle rules of the forgesync mirror as pure code: no tokio, no database, no network.
 //! Services do I/O around these functions; the rules are tested here exhaustively.
 //!
-//! One module per rule family:
+//! One module per rule family; rules that only one vendor has live in that vendor's module
+//! ([`github`], [`gitlab`]), beside the generic ones:
 //! - [`connection`]: the connection lifecycle state machine.
 //! - [`job`]: sync job types and what each may infer.
 //! - [`listing`]: fail-closed upstream listings ([`listing::CompleteListing`]).
@@ -11,12 +12,12 @@
 //! - [`forward`]: forward-only comparisons.
 //! - [`source_key`]: one identity per lifecycle event, and the item-event ledger.
 //! - [`snapshot`]: dated snapshots (reviewer lists, approvals).
-//! - [`gitlab_review`]: GitLab review decision and approval acts.
-//! - [`checks`]: head checks and check-run completeness.
-//! - [`gitlab_notes`]: GitLab note listing completeness and removal confirmation.
+//! - [`checks`]: a head's check state as dated observations.
 //! - [`subject`]: the subject grammar and the consumer subject math.
 //! - [`repair`]: provider repair fences.
-//! - [`route_credential`]: GitLab route credentials for the hooks we register.
+//! - [`github`]: GitHub check runs.
+//! - [`gitlab`]: GitLab head pipelines, review decision and approval acts, note reconciliation,
+//!   route credentials.
 #![forbid(unsafe_code)]
 
 pub mod checks;
@@ -24,17 +25,20 @@ pub mod connection;
 pub mod deletion;
 pub mod erasure;
 pub mod forward;
-pub mod gitlab_notes;
-pub mod gitlab_review;
+pub mod github;
+pub mod gitlab;
 pub mod job;
 pub mod listing;
 pub mod partial;
 pub mod repair;
-pub mod route_credential;
 pub mod snapshot;
 pub mod source_key;
 pub mod subject;
 pub mod tombstone;
+
+// Old path of `gitlab::route_credential`, kept while ingress's routes (edited on other
+// branches right now) still import it from here.
+pub use gitlab::route_credential;
 
 /// A point in time as the rules compare it: provider dates, JetStream store times, request times.
 pub type Timestamp = time::OffsetDateTime;

@@ -1,4 +1,5 @@
-//! The subject grammar of DESIGN.md: one token encoder and one builder per subject family.
+//! The subject grammar (docs/architecture.md, "Subjects and streams"): one token encoder and one
+//! builder per subject family.
 //!
 //! A token is ASCII-lowercased; `.`, `*`, `>`, `?`, `%`, whitespace and every byte outside
 //! printable ASCII are percent-encoded, so a real name (`socket.io`) can never split a level or
@@ -230,7 +231,7 @@ pub enum Subject {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SubjectError {
     /// The first token names no subject family, or the level count is wrong.
-    #[error("subject {0:?} matches no subject family of DESIGN.md")]
+    #[error("subject {0:?} matches no subject family")]
     Unknown(String),
     /// A token is malformed.
     #[error(transparent)]

@@ -4,9 +4,9 @@
 //! changes and every run of the head has ended, `scm.pull_request.checks_completed` records
 //! under the digest of the settled runs. Both the webhook path and the scheduled re-read use it.
 
-use lifecycle_core::checks::{
-    CheckState, RunList, RunReadOutcome, StoredRun, StoredRuns, apply_run_read, assess_runs,
-    github_check_state,
+use lifecycle_core::checks::CheckState;
+use lifecycle_core::github::checks::{
+    RunList, RunReadOutcome, StoredRun, StoredRuns, apply_run_read, assess_runs, github_check_state,
 };
 use lifecycle_core::source_key::LifecycleChange;
 use serde::{Deserialize, Serialize};
@@ -262,7 +262,7 @@ pub async fn due_for_rescan(
         .into_iter()
         .filter(|(_, head, read_at, changed_at)| {
             // Re-read only unfinished lists whose runs changed in the last day.
-            lifecycle_core::checks::needs_rescan(
+            lifecycle_core::github::checks::needs_rescan(
                 &StoredRuns {
                     head: head.clone(),
                     read_at: *read_at,

@@ -15,7 +15,7 @@ use github_client::{
     AppCredentials, Auth, Budget, ClientConfig, Error, GithubApp, GithubClient,
     PathSegment as ClientPath,
 };
-use lifecycle_core::checks::{CheckRun, CheckSuite, CommitChecksRead, Rollup, RunStatus};
+use lifecycle_core::github::checks::{CheckRun, CheckSuite, CommitChecksRead, Rollup, RunStatus};
 use lifecycle_core::partial::PathSegment;
 use sea_orm::{DatabaseConnection, EntityTrait};
 use serde::Deserialize;

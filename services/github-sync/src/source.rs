@@ -2,7 +2,7 @@
 //! vendor's own totals and cursors, and errors that say whether a listing can still be trusted.
 //! The production implementation sits on `github-client`; the engine does not know about HTTP.
 
-use lifecycle_core::checks::CommitChecksRead;
+use lifecycle_core::github::checks::CommitChecksRead;
 use lifecycle_core::listing::ListingFault;
 use lifecycle_core::partial::PathSegment;
 use time::OffsetDateTime;

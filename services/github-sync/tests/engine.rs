@@ -194,7 +194,7 @@ impl GithubSource for ScriptedGithub {
         &self,
         _repo: &RepoRef,
         _sha: &str,
-    ) -> Result<lifecycle_core::checks::CommitChecksRead, SourceError> {
+    ) -> Result<lifecycle_core::github::checks::CommitChecksRead, SourceError> {
         Err(SourceError::Other(
             "the scripted GitHub has no checks".into(),
         ))

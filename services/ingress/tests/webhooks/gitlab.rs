@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use bus::Stream;
-use lifecycle_core::route_credential::{RouteBinding, mint};
+use lifecycle_core::gitlab::route_credential::{RouteBinding, mint};
 use reqwest::StatusCode;
 use serde_json::json;
 use store::entity::ConnectionKind;
