@@ -15,6 +15,7 @@ mod m0008_github_item_native_id;
 mod m0009_github_comment_events;
 mod m0010_head_check_state;
 mod m0011_dispatch_records;
+mod m0013_endpoint_provider_ref_unique;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -89,6 +90,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0011_dispatch_records",
                 up: m0011_dispatch_records::UP,
+            }),
+            Box::new(Sql {
+                name: "m0013_endpoint_provider_ref_unique",
+                up: m0013_endpoint_provider_ref_unique::UP,
             }),
         ]
     }
