@@ -223,11 +223,17 @@ async fn forged_tokens_are_refused() -> Result<()> {
         ),
         ("alg none", unsigned(&claims())),
     ];
+    let mut accepted = Vec::new();
     for (what, token) in forged {
         let (st, body) = status(&api, &token).await?;
-        assert_eq!(st, StatusCode::UNAUTHORIZED, "{what}: {body}");
-        assert_eq!(body["error"], "unauthorized", "{what}: {body}");
+        if st != StatusCode::UNAUTHORIZED || body["error"] != "unauthorized" {
+            accepted.push(format!("{what}: {st} {body}"));
+        }
     }
+    assert!(
+        accepted.is_empty(),
+        "forged tokens not refused with 401: {accepted:#?}"
+    );
     api.stop().await
 }
 
