@@ -97,7 +97,8 @@ fn secret_or_random(given: Option<String>) -> Result<String, ApiError> {
 
 #[utoipa::path(post, path = "/workspaces/{workspace_id}/connections/{connection_id}/endpoints",
     request_body = CreateEndpoint,
-    responses((status = 201, body = EndpointView), (status = 404, body = crate::error::ErrorBody),
+    responses((status = 201, body = EndpointView), (status = 403, body = crate::error::ErrorBody),
+              (status = 404, body = crate::error::ErrorBody),
               (status = 409, body = crate::error::ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
