@@ -16,6 +16,7 @@ mod m0009_github_comment_events;
 mod m0010_head_check_state;
 mod m0011_dispatch_records;
 mod m0012_connection_grant;
+mod m0013_endpoint_provider_ref_unique;
 mod m0014_body_consumption;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
@@ -95,6 +96,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0012_connection_grant",
                 up: m0012_connection_grant::UP,
+            }),
+            Box::new(Sql {
+                name: "m0013_endpoint_provider_ref_unique",
+                up: m0013_endpoint_provider_ref_unique::UP,
             }),
             Box::new(Sql {
                 name: "m0014_body_consumption",

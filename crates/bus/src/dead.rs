@@ -80,6 +80,8 @@ pub enum ReplayError {
     #[error("no dead message {0}")]
     NotFound(Uuid),
     #[error(transparent)]
+    Closed(#[from] store::inbound::ReplayClosed),
+    #[error(transparent)]
     Db(#[from] DbErr),
 }
 
@@ -97,6 +99,16 @@ pub async fn replay(
         .ok_or(ReplayError::NotFound(id))?;
     let headers: BTreeMap<String, String> =
         serde_json::from_value(row.headers.clone()).unwrap_or_default();
+    // A message of a connection replays only while it is active (and its endpoint enabled).
+    if let Some(conn) = headers.get(store::headers::CONNECTION) {
+        let conn = Uuid::parse_str(conn).unwrap_or_default();
+        let delivery = headers
+            .get(store::headers::DELIVERY)
+            .and_then(|d| Uuid::parse_str(d).ok());
+        if let Some(closed) = store::inbound::replay_refusal(&txn, conn, delivery).await? {
+            return Err(closed.into());
+        }
+    }
     let mut message = OutboxMessage {
         subject: row.subject.clone(),
         headers,

@@ -97,8 +97,12 @@ pub struct Accepted {
     pub message: OutboxMessage,
 }
 
-fn to_offset(d: Duration) -> time::Duration {
-    time::Duration::try_from(d).unwrap_or(time::Duration::MAX)
+/// `now + d`, checked: a duration past the calendar's end is an error, never a panic.
+pub fn now_plus(d: Duration) -> Result<OffsetDateTime, DbErr> {
+    time::Duration::try_from(d)
+        .ok()
+        .and_then(|d| OffsetDateTime::now_utc().checked_add(d))
+        .ok_or_else(|| DbErr::Custom(format!("{}s from now is past the end of time", d.as_secs())))
 }
 
 /// Makes one delivery durable inside the caller's transaction. Commit, then answer the vendor.
@@ -121,10 +125,7 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
             if let Some(id) = event_id {
                 keys.push((format!("event:{id}"), None));
             }
-            keys.push((
-                format!("digest:{digest}"),
-                Some(OffsetDateTime::now_utc() + to_offset(*digest_window)),
-            ));
+            keys.push((format!("digest:{digest}"), Some(now_plus(*digest_window)?)));
             match insert_dedup_keys(db, ep.endpoint_id, message_id, &keys, verified_by).await? {
                 Keys::Taken => {}
                 Keys::Duplicate => return Ok(Recorded::Duplicate),
@@ -166,7 +167,7 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
             message_id.into(),
             ep.connection_id.into(),
             new.body.into(),
-            (OffsetDateTime::now_utc() + to_offset(new.retention)).into(),
+            now_plus(new.retention)?.into(),
             (!inline).into(),
         ],
     ))
@@ -288,6 +289,24 @@ pub struct NewEndpoint {
     pub address_token: Option<String>,
 }
 
+impl NewEndpoint {
+    /// Whether a shared vendor route can select this endpoint by something other than its own
+    /// address: Slack's app-level route, a GitHub hook id or Slack team id (`provider_ref`), or
+    /// the token of an operator-created GitLab hook. Such an endpoint is not scoped to one
+    /// workspace, so only operators create it.
+    pub fn on_shared_route(&self) -> bool {
+        match (self.registration, self.kind) {
+            (Registration::App, _) => true,
+            (_, ConnectionKind::Github | ConnectionKind::Slack) => self.provider_ref.is_some(),
+            (Registration::Operator, ConnectionKind::Gitlab) => true,
+            _ => false,
+        }
+    }
+}
+
+/// The unique index that gives a `(kind, provider_ref)` to one enabled endpoint (m0013).
+pub const PROVIDER_REF_INDEX: &str = "inbound_endpoint_provider_ref_enabled";
+
 fn secret_name(endpoint_id: Uuid) -> String {
     format!("webhook/{endpoint_id}/{}", Uuid::now_v7())
 }
@@ -330,6 +349,8 @@ pub async fn rotate_secret<C: ConnectionTrait>(
     secret: &[u8],
     window: Duration,
 ) -> Result<inbound_endpoint::Model, SecretError> {
+    // Checked before anything is written: a window past the calendar changes nothing.
+    let valid_until = now_plus(window)?;
     let name = secret_name(endpoint.id);
     secrets::put(db, key, endpoint.connection_id, &name, secret).await?;
     if let Some(old) = &endpoint.secret_previous {
@@ -344,7 +365,7 @@ pub async fn rotate_secret<C: ConnectionTrait>(
     let lookup = (endpoint.kind == ConnectionKind::Gitlab).then(|| sha256_hex(secret));
     let mut active: inbound_endpoint::ActiveModel = endpoint.clone().into();
     active.secret_previous = Set(Some(endpoint.secret_current.clone()));
-    active.previous_valid_until = Set(Some(now + to_offset(window)));
+    active.previous_valid_until = Set(Some(valid_until));
     active.secret_current = Set(name);
     active.previous_token_lookup = Set(endpoint.token_lookup.clone());
     active.token_lookup = Set(lookup);
@@ -459,7 +480,65 @@ pub enum ReplayError {
     #[error("the raw body of inbound message {0} was erased or expired")]
     BodyGone(Uuid),
     #[error(transparent)]
+    Closed(#[from] ReplayClosed),
+    #[error(transparent)]
     Db(#[from] DbErr),
+}
+
+/// Why a replay may not go out: what it would deliver for no longer accepts anything.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplayClosed {
+    #[error("connection {0} no longer exists")]
+    ConnectionGone(Uuid),
+    #[error("connection {0} is {1}, not active")]
+    ConnectionNotActive(Uuid, String),
+    #[error("webhook endpoint {0} is disabled")]
+    EndpointDisabled(Uuid),
+}
+
+/// Checks that a replay for `connection_id` (and, for a webhook delivery, the endpoint that
+/// received `delivery`) may go out. The rows are locked for share until the caller's transaction
+/// ends, so a disconnect either commits first and is seen, or waits for the replay.
+pub async fn replay_refusal<C: ConnectionTrait>(
+    db: &C,
+    connection_id: Uuid,
+    delivery: Option<Uuid>,
+) -> Result<Option<ReplayClosed>, DbErr> {
+    // Replay only into an active connection and an enabled endpoint.
+    let conn = db
+        .query_one_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT status FROM connection WHERE id = $1 FOR SHARE",
+            [connection_id.into()],
+        ))
+        .await?;
+    let Some(conn) = conn else {
+        return Ok(Some(ReplayClosed::ConnectionGone(connection_id)));
+    };
+    let status: String = conn.try_get("", "status")?;
+    if status != "active" {
+        return Ok(Some(ReplayClosed::ConnectionNotActive(
+            connection_id,
+            status,
+        )));
+    }
+    if let Some(delivery) = delivery {
+        let ep = db
+            .query_one_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                "SELECT e.id, e.status FROM inbound_message m \
+                 JOIN inbound_endpoint e ON e.id = m.endpoint_id WHERE m.id = $1 FOR SHARE OF e",
+                [delivery.into()],
+            ))
+            .await?;
+        if let Some(ep) = ep {
+            let status: String = ep.try_get("", "status")?;
+            if status == "disabled" {
+                return Ok(Some(ReplayClosed::EndpointDisabled(ep.try_get("", "id")?)));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// Records an explicit replay of `message_id` (of `workspace_id`): a new message with the same
@@ -472,6 +551,9 @@ pub async fn replay<C: ConnectionTrait>(
     let original = inbound_message::find_in_workspace(db, workspace_id, message_id)
         .await?
         .ok_or(ReplayError::NotFound(message_id))?;
+    if let Some(closed) = replay_refusal(db, original.connection_id, Some(message_id)).await? {
+        return Err(closed.into());
+    }
     let body = inbound_message_body::Entity::find_by_id(message_id)
         .one(db)
         .await?

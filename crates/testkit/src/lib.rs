@@ -158,6 +158,10 @@ pub async fn test_bus() -> Result<Bus> {
 
 /// The HS256 key test and local-stack services sign bearer tokens with.
 pub const JWT_SECRET: &str = "forgesync-local-jwt-secret-not-for-production-0001";
+/// The `iss` of test and local-stack bearer tokens.
+pub const JWT_ISSUER: &str = "forgesync-local";
+/// The `aud` of test and local-stack bearer tokens.
+pub const JWT_AUDIENCE: &str = "forgesync-control-api";
 
 /// A fixed AES-256 key (base64) for connection secrets in tests and the local stack.
 pub fn secret_key() -> String {
@@ -236,7 +240,12 @@ impl Running {
 pub fn control_api_config(common: runtime::CommonArgs) -> control_api::Config {
     control_api::Config {
         common,
-        jwt_secret: JWT_SECRET.to_owned(),
+        jwt_secret: Some(JWT_SECRET.to_owned()),
+        jwt_jwks: None,
+        jwt_jwks_refresh_secs: 300,
+        jwt_issuer: JWT_ISSUER.to_owned(),
+        jwt_audience: JWT_AUDIENCE.to_owned(),
+        jwt_max_lifetime_secs: 24 * 3600,
         secret_key: secret_key(),
         max_body_bytes: 64 * 1024,
         rotation_window_secs: 24 * 3600,
@@ -342,22 +351,34 @@ pub async fn spawn_ingress_with(config: ingress::Config) -> Result<Running> {
     .await
 }
 
-/// A bearer token valid for an hour: `role` is admin or viewer, `workspace` scopes it.
+/// A bearer token valid for an hour: `role` is admin or viewer; `workspace` scopes it, and
+/// without one it is an operator's.
 pub fn token(
     keys: &control_api::Keys,
     role: control_api::Role,
     workspace: Option<uuid::Uuid>,
 ) -> Result<String> {
-    let exp = std::time::SystemTime::now()
+    Ok(keys.issue(&claims(role, workspace)?)?)
+}
+
+/// The claims [`token`] signs: the local issuer and audience, issued now, valid for an hour.
+pub fn claims(
+    role: control_api::Role,
+    workspace: Option<uuid::Uuid>,
+) -> Result<control_api::Claims> {
+    let iat = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
-        .as_secs()
-        + 3600;
-    Ok(keys.issue(&control_api::Claims {
+        .as_secs();
+    Ok(control_api::Claims {
         sub: format!("{role:?}").to_lowercase(),
         role,
         workspace_id: workspace,
-        exp,
-    })?)
+        operator: workspace.is_none(),
+        iss: JWT_ISSUER.to_owned(),
+        aud: control_api::Audience::One(JWT_AUDIENCE.to_owned()),
+        iat,
+        exp: iat + 3600,
+    })
 }
 
 /// One message read back from a stream.

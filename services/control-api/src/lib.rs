@@ -10,6 +10,8 @@ pub mod openapi;
 pub mod routes;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use axum::Router;
@@ -20,7 +22,7 @@ use store::secrets::SecretKey;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
 
-pub use auth::{Claims, Keys, Role};
+pub use auth::{Audience, AuthSettings, Claims, Keys, Role, Verifier};
 
 /// control-api's configuration: the common flags plus its own.
 #[derive(Clone, clap::Parser)]
@@ -29,13 +31,51 @@ pub struct Config {
     #[command(flatten)]
     pub common: runtime::CommonArgs,
 
-    /// HS256 key that bearer tokens are signed with.
+    /// HS256 key that bearer tokens may be signed with (this, a JWKS, or both).
     #[arg(
         long,
         env = "FORGESYNC_JWT_SECRET",
         value_name = "FORGESYNC_JWT_SECRET"
     )]
-    pub jwt_secret: String,
+    pub jwt_secret: Option<String>,
+
+    /// JWKS (file path or http(s) URL) whose keys verify RS256/ES256 bearer tokens, by `kid`.
+    #[arg(long, env = "FORGESYNC_JWT_JWKS", value_name = "FORGESYNC_JWT_JWKS")]
+    pub jwt_jwks: Option<String>,
+
+    /// Seconds between two reads of the JWKS.
+    #[arg(
+        long,
+        env = "FORGESYNC_JWT_JWKS_REFRESH",
+        value_name = "FORGESYNC_JWT_JWKS_REFRESH",
+        default_value_t = 300
+    )]
+    pub jwt_jwks_refresh_secs: u64,
+
+    /// The `iss` every bearer token must carry.
+    #[arg(
+        long,
+        env = "FORGESYNC_JWT_ISSUER",
+        value_name = "FORGESYNC_JWT_ISSUER"
+    )]
+    pub jwt_issuer: String,
+
+    /// The `aud` every bearer token must carry.
+    #[arg(
+        long,
+        env = "FORGESYNC_JWT_AUDIENCE",
+        value_name = "FORGESYNC_JWT_AUDIENCE"
+    )]
+    pub jwt_audience: String,
+
+    /// Longest bearer-token lifetime accepted (`exp` - `iat`), in seconds.
+    #[arg(
+        long,
+        env = "FORGESYNC_JWT_MAX_LIFETIME",
+        value_name = "FORGESYNC_JWT_MAX_LIFETIME",
+        default_value_t = 24 * 3600
+    )]
+    pub jwt_max_lifetime_secs: u64,
 
     /// Base64 of the 32-byte AES-256-GCM key that seals connection secrets at rest.
     #[arg(
@@ -69,7 +109,24 @@ impl std::fmt::Debug for Config {
         f.debug_struct("Config")
             .field("common", &self.common)
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("jwt_issuer", &self.jwt_issuer)
+            .field("jwt_audience", &self.jwt_audience)
+            .field("jwt_jwks", &self.jwt_jwks)
             .finish_non_exhaustive()
+    }
+}
+
+impl Config {
+    /// The token rules this config names.
+    pub fn auth_settings(&self) -> AuthSettings {
+        AuthSettings {
+            issuer: self.jwt_issuer.clone(),
+            audience: self.jwt_audience.clone(),
+            max_lifetime: Duration::from_secs(self.jwt_max_lifetime_secs),
+            hs256_secret: self.jwt_secret.as_ref().map(|s| s.as_bytes().to_vec()),
+            jwks: self.jwt_jwks.clone(),
+            jwks_refresh: Duration::from_secs(self.jwt_jwks_refresh_secs.max(1)),
+        }
     }
 }
 
@@ -77,7 +134,7 @@ impl std::fmt::Debug for Config {
 #[derive(Clone)]
 pub struct AppState {
     pub db: DatabaseConnection,
-    pub keys: Keys,
+    pub auth: Arc<Verifier>,
     pub secret_key: SecretKey,
     /// How long a rotated webhook secret keeps verifying.
     pub rotation_window: std::time::Duration,
@@ -136,13 +193,21 @@ pub async fn run(
     on_listen: impl FnOnce(SocketAddr) + Send,
 ) -> anyhow::Result<()> {
     let secret_key = SecretKey::from_base64("k1", &config.secret_key)?;
+    let rotation_window = Duration::from_secs(config.rotation_window_secs);
+    if rotation_window > routes::endpoints::MAX_ROTATION_WINDOW {
+        anyhow::bail!(
+            "FORGESYNC_WEBHOOK_ROTATION_WINDOW may be at most {} seconds (7 days)",
+            routes::endpoints::MAX_ROTATION_WINDOW.as_secs()
+        );
+    }
+    let auth = Arc::new(Verifier::new(&config.auth_settings()).await?);
     let db = config.common.connect_db().await?;
     let bus = config.common.connect_bus().await?;
     let state = AppState {
         db: db.clone(),
-        keys: Keys::hs256(config.jwt_secret.as_bytes())?,
+        auth: auth.clone(),
         secret_key,
-        rotation_window: std::time::Duration::from_secs(config.rotation_window_secs),
+        rotation_window,
     };
     let mut tasks = runtime::Supervisor::new(&shutdown);
     let app =
@@ -165,6 +230,16 @@ pub async fn run(
         relay.run(stop).await;
         Ok(())
     });
+    // A JWKS is read again periodically (and on an unknown kid, by the verifier).
+    if auth.jwks().is_some() {
+        let auth = auth.clone();
+        tasks.spawn("JWKS refresh", |stop| async move {
+            if let Some(jwks) = auth.jwks() {
+                jwks.refresh_until(stop).await;
+            }
+            Ok(())
+        });
+    }
     tasks.spawn("http server", |stop| async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(async move { stop.cancelled().await })

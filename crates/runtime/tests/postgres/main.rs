@@ -2,5 +2,6 @@
 //! nats://127.0.0.1:4222). Each test gets its own freshly created database.
 
 mod db;
+mod endpoint_claims;
 mod health;
 mod schedule;

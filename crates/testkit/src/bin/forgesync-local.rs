@@ -115,7 +115,7 @@ forgesync is up.
   Postgres      {db}
   NATS          {nats}
 {demo_lines}
-An admin token valid for one hour:
+An operator's admin token valid for one hour (HS256, iss {iss}, aud {aud}, "operator": true):
   export TOKEN={token}
 
 Try it:
@@ -129,6 +129,8 @@ Ctrl-C stops everything.
 "#,
         ingress = ingress.url(),
         sync = github_sync.url(),
+        iss = testkit::JWT_ISSUER,
+        aud = testkit::JWT_AUDIENCE,
         db = runtime::config::redact_url(database_url),
         nats = runtime::config::redact_url(nats_url),
     );

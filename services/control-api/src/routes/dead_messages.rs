@@ -71,7 +71,8 @@ pub async fn list(
 }
 
 #[utoipa::path(post, path = "/dead-messages/{id}/replay",
-    responses((status = 202, body = DeadMessageView), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 202, body = DeadMessageView), (status = 404, body = crate::error::ErrorBody),
+              (status = 409, body = crate::error::ErrorBody)))]
 pub async fn replay(
     State(state): State<AppState>,
     Admin(caller): Admin,
@@ -82,6 +83,7 @@ pub async fn replay(
         .await
         .map_err(|e| match e {
             bus::dead::ReplayError::NotFound(_) => ApiError::not_found("dead message"),
+            bus::dead::ReplayError::Closed(closed) => super::endpoints::replay_closed(&closed),
             bus::dead::ReplayError::Db(e) => e.into(),
         })?;
     tracing::info!(dead_message = %id, actor = %caller.sub, "dead message replayed");

@@ -6,11 +6,12 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use sea_orm::{EntityTrait, QuerySelect, TransactionTrait};
+use sea_orm::{EntityTrait, QuerySelect, SqlErr, TransactionTrait};
 use serde::{Deserialize, Serialize};
 use store::entity::inbound_endpoint::{self, Registration};
 use store::entity::{ConnectionStatus, inbound_endpoint::EndpointStatus};
-use store::inbound::{NewEndpoint, ReplayError};
+use store::inbound::{NewEndpoint, ReplayClosed, ReplayError};
+use store::secrets::SecretError;
 use uuid::Uuid;
 
 use super::connections::find_connection;
@@ -96,7 +97,8 @@ fn secret_or_random(given: Option<String>) -> Result<String, ApiError> {
 
 #[utoipa::path(post, path = "/workspaces/{workspace_id}/connections/{connection_id}/endpoints",
     request_body = CreateEndpoint,
-    responses((status = 201, body = EndpointView), (status = 404, body = crate::error::ErrorBody),
+    responses((status = 201, body = EndpointView), (status = 403, body = crate::error::ErrorBody),
+              (status = 404, body = crate::error::ErrorBody),
               (status = 409, body = crate::error::ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
@@ -107,6 +109,32 @@ pub async fn create(
     let secret = secret_or_random(body.secret)?;
     let txn = state.db.begin().await?;
     let conn = find_connection(&txn, &caller, workspace_id, connection_id, true).await?;
+    let address_token = if body.address {
+        Some(store::inbound::random_token().map_err(ApiError::internal)?)
+    } else {
+        None
+    };
+    let new = NewEndpoint {
+        workspace_id,
+        connection_id,
+        kind: conn.kind,
+        registration: body.registration,
+        provider_ref: body.provider_ref,
+        address_token,
+    };
+    // An endpoint a shared vendor route selects is not scoped to one workspace: operators only.
+    if new.on_shared_route() {
+        caller.require_operator().map_err(|_| {
+            ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "an app endpoint, or one that a shared vendor route selects by provider_ref \
+                 (GitHub hook id, Slack team id) or by token (operator GitLab hook), needs an \
+                 operator token; a workspace token may create token-addressed endpoints \
+                 (`\"address\": true`, no provider_ref)",
+            )
+        })?;
+    }
     if matches!(
         conn.status,
         ConnectionStatus::Disconnected | ConnectionStatus::Uninstalled
@@ -116,36 +144,42 @@ pub async fn create(
             "a disconnected connection cannot gain webhook endpoints",
         ));
     }
-    let address_token = if body.address {
-        Some(store::inbound::random_token().map_err(ApiError::internal)?)
-    } else {
-        None
-    };
-    let row = store::inbound::create_endpoint(
-        &txn,
-        &state.secret_key,
-        NewEndpoint {
-            workspace_id,
-            connection_id,
-            kind: conn.kind,
-            registration: body.registration,
-            provider_ref: body.provider_ref,
-            address_token,
-        },
-        secret.as_bytes(),
-    )
-    .await
-    .map_err(ApiError::internal)?;
+    let (kind, provider_ref) = (new.kind, new.provider_ref.clone());
+    let row = store::inbound::create_endpoint(&txn, &state.secret_key, new, secret.as_bytes())
+        .await
+        .map_err(|e| match e {
+            // One enabled endpoint per vendor id; the index decides, also under a race.
+            SecretError::Db(e) if is_provider_ref_taken(&e) => ApiError::conflict(
+                "provider_ref_taken",
+                format!(
+                    "another enabled {} endpoint already has provider_ref {:?}; disable it \
+                     (disconnect its connection) before claiming the id again",
+                    kind.as_str(),
+                    provider_ref.unwrap_or_default()
+                ),
+            ),
+            e => ApiError::internal(e),
+        })?;
     txn.commit().await?;
     tracing::info!(%workspace_id, %connection_id, endpoint = %row.id, actor = %caller.sub, "webhook endpoint created");
     Ok((StatusCode::CREATED, Json(view(row, Some(secret)))))
 }
 
+/// Whether `e` is the violation of the one-enabled-endpoint-per-provider_ref index.
+fn is_provider_ref_taken(e: &sea_orm::DbErr) -> bool {
+    matches!(e.sql_err(), Some(SqlErr::UniqueConstraintViolation(msg))
+        if msg.contains(store::inbound::PROVIDER_REF_INDEX))
+}
+
+/// The longest rotation window: a leaked old secret stays useful no longer than this.
+pub const MAX_ROTATION_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
+
 #[utoipa::path(post,
     path = "/workspaces/{workspace_id}/connections/{connection_id}/endpoints/{endpoint_id}/rotate-secret",
     request_body = RotateSecret,
     responses((status = 200, body = EndpointView), (status = 404, body = crate::error::ErrorBody),
-              (status = 409, body = crate::error::ErrorBody)))]
+              (status = 409, body = crate::error::ErrorBody),
+              (status = 422, body = crate::error::ErrorBody)))]
 pub async fn rotate_secret(
     State(state): State<AppState>,
     Admin(caller): Admin,
@@ -159,10 +193,21 @@ pub async fn rotate_secret(
         serde_json::from_slice(&body)
             .map_err(|e| ApiError::bad_request(format!("the request body is not valid: {e}")))?
     };
-    let secret = secret_or_random(body.secret)?;
     let window = body
         .window_secs
         .map_or(state.rotation_window, Duration::from_secs);
+    // Rotation windows are capped (and the store adds them to now checked).
+    if window > MAX_ROTATION_WINDOW {
+        return Err(ApiError::unprocessable(
+            "rotation_window_too_long",
+            format!(
+                "window_secs may be at most {} (7 days); got {}",
+                MAX_ROTATION_WINDOW.as_secs(),
+                window.as_secs()
+            ),
+        ));
+    }
+    let secret = secret_or_random(body.secret)?;
     let txn = state.db.begin().await?;
     find_connection(&txn, &caller, workspace_id, connection_id, false).await?;
     let endpoint = inbound_endpoint::Entity::find_by_id(endpoint_id)
@@ -185,6 +230,14 @@ pub async fn rotate_secret(
     tracing::info!(%workspace_id, %connection_id, endpoint = %endpoint_id, actor = %caller.sub,
         window_secs = window.as_secs(), "webhook secret rotated");
     Ok(Json(view(row, Some(secret))))
+}
+
+/// 409 for a replay into a connection or endpoint that accepts nothing.
+pub fn replay_closed(closed: &ReplayClosed) -> ApiError {
+    ApiError::conflict(
+        "replay_closed",
+        format!("{closed}; a replay goes only to an active connection and an enabled endpoint"),
+    )
 }
 
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -215,6 +268,7 @@ pub async fn replay(
                 "body_gone",
                 "the raw body of this message was erased or expired; it cannot be replayed",
             ),
+            ReplayError::Closed(closed) => replay_closed(&closed),
             ReplayError::Db(e) => e.into(),
         })?;
     txn.commit().await?;

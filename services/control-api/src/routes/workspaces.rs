@@ -98,8 +98,8 @@ pub async fn list(
     Caller(caller): Caller,
 ) -> Result<Json<Vec<WorkspaceView>>, ApiError> {
     let mut q = workspace::Entity::find().order_by_asc(workspace::Column::CreatedAt);
-    if let Some(only) = caller.workspace_id {
-        q = q.filter(workspace::Column::Id.eq(only));
+    if !caller.operator {
+        q = q.filter(workspace::Column::Id.is_in(caller.workspace_id));
     }
     let rows = q.all(&state.db).await?;
     Ok(Json(rows.into_iter().map(Into::into).collect()))
