@@ -444,7 +444,10 @@ impl GithubSource for ClientSource {
     async fn repositories(&self) -> Result<Reach, SourceError> {
         if let Some(names) = &self.repositories {
             // Only what these credentials resolve is reached; ids from settings are never trusted.
-            let mut reach = Reach::default();
+            let mut reach = Reach {
+                exclusive: true,
+                ..Reach::default()
+            };
             for (owner, name) in names {
                 match self
                     .client
@@ -479,6 +482,7 @@ impl GithubSource for ClientSource {
         Ok(Reach {
             repositories: out,
             unresolved: Vec::new(),
+            exclusive: false,
         })
     }
 

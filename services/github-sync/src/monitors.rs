@@ -197,21 +197,19 @@ pub async fn materialise(
     Ok(created)
 }
 
-/// Removes the connection's monitors named `owner/name`, whatever they are bound to: the name no
-/// longer resolves with the connection's credentials, so it reaches nothing. Mirror rows stay.
-pub async fn remove_named(
+/// Removes the connection's monitors not bound to one of `native_ids` (legacy name-only ones
+/// included): the connection's credentials reach nothing else. Mirror rows stay.
+pub async fn retain_only(
     conn: &mut PgConnection,
     connection_id: Uuid,
-    owner: &str,
-    name: &str,
+    native_ids: &[i64],
 ) -> Result<u64, sqlx::Error> {
     let removed = sqlx::query(
         "DELETE FROM repository_to_monitor
-          WHERE connection_id = $1 AND lower(owner) = lower($2) AND lower(name) = lower($3)",
+          WHERE connection_id = $1 AND (native_id IS NULL OR NOT native_id = ANY($2))",
     )
     .bind(connection_id)
-    .bind(owner)
-    .bind(name)
+    .bind(native_ids)
     .execute(&mut *conn)
     .await?
     .rows_affected();

@@ -24,6 +24,9 @@ pub struct Reach {
     pub repositories: Vec<RepoRef>,
     /// Configured `owner/name`s the credentials no longer resolve: gone, or not visible to them.
     pub unresolved: Vec<String>,
+    /// The connection reaches these repositories and no others (a PAT's configured list): its
+    /// monitors of anything else lose their proof and are removed.
+    pub exclusive: bool,
 }
 
 /// The repository header every page carries.

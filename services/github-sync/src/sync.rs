@@ -347,9 +347,9 @@ impl Engine {
     }
 
     /// Monitors come from what the connection's own credentials resolve (App installation, or
-    /// the PAT's names resolved with the PAT), bound to native ids. A configured name that no
-    /// longer resolves loses its monitors, is recorded as connection activity, and is returned
-    /// so the pass reports it.
+    /// the PAT's names resolved with the PAT), bound to native ids. A PAT connection keeps no
+    /// monitor of anything else; a configured name that no longer resolves is recorded as
+    /// connection activity and returned so the pass reports it.
     async fn materialise_monitors(
         &self,
         job: &ClaimedJob,
@@ -379,12 +379,18 @@ impl Engine {
             &reach.repositories,
         )
         .await?;
-        let mut dropped = 0;
-        for full in &reach.unresolved {
-            if let Some((owner, name)) = full.split_once('/') {
-                dropped += monitors::remove_named(&mut txn, job.connection_id, owner, name).await?;
-            }
-        }
+        // A PAT reaches only what it resolved now: any other monitor of it (an unresolved name,
+        // one renamed since, a legacy name) has lost its proof.
+        let dropped = if reach.exclusive {
+            let ids: Vec<i64> = reach
+                .repositories
+                .iter()
+                .filter_map(|r| r.native_id)
+                .collect();
+            monitors::retain_only(&mut txn, job.connection_id, &ids).await?
+        } else {
+            0
+        };
         txn.commit().await?;
         if !reach.unresolved.is_empty() {
             tracing::warn!(connection_id = %job.connection_id, unresolved = ?reach.unresolved, dropped, "configured repositories no longer resolve with the connection's credentials; not monitored");

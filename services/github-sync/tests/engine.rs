@@ -155,6 +155,7 @@ impl GithubSource for ScriptedGithub {
                 native_id: Some(self.repo.native_id),
             }],
             unresolved: Vec::new(),
+            exclusive: true,
         })
     }
 

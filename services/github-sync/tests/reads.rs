@@ -318,10 +318,7 @@ async fn another_workspace_cannot_read_a_private_mirror_by_naming_it() -> Result
     };
     b_reads_nothing_of_a("a name-only monitor grants nothing").await?;
 
-    // Neither B's sync (its token cannot read the repository) nor A's (A's proof is not B's)
-    // binds B's name to the id.
-    s.reconcile(b, b_conn, 1).await?;
-    b_reads_nothing_of_a("after B's sync").await?;
+    // A's sync does not bind B's name to the id (A's proof is not B's).
     let a_job = s.reconcile(a, a_conn, 1).await?;
     assert_eq!(a_job, ("succeeded".to_owned(), None));
     b_reads_nothing_of_a("after A's sync").await?;
@@ -330,6 +327,16 @@ async fn another_workspace_cannot_read_a_private_mirror_by_naming_it() -> Result
             .await?
             .contains(&(PRIVATE.to_owned(), None)),
         "B's legacy monitor stays unbound"
+    );
+    // B's own sync cannot resolve it with B's token: a PAT keeps only what it resolves.
+    s.reconcile(b, b_conn, 1).await?;
+    b_reads_nothing_of_a("after B's sync").await?;
+    assert_eq!(
+        s.monitors(b_conn).await?,
+        [(
+            "victim/repo-1".to_owned(),
+            Some(i64::try_from(s.repositories[1])?)
+        )]
     );
 
     // A still reads its repository.
@@ -356,10 +363,20 @@ async fn a_name_the_token_no_longer_resolves_loses_its_monitor_and_fails_the_pas
             ),
         ]
     );
-    // The token now belongs to someone who cannot see the private repository.
+    // Renamed upstream: the configured name still resolves (GitHub follows it) to the same id.
+    s.sim
+        .model(|m| m.rename_repository(s.repositories[0], "renamed-0"));
+    let job = s.reconcile(a, conn, 1).await?;
+    assert_eq!(job, ("succeeded".to_owned(), None));
+    assert!(s.monitors(conn).await?.contains(&(
+        "victim/renamed-0".to_owned(),
+        Some(i64::try_from(s.repositories[0])?)
+    )));
+    // The token now belongs to someone who cannot see the private repository: the monitor goes,
+    // whatever name it carries now.
     s.sim
         .model(|m| m.add_user_token(VICTIM_TOKEN, "someone-else"));
-    let job = s.reconcile(a, conn, 1).await?;
+    let job = s.reconcile(a, conn, 2).await?;
     assert_eq!(job.0, "failed");
     assert!(
         job.1.as_deref().is_some_and(|e| e.contains(PRIVATE)),
