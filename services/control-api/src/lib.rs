@@ -15,7 +15,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use bus::relay::{Relay, RelayConfig};
 use sea_orm::DatabaseConnection;
-use store::secrets::SecretKey;
+use store::secrets::Keyring;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
 
@@ -32,15 +32,18 @@ pub struct Config {
     #[arg(
         long,
         env = "FORGESYNC_JWT_SECRET",
-        value_name = "FORGESYNC_JWT_SECRET"
+        value_name = "FORGESYNC_JWT_SECRET",
+        hide_env_values = true
     )]
     pub jwt_secret: String,
 
-    /// Base64 of the 32-byte AES-256-GCM key that seals connection secrets at rest.
+    /// Keyring of 32-byte AES-256-GCM keys sealing connection secrets at rest: `id:base64,...`
+    /// (the last seals, any opens) or one bare base64 key.
     #[arg(
         long,
         env = "FORGESYNC_SECRET_KEY",
-        value_name = "FORGESYNC_SECRET_KEY"
+        value_name = "FORGESYNC_SECRET_KEY",
+        hide_env_values = true
     )]
     pub secret_key: String,
 
@@ -77,7 +80,7 @@ impl std::fmt::Debug for Config {
 pub struct AppState {
     pub db: DatabaseConnection,
     pub keys: Keys,
-    pub secret_key: SecretKey,
+    pub secret_key: Keyring,
     /// How long a rotated webhook secret keeps verifying.
     pub rotation_window: std::time::Duration,
 }
@@ -134,7 +137,7 @@ pub async fn run(
     shutdown: CancellationToken,
     on_listen: impl FnOnce(SocketAddr) + Send,
 ) -> anyhow::Result<()> {
-    let secret_key = SecretKey::from_base64("k1", &config.secret_key)?;
+    let secret_key = Keyring::parse(&config.secret_key)?;
     let db = config.common.connect_db().await?;
     let bus = config.common.connect_bus().await?;
     let state = AppState {
