@@ -240,6 +240,8 @@ pub fn control_api_config(common: runtime::CommonArgs) -> control_api::Config {
         secret_key: secret_key(),
         max_body_bytes: 64 * 1024,
         rotation_window_secs: 24 * 3600,
+        // The simulators speak plain http.
+        allow_insecure_server_urls: true,
     }
 }
 

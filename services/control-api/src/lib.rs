@@ -64,6 +64,14 @@ pub struct Config {
         default_value_t = 24 * 3600
     )]
     pub rotation_window_secs: u64,
+
+    /// Accept connection server URLs other than https (the local stack's http simulators).
+    #[arg(
+        long,
+        env = "FORGESYNC_ALLOW_INSECURE_SERVER_URLS",
+        value_name = "FORGESYNC_ALLOW_INSECURE_SERVER_URLS"
+    )]
+    pub allow_insecure_server_urls: bool,
 }
 
 impl std::fmt::Debug for Config {
@@ -83,6 +91,8 @@ pub struct AppState {
     pub secret_key: Keyring,
     /// How long a rotated webhook secret keeps verifying.
     pub rotation_window: std::time::Duration,
+    /// Connections may name http server URLs (local simulators only).
+    pub allow_insecure_server_urls: bool,
 }
 
 /// The API router, without health endpoints.
@@ -145,6 +155,7 @@ pub async fn run(
         keys: Keys::hs256(config.jwt_secret.as_bytes())?,
         secret_key,
         rotation_window: std::time::Duration::from_secs(config.rotation_window_secs),
+        allow_insecure_server_urls: config.allow_insecure_server_urls,
     };
     let app =
         router(state, config.max_body_bytes).merge(runtime::health::router(runtime::HealthState {

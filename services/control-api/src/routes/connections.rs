@@ -136,7 +136,7 @@ pub(crate) async fn find_connection<C: ConnectionTrait>(
 
 #[utoipa::path(post, path = "/workspaces/{workspace_id}/connections", request_body = CreateConnection,
     responses((status = 201, body = ConnectionView), (status = 404, body = crate::error::ErrorBody),
-              (status = 409, body = crate::error::ErrorBody)))]
+              (status = 409, body = crate::error::ErrorBody), (status = 422, body = crate::error::ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
     Admin(caller): Admin,
@@ -153,6 +153,11 @@ pub async fn create(
     let settings = body.settings.unwrap_or_else(|| serde_json::json!({}));
     if !settings.is_object() {
         return Err(ApiError::bad_request("settings must be a JSON object"));
+    }
+    // Vendor instances: https only (unless the operator allows http), no user info.
+    if let Some(url) = body.server_url.as_deref().filter(|u| !u.trim().is_empty()) {
+        provider_instance::check_server_url(url, state.allow_insecure_server_urls)
+            .map_err(|message| ApiError::unprocessable("invalid_server_url", message))?;
     }
     let txn = state.db.begin().await?;
     let ws = find_reachable(&txn, &caller, workspace_id, true).await?;
