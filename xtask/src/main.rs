@@ -60,6 +60,13 @@ enum Task {
     },
     /// Apply the database migrations to `DATABASE_URL` (or to a throwaway Postgres).
     Migrate,
+    /// Re-seal every connection secret in `DATABASE_URL` under the newest key of
+    /// `FORGESYNC_SECRET_KEY` (run it after adding a key everywhere, before dropping the old one).
+    Reseal {
+        /// Extra arguments for `forgesync-local reseal` (`--batch N`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
     /// Regenerate a vendor's pruned contract under `schemas/` from its published schema.
     Schema {
         /// Which vendor's contract.
@@ -189,6 +196,21 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             let mut cmd = Command::new(bin);
             cmd.arg("migrate");
             process::run_foreground(stack.apply(&mut cmd))
+        }
+        Task::Reseal { args } => {
+            // The operator's own database and keys: never a throwaway server.
+            anyhow::ensure!(
+                std::env::var_os("DATABASE_URL").is_some(),
+                "DATABASE_URL is not set: reseal works on the database whose secrets it re-seals"
+            );
+            anyhow::ensure!(
+                std::env::var_os("FORGESYNC_SECRET_KEY").is_some(),
+                "FORGESYNC_SECRET_KEY is not set: give the keyring the services use"
+            );
+            let bin = build_local_bin(&layout)?;
+            let mut cmd = Command::new(bin);
+            cmd.arg("reseal").args(args);
+            process::run_foreground(&mut cmd)
         }
         Task::Up { args } => {
             let bin = build_local_bin(&layout)?;

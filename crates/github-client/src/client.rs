@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use cynic::{Operation, QueryBuilder};
-use reqwest::header::{ACCEPT, HeaderMap, LINK, RETRY_AFTER};
+use reqwest::header::{ACCEPT, HeaderMap, LINK, LOCATION, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -40,6 +40,8 @@ pub const GITHUB_API: &str = "https://api.github.com";
 const API_VERSION: &str = "2022-11-28";
 /// The largest page GitHub serves.
 pub const MAX_PAGE_SIZE: u32 = 100;
+/// The largest answer the client reads by default (a full GraphQL page is well under it).
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
 
 /// Where and how to talk to GitHub.
 #[derive(Debug, Clone)]
@@ -52,6 +54,8 @@ pub struct ClientConfig {
     pub timeout: Duration,
     /// Retries of 5xx, secondary limits and transport failures.
     pub retry: RetryPolicy,
+    /// The largest answer read; a larger one fails with [`Error::TooLarge`].
+    pub max_response_bytes: usize,
 }
 
 impl Default for ClientConfig {
@@ -68,6 +72,7 @@ impl ClientConfig {
             user_agent: "forgesync".to_owned(),
             timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 
@@ -75,6 +80,8 @@ impl ClientConfig {
         reqwest::Client::builder()
             .user_agent(&self.user_agent)
             .timeout(self.timeout)
+            // A redirect would carry our credentials to wherever it points: never followed.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(Error::Transport)
     }
@@ -86,6 +93,7 @@ pub struct GithubApp {
     http: reqwest::Client,
     base_url: String,
     retry: RetryPolicy,
+    max_response_bytes: usize,
     credentials: AppCredentials,
     tokens: TokenCache,
 }
@@ -97,6 +105,7 @@ impl GithubApp {
             http: config.http()?,
             base_url: config.base_url.clone(),
             retry: config.retry,
+            max_response_bytes: config.max_response_bytes,
             credentials,
             tokens: TokenCache::default(),
         })
@@ -201,7 +210,7 @@ impl GithubApp {
                     .send()
                     .await
                     .map_err(Error::Transport)?;
-                read_success(response).await
+                read_success(response, self.max_response_bytes).await
             })
             .await
     }
@@ -303,6 +312,7 @@ struct Shared {
     http: reqwest::Client,
     base_url: String,
     retry: RetryPolicy,
+    max_response_bytes: usize,
     auth: Auth,
     ledger: Mutex<Ledger>,
     last_stop: Mutex<Option<BudgetStop>>,
@@ -316,6 +326,7 @@ impl GithubClient {
                 http: config.http()?,
                 base_url: config.base_url.clone(),
                 retry: config.retry,
+                max_response_bytes: config.max_response_bytes,
                 auth,
                 ledger: Mutex::default(),
                 last_stop: Mutex::default(),
@@ -665,7 +676,7 @@ impl GithubClient {
             request = request.json(json);
         }
         let response = request.send().await.map_err(Error::Transport)?;
-        match read_success(response).await {
+        match read_success(response, self.shared.max_response_bytes).await {
             Err(err @ Error::Auth { .. }) => {
                 self.shared.auth.refused(&token).await;
                 Err(err)
@@ -702,10 +713,25 @@ fn rest_request(http: &reqwest::Client, method: Method, url: &str) -> reqwest::R
 }
 
 /// The headers and body of a 2xx answer, or the error its status means.
-async fn read_success(response: reqwest::Response) -> Result<(HeaderMap, Vec<u8>), Error> {
+async fn read_success(
+    response: reqwest::Response,
+    max_bytes: usize,
+) -> Result<(HeaderMap, Vec<u8>), Error> {
     let status = response.status();
     let headers = response.headers().clone();
-    let body = response.bytes().await.map_err(Error::Transport)?.to_vec();
+    // Redirects are not followed (see `ClientConfig::http`): say so rather than fail to decode.
+    if status.is_redirection() {
+        let location = headers
+            .get(LOCATION)
+            .and_then(|l| l.to_str().ok())
+            // The query may carry a token: never repeat it.
+            .map(|l| l.split(['?', '#']).next().unwrap_or_default().to_owned());
+        return Err(Error::Redirected {
+            status: status.as_u16(),
+            location,
+        });
+    }
+    let body = read_capped(response, max_bytes).await?;
     if status.is_success() {
         return Ok((headers, body));
     }
@@ -754,6 +780,25 @@ async fn read_success(response: reqwest::Response) -> Result<(HeaderMap, Vec<u8>
             retry_after,
         },
     })
+}
+
+/// The body, read up to `max_bytes`; a larger one is refused before or while it streams in.
+async fn read_capped(mut response: reqwest::Response, max_bytes: usize) -> Result<Vec<u8>, Error> {
+    let too_large = || Error::TooLarge { limit: max_bytes };
+    if response
+        .content_length()
+        .is_some_and(|n| n > max_bytes as u64)
+    {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(Error::Transport)? {
+        if body.len() + chunk.len() > max_bytes {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 fn decode_json<T: DeserializeOwned>(operation: &'static str, body: &[u8]) -> Result<T, Error> {

@@ -59,6 +59,26 @@ pub enum Error {
         /// What went wrong; never contains a secret.
         message: String,
     },
+    /// GitHub answered with a redirect, which is not followed: it would carry the credentials
+    /// elsewhere. Usually a wrong server URL (http instead of https, a moved GHES host).
+    #[error(
+        "GitHub answered HTTP {status}, a redirect to {}; redirects are not followed with \
+         credentials: check the connection's server URL",
+        .location.as_deref().unwrap_or("nowhere")
+    )]
+    Redirected {
+        /// The 3xx status.
+        status: u16,
+        /// Where it pointed (without its query).
+        location: Option<String>,
+    },
+    /// The answer was larger than [`crate::ClientConfig::max_response_bytes`]; nothing of it was
+    /// used.
+    #[error("GitHub's answer is larger than {limit} bytes, the most the client reads")]
+    TooLarge {
+        /// The cap, in bytes.
+        limit: usize,
+    },
     /// No HTTP answer at all (connect, timeout, TLS, broken body).
     #[error("could not reach GitHub: {0}")]
     Transport(#[source] reqwest::Error),

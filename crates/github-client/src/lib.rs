@@ -24,7 +24,8 @@ mod retry;
 pub use auth::{AppClaims, AppCredentials, InstallationToken, Secret, TOKEN_REFRESH_MARGIN};
 pub use budget::{Budget, BudgetStop, RateLimit, Resource};
 pub use client::{
-    Auth, ClientConfig, CommitCheckRuns, GITHUB_API, GithubApp, GithubClient, MAX_PAGE_SIZE, Page,
+    Auth, ClientConfig, CommitCheckRuns, DEFAULT_MAX_RESPONSE_BYTES, GITHUB_API, GithubApp,
+    GithubClient, MAX_PAGE_SIZE, Page,
 };
 pub use error::{Error, GraphqlError, PathSegment, RateLimitKind};
 pub use queries::{

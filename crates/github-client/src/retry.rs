@@ -90,6 +90,8 @@ pub(crate) fn is_retryable(err: &Error) -> bool {
         Error::Graphql { .. }
         | Error::BudgetExhausted(_)
         | Error::Decode { .. }
+        | Error::Redirected { .. }
+        | Error::TooLarge { .. }
         | Error::Auth { .. } => false,
     }
 }

@@ -665,3 +665,80 @@ async fn a_pat_client_cannot_mint_installation_tokens() {
     assert!(matches!(err, Error::Auth { status: None, .. }), "{err}");
     assert!(server.seen().is_empty());
 }
+
+// ---- what the client refuses to read or follow ----
+
+#[tokio::test]
+async fn a_redirect_is_not_followed_with_credentials_and_is_named() {
+    // Where the redirect points: it must never see a request, let alone the token.
+    let elsewhere = Scripted::start(vec![ok(issues_page(vec![issue(1)], false, 10))]).await;
+    let server = Scripted::start(vec![
+        status(307, json!({})).header("location", format!("{}/graphql?token=leak", elsewhere.url)),
+    ])
+    .await;
+    let err = server
+        .pat_client()
+        .issues_page("acme", "r", 1, None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Redirected { status: 307, ref location } if location.as_deref() == Some(&*format!("{}/graphql", elsewhere.url))),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("redirect"), "{err}");
+    assert!(!err.to_string().contains("leak"), "{err}");
+    assert_eq!(server.seen().len(), 1, "a redirect is not retried");
+    assert!(elsewhere.seen().is_empty(), "the redirect was followed");
+}
+
+#[tokio::test]
+async fn an_answer_over_the_size_cap_is_refused() {
+    let nodes: Vec<Value> = (1..=50).map(issue).collect();
+    let server = Scripted::start(vec![ok(issues_page(nodes, false, 10))]).await;
+    let config = ClientConfig {
+        max_response_bytes: 4 * 1024,
+        ..server.config()
+    };
+    let client = GithubClient::new(&config, Auth::personal_token("pat-1")).unwrap();
+    let err = client.issues_page("acme", "r", 50, None).await.unwrap_err();
+    assert!(matches!(err, Error::TooLarge { limit: 4096 }), "{err:?}");
+    assert!(err.to_string().contains("4096 bytes"), "{err}");
+    assert_eq!(server.seen().len(), 1, "an oversized answer is not retried");
+}
+
+#[tokio::test]
+async fn an_answer_streamed_without_a_length_is_cut_at_the_cap() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    // A server that streams chunks without Content-Length, well past the cap.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut request = vec![0u8; 8192];
+        let _ = socket.read(&mut request).await;
+        let _ = socket
+            .write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n",
+            )
+            .await;
+        let chunk = format!("400\r\n{}\r\n", " ".repeat(0x400));
+        for _ in 0..64 {
+            if socket.write_all(chunk.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+        let _ = socket.write_all(b"0\r\n\r\n").await;
+    });
+    let config = ClientConfig {
+        max_response_bytes: 8 * 1024,
+        retry: RetryPolicy {
+            max_retries: 0,
+            ..RetryPolicy::default()
+        },
+        ..ClientConfig::new(&url)
+    };
+    let client = GithubClient::new(&config, Auth::personal_token("pat-1")).unwrap();
+    let err = client.issues_page("acme", "r", 1, None).await.unwrap_err();
+    assert!(matches!(err, Error::TooLarge { limit: 8192 }), "{err:?}");
+}

@@ -21,11 +21,22 @@ pub enum LogFormat {
 #[derive(Clone, clap::Args)]
 pub struct CommonArgs {
     /// Postgres connection URL.
-    #[arg(long, env = "DATABASE_URL", value_name = "DATABASE_URL")]
+    // Secrets (a URL may carry a password) never appear in --help.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        value_name = "DATABASE_URL",
+        hide_env_values = true
+    )]
     pub database_url: String,
 
     /// NATS server URL.
-    #[arg(long, env = "NATS_URL", value_name = "NATS_URL")]
+    #[arg(
+        long,
+        env = "NATS_URL",
+        value_name = "NATS_URL",
+        hide_env_values = true
+    )]
     pub nats_url: String,
 
     /// OTLP/HTTP endpoint for trace export; traces are not exported when unset.

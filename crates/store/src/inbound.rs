@@ -15,7 +15,7 @@ use uuid::Uuid;
 use crate::entity::inbound_endpoint::{self, EndpointStatus, Registration};
 use crate::entity::{ConnectionKind, inbound_message, inbound_message_body};
 use crate::outbox::{self, OutboxMessage};
-use crate::secrets::{self, SecretError, SecretKey};
+use crate::secrets::{self, Keyring, SecretError};
 
 /// Header naming the inbound message a published webhook came from.
 pub const DELIVERY_HEADER: &str = crate::headers::DELIVERY;
@@ -314,7 +314,7 @@ fn secret_name(endpoint_id: Uuid) -> String {
 /// Creates an endpoint with `secret` sealed as its current secret.
 pub async fn create_endpoint<C: ConnectionTrait>(
     db: &C,
-    key: &SecretKey,
+    key: &Keyring,
     new: NewEndpoint,
     secret: &[u8],
 ) -> Result<inbound_endpoint::Model, SecretError> {
@@ -344,7 +344,7 @@ pub async fn create_endpoint<C: ConnectionTrait>(
 /// that is deleted. Lock the endpoint row first (the caller's transaction).
 pub async fn rotate_secret<C: ConnectionTrait>(
     db: &C,
-    key: &SecretKey,
+    key: &Keyring,
     endpoint: inbound_endpoint::Model,
     secret: &[u8],
     window: Duration,

@@ -249,6 +249,8 @@ pub fn control_api_config(common: runtime::CommonArgs) -> control_api::Config {
         secret_key: secret_key(),
         max_body_bytes: 64 * 1024,
         rotation_window_secs: 24 * 3600,
+        // The simulators speak plain http.
+        allow_insecure_server_urls: true,
     }
 }
 
@@ -446,6 +448,39 @@ pub async fn read_stream(
             return Ok(out);
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Runs a service binary's `--help` with each of `secrets` set in the environment and fails if
+/// any value shows in the output (every secret arg must hide its env value).
+pub fn assert_help_hides_secrets(binary: &str, secrets: &[&str]) {
+    let mut cmd = std::process::Command::new(binary);
+    cmd.arg("--help");
+    let values: Vec<(String, String)> = secrets
+        .iter()
+        .map(|name| (name.to_string(), format!("help-leak-marker-{name}-0f9e8d")))
+        .collect();
+    for (name, value) in &values {
+        cmd.env(name, value);
+    }
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{binary} --help: {e}"));
+    assert!(out.status.success(), "{binary} --help failed: {out:?}");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (name, value) in &values {
+        assert!(
+            text.contains(name.as_str()),
+            "{binary} --help does not name {name}"
+        );
+        assert!(
+            !text.contains(value.as_str()),
+            "{binary} --help shows {name}'s value"
+        );
     }
 }
 

@@ -18,7 +18,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use bus::relay::{Relay, RelayConfig};
 use sea_orm::DatabaseConnection;
-use store::secrets::SecretKey;
+use store::secrets::Keyring;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
 
@@ -35,7 +35,8 @@ pub struct Config {
     #[arg(
         long,
         env = "FORGESYNC_JWT_SECRET",
-        value_name = "FORGESYNC_JWT_SECRET"
+        value_name = "FORGESYNC_JWT_SECRET",
+        hide_env_values = true
     )]
     pub jwt_secret: Option<String>,
 
@@ -77,11 +78,13 @@ pub struct Config {
     )]
     pub jwt_max_lifetime_secs: u64,
 
-    /// Base64 of the 32-byte AES-256-GCM key that seals connection secrets at rest.
+    /// Keyring of 32-byte AES-256-GCM keys sealing connection secrets at rest: `id:base64,...`
+    /// (the last seals, any opens) or one bare base64 key.
     #[arg(
         long,
         env = "FORGESYNC_SECRET_KEY",
-        value_name = "FORGESYNC_SECRET_KEY"
+        value_name = "FORGESYNC_SECRET_KEY",
+        hide_env_values = true
     )]
     pub secret_key: String,
 
@@ -102,6 +105,14 @@ pub struct Config {
         default_value_t = 24 * 3600
     )]
     pub rotation_window_secs: u64,
+
+    /// Accept connection server URLs other than https (the local stack's http simulators).
+    #[arg(
+        long,
+        env = "FORGESYNC_ALLOW_INSECURE_SERVER_URLS",
+        value_name = "FORGESYNC_ALLOW_INSECURE_SERVER_URLS"
+    )]
+    pub allow_insecure_server_urls: bool,
 }
 
 impl std::fmt::Debug for Config {
@@ -135,9 +146,11 @@ impl Config {
 pub struct AppState {
     pub db: DatabaseConnection,
     pub auth: Arc<Verifier>,
-    pub secret_key: SecretKey,
+    pub secret_key: Keyring,
     /// How long a rotated webhook secret keeps verifying.
     pub rotation_window: std::time::Duration,
+    /// Connections may name http server URLs (local simulators only).
+    pub allow_insecure_server_urls: bool,
 }
 
 /// The API router, without health endpoints.
@@ -192,7 +205,7 @@ pub async fn run(
     shutdown: CancellationToken,
     on_listen: impl FnOnce(SocketAddr) + Send,
 ) -> anyhow::Result<()> {
-    let secret_key = SecretKey::from_base64("k1", &config.secret_key)?;
+    let secret_key = Keyring::parse(&config.secret_key)?;
     let rotation_window = Duration::from_secs(config.rotation_window_secs);
     if rotation_window > routes::endpoints::MAX_ROTATION_WINDOW {
         anyhow::bail!(
@@ -208,6 +221,7 @@ pub async fn run(
         auth: auth.clone(),
         secret_key,
         rotation_window,
+        allow_insecure_server_urls: config.allow_insecure_server_urls,
     };
     let mut tasks = runtime::Supervisor::new(&shutdown);
     let app =

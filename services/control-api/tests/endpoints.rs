@@ -534,7 +534,7 @@ async fn an_oversize_rotation_window_is_422_and_changes_nothing() -> Result<()> 
     );
 
     // The store adds a window checked: past the calendar is an error, not a panic.
-    let key = store::secrets::SecretKey::from_base64("k1", &testkit::secret_key())?;
+    let key = store::secrets::Keyring::parse(&testkit::secret_key())?;
     let txn = sea_orm::TransactionTrait::begin(&env.db.db).await?;
     let res = store::inbound::rotate_secret(
         &txn,

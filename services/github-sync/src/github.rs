@@ -20,7 +20,7 @@ use lifecycle_core::partial::PathSegment;
 use sea_orm::{DatabaseConnection, EntityTrait};
 use serde::Deserialize;
 use store::entity::{connection, provider_instance};
-use store::secrets::SecretKey;
+use store::secrets::Keyring;
 
 use crate::SourceFactory;
 use crate::source::{
@@ -51,7 +51,7 @@ struct Settings {
 /// Builds a [`ClientSource`] per connection.
 pub struct ClientFactory {
     pub db: DatabaseConnection,
-    pub secret_key: SecretKey,
+    pub secret_key: Keyring,
     /// Our own GitHub App, when configured (overrides a connection's `app_id`).
     pub app_id: Option<u64>,
 }

@@ -42,7 +42,8 @@ pub struct Config {
     #[command(flatten)]
     pub common: runtime::CommonArgs,
 
-    /// Base64 of the 32-byte AES-256-GCM key that sealed connection secrets.
+    /// Keyring of 32-byte AES-256-GCM keys for connection secrets: `id:base64,...` (the last
+    /// seals, any opens) or one bare base64 key.
     #[arg(
         long,
         env = "FORGESYNC_SECRET_KEY",
@@ -191,7 +192,7 @@ pub async fn run(
     shutdown: CancellationToken,
     on_listen: impl FnOnce(SocketAddr) + Send,
 ) -> anyhow::Result<()> {
-    let secret_key = store::secrets::SecretKey::from_base64("k1", &config.secret_key)?;
+    let secret_key = store::secrets::Keyring::parse(&config.secret_key)?;
     let db = config.common.connect_db().await?;
     let clients = Arc::new(github::ClientFactory {
         db: db.clone(),

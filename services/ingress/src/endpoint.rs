@@ -16,7 +16,7 @@ use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, Value};
 use store::entity::ConnectionKind;
 use store::entity::inbound_endpoint::Registration;
 use store::inbound::EndpointIds;
-use store::secrets::SecretKey;
+use store::secrets::Keyring;
 use uuid::Uuid;
 
 use crate::reject::Rejection;
@@ -115,7 +115,7 @@ const SELECT: &str = "SELECT e.id, e.workspace_id, e.connection_id, e.kind, e.re
 /// Reads the endpoints `lookup` names (at most `limit`), enabled ones first.
 async fn find<C: ConnectionTrait>(
     db: &C,
-    key: &SecretKey,
+    key: &Keyring,
     lookup: Lookup<'_>,
     limit: u32,
 ) -> Result<Vec<Endpoint>, Rejection> {
@@ -150,7 +150,7 @@ async fn find<C: ConnectionTrait>(
     rows.iter().map(|r| from_row(r, key)).collect()
 }
 
-fn from_row(r: &QueryResult, key: &SecretKey) -> Result<Endpoint, Rejection> {
+fn from_row(r: &QueryResult, key: &Keyring) -> Result<Endpoint, Rejection> {
     let get_err = |e: sea_orm::DbErr| Rejection::unavailable(&e);
     let connection_id: Uuid = r.try_get("", "connection_id").map_err(get_err)?;
     let kind: String = r.try_get("", "kind").map_err(get_err)?;
@@ -170,12 +170,13 @@ fn from_row(r: &QueryResult, key: &SecretKey) -> Result<Endpoint, Rejection> {
     for (name_col, prefix) in [("secret_current", "cur"), ("secret_previous", "prev")] {
         let name: Option<String> = r.try_get("", name_col).map_err(get_err)?;
         let key_id: Option<String> = r.try_get("", &format!("{prefix}_key")).map_err(get_err)?;
-        let (Some(name), Some(_)) = (name, key_id) else {
+        let (Some(name), Some(key_id)) = (name, key_id) else {
             continue;
         };
         let nonce: Vec<u8> = r.try_get("", &format!("{prefix}_nonce")).map_err(get_err)?;
         let ct: Vec<u8> = r.try_get("", &format!("{prefix}_ct")).map_err(get_err)?;
-        match key.open(connection_id, &name, &nonce, &ct) {
+        // Key rotation: the key id stored with the secret picks the key of the ring.
+        match key.open(&key_id, connection_id, &name, &nonce, &ct) {
             Ok(secret) => secrets.push((name, secret)),
             // A secret that cannot be opened verifies nothing; the operator must re-issue it.
             Err(e) => {
@@ -297,7 +298,7 @@ impl Endpoints {
     pub async fn find<C: ConnectionTrait>(
         &self,
         db: &C,
-        key: &SecretKey,
+        key: &Keyring,
         lookup: Lookup<'_>,
         limit: u32,
         attempt: &Attempt,
@@ -331,7 +332,7 @@ impl Endpoints {
     pub async fn find_one<C: ConnectionTrait>(
         &self,
         db: &C,
-        key: &SecretKey,
+        key: &Keyring,
         lookup: Lookup<'_>,
         attempt: &Attempt,
     ) -> Result<One, Rejection> {

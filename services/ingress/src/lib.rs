@@ -22,7 +22,7 @@ use bus::Bus;
 use bus::relay::{Relay, RelayConfig};
 use sea_orm::DatabaseConnection;
 use store::entity::ConnectionKind;
-use store::secrets::SecretKey;
+use store::secrets::Keyring;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -36,11 +36,13 @@ pub struct Config {
     #[command(flatten)]
     pub common: runtime::CommonArgs,
 
-    /// Base64 of the 32-byte AES-256-GCM key that seals connection secrets at rest.
+    /// Keyring of 32-byte AES-256-GCM keys sealing connection secrets at rest: `id:base64,...`
+    /// (the last seals, any opens) or one bare base64 key.
     #[arg(
         long,
         env = "FORGESYNC_SECRET_KEY",
-        value_name = "FORGESYNC_SECRET_KEY"
+        value_name = "FORGESYNC_SECRET_KEY",
+        hide_env_values = true
     )]
     pub secret_key: String,
 
@@ -49,7 +51,8 @@ pub struct Config {
         long,
         env = "FORGESYNC_WEBHOOK_ROUTING_KEYS",
         value_name = "FORGESYNC_WEBHOOK_ROUTING_KEYS",
-        default_value = ""
+        default_value = "",
+        hide_env_values = true
     )]
     pub routing_keys: String,
 
@@ -219,7 +222,7 @@ const INLINE_PUBLISHES: usize = 256;
 pub struct AppState {
     pub db: DatabaseConnection,
     pub bus: Bus,
-    pub secret_key: SecretKey,
+    pub secret_key: Keyring,
     pub routing_keys: Arc<HashMap<String, Vec<u8>>>,
     pub settings: Arc<Settings>,
     /// Bounds inline publishes; past it the relay publishes.
@@ -236,7 +239,7 @@ pub async fn run(
     shutdown: CancellationToken,
     on_listen: impl FnOnce(SocketAddr) + Send,
 ) -> anyhow::Result<()> {
-    let secret_key = SecretKey::from_base64("k1", &config.secret_key)?;
+    let secret_key = Keyring::parse(&config.secret_key)?;
     let routing_keys = parse_routing_keys(&config.routing_keys)?;
     let db = config.common.connect_db().await?;
     // Ingress starts (and stays ready) while NATS is down: deliveries are durable in Postgres

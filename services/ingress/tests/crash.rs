@@ -24,7 +24,7 @@ use sea_orm::{
 use store::entity::inbound_endpoint::Registration;
 use store::entity::{ConnectionKind, ConnectionStatus, connection, provider_instance, workspace};
 use store::inbound::NewEndpoint;
-use store::secrets::SecretKey;
+use store::secrets::Keyring;
 use testkit::TestEnv;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -318,7 +318,7 @@ async fn github_endpoint(db: &DatabaseConnection) -> Result<Uuid> {
     }
     .insert(db)
     .await?;
-    let key = SecretKey::from_base64("k1", &testkit::secret_key())?;
+    let key = Keyring::parse(&testkit::secret_key())?;
     let ep = store::inbound::create_endpoint(
         db,
         &key,

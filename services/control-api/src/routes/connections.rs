@@ -155,6 +155,11 @@ pub async fn create(
     if !settings.is_object() {
         return Err(ApiError::bad_request("settings must be a JSON object"));
     }
+    // Vendor instances: https only (unless the operator allows http), no user info.
+    if let Some(url) = body.server_url.as_deref().filter(|u| !u.trim().is_empty()) {
+        provider_instance::check_server_url(url, state.allow_insecure_server_urls)
+            .map_err(|message| ApiError::unprocessable("invalid_server_url", message))?;
+    }
     // Reads follow verified access: a PAT's repositories resolve with the PAT first.
     if body.kind == ConnectionKind::Github {
         let api = provider_instance::normalise_server_url(body.server_url.as_deref())

@@ -5,6 +5,7 @@ mod dedup;
 mod durability;
 mod github;
 mod gitlab;
+mod key_rotation;
 mod outage;
 mod outline;
 mod rotation;

@@ -11,7 +11,7 @@ use sea_orm::{
 use store::entity::inbound_endpoint::{self, Registration};
 use store::entity::{ConnectionKind, ConnectionStatus, connection, provider_instance, workspace};
 use store::inbound::NewEndpoint;
-use store::secrets::SecretKey;
+use store::secrets::Keyring;
 use testkit::{Running, TestEnv};
 use uuid::Uuid;
 
@@ -19,7 +19,7 @@ pub struct Harness {
     pub env: TestEnv,
     pub ingress: Running,
     pub http: reqwest::Client,
-    pub key: SecretKey,
+    pub key: Keyring,
 }
 
 impl Harness {
@@ -36,7 +36,7 @@ impl Harness {
             env,
             ingress,
             http: reqwest::Client::new(),
-            key: SecretKey::from_base64("k1", &testkit::secret_key())?,
+            key: Keyring::parse(&testkit::secret_key())?,
         })
     }
 

@@ -231,7 +231,7 @@ pub async fn run() -> Result<()> {
     }
     .insert(db)
     .await?;
-    let key = store::secrets::SecretKey::from_base64("k1", &testkit::secret_key())?;
+    let key = store::secrets::Keyring::parse(&testkit::secret_key())?;
     let mut endpoints = Vec::new();
     for provider_ref in [HOOK_ID.to_string(), "bench-ceiling".to_owned()] {
         endpoints.push(
