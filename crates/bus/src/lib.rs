@@ -70,6 +70,11 @@ pub enum BusError {
     Publish { subject: String, message: String },
     #[error("consumer {consumer}: {message}")]
     Consumer { consumer: String, message: String },
+    /// A subject too long for the server's publish line; nothing was published.
+    #[error(
+        "refusing to publish: the subject is {len} bytes, more than the {max} the server reads"
+    )]
+    SubjectTooLong { len: usize, max: usize },
     /// A header or message id the client could not send; nothing was published.
     #[error("refusing to publish to {subject}: {source}")]
     BadHeader {
@@ -203,13 +208,9 @@ impl Bus {
         }
         // A publish line over the server's limit would close the connection for every publisher.
         if full.len() > MAX_CONTROL_LINE - PUB_LINE_ROOM {
-            return Err(BusError::Publish {
-                message: format!(
-                    "the subject is {} bytes, more than the {} the server reads",
-                    full.len(),
-                    MAX_CONTROL_LINE - PUB_LINE_ROOM
-                ),
-                subject: full,
+            return Err(BusError::SubjectTooLong {
+                len: full.len(),
+                max: MAX_CONTROL_LINE - PUB_LINE_ROOM,
             });
         }
         let err = move |message: String| BusError::Publish {
