@@ -19,7 +19,41 @@ pub use namespace::Namespace;
 pub use streams::{Stream, StreamSettings};
 
 /// Header carrying the id JetStream deduplicates on.
-pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
+pub const MSG_ID_HEADER: &str = store::headers::MSG_ID;
+
+/// The NATS server's default `max_control_line`, the longest protocol line it reads: for a
+/// publish, `HPUB <subject> <reply> <header bytes> <total bytes>`. A longer line makes the server
+/// close the connection (every publish on it fails), and INFO does not announce the limit, so the
+/// default is assumed.
+pub const MAX_CONTROL_LINE: usize = 4096;
+
+/// What the publish line holds besides the subject: verb, reply inbox, two sizes, spaces, CRLF.
+const PUB_LINE_ROOM: usize = 128;
+
+/// Room kept in the server's `max_payload` for a message's headers (ours hold uuids, an event
+/// name and a message id, each capped by [`store::headers::MAX_VALUE_BYTES`]).
+pub const HEADER_ROOM: usize = 8 * 1024;
+
+/// A NATS header map of `pairs`, each name and value vetted first ([`store::headers`]): a value
+/// with CR or LF would make the client panic, so it is refused here instead.
+pub fn header_map<'a>(
+    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<HeaderMap, store::headers::HeaderError> {
+    use std::str::FromStr as _;
+    let mut map = HeaderMap::new();
+    for (name, value) in pairs {
+        store::headers::check_name(name)?;
+        store::headers::check_value(name, value)?;
+        let bad_name = || store::headers::HeaderError::BadName {
+            name: name.to_owned(),
+        };
+        let n = async_nats::HeaderName::from_str(name).map_err(|_| bad_name())?;
+        // Checked above: no CR or LF, so this parse cannot fail.
+        let v = async_nats::HeaderValue::from_str(value).map_err(|_| bad_name())?;
+        map.insert(n, v);
+    }
+    Ok(map)
+}
 
 /// Errors talking to NATS.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +75,18 @@ pub enum BusError {
     },
     #[error("consumer {consumer}: {message}")]
     Consumer { consumer: String, message: String },
+    /// A subject too long for the server's publish line; nothing was published.
+    #[error(
+        "refusing to publish: the subject is {len} bytes, more than the {max} the server reads"
+    )]
+    SubjectTooLong { len: usize, max: usize },
+    /// A header or message id the client could not send; nothing was published.
+    #[error("refusing to publish to {subject}: {source}")]
+    BadHeader {
+        subject: String,
+        #[source]
+        source: store::headers::HeaderError,
+    },
 }
 
 impl BusError {
@@ -52,7 +98,8 @@ impl BusError {
             BusError::Publish {
                 permanent: true,
                 ..
-            }
+            } | BusError::SubjectTooLong { .. }
+                | BusError::BadHeader { .. }
         )
     }
 }
@@ -177,6 +224,20 @@ impl Bus {
         &self.settings
     }
 
+    /// Longest logical subject (before the namespace prefix) a publish may carry.
+    pub fn max_subject_bytes(&self) -> usize {
+        MAX_CONTROL_LINE - PUB_LINE_ROOM - self.namespace.subject("").len()
+    }
+
+    /// The connected server's `max_payload` less [`HEADER_ROOM`]: the largest body a message may
+    /// carry. `None` until the client has met a server (its INFO is not known yet).
+    pub fn max_body_bytes(&self) -> Option<usize> {
+        match self.client.server_info().max_payload {
+            0 => None,
+            n => Some(n.saturating_sub(HEADER_ROOM)),
+        }
+    }
+
     /// Declares every stream of DESIGN.md; safe to call from every replica at every start.
     pub async fn declare_streams(&self) -> Result<(), BusError> {
         for stream in Stream::ALL {
@@ -233,15 +294,25 @@ impl Bus {
     ) -> Result<impl std::future::Future<Output = Result<Published, BusError>> + use<>, BusError>
     {
         let full = self.namespace.subject(subject);
+        // The client panics on CR/LF in a header: refuse such a message id with an error.
+        if let Err(source) = store::headers::check_value(MSG_ID_HEADER, msg_id) {
+            return Err(BusError::BadHeader {
+                subject: full,
+                source,
+            });
+        }
+        // A publish line over the server's limit would close the connection for every publisher.
+        if full.len() > MAX_CONTROL_LINE - PUB_LINE_ROOM {
+            return Err(BusError::SubjectTooLong {
+                len: full.len(),
+                max: MAX_CONTROL_LINE - PUB_LINE_ROOM,
+            });
+        }
         let err = move |message: String, permanent: bool| BusError::Publish {
             subject: full.clone(),
             message,
             permanent,
         };
-        // The client panics on a message id it cannot carry; refuse it as what it is.
-        if let Err(e) = <async_nats::HeaderValue as std::str::FromStr>::from_str(msg_id) {
-            return Err(err(format!("invalid message id {msg_id:?}: {e}"), true));
-        }
         let ack = self
             .js
             .send_publish(

@@ -104,69 +104,80 @@ pub fn events(workspace_id: &str, event_type: &str) -> String {
 /// The token that marks a GitLab subject routed by connection (`gitlab.?connection.<id>.<event>`).
 pub const CONNECTION_LEVEL: &str = "?connection";
 
+/// Longest token a vendor name may encode to. A vendor controls these names (a repository, a
+/// channel, an event type), so each is capped: together they keep a subject far below the
+/// server's control-line limit.
+pub const MAX_TOKEN_BYTES: usize = 256;
+
+/// One vendor-supplied name as a token, refused when its encoding exceeds [`MAX_TOKEN_BYTES`].
+pub fn token(name: &str) -> Result<String, SubjectError> {
+    let token = encode_token(name);
+    if token.len() > MAX_TOKEN_BYTES {
+        return Err(SubjectError::TokenTooLong {
+            len: token.len(),
+            max: MAX_TOKEN_BYTES,
+        });
+    }
+    Ok(token)
+}
+
 /// `github.<owner>.<repo>.<event>`
-pub fn github(owner: &str, repo: &str, event: &str) -> String {
-    join(&[
+pub fn github(owner: &str, repo: &str, event: &str) -> Result<String, SubjectError> {
+    Ok(join(&[
         "github",
-        &encode_token(owner),
-        &encode_token(repo),
-        &encode_token(event),
-    ])
+        &token(owner)?,
+        &token(repo)?,
+        &token(event)?,
+    ]))
 }
 
 /// `github.<owner>.?.<event>`: owner-level events, repository lifecycle included.
-pub fn github_owner(owner: &str, event: &str) -> String {
-    join(&[
-        "github",
-        &encode_token(owner),
-        NO_LEVEL,
-        &encode_token(event),
-    ])
+pub fn github_owner(owner: &str, event: &str) -> Result<String, SubjectError> {
+    Ok(join(&["github", &token(owner)?, NO_LEVEL, &token(event)?]))
 }
 
 /// `gitlab.<namespace>.<project>.<event>`: an operator-created hook on the shared endpoint.
-pub fn gitlab_project(namespace: &str, project: &str, event: &str) -> String {
-    join(&[
+pub fn gitlab_project(namespace: &str, project: &str, event: &str) -> Result<String, SubjectError> {
+    Ok(join(&[
         "gitlab",
-        &encode_token(namespace),
-        &encode_token(project),
-        &encode_token(event),
-    ])
+        &token(namespace)?,
+        &token(project)?,
+        &token(event)?,
+    ]))
 }
 
 /// `gitlab.<rootGroup>.?.<event>`: project, subgroup and member events.
-pub fn gitlab_root_group(root_group: &str, event: &str) -> String {
-    join(&[
+pub fn gitlab_root_group(root_group: &str, event: &str) -> Result<String, SubjectError> {
+    Ok(join(&[
         "gitlab",
-        &encode_token(root_group),
+        &token(root_group)?,
         NO_LEVEL,
-        &encode_token(event),
-    ])
+        &token(event)?,
+    ]))
 }
 
 /// `gitlab.?connection.<connectionId>.<event>`: hooks we registered, routed by connection only.
-pub fn gitlab_connection(connection_id: &str, event: &str) -> String {
-    join(&[
+pub fn gitlab_connection(connection_id: &str, event: &str) -> Result<String, SubjectError> {
+    Ok(join(&[
         "gitlab",
         CONNECTION_LEVEL,
-        &encode_token(connection_id),
-        &encode_token(event),
-    ])
+        &token(connection_id)?,
+        &token(event)?,
+    ]))
 }
 
 /// `slack.<team>.<scope>.<event>`: scope is the channel, `?` for team-level events.
-pub fn slack(team: &str, channel: Option<&str>, event: &str) -> String {
-    let scope = channel.map_or_else(|| NO_LEVEL.to_owned(), encode_token);
-    join(&["slack", &encode_token(team), &scope, &encode_token(event)])
+pub fn slack(team: &str, channel: Option<&str>, event: &str) -> Result<String, SubjectError> {
+    let scope = match channel {
+        Some(c) => token(c)?,
+        None => NO_LEVEL.to_owned(),
+    };
+    Ok(join(&["slack", &token(team)?, &scope, &token(event)?]))
 }
 
 /// `outline.<subscriptionId>.<event>`
-pub fn outline(subscription_id: &str, event: &str) -> String {
-    join(&[
-        "outline",
-        &encode_token(subscription_id),
-        &encode_token(event),
-    ])
+pub fn outline(subscription_id: &str, event: &str) -> Result<String, SubjectError> {
+    Ok(join(&["outline", &token(subscription_id)?, &token(event)?]))
 }
 
 fn join(tokens: &[&str]) -> String {
@@ -236,33 +247,36 @@ pub enum SubjectError {
     /// A token is malformed.
     #[error(transparent)]
     Token(#[from] TokenError),
+    /// A name encodes to a token longer than [`MAX_TOKEN_BYTES`].
+    #[error("a subject token would be {len} bytes, more than the {max} allowed")]
+    TokenTooLong { len: usize, max: usize },
 }
 
 impl Subject {
-    /// Renders the subject.
-    pub fn render(&self) -> String {
-        match self {
-            Subject::GithubRepository { owner, repo, event } => github(owner, repo, event),
-            Subject::GithubOwner { owner, event } => github_owner(owner, event),
+    /// Renders the subject; a vendor name too long for a token is an error.
+    pub fn render(&self) -> Result<String, SubjectError> {
+        Ok(match self {
+            Subject::GithubRepository { owner, repo, event } => github(owner, repo, event)?,
+            Subject::GithubOwner { owner, event } => github_owner(owner, event)?,
             Subject::GitlabProject {
                 namespace,
                 project,
                 event,
-            } => gitlab_project(namespace, project, event),
-            Subject::GitlabRootGroup { root_group, event } => gitlab_root_group(root_group, event),
+            } => gitlab_project(namespace, project, event)?,
+            Subject::GitlabRootGroup { root_group, event } => gitlab_root_group(root_group, event)?,
             Subject::GitlabConnection {
                 connection_id,
                 event,
-            } => gitlab_connection(connection_id, event),
+            } => gitlab_connection(connection_id, event)?,
             Subject::Slack {
                 team,
                 channel,
                 event,
-            } => slack(team, channel.as_deref(), event),
+            } => slack(team, channel.as_deref(), event)?,
             Subject::Outline {
                 subscription_id,
                 event,
-            } => outline(subscription_id, event),
+            } => outline(subscription_id, event)?,
             Subject::Lifecycle {
                 kind,
                 connection_id,
@@ -277,7 +291,7 @@ impl Subject {
                 workspace_id,
                 event_type,
             } => events(workspace_id, event_type),
-        }
+        })
     }
 
     /// Parses a subject built by this module.
@@ -489,35 +503,41 @@ mod tests {
     fn every_family_renders_and_parses() {
         let cases = [
             (
-                github("Socket", "socket.io", "push"),
+                github("Socket", "socket.io", "push").unwrap(),
                 "github.socket.socket%2Eio.push",
             ),
             (
-                github_owner("acme", "repository"),
+                github_owner("acme", "repository").unwrap(),
                 "github.acme.?.repository",
             ),
             (
-                gitlab_project("grp/sub", "app", "merge_request"),
+                gitlab_project("grp/sub", "app", "merge_request").unwrap(),
                 "gitlab.grp/sub.app.merge_request",
             ),
             (
-                gitlab_root_group("grp", "project_create"),
+                gitlab_root_group("grp", "project_create").unwrap(),
                 "gitlab.grp.?.project_create",
             ),
             (
-                gitlab_connection("c1", "note"),
+                gitlab_connection("c1", "note").unwrap(),
                 "gitlab.?connection.c1.note",
             ),
-            (slack("T1", Some("C9"), "message"), "slack.t1.c9.message"),
-            (slack("T1", None, "team_join"), "slack.t1.?.team_join"),
             (
-                outline("s1", "documents.update"),
+                slack("T1", Some("C9"), "message").unwrap(),
+                "slack.t1.c9.message",
+            ),
+            (
+                slack("T1", None, "team_join").unwrap(),
+                "slack.t1.?.team_join",
+            ),
+            (
+                outline("s1", "documents.update").unwrap(),
                 "outline.s1.documents%2Eupdate",
             ),
         ];
         for (built, expected) in cases {
             assert_eq!(built, expected);
-            assert_eq!(Subject::parse(&built).unwrap().render(), built);
+            assert_eq!(Subject::parse(&built).unwrap().render().unwrap(), built);
         }
         assert_eq!(
             Subject::parse("gitlab.?connection.c1.note").unwrap(),
@@ -559,13 +579,35 @@ mod tests {
     }
 
     #[test]
+    fn a_vendor_name_longer_than_a_token_is_refused() {
+        // 86 dots encode to 258 bytes: over the cap although the name is short.
+        let dotted = ".".repeat(86);
+        let long = "a".repeat(MAX_TOKEN_BYTES + 1);
+        let err = SubjectError::TokenTooLong {
+            len: 258,
+            max: MAX_TOKEN_BYTES,
+        };
+        assert_eq!(github("acme", &dotted, "push"), Err(err));
+        assert!(github(&long, "api", "push").is_err());
+        assert!(github_owner("acme", &long).is_err());
+        assert!(gitlab_project(&long, "app", "push").is_err());
+        assert!(gitlab_root_group("grp", &long).is_err());
+        assert!(gitlab_connection(&long, "note").is_err());
+        assert!(slack("T1", Some(&long), "message").is_err());
+        assert!(slack(&long, None, "message").is_err());
+        assert!(outline("s1", &long).is_err());
+        let at_cap = "a".repeat(MAX_TOKEN_BYTES);
+        assert!(github(&at_cap, &at_cap, &at_cap).is_ok());
+    }
+
+    #[test]
     fn a_real_name_never_reads_as_a_marker_level() {
-        let subject = gitlab_project("?connection", "?", "push");
+        let subject = gitlab_project("?connection", "?", "push").unwrap();
         assert!(matches!(
             Subject::parse(&subject).unwrap(),
             Subject::GitlabProject { .. }
         ));
-        let repo = github("acme", "?", "push");
+        let repo = github("acme", "?", "push").unwrap();
         assert!(matches!(
             Subject::parse(&repo).unwrap(),
             Subject::GithubRepository { .. }
@@ -685,19 +727,19 @@ mod tests {
         #[test]
         fn subjects_round_trip_for_arbitrary_names(a in name(), b in name(), c in name(), pick in 0usize..10) {
             let subject = match pick {
-                0 => github(&a, &b, &c),
-                1 => github_owner(&a, &c),
-                2 => gitlab_project(&a, &b, &c),
-                3 => gitlab_root_group(&a, &c),
-                4 => gitlab_connection(&a, &c),
-                5 => slack(&a, Some(&b), &c),
-                6 => outline(&a, &c),
+                0 => github(&a, &b, &c).unwrap(),
+                1 => github_owner(&a, &c).unwrap(),
+                2 => gitlab_project(&a, &b, &c).unwrap(),
+                3 => gitlab_root_group(&a, &c).unwrap(),
+                4 => gitlab_connection(&a, &c).unwrap(),
+                5 => slack(&a, Some(&b), &c).unwrap(),
+                6 => outline(&a, &c).unwrap(),
                 7 => lifecycle(&a, &b, &c),
                 8 => jobs(&a, &b, &c),
                 _ => events(&a, &c),
             };
             let parsed = Subject::parse(&subject).unwrap();
-            prop_assert_eq!(parsed.render(), subject);
+            prop_assert_eq!(parsed.render().unwrap(), subject);
             let lower = |s: &str| s.to_ascii_lowercase();
             let expected = match pick {
                 0 => Subject::GithubRepository { owner: lower(&a), repo: lower(&b), event: lower(&c) },
@@ -728,10 +770,10 @@ mod tests {
             let filters = filter_subjects(&monitors);
             for o in &owners {
                 for r in &repos {
-                    let subject = github(o, r, &event);
+                    let subject = github(o, r, &event).unwrap();
                     prop_assert!(filters.iter().any(|f| filter_covers(f, &subject)));
                 }
-                let lifecycle_event = github_owner(o, "repository");
+                let lifecycle_event = github_owner(o, "repository").unwrap();
                 prop_assert!(filters.iter().any(|f| filter_covers(f, &lifecycle_event)));
             }
             for (i, f) in filters.iter().enumerate() {

@@ -8,6 +8,8 @@ use std::time::Duration;
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
 use uuid::Uuid;
 
+use crate::headers::{self, HeaderError};
+
 /// A message to publish once the surrounding transaction commits.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutboxMessage {
@@ -52,10 +54,25 @@ impl OutboxMessage {
         self.msg_id.clone().unwrap_or_else(|| id.to_string())
     }
 
-    /// Adds a header (e.g. `Forgesync-Workspace`).
+    /// Adds a header (e.g. `Forgesync-Workspace`); [`OutboxMessage::check`] vets it before
+    /// the message is stored.
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.insert(name.into(), value.into());
         self
+    }
+
+    /// Refuses a message a NATS client could not publish: a header name or value (the message
+    /// id included) with a control character or longer than [`headers::MAX_VALUE_BYTES`]. Every
+    /// enqueue checks, so a dispatch record that would make the relay panic is never written.
+    pub fn check(&self) -> Result<(), HeaderError> {
+        for (name, value) in &self.headers {
+            headers::check_name(name)?;
+            headers::check_value(name, value)?;
+        }
+        if let Some(id) = &self.msg_id {
+            headers::check_value(headers::MSG_ID, id)?;
+        }
+        Ok(())
     }
 }
 
@@ -75,6 +92,9 @@ pub async fn enqueue_with_id<C: ConnectionTrait>(
     message: OutboxMessage,
     hold: Duration,
 ) -> Result<Uuid, DbErr> {
+    message
+        .check()
+        .map_err(|e| DbErr::Custom(format!("outbox message refused: {e}")))?;
     let headers = serde_json::to_string(&message.headers)
         .map_err(|e| DbErr::Custom(format!("outbox headers: {e}")))?;
     db.execute_raw(Statement::from_sql_and_values(
@@ -101,6 +121,9 @@ pub async fn enqueue_pg(
     message: OutboxMessage,
 ) -> Result<Uuid, sqlx::Error> {
     let id = Uuid::now_v7();
+    message
+        .check()
+        .map_err(|e| sqlx::Error::Protocol(format!("outbox message refused: {e}")))?;
     let headers = serde_json::to_string(&message.headers)
         .map_err(|e| sqlx::Error::Protocol(format!("outbox headers: {e}")))?;
     sqlx::query(

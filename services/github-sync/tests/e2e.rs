@@ -340,7 +340,7 @@ async fn a_deleted_repository_loses_its_mirror_and_monitors() -> Result<()> {
     // As ingress publishes it: owner-level subject, the connection in a header.
     let mut headers = async_nats::HeaderMap::new();
     headers.insert("Forgesync-Connection", s.conn.as_str());
-    let subject = lifecycle_core::subject::github_owner(&owner, "repository");
+    let subject = lifecycle_core::subject::github_owner(&owner, "repository")?;
     s.env
         .bus
         .publish(

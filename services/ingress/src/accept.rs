@@ -27,6 +27,32 @@ pub struct Routed {
     pub event_id: Option<String>,
 }
 
+/// Longest event name or event id a vendor may send; both become message headers (the id inside
+/// `Nats-Msg-Id`), and real ones are far shorter.
+pub const MAX_VENDOR_VALUE_BYTES: usize = 256;
+
+impl Routed {
+    /// Refuses what could not be published: an event name or id with a control character or
+    /// longer than [`MAX_VENDOR_VALUE_BYTES`], a subject longer than the server takes.
+    pub fn vet(&self, max_subject_bytes: usize) -> Result<(), Rejection> {
+        let check = |name, value: &str| {
+            store::headers::check_value_within(name, value, MAX_VENDOR_VALUE_BYTES)
+                .map_err(|e| Rejection::bad_header_value(&e))
+        };
+        check("event", &self.event)?;
+        if let Some(id) = &self.event_id {
+            check("delivery id", id)?;
+        }
+        if self.subject.len() > max_subject_bytes {
+            return Err(Rejection::subject_too_long(format_args!(
+                "its subject would be {} bytes, more than the {max_subject_bytes} the server takes",
+                self.subject.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Copies the `names` headers that are present (never signatures or tokens).
 pub fn select_headers(headers: &HeaderMap, names: &[&str]) -> BTreeMap<String, String> {
     names
@@ -52,6 +78,9 @@ pub async fn accept(
     headers: BTreeMap<String, String>,
     body: Bytes,
 ) -> Result<Response, Rejection> {
+    // Vetted before anything is stored: a value the NATS client cannot carry never becomes a
+    // dispatch record that could never publish.
+    routed.vet(state.bus.max_subject_bytes())?;
     let ids = endpoint.ids;
     let txn = state.db.begin().await?;
     let recorded = store::inbound::record(
@@ -73,7 +102,7 @@ pub async fn accept(
                 verified_by: verified.secret,
             },
             retention: state.settings.retention(ids.kind),
-            inline_body_max: state.settings.inline_body_bytes,
+            inline_body_max: state.inline_body_max(),
             relay_hold: state.settings.relay_hold,
         },
     )
@@ -137,10 +166,12 @@ async fn publish_now(
     // No row lock and no open transaction while NATS answers: the message id is the dedup key,
     // so if the relay publishes the same row meanwhile the stream keeps one copy, and a
     // database connection is not held for a broker round trip on every delivery.
-    let mut headers = async_nats::HeaderMap::new();
-    for (k, v) in &message.headers {
-        headers.insert(k.as_str(), v.as_str());
-    }
+    let headers = bus::header_map(
+        message
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str())),
+    )?;
     let msg_id = message.effective_msg_id(outbox_id);
     bus.publish(
         &message.subject,

@@ -29,6 +29,8 @@ use tokio_util::sync::CancellationToken;
 use crate::endpoint::Endpoints;
 use crate::published::Published;
 
+const MIB: usize = 1024 * 1024;
+
 /// ingress's configuration: the common flags plus its own.
 #[derive(Clone, clap::Parser)]
 #[command(name = "ingress", about = "forgesync webhook receiver")]
@@ -56,16 +58,51 @@ pub struct Config {
     )]
     pub routing_keys: String,
 
-    /// Largest webhook body accepted, in bytes; larger ones get 413.
+    /// Largest GitHub webhook body, in bytes; larger ones get 413.
+    #[arg(long, env = "FORGESYNC_INGRESS_GITHUB_MAX_BODY_BYTES", value_name = "FORGESYNC_INGRESS_GITHUB_MAX_BODY_BYTES", default_value_t = 25 * MIB)]
+    pub github_max_body_bytes: usize,
+
+    /// Largest GitLab webhook body, in bytes; larger ones get 413.
+    #[arg(long, env = "FORGESYNC_INGRESS_GITLAB_MAX_BODY_BYTES", value_name = "FORGESYNC_INGRESS_GITLAB_MAX_BODY_BYTES", default_value_t = 25 * MIB)]
+    pub gitlab_max_body_bytes: usize,
+
+    /// Largest Slack request body, in bytes; larger ones get 413.
+    #[arg(long, env = "FORGESYNC_INGRESS_SLACK_MAX_BODY_BYTES", value_name = "FORGESYNC_INGRESS_SLACK_MAX_BODY_BYTES", default_value_t = MIB)]
+    pub slack_max_body_bytes: usize,
+
+    /// Largest Outline webhook body, in bytes; larger ones get 413.
+    #[arg(long, env = "FORGESYNC_INGRESS_OUTLINE_MAX_BODY_BYTES", value_name = "FORGESYNC_INGRESS_OUTLINE_MAX_BODY_BYTES", default_value_t = MIB)]
+    pub outline_max_body_bytes: usize,
+
+    /// Webhook requests handled at once; more wait for a slot (within the request timeout).
     #[arg(
         long,
-        env = "FORGESYNC_INGRESS_MAX_BODY_BYTES",
-        value_name = "FORGESYNC_INGRESS_MAX_BODY_BYTES",
-        default_value_t = 25 * 1024 * 1024
+        env = "FORGESYNC_INGRESS_CONCURRENCY",
+        value_name = "FORGESYNC_INGRESS_CONCURRENCY",
+        default_value_t = 512
     )]
-    pub max_body_bytes: usize,
+    pub concurrency: usize,
 
-    /// Bodies up to this size travel on the subject; larger ones as a reference to Postgres.
+    /// Seconds a webhook request may take in all (waiting for a slot included); then 408.
+    #[arg(
+        long = "request-timeout",
+        env = "FORGESYNC_INGRESS_REQUEST_TIMEOUT",
+        value_name = "FORGESYNC_INGRESS_REQUEST_TIMEOUT",
+        default_value_t = 60
+    )]
+    pub request_timeout_secs: u64,
+
+    /// Seconds a webhook body may take to arrive; then 408.
+    #[arg(
+        long = "body-timeout",
+        env = "FORGESYNC_INGRESS_BODY_TIMEOUT",
+        value_name = "FORGESYNC_INGRESS_BODY_TIMEOUT",
+        default_value_t = 30
+    )]
+    pub body_timeout_secs: u64,
+
+    /// Bodies up to this size travel on the subject, larger ones as a reference to Postgres;
+    /// never more than the connected server's `max_payload` allows.
     #[arg(
         long,
         env = "FORGESYNC_INGRESS_INLINE_BODY_BYTES",
@@ -143,7 +180,11 @@ impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")
             .field("common", &self.common)
-            .field("max_body_bytes", &self.max_body_bytes)
+            .field("github_max_body_bytes", &self.github_max_body_bytes)
+            .field("gitlab_max_body_bytes", &self.gitlab_max_body_bytes)
+            .field("slack_max_body_bytes", &self.slack_max_body_bytes)
+            .field("outline_max_body_bytes", &self.outline_max_body_bytes)
+            .field("concurrency", &self.concurrency)
             .field("digest_window_secs", &self.digest_window_secs)
             .finish_non_exhaustive()
     }
@@ -156,7 +197,13 @@ impl Config {
             common,
             secret_key,
             routing_keys: String::new(),
-            max_body_bytes: 25 * 1024 * 1024,
+            github_max_body_bytes: 25 * MIB,
+            gitlab_max_body_bytes: 25 * MIB,
+            slack_max_body_bytes: MIB,
+            outline_max_body_bytes: MIB,
+            concurrency: 512,
+            request_timeout_secs: 60,
+            body_timeout_secs: 30,
             inline_body_bytes: 1024 * 1024,
             digest_window_secs: 24 * 3600,
             slack_tolerance_secs: 300,
@@ -189,10 +236,38 @@ pub fn parse_routing_keys(spec: &str) -> anyhow::Result<HashMap<String, Vec<u8>>
     Ok(keys)
 }
 
+/// The largest body each vendor's route reads.
+#[derive(Debug, Clone)]
+pub struct BodyLimits {
+    pub github: usize,
+    pub gitlab: usize,
+    pub slack: usize,
+    pub outline: usize,
+}
+
+impl BodyLimits {
+    /// The limit of `kind`'s deliveries.
+    pub fn for_kind(&self, kind: ConnectionKind) -> usize {
+        match kind {
+            ConnectionKind::Github => self.github,
+            ConnectionKind::Gitlab => self.gitlab,
+            ConnectionKind::Slack => self.slack,
+            ConnectionKind::Outline => self.outline,
+        }
+    }
+}
+
 /// Limits and windows the routes apply.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub max_body_bytes: usize,
+    pub body_limits: BodyLimits,
+    /// Webhook requests handled at once.
+    pub concurrency: usize,
+    /// How long a request may take in all.
+    pub request_timeout: Duration,
+    /// How long a body may take to arrive.
+    pub body_timeout: Duration,
+    /// The configured inline limit; [`AppState::inline_body_max`] also bounds it by the server.
     pub inline_body_bytes: usize,
     pub digest_window: Duration,
     pub slack_tolerance: Duration,
@@ -233,6 +308,17 @@ pub struct AppState {
     pub endpoints: Arc<Endpoints>,
 }
 
+impl AppState {
+    /// The largest body that travels inline: the configured limit, bounded by what the connected
+    /// server's `max_payload` leaves after headers. While the server is not known yet every body
+    /// goes by reference, which fits any server.
+    pub fn inline_body_max(&self) -> usize {
+        self.settings
+            .inline_body_bytes
+            .min(self.bus.max_body_bytes().unwrap_or(0))
+    }
+}
+
 /// Runs ingress until `shutdown`; `on_listen` learns the bound address (port 0 in tests).
 pub async fn run(
     config: Config,
@@ -259,7 +345,15 @@ pub async fn run(
         secret_key,
         routing_keys: Arc::new(routing_keys),
         settings: Arc::new(Settings {
-            max_body_bytes: config.max_body_bytes,
+            body_limits: BodyLimits {
+                github: config.github_max_body_bytes,
+                gitlab: config.gitlab_max_body_bytes,
+                slack: config.slack_max_body_bytes,
+                outline: config.outline_max_body_bytes,
+            },
+            concurrency: config.concurrency.max(1),
+            request_timeout: Duration::from_secs(config.request_timeout_secs),
+            body_timeout: Duration::from_secs(config.body_timeout_secs),
             inline_body_bytes: config.inline_body_bytes,
             digest_window: Duration::from_secs(config.digest_window_secs),
             slack_tolerance: Duration::from_secs(config.slack_tolerance_secs),

@@ -82,6 +82,37 @@ impl Rejection {
         Self::new(StatusCode::BAD_REQUEST, "malformed", message)
     }
 
+    /// 400: a vendor-supplied name or id that cannot travel as a message header (a control
+    /// character, or too long).
+    pub fn bad_header_value(error: &store::headers::HeaderError) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "bad_header_value",
+            format!(
+                "{error}; event names and delivery ids must be printable text of at most {} bytes",
+                crate::accept::MAX_VENDOR_VALUE_BYTES
+            ),
+        )
+    }
+
+    /// 400: a name in the delivery makes a subject token or the subject too long to publish.
+    pub fn subject_too_long(message: impl std::fmt::Display) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "subject_too_long",
+            format!("the delivery cannot be routed: {message}"),
+        )
+    }
+
+    /// 408: the request or its body took longer than allowed.
+    pub fn timed_out(limit: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "timed_out",
+            format!("the request was not received within {} s", limit.as_secs()),
+        )
+    }
+
     /// 413
     pub fn too_large(limit: usize) -> Self {
         Self::new(
@@ -132,6 +163,12 @@ impl Rejection {
         );
         let body = serde_json::json!({ "error": self.reason, "message": self.message });
         (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<lifecycle_core::subject::SubjectError> for Rejection {
+    fn from(e: lifecycle_core::subject::SubjectError) -> Self {
+        Rejection::subject_too_long(e)
     }
 }
 

@@ -170,7 +170,7 @@ async fn publish_copy(s: &LiveStack, owner: &str, repo: &str, delivery: &Deliver
     let mut headers = async_nats::HeaderMap::new();
     headers.insert("Forgesync-Connection", s.conn.as_str());
     headers.insert("Forgesync-Event", delivery.event.as_str());
-    let subject = lifecycle_core::subject::github(owner, repo, &delivery.event);
+    let subject = lifecycle_core::subject::github(owner, repo, &delivery.event)?;
     s.env
         .bus
         .publish(

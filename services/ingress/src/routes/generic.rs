@@ -1,27 +1,39 @@
 //! `POST /hooks/{token}`: any endpoint by its address token; the endpoint's kind picks the
 //! vendor's verification and subject rules.
 
-use axum::extract::rejection::BytesRejection;
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use bytes::Bytes;
 use store::entity::ConnectionKind;
 
-use super::json_object;
 use crate::AppState;
-use crate::endpoint::{Lookup, with_fresh_retry};
+use crate::endpoint::{Attempt, Lookup, with_fresh_retry};
 
 pub async fn receive(
     State(state): State<AppState>,
     Path(token): Path<String>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     // The vendor label of the metrics, once the endpoint is known.
     let vendor = std::sync::OnceLock::new();
     let run = async {
-        let body = super::body(body, state.settings.max_body_bytes)?;
+        // The endpoint's kind (which never changes) picks the body limit, so the body is read
+        // only once the token names an endpoint, and no further than that vendor's limit.
+        let kind = state
+            .endpoints
+            .find_one(
+                &state.db,
+                &state.secret_key,
+                Lookup::AddressToken(&token),
+                &Attempt::default(),
+            )
+            .await?
+            .ids
+            .kind;
+        let limit = state.settings.body_limits.for_kind(kind);
+        let body = super::read_body(body, limit, state.settings.body_timeout).await?;
         with_fresh_retry(|attempt| {
             let (state, headers, body, vendor) = (&state, &headers, body.clone(), &vendor);
             let lookup = Lookup::AddressToken(&token);
@@ -39,10 +51,7 @@ pub async fn receive(
                     ConnectionKind::Gitlab => {
                         super::gitlab::deliver_shared(state, &ep, headers, body).await
                     }
-                    ConnectionKind::Slack => {
-                        let payload = json_object(&body)?;
-                        super::slack::deliver(state, &ep, headers, body, payload).await
-                    }
+                    ConnectionKind::Slack => super::slack::deliver(state, &ep, headers, body).await,
                     ConnectionKind::Outline => {
                         super::outline::deliver(state, &ep, headers, body).await
                     }

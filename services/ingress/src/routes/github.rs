@@ -46,7 +46,11 @@ pub async fn receive(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let run = async {
-        let body = super::body(body, state.settings.max_body_bytes)?;
+        let body = super::body(
+            body,
+            state.settings.body_limits.github,
+            state.settings.body_timeout,
+        )?;
         let hook_id = header(&headers, "X-GitHub-Hook-ID")
             .ok_or_else(|| Rejection::malformed("X-GitHub-Hook-ID is required"))?;
         let lookup = Lookup::ProviderRef(ConnectionKind::Github, hook_id);
@@ -79,7 +83,7 @@ pub async fn deliver(
     let event = header(headers, "X-GitHub-Event")
         .ok_or_else(|| Rejection::malformed("X-GitHub-Event is required"))?;
     let payload = json_object(&body)?;
-    let Some(routed) = route(event, &payload, header(headers, "X-GitHub-Delivery")) else {
+    let Some(routed) = route(event, &payload, header(headers, "X-GitHub-Delivery"))? else {
         if event == "ping" {
             // A ping of an app-level hook names no owner: acknowledge it, store nothing.
             return Ok((StatusCode::OK, "pong").into_response());
@@ -100,22 +104,30 @@ pub async fn deliver(
     .await
 }
 
-/// The subject of a GitHub event; `None` when the payload names no owner.
-pub fn route(event: &str, payload: &serde_json::Value, delivery: Option<&str>) -> Option<Routed> {
-    let owner = str_at(payload, "/repository/owner/login")
+/// The subject of a GitHub event; `None` when the payload names no owner, an error when a name
+/// is too long for a subject token.
+pub fn route(
+    event: &str,
+    payload: &serde_json::Value,
+    delivery: Option<&str>,
+) -> Result<Option<Routed>, Rejection> {
+    let Some(owner) = str_at(payload, "/repository/owner/login")
         .or_else(|| str_at(payload, "/organization/login"))
-        .or_else(|| str_at(payload, "/installation/account/login"))?;
+        .or_else(|| str_at(payload, "/installation/account/login"))
+    else {
+        return Ok(None);
+    };
     let repo = str_at(payload, "/repository/name");
     // Repository lifecycle and other owner-level events ride the owner's `?` level.
     let subject = match repo {
-        Some(repo) if !OWNER_LEVEL.contains(&event) => subject::github(owner, repo, event),
-        _ => subject::github_owner(owner, event),
+        Some(repo) if !OWNER_LEVEL.contains(&event) => subject::github(owner, repo, event)?,
+        _ => subject::github_owner(owner, event)?,
     };
-    Some(Routed {
+    Ok(Some(Routed {
         event: event.to_owned(),
         subject,
         event_id: delivery.map(str::to_owned),
-    })
+    }))
 }
 
 #[cfg(test)]
@@ -127,18 +139,18 @@ mod tests {
     fn repository_events_route_by_owner_and_repo_and_lifecycle_by_owner() {
         let p = json!({"repository": {"name": "socket.io", "owner": {"login": "Acme"}}});
         assert_eq!(
-            route("push", &p, None).unwrap().subject,
+            route("push", &p, None).unwrap().unwrap().subject,
             "github.acme.socket%2Eio.push"
         );
         assert_eq!(
-            route("repository", &p, None).unwrap().subject,
+            route("repository", &p, None).unwrap().unwrap().subject,
             "github.acme.?.repository"
         );
         let i = json!({"installation": {"account": {"login": "acme"}}});
         assert_eq!(
-            route("installation", &i, None).unwrap().subject,
+            route("installation", &i, None).unwrap().unwrap().subject,
             "github.acme.?.installation"
         );
-        assert!(route("ping", &json!({"hook": {}}), None).is_none());
+        assert!(route("ping", &json!({"hook": {}}), None).unwrap().is_none());
     }
 }

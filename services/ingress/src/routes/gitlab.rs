@@ -61,7 +61,11 @@ pub async fn receive_shared(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let run = async {
-        let body = super::body(body, state.settings.max_body_bytes)?;
+        let body = super::body(
+            body,
+            state.settings.body_limits.gitlab,
+            state.settings.body_timeout,
+        )?;
         let token = header(&headers, "X-Gitlab-Token")
             .ok_or_else(|| Rejection::missing_signature("X-Gitlab-Token"))?;
         // The token names the endpoint; a token no endpoint holds is a bad token.
@@ -105,7 +109,7 @@ pub async fn deliver_shared(
     let verified = ep.verify(|secret| verify::gitlab_token(secret, token))?;
     let payload = json_object(&body)?;
     let event = event_name(&payload, headers)?;
-    let subject = route_by_path(&event, &payload).ok_or_else(|| {
+    let subject = route_by_path(&event, &payload)?.ok_or_else(|| {
         Rejection::malformed("the payload names no project or group path to route by")
     })?;
     let routed = Routed {
@@ -132,7 +136,11 @@ pub async fn receive_registered(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let run = async {
-        let body = super::body(body, state.settings.max_body_bytes)?;
+        let body = super::body(
+            body,
+            state.settings.body_limits.gitlab,
+            state.settings.body_timeout,
+        )?;
         let (Ok(connection), Ok(route)) = (connection_id.parse::<Uuid>(), route_id.parse::<Uuid>())
         else {
             return Err(Rejection::unknown_endpoint());
@@ -229,7 +237,7 @@ async fn deliver_registered(
     }
     let event = event_name(&payload, headers)?;
     let routed = Routed {
-        subject: subject::gitlab_connection(&connection.to_string(), &event),
+        subject: subject::gitlab_connection(&connection.to_string(), &event)?,
         event,
         event_id: event_id(headers),
     };
@@ -286,19 +294,25 @@ fn within(path: &str, group: &str) -> bool {
     path == group || path.starts_with(&format!("{group}/"))
 }
 
-/// The shared route's subject for `event`.
-pub fn route_by_path(event: &str, p: &serde_json::Value) -> Option<String> {
-    let path = payload_path(p)?;
+/// The shared route's subject for `event`; `None` when the payload names no path to route by,
+/// an error when a name is too long for a subject token.
+pub fn route_by_path(
+    event: &str,
+    p: &serde_json::Value,
+) -> Result<Option<String>, subject::SubjectError> {
+    let Some(path) = payload_path(p) else {
+        return Ok(None);
+    };
     let project = str_at(p, "/project/path_with_namespace");
     match project {
-        Some(full) if !ROOT_GROUP_EVENTS.contains(&event) => {
-            let (namespace, name) = full.rsplit_once('/')?;
-            Some(subject::gitlab_project(namespace, name, event))
-        }
-        _ => {
-            let root = path.split('/').next().filter(|r| !r.is_empty())?;
-            Some(subject::gitlab_root_group(root, event))
-        }
+        Some(full) if !ROOT_GROUP_EVENTS.contains(&event) => match full.rsplit_once('/') {
+            Some((namespace, name)) => subject::gitlab_project(namespace, name, event).map(Some),
+            None => Ok(None),
+        },
+        _ => match path.split('/').next().filter(|r| !r.is_empty()) {
+            Some(root) => subject::gitlab_root_group(root, event).map(Some),
+            None => Ok(None),
+        },
     }
 }
 
@@ -312,17 +326,19 @@ mod tests {
         let mr = json!({"object_kind": "merge_request",
             "project": {"path_with_namespace": "acme/platform/api"}});
         assert_eq!(
-            route_by_path("merge_request", &mr).unwrap(),
+            route_by_path("merge_request", &mr).unwrap().unwrap(),
             "gitlab.acme/platform.api.merge_request"
         );
         let create = json!({"event_name": "project_create", "path_with_namespace": "acme/sub/new"});
         assert_eq!(
-            route_by_path("project_create", &create).unwrap(),
+            route_by_path("project_create", &create).unwrap().unwrap(),
             "gitlab.acme.?.project_create"
         );
         let member = json!({"event_name": "user_add_to_group", "group_path": "acme"});
         assert_eq!(
-            route_by_path("user_add_to_group", &member).unwrap(),
+            route_by_path("user_add_to_group", &member)
+                .unwrap()
+                .unwrap(),
             "gitlab.acme.?.user_add_to_group"
         );
         assert!(within("acme/sub/x", "acme"));

@@ -26,7 +26,11 @@ pub async fn receive(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let run = async {
-        let body = super::body(body, state.settings.max_body_bytes)?;
+        let body = super::body(
+            body,
+            state.settings.body_limits.outline,
+            state.settings.body_timeout,
+        )?;
         with_fresh_retry(|attempt| {
             let (state, headers, body) = (&state, &headers, body.clone());
             let lookup = Lookup::AddressToken(&token);
@@ -59,8 +63,7 @@ pub async fn deliver(
     let sig = verify::parse_outline(raw).ok_or_else(Rejection::bad_signature)?;
     let verified = ep.verify(|secret| verify::outline(secret, &sig, &body))?;
     let payload = json_object(&body)?;
-    let routed = route(&payload)
-        .ok_or_else(|| Rejection::malformed("the payload needs webhookSubscriptionId and event"))?;
+    let routed = route(&payload)?;
     // The subscription in a signed body must be the one this endpoint was made for.
     if let (Some(expected), Some(got)) =
         (&ep.provider_ref, str_at(&payload, "/webhookSubscriptionId"))
@@ -83,12 +86,17 @@ pub async fn deliver(
 }
 
 /// The subject of an Outline delivery.
-pub fn route(p: &serde_json::Value) -> Option<Routed> {
-    let subscription = str_at(p, "/webhookSubscriptionId")?;
-    let event = str_at(p, "/event")?;
-    Some(Routed {
+pub fn route(p: &serde_json::Value) -> Result<Routed, Rejection> {
+    let (Some(subscription), Some(event)) =
+        (str_at(p, "/webhookSubscriptionId"), str_at(p, "/event"))
+    else {
+        return Err(Rejection::malformed(
+            "the payload needs webhookSubscriptionId and event",
+        ));
+    };
+    Ok(Routed {
         event: event.to_owned(),
-        subject: subject::outline(subscription, event),
+        subject: subject::outline(subscription, event)?,
         event_id: str_at(p, "/id").map(str::to_owned),
     })
 }

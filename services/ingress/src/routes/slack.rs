@@ -34,12 +34,20 @@ pub async fn receive(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let run = async {
-        let body = super::body(body, state.settings.max_body_bytes)?;
-        let payload = json_object(&body)?;
+        let body = super::body(
+            body,
+            state.settings.body_limits.slack,
+            state.settings.body_timeout,
+        )?;
+        // Signature first: nothing of the body is parsed for an unsigned request.
+        signed(&state, &headers)?;
+        // The team names the endpoint whose secret verifies the body; only that one string is read
+        // before verification, and it selects a secret, nothing more.
+        let team = team_id(&body);
         with_fresh_retry(|attempt| {
-            let (state, headers, body, payload) = (&state, &headers, body.clone(), payload.clone());
+            let (state, headers, body, team) = (&state, &headers, body.clone(), team.as_deref());
             async move {
-                match str_at(&payload, "/team_id") {
+                match team {
                     Some(team) => {
                         let ep = state
                             .endpoints
@@ -50,7 +58,7 @@ pub async fn receive(
                                 &attempt,
                             )
                             .await?;
-                        deliver(state, &ep, headers, body, payload).await
+                        deliver(state, &ep, headers, body).await
                     }
                     None => {
                         let candidates = state
@@ -74,7 +82,7 @@ pub async fn receive(
                                     Rejection::bad_signature()
                                 }
                             })?;
-                        deliver(state, ep, headers, body, payload).await
+                        deliver(state, ep, headers, body).await
                     }
                 }
             }
@@ -82,6 +90,19 @@ pub async fn receive(
         .await
     };
     run.await.unwrap_or_else(|r| r.respond(VENDOR))
+}
+
+/// The top-level `team_id` of a body, read without building the rest of the document; `None`
+/// when absent, empty or not JSON.
+fn team_id(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Team {
+        team_id: Option<String>,
+    }
+    serde_json::from_slice::<Team>(body)
+        .ok()?
+        .team_id
+        .filter(|t| !t.is_empty())
 }
 
 /// The timestamp and signature headers, once the timestamp is fresh.
@@ -108,11 +129,11 @@ pub async fn deliver(
     ep: &Endpoint,
     headers: &HeaderMap,
     body: Bytes,
-    payload: serde_json::Value,
 ) -> Result<Response, Rejection> {
     ep.ensure_enabled()?;
     let (ts, sig) = signed(state, headers)?;
     let verified = ep.verify(|secret| verify::slack(secret, ts, sig, &body))?;
+    let payload = json_object(&body)?;
     if str_at(&payload, "/type") == Some("url_verification") {
         let challenge = str_at(&payload, "/challenge")
             .ok_or_else(|| Rejection::malformed("url_verification without a challenge"))?;
@@ -122,8 +143,17 @@ pub async fn deliver(
         )
             .into_response());
     }
-    let routed = route(&payload)
-        .ok_or_else(|| Rejection::malformed("the payload has no team_id or event type"))?;
+    let routed = route(&payload)?;
+    // A team's endpoint carries only its own team's events (the generic route finds the
+    // endpoint by its token, not by the team the body names).
+    if let Some(expected) = &ep.provider_ref
+        && let Some(team) = str_at(&payload, "/team_id")
+        && !expected.eq_ignore_ascii_case(team)
+    {
+        return Err(Rejection::malformed(
+            "team_id is not the Slack team this endpoint belongs to",
+        ));
+    }
     accept(
         state,
         VENDOR,
@@ -137,18 +167,23 @@ pub async fn deliver(
 }
 
 /// The subject of an Events API payload.
-pub fn route(p: &serde_json::Value) -> Option<Routed> {
-    let team = str_at(p, "/team_id")?;
-    let event = str_at(p, "/event/type").or_else(|| str_at(p, "/type"))?;
+pub fn route(p: &serde_json::Value) -> Result<Routed, Rejection> {
+    // Without a team only url_verification is accepted (answered before routing).
+    let team = str_at(p, "/team_id").ok_or_else(|| {
+        Rejection::malformed("a Slack request without team_id is accepted only as url_verification")
+    })?;
+    let event = str_at(p, "/event/type")
+        .or_else(|| str_at(p, "/type"))
+        .ok_or_else(|| Rejection::malformed("the payload has no event type"))?;
     // The channel is a string on message events, an object on channel_* events, and under
     // `item` on reactions.
     let channel = str_at(p, "/event/channel")
         .or_else(|| str_at(p, "/event/channel/id"))
         .or_else(|| str_at(p, "/event/item/channel"))
         .or_else(|| str_at(p, "/event/channel_id"));
-    Some(Routed {
+    Ok(Routed {
         event: event.to_owned(),
-        subject: subject::slack(team, channel, event),
+        subject: subject::slack(team, channel, event)?,
         event_id: str_at(p, "/event_id").map(str::to_owned),
     })
 }

@@ -31,7 +31,7 @@ fn signed_message(
         headers: BTreeMap::new(),
         body: format!("{{\"n\":\"{event_id}\"}}").into_bytes(),
         event: "push".into(),
-        subject: lifecycle_core::subject::github("acme", "api", "push"),
+        subject: lifecycle_core::subject::github("acme", "api", "push").expect("a short subject"),
         dedup: Dedup::Keys {
             event_id: Some(event_id.into()),
             digest_window: Duration::from_secs(86_400),

@@ -131,7 +131,7 @@ async fn a_signed_delivery_is_stored_and_lands_once_on_its_subject() -> Result<(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_rejection_answers_its_status_and_stores_nothing() -> Result<()> {
-    let h = Harness::start_with(|c| c.max_body_bytes = 64 * 1024).await?;
+    let h = Harness::start_with(|c| c.github_max_body_bytes = 64 * 1024).await?;
     let conn = h.connection(ConnectionKind::Github, None).await?;
     h.endpoint(&conn, Registration::Operator, Some("4242"), None, SECRET)
         .await?;

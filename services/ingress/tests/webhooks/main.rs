@@ -3,6 +3,7 @@
 mod cache;
 mod dedup;
 mod durability;
+mod front_door;
 mod github;
 mod gitlab;
 mod key_rotation;

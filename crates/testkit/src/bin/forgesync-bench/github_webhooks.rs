@@ -59,7 +59,8 @@ pub async fn apply(
                 payload["before"] = Value::from(before);
                 payload["after"] = Value::from(pr.head_ref_oid.clone());
             }
-            let subject = lifecycle_core::subject::github(&repo.owner, &repo.name, "pull_request");
+            let subject = lifecycle_core::subject::github(&repo.owner, &repo.name, "pull_request")
+                .expect("simulator names fit a subject token");
             out.push((subject, serde_json::to_vec(&payload).unwrap_or_default()));
         }
         out
