@@ -160,6 +160,11 @@ impl ScheduleRunner {
         Ok(self)
     }
 
+    /// Whether no schedule was added.
+    pub fn is_empty(&self) -> bool {
+        self.schedules.is_empty()
+    }
+
     /// Runs every schedule until `shutdown` is canceled, then waits for in-flight runs (whose
     /// [`ScheduledRun::cancel`] fires) to return. Claims nothing after shutdown.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {

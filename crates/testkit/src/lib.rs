@@ -194,26 +194,51 @@ impl TestEnv {
     }
 }
 
-/// Service flags with defaults, listening on an ephemeral port of 127.0.0.1.
+/// Service flags as the binaries parse them (clap's defaults, the environment), pointed at
+/// `database_url`, `nats_url` and `prefix`, listening on an ephemeral port of 127.0.0.1, with a
+/// short shutdown grace and a day of stream retention for tests.
 pub fn common_args(
     database_url: &str,
     nats_url: &str,
     prefix: Option<&str>,
 ) -> runtime::CommonArgs {
-    runtime::CommonArgs {
-        database_url: database_url.to_owned(),
-        nats_url: nats_url.to_owned(),
-        otlp_endpoint: None,
-        log_format: runtime::LogFormat::Pretty,
-        listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-        db_pool_size: runtime::db::DEFAULT_POOL_SIZE,
-        migrate: false,
-        nats_prefix: prefix.map(str::to_owned),
-        shutdown_grace_secs: 5,
-        stream_replicas: 1,
-        stream_max_age_secs: 24 * 3600,
-        duplicate_window_secs: 3 * 3600,
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        common: runtime::CommonArgs,
     }
+    let mut argv = vec![
+        "service".to_owned(),
+        format!("--database-url={database_url}"),
+        format!("--nats-url={nats_url}"),
+        "--listen=127.0.0.1:0".to_owned(),
+        "--shutdown-grace=5".to_owned(),
+        format!("--stream-max-age={}", 24 * 3600),
+    ];
+    argv.extend(prefix.map(|p| format!("--nats-prefix={p}")));
+    <Flags as clap::Parser>::try_parse_from(argv)
+        .expect("the common flags parse")
+        .common
+}
+
+/// A service's config as its binary parses it from `args` (clap's defaults and the environment
+/// fill the rest), with `common` for the shared flags. Tests override fields afterwards.
+pub fn config<C: runtime::Launch + clap::Parser>(
+    common: runtime::CommonArgs,
+    args: &[String],
+) -> Result<C> {
+    let argv = [
+        C::NAME.to_owned(),
+        // Required by the parser; replaced by `common` below.
+        format!("--database-url={}", common.database_url),
+        format!("--nats-url={}", common.nats_url),
+    ]
+    .into_iter()
+    .chain(args.iter().cloned());
+    let mut config =
+        C::try_parse_from(argv).with_context(|| format!("parsing {}'s flags", C::NAME))?;
+    *config.common_mut() = common;
+    Ok(config)
 }
 
 /// A service running in-process.
@@ -236,36 +261,33 @@ impl Running {
     }
 }
 
-/// control-api's config for the given flags, with the local stack's keys.
+/// control-api's config for the given flags, with the local stack's keys and a 64 KiB body limit.
 pub fn control_api_config(common: runtime::CommonArgs) -> control_api::Config {
-    control_api::Config {
+    config(
         common,
-        jwt_secret: Some(JWT_SECRET.to_owned()),
-        jwt_jwks: None,
-        jwt_jwks_refresh_secs: 300,
-        jwt_issuer: JWT_ISSUER.to_owned(),
-        jwt_audience: JWT_AUDIENCE.to_owned(),
-        jwt_max_lifetime_secs: 24 * 3600,
-        secret_key: secret_key(),
-        max_body_bytes: 64 * 1024,
-        rotation_window_secs: 24 * 3600,
-        // The simulators speak plain http.
-        allow_insecure_server_urls: true,
-    }
+        &[
+            format!("--jwt-secret={JWT_SECRET}"),
+            format!("--jwt-issuer={JWT_ISSUER}"),
+            format!("--jwt-audience={JWT_AUDIENCE}"),
+            format!("--secret-key={}", secret_key()),
+            format!("--max-body-bytes={}", 64 * 1024),
+            // The simulators speak plain http.
+            "--allow-insecure-server-urls".to_owned(),
+        ],
+    )
+    .expect("control-api's test flags parse")
 }
 
-/// Starts a service's `run(config, stop, on_listen)` in-process; returns once it listens.
-pub async fn spawn<F, Fut>(name: &str, run: F) -> Result<Running>
-where
-    F: FnOnce(
-        tokio_util::sync::CancellationToken,
-        Box<dyn FnOnce(std::net::SocketAddr) + Send>,
-    ) -> Fut,
-    Fut: std::future::Future<Output = Result<()>> + Send + 'static,
-{
+/// The keys that sign tokens [`control_api_config`]'s control-api accepts.
+pub fn control_api_keys() -> Result<control_api::Keys> {
+    control_api::Keys::hs256(JWT_SECRET.as_bytes())
+}
+
+/// Starts any service in-process from its config; returns once it listens (or how it failed).
+pub async fn spawn<C: runtime::Launch>(config: C) -> Result<Running> {
     let stop = tokio_util::sync::CancellationToken::new();
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let task = tokio::spawn(run(
+    let task = tokio::spawn(config.launch(
         stop.clone(),
         Box::new(move |addr| {
             let _ = tx.send(addr);
@@ -276,54 +298,28 @@ where
         Err(_) => {
             // run() ended before listening: report why.
             task.await??;
-            anyhow::bail!("{name} stopped before listening");
+            anyhow::bail!("{} stopped before listening", C::NAME);
         }
     };
     Ok(Running { addr, stop, task })
 }
 
-/// Starts control-api in-process; returns once it listens.
-pub async fn spawn_control_api(
-    common: runtime::CommonArgs,
-) -> Result<(Running, control_api::Keys)> {
-    let keys = control_api::Keys::hs256(JWT_SECRET.as_bytes())?;
-    let config = control_api_config(common);
-    let running = spawn("control-api", |stop, on_listen| {
-        control_api::run(config, stop, on_listen)
-    })
-    .await?;
-    Ok((running, keys))
-}
-
-/// github-sync's config for the given flags, with the local stack's key and no scheduled
-/// reconcile (tests start the jobs they mean to see).
+/// github-sync's config for the given flags, with the local stack's key, no schedules (tests
+/// start the jobs they mean to see), short backfill backoffs and prompt filter refreshes.
 pub fn github_sync_config(common: runtime::CommonArgs) -> github_sync::Config {
-    github_sync::Config {
+    config(
         common,
-        secret_key: secret_key(),
-        reconcile_cron: "off".to_owned(),
-        backfill_cron: "off".to_owned(),
-        redeliver_cron: "off".to_owned(),
-        reconcile_cooldown_secs: 12 * 3600,
-        backfill_max_passes: 10,
-        backfill_backoff_ms: 100,
-        page_size: 100,
-        page_cap: 10_000,
-        job_concurrency: 2,
-        job_lease_secs: 60,
-        app_id: None,
-        webhook_concurrency: 16,
-        // Tests change monitors and expect the webhook consumer to follow promptly.
-        filter_refresh_ms: 200,
-    }
-}
-
-/// Starts github-sync in-process; returns once it listens.
-pub async fn spawn_github_sync(config: github_sync::Config) -> Result<Running> {
-    spawn("github-sync", |stop, on_listen| {
-        github_sync::run(config, stop, on_listen)
-    })
-    .await
+        &[
+            format!("--secret-key={}", secret_key()),
+            "--reconcile-cron=off".to_owned(),
+            "--backfill-cron=off".to_owned(),
+            "--redeliver-cron=off".to_owned(),
+            "--github-backfill-backoff-ms=100".to_owned(),
+            // Tests change monitors and expect the webhook consumer to follow promptly.
+            "--filter-refresh-ms=200".to_owned(),
+        ],
+    )
+    .expect("github-sync's test flags parse")
 }
 
 /// The routing key (`k1`) tests and the local stack sign GitLab route credentials with.
@@ -332,25 +328,17 @@ pub const ROUTING_KEY: &[u8; 32] = b"forgesync-local-routing-key-0001";
 /// ingress's config for the given flags, with the local stack's keys.
 pub fn ingress_config(common: runtime::CommonArgs) -> ingress::Config {
     use base64::Engine as _;
-    let mut config = ingress::Config::with_defaults(common, secret_key());
-    config.routing_keys = format!(
-        "k1={}",
-        base64::engine::general_purpose::STANDARD.encode(ROUTING_KEY)
-    );
-    config
-}
-
-/// Starts ingress in-process with the local stack's keys; returns once it listens.
-pub async fn spawn_ingress(common: runtime::CommonArgs) -> Result<Running> {
-    spawn_ingress_with(ingress_config(common)).await
-}
-
-/// Starts ingress in-process with a config of the caller's; returns once it listens.
-pub async fn spawn_ingress_with(config: ingress::Config) -> Result<Running> {
-    spawn("ingress", |stop, on_listen| {
-        ingress::run(config, stop, on_listen)
-    })
-    .await
+    config(
+        common,
+        &[
+            format!("--secret-key={}", secret_key()),
+            format!(
+                "--routing-keys=k1={}",
+                base64::engine::general_purpose::STANDARD.encode(ROUTING_KEY)
+            ),
+        ],
+    )
+    .expect("ingress's test flags parse")
 }
 
 /// A bearer token valid for an hour: `role` is admin or viewer; `workspace` scopes it, and

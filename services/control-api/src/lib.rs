@@ -13,10 +13,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use bus::relay::{Relay, RelayConfig};
 use sea_orm::DatabaseConnection;
 use store::secrets::Keyring;
 use tokio_util::sync::CancellationToken;
@@ -223,44 +221,39 @@ pub async fn run(
         rotation_window,
         allow_insecure_server_urls: config.allow_insecure_server_urls,
     };
-    let mut tasks = runtime::Supervisor::new(&shutdown);
-    let app =
-        router(state, config.max_body_bytes).merge(runtime::health::router(runtime::HealthState {
-            db: db.clone(),
-            nats: Some(bus.client().clone()),
-            tasks: tasks.readiness(),
-        }));
-
-    let listener = tokio::net::TcpListener::bind(config.common.listen)
-        .await
-        .with_context(|| format!("FORGESYNC_LISTEN: cannot bind {}", config.common.listen))?;
-    let addr = listener.local_addr()?;
-    tracing::info!(%addr, "control-api listening");
-    on_listen(addr);
-
+    let mut service = runtime::Service::new("control-api", &config.common, &shutdown);
+    service.routes(router(state, config.max_body_bytes));
     // This service writes outbox rows, so it also relays them; any number of relays is safe.
-    let relay = Relay::new(db.clone(), bus.clone(), RelayConfig::default());
-    tasks.spawn("outbox relay", |stop| async move {
-        relay.run(stop).await;
-        Ok(())
-    });
+    service.relay(&db, &bus);
     // A JWKS is read again periodically (and on an unknown kid, by the verifier).
     if auth.jwks().is_some() {
         let auth = auth.clone();
-        tasks.spawn("JWKS refresh", |stop| async move {
+        service.task("JWKS refresh", |stop| async move {
             if let Some(jwks) = auth.jwks() {
                 jwks.refresh_until(stop).await;
             }
             Ok(())
         });
     }
-    tasks.spawn("http server", |stop| async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await
-            .context("control-api server")
-    });
-    tasks.run(config.common.shutdown_grace()).await
+    service
+        .serve(&db, Some(bus.client().clone()), on_listen)
+        .await
+}
+
+impl runtime::Launch for Config {
+    const NAME: &'static str = "control-api";
+
+    fn common_mut(&mut self) -> &mut runtime::CommonArgs {
+        &mut self.common
+    }
+
+    fn launch(
+        self,
+        shutdown: CancellationToken,
+        on_listen: Box<dyn FnOnce(SocketAddr) + Send>,
+    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+        run(self, shutdown, on_listen)
+    }
 }
 
 #[cfg(test)]

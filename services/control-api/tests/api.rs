@@ -20,7 +20,10 @@ struct Api {
 
 impl Api {
     async fn start(env: &TestEnv) -> Result<(Api, Running)> {
-        let (running, keys) = testkit::spawn_control_api(env.common_args()).await?;
+        let (running, keys) = (
+            testkit::spawn(testkit::control_api_config(env.common_args())).await?,
+            testkit::control_api_keys()?,
+        );
         let api = Api {
             http: reqwest::Client::new(),
             base: running.url(),

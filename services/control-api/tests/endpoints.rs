@@ -52,8 +52,11 @@ impl Stack {
 }
 
 async fn start(env: &TestEnv) -> Result<(Stack, testkit::Running, testkit::Running)> {
-    let (api, keys) = testkit::spawn_control_api(env.common_args()).await?;
-    let ingress = testkit::spawn_ingress(env.common_args()).await?;
+    let (api, keys) = (
+        testkit::spawn(testkit::control_api_config(env.common_args())).await?,
+        testkit::control_api_keys()?,
+    );
+    let ingress = testkit::spawn(testkit::ingress_config(env.common_args())).await?;
     let stack = Stack {
         http: reqwest::Client::new(),
         api: api.url(),
@@ -550,10 +553,7 @@ async fn an_oversize_rotation_window_is_422_and_changes_nothing() -> Result<()> 
     // So is a configured window above the cap: control-api does not start.
     let mut config = testkit::control_api_config(env.common_args());
     config.rotation_window_secs = u64::MAX;
-    let started = testkit::spawn("control-api", |stop, on_listen| {
-        control_api::run(config, stop, on_listen)
-    })
-    .await;
+    let started = testkit::spawn(config).await;
     assert!(
         started.is_err(),
         "an oversize FORGESYNC_WEBHOOK_ROTATION_WINDOW stops startup"

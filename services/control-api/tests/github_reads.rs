@@ -22,7 +22,10 @@ struct Fixture {
 impl Fixture {
     async fn start() -> Result<Fixture> {
         let env = TestEnv::new().await?;
-        let (api, keys) = testkit::spawn_control_api(env.common_args()).await?;
+        let (api, keys) = (
+            testkit::spawn(testkit::control_api_config(env.common_args())).await?,
+            testkit::control_api_keys()?,
+        );
         let pool = env.db.db.get_postgres_connection_pool().clone();
         Ok(Fixture {
             http: reqwest::Client::new(),

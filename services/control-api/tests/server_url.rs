@@ -27,11 +27,8 @@ async fn insecure_or_credentialed_server_urls_are_refused_and_store_nothing() ->
     // The operator's default: FORGESYNC_ALLOW_INSECURE_SERVER_URLS unset.
     let mut config = testkit::control_api_config(env.common_args());
     config.allow_insecure_server_urls = false;
-    let api = testkit::spawn("control-api", |stop, on_listen| {
-        control_api::run(config, stop, on_listen)
-    })
-    .await?;
-    let keys = control_api::Keys::hs256(testkit::JWT_SECRET.as_bytes())?;
+    let api = testkit::spawn(config).await?;
+    let keys = testkit::control_api_keys()?;
     let admin = testkit::token(&keys, Role::Admin, None)?;
     let http = reqwest::Client::new();
     let post = |path: String, body: Value| {

@@ -74,10 +74,7 @@ async fn api(env: &TestEnv, jwks: Option<String>, secret: bool) -> Result<testki
         config.jwt_secret = None;
     }
     config.jwt_max_lifetime_secs = 3600;
-    testkit::spawn("control-api", |stop, on_listen| {
-        control_api::run(config, stop, on_listen)
-    })
-    .await
+    testkit::spawn(config).await
 }
 
 async fn status(api: &testkit::Running, token: &str) -> Result<(StatusCode, Value)> {

@@ -21,8 +21,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use bus::Stream;
-use bus::consumer::{self, ConsumerSpec};
-use bus::relay::{Relay, RelayConfig};
+use bus::consumer::ConsumerSpec;
 use store::entity::{JobType, connection};
 use tokio_util::sync::CancellationToken;
 
@@ -223,7 +222,7 @@ pub async fn run(
         },
     };
 
-    let mut tasks = runtime::Supervisor::new(&shutdown);
+    let mut service = runtime::Service::new("github-sync", &config.common, &shutdown);
     let jobs_spec = ConsumerSpec {
         filter_subjects: vec!["jobs.github.>".into()],
         concurrency: config.job_concurrency.max(1),
@@ -235,27 +234,13 @@ pub async fn run(
         engine,
         factory: factory.clone(),
     });
-    tasks.spawn("jobs consumer", {
-        let (bus, db) = (bus.clone(), db.clone());
-        move |stop| async move {
-            consumer::run(&bus, db, jobs_spec, job_handler, stop)
-                .await
-                .map_err(anyhow::Error::from)
-        }
-    });
+    service.consumer(&bus, &db, jobs_spec, job_handler);
     let lifecycle_spec = ConsumerSpec {
         filter_subjects: vec!["lifecycle.github.*.activated".into()],
         ..ConsumerSpec::new(Stream::Lifecycle, "github-sync-lifecycle")
     };
     let lifecycle_handler = Arc::new(handlers::LifecycleHandler { db: db.clone() });
-    tasks.spawn("lifecycle consumer", {
-        let (bus, db) = (bus.clone(), db.clone());
-        move |stop| async move {
-            consumer::run(&bus, db, lifecycle_spec, lifecycle_handler, stop)
-                .await
-                .map_err(anyhow::Error::from)
-        }
-    });
+    service.consumer(&bus, &db, lifecycle_spec, lifecycle_handler);
     let webhook_handler = Arc::new(webhooks::WebhookHandler {
         pool: db.get_postgres_connection_pool().clone(),
         readers: webhooks::Readers {
@@ -267,19 +252,12 @@ pub async fn run(
         filter_subjects: vec![webhooks::filters::OWNER_LEVEL.into()],
         ..ConsumerSpec::new(Stream::WebhooksGithub, "github-sync-owner-events")
     };
-    tasks.spawn("owner webhook consumer", {
-        let (bus, db, handler) = (bus.clone(), db.clone(), webhook_handler.clone());
-        move |stop| async move {
-            consumer::run(&bus, db, owner_spec, handler, stop)
-                .await
-                .map_err(anyhow::Error::from)
-        }
-    });
+    service.consumer(&bus, &db, owner_spec, webhook_handler.clone());
     let repository_spec = ConsumerSpec {
         concurrency: config.webhook_concurrency.max(1),
         ..ConsumerSpec::new(Stream::WebhooksGithub, "github-sync-repository-events")
     };
-    tasks.spawn("repository webhook consumer", {
+    service.task("repository webhook consumer", {
         let (bus, db) = (bus.clone(), db.clone());
         let refresh = Duration::from_millis(config.filter_refresh_ms);
         move |stop| {
@@ -294,7 +272,6 @@ pub async fn run(
         }
     });
     let mut schedules = runtime::ScheduleRunner::new(db.clone(), replica);
-    let mut scheduled = 0;
     for (name, cron, job_type, variable) in [
         (
             "github-reconcile",
@@ -327,7 +304,6 @@ pub async fn run(
                 }
             })
             .context(variable)?;
-        scheduled += 1;
     }
     if config.redeliver_cron.trim() != "off" {
         let (db, clients) = (db.clone(), clients.clone());
@@ -352,31 +328,27 @@ pub async fn run(
                 },
             )
             .context("FORGESYNC_GITHUB_REDELIVER_CRON")?;
-        scheduled += 1;
     }
-    if scheduled > 0 {
-        tasks.spawn("schedules", |stop| schedules.run(stop));
-    }
-    let relay = Relay::new(db.clone(), bus.clone(), RelayConfig::default());
-    tasks.spawn("outbox relay", |stop| async move {
-        relay.run(stop).await;
-        Ok(())
-    });
-
-    let app = runtime::health::router(runtime::HealthState {
-        db: db.clone(),
-        nats: Some(bus.client().clone()),
-        tasks: tasks.readiness(),
-    });
-    let listener = tokio::net::TcpListener::bind(config.common.listen)
+    service.schedules(schedules);
+    service.relay(&db, &bus);
+    // Health and metrics only: github-sync serves no API.
+    service
+        .serve(&db, Some(bus.client().clone()), on_listen)
         .await
-        .with_context(|| format!("FORGESYNC_LISTEN: cannot bind {}", config.common.listen))?;
-    on_listen(listener.local_addr()?);
-    tasks.spawn("http server", |stop| async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await
-            .map_err(anyhow::Error::from)
-    });
-    tasks.run(config.common.shutdown_grace()).await
+}
+
+impl runtime::Launch for Config {
+    const NAME: &'static str = "github-sync";
+
+    fn common_mut(&mut self) -> &mut runtime::CommonArgs {
+        &mut self.common
+    }
+
+    fn launch(
+        self,
+        shutdown: CancellationToken,
+        on_listen: Box<dyn FnOnce(SocketAddr) + Send>,
+    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+        run(self, shutdown, on_listen)
+    }
 }

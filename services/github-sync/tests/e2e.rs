@@ -48,11 +48,14 @@ impl Stack {
         let mut model = generated.model;
         model.set_app_id("4242");
         let sim = GithubSim::start(model).await?;
-        let (control, keys) = testkit::spawn_control_api(env.common_args()).await?;
+        let (control, keys) = (
+            testkit::spawn(testkit::control_api_config(env.common_args())).await?,
+            testkit::control_api_keys()?,
+        );
         let mut config = testkit::github_sync_config(env.common_args());
         config.page_size = page_size;
         configure(&mut config);
-        let sync = testkit::spawn_github_sync(config).await?;
+        let sync = testkit::spawn(config).await?;
         let token = testkit::token(&keys, Role::Admin, None)?;
         let http = reqwest::Client::new();
         let api = control.url();
@@ -374,8 +377,7 @@ async fn a_deleted_repository_loses_its_mirror_and_monitors() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_replicas_share_the_jobs_and_none_runs_twice() -> Result<()> {
     let s = Stack::start(300, 100).await?;
-    let second =
-        testkit::spawn_github_sync(testkit::github_sync_config(s.env.common_args())).await?;
+    let second = testkit::spawn(testkit::github_sync_config(s.env.common_args())).await?;
     s.post(
         &format!("/workspaces/{}/connections/{}/activate", s.ws, s.conn),
         json!({}),

@@ -46,9 +46,11 @@ impl Stack {
         model.add_user_token(VICTIM_TOKEN, "victim");
         model.add_user_token(MALLORY_TOKEN, "mallory");
         let sim = GithubSim::start(model).await?;
-        let (control, keys) = testkit::spawn_control_api(env.common_args()).await?;
-        let sync =
-            testkit::spawn_github_sync(testkit::github_sync_config(env.common_args())).await?;
+        let (control, keys) = (
+            testkit::spawn(testkit::control_api_config(env.common_args())).await?,
+            testkit::control_api_keys()?,
+        );
+        let sync = testkit::spawn(testkit::github_sync_config(env.common_args())).await?;
         Ok(Stack {
             pool: env.db.db.get_postgres_connection_pool().clone(),
             admin: testkit::token(&keys, Role::Admin, None)?,

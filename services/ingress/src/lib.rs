@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use bus::Bus;
-use bus::relay::{Relay, RelayConfig};
 use sea_orm::DatabaseConnection;
 use store::entity::ConnectionKind;
 use store::secrets::Keyring;
@@ -190,33 +189,6 @@ impl std::fmt::Debug for Config {
     }
 }
 
-impl Config {
-    /// A config with every ingress default, for tests and the local stack.
-    pub fn with_defaults(common: runtime::CommonArgs, secret_key: String) -> Self {
-        Config {
-            common,
-            secret_key,
-            routing_keys: String::new(),
-            github_max_body_bytes: 25 * MIB,
-            gitlab_max_body_bytes: 25 * MIB,
-            slack_max_body_bytes: MIB,
-            outline_max_body_bytes: MIB,
-            concurrency: 512,
-            request_timeout_secs: 60,
-            body_timeout_secs: 30,
-            inline_body_bytes: 1024 * 1024,
-            digest_window_secs: 24 * 3600,
-            slack_tolerance_secs: 300,
-            retention_github_hours: 7 * 24,
-            retention_gitlab_hours: 7 * 24,
-            retention_slack_hours: 72,
-            retention_outline_hours: 72,
-            endpoint_cache_ms: 5_000,
-            relay_hold_ms: 2_000,
-        }
-    }
-}
-
 /// Parses `keyId=base64,...` routing keys.
 pub fn parse_routing_keys(spec: &str) -> anyhow::Result<HashMap<String, Vec<u8>>> {
     use base64::Engine as _;
@@ -332,10 +304,10 @@ pub async fn run(
     // first, and the streams are declared in the background once NATS answers.
     let bus = config.common.connect_bus_undeclared().await?;
     let hours = |h: u64| Duration::from_secs(h * 3600);
-    let mut tasks = runtime::Supervisor::new(&shutdown);
+    let mut service = runtime::Service::new("ingress", &config.common, &shutdown);
     // The writer outlives the server so the last inline publishes lose their dispatch records too.
     let (published, published_writer) = Published::new(db.clone());
-    tasks.spawn_draining("published-records writer", |stop| async move {
+    service.draining_task("published-records writer", |stop| async move {
         published_writer(stop).await;
         Ok(())
     });
@@ -371,22 +343,8 @@ pub async fn run(
             config.endpoint_cache_ms,
         ))),
     };
-    // Readiness: Postgres and the supervised tasks, not NATS (a NATS outage must not take the
-    // front door down).
-    let app = routes::router(state).merge(runtime::health::router(runtime::HealthState {
-        db: db.clone(),
-        nats: None,
-        tasks: tasks.readiness(),
-    }));
-
-    let listener = tokio::net::TcpListener::bind(config.common.listen)
-        .await
-        .with_context(|| format!("FORGESYNC_LISTEN: cannot bind {}", config.common.listen))?;
-    let addr = listener.local_addr()?;
-    tracing::info!(%addr, "ingress listening");
-    on_listen(addr);
-
-    tasks.spawn("stream declaration", {
+    service.routes(routes::router(state));
+    service.task("stream declaration", {
         let bus = bus.clone();
         move |stop| async move {
             if bus.declare_streams_until_done(&stop).await {
@@ -398,23 +356,31 @@ pub async fn run(
         }
     });
     // The dispatch records this service writes are relayed by the one outbox relay.
-    let relay = Relay::new(db.clone(), bus.clone(), RelayConfig::default());
-    tasks.spawn("outbox relay", |stop| async move {
-        relay.run(stop).await;
-        Ok(())
-    });
-    tasks.spawn("retention", {
+    service.relay(&db, &bus);
+    service.task("retention", {
         let (db, max_age) = (db.clone(), config.common.stream_settings().max_age);
         move |stop| async move {
             retention::run(db, max_age, stop).await;
             Ok(())
         }
     });
-    tasks.spawn("http server", |stop| async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await
-            .context("ingress server")
-    });
-    tasks.run(config.common.shutdown_grace()).await
+    // Readiness: Postgres and the supervised tasks, not NATS (a NATS outage must not take the
+    // front door down).
+    service.serve(&db, None, on_listen).await
+}
+
+impl runtime::Launch for Config {
+    const NAME: &'static str = "ingress";
+
+    fn common_mut(&mut self) -> &mut runtime::CommonArgs {
+        &mut self.common
+    }
+
+    fn launch(
+        self,
+        shutdown: CancellationToken,
+        on_listen: Box<dyn FnOnce(SocketAddr) + Send>,
+    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+        run(self, shutdown, on_listen)
+    }
 }

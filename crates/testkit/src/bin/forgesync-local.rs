@@ -1,4 +1,5 @@
-//! The local stack (`cargo xtask up`): every service that exists, in one process, against the
+//! The local stack (`cargo xtask up`): every service that exists, in one process (each started
+//! through `testkit::spawn`), against the
 //! Postgres and NATS that xtask provisioned, plus the GitHub simulator with a demo workspace
 //! connected to it. Also `migrate` for `cargo xtask migrate` and `reseal` for `cargo xtask reseal`.
 #![forbid(unsafe_code)]
@@ -113,11 +114,20 @@ async fn up(database_url: &str, nats_url: &str, listen: SocketAddr, demo: bool) 
         c
     };
     // control-api migrates first; the others start against the current schema.
-    let (control_api, keys) = testkit::spawn_control_api(common(listen, true)).await?;
-    let ingress = testkit::spawn_ingress(common(next_port(listen, 1), false)).await?;
+    let (control_api, keys) = (
+        testkit::spawn(testkit::control_api_config(common(listen, true))).await?,
+        testkit::control_api_keys()?,
+    );
+    let ingress =
+        testkit::spawn(testkit::ingress_config(common(next_port(listen, 1), false))).await?;
     let mut sync_config = testkit::github_sync_config(common(next_port(listen, 2), false));
-    sync_config.reconcile_cron = "0 0 3 * * *".to_owned();
-    let github_sync = testkit::spawn_github_sync(sync_config).await?;
+    // Unlike tests, the local stack reconciles on github-sync's own (default) schedule.
+    let defaults: github_sync::Config = testkit::config(
+        common(next_port(listen, 2), false),
+        &[format!("--secret-key={}", testkit::secret_key())],
+    )?;
+    sync_config.reconcile_cron = defaults.reconcile_cron;
+    let github_sync = testkit::spawn(sync_config).await?;
 
     let token = testkit::token(&keys, control_api::Role::Admin, None)?;
     let base = control_api.url();

@@ -114,7 +114,7 @@ async fn recent_failed_deliveries_are_redelivered_once_and_old_or_delivered_ones
     // A replica with the redelivery schedule (every second) joins.
     let mut config = testkit::github_sync_config(s.env.common_args());
     config.redeliver_cron = "* * * * * *".to_owned();
-    let _redelivering = testkit::spawn_github_sync(config).await?;
+    let _redelivering = testkit::spawn(config).await?;
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while s.count("SELECT count(*) FROM github_redelivery").await? < failed.len() as i64

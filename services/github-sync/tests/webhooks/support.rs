@@ -63,11 +63,14 @@ impl LiveStack {
         let mut model = generated.model;
         model.set_app_id("4242");
         let sim = GithubSim::start(model).await?;
-        let (control, keys) = testkit::spawn_control_api(env.common_args()).await?;
-        let ingress = testkit::spawn_ingress(env.common_args()).await?;
+        let (control, keys) = (
+            testkit::spawn(testkit::control_api_config(env.common_args())).await?,
+            testkit::control_api_keys()?,
+        );
+        let ingress = testkit::spawn(testkit::ingress_config(env.common_args())).await?;
         let mut config = testkit::github_sync_config(env.common_args());
         tweak(&mut config);
-        let sync = testkit::spawn_github_sync(config).await?;
+        let sync = testkit::spawn(config).await?;
         let token = testkit::token(&keys, Role::Admin, None)?;
         let http = reqwest::Client::new();
         let api = control.url();

@@ -93,7 +93,7 @@ fn b64(key: &[u8; 32]) -> String {
 async fn ingress_with_ring(h: &Harness, ring: &str) -> Result<Running> {
     let mut config = testkit::ingress_config(h.env.common_args());
     config.secret_key = ring.to_owned();
-    testkit::spawn_ingress_with(config).await
+    testkit::spawn(config).await
 }
 
 /// Puts `next` in front (the load balancer's switch), lets requests already on `previous` end,

@@ -31,7 +31,7 @@ impl Harness {
         let env = TestEnv::new().await?;
         let mut config = testkit::ingress_config(env.common_args());
         tweak(&mut config);
-        let ingress = testkit::spawn_ingress_with(config).await?;
+        let ingress = testkit::spawn(config).await?;
         Ok(Harness {
             env,
             ingress,

@@ -28,11 +28,14 @@ pub async fn run() -> Result<()> {
     let mut model = generated.model;
     model.set_app_id("4242");
     let sim = GithubSim::start(model).await?;
-    let (control, keys) = testkit::spawn_control_api(env.common_args()).await?;
+    let (control, keys) = (
+        testkit::spawn(testkit::control_api_config(env.common_args())).await?,
+        testkit::control_api_keys()?,
+    );
     let config = testkit::github_sync_config(env.common_args());
     let page_size = config.page_size;
     let webhook_concurrency = config.webhook_concurrency;
-    let sync = testkit::spawn_github_sync(config).await?;
+    let sync = testkit::spawn(config).await?;
     let pool = env.db.db.get_postgres_connection_pool().clone();
 
     let token = testkit::token(&keys, Role::Admin, None)?;

@@ -259,7 +259,7 @@ pub async fn run() -> Result<()> {
             .context("FORGESYNC_DB_POOL_SIZE must be a number")?;
     }
     let pool_size = common.db_pool_size as usize;
-    let ingress = testkit::spawn_ingress(common).await?;
+    let ingress = testkit::spawn(testkit::ingress_config(common)).await?;
     let url = format!("{}/webhooks/github", ingress.url());
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(PACED_MAX_IN_FLIGHT)

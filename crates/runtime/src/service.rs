@@ -1,0 +1,158 @@
+//! A service as wiring: its HTTP routes, consumers, schedules and outbox relay are declared on a
+//! [`Service`], which adds the health routes, binds the listener and runs every task under one
+//! [`Supervisor`]: a task ending fails readiness and the service (so the process exits non-zero),
+//! and a shutdown is bounded by `FORGESYNC_SHUTDOWN_GRACE`.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use axum::Router;
+use bus::Bus;
+use bus::consumer::{ConsumerSpec, Handler};
+use bus::relay::{Relay, RelayConfig};
+use sea_orm::DatabaseConnection;
+use tokio_util::sync::CancellationToken;
+
+use crate::{CommonArgs, HealthState, Readiness, ScheduleRunner, Supervisor};
+
+/// A service's entry point, implemented by its config: one way for a binary, the local stack and
+/// tests to start any service.
+pub trait Launch: Send + Sized + 'static {
+    /// The service's name, as in logs and its binary.
+    const NAME: &'static str;
+
+    /// The flags every service shares.
+    fn common_mut(&mut self) -> &mut CommonArgs;
+
+    /// Runs the service until `shutdown`; `on_listen` learns the bound address.
+    fn launch(
+        self,
+        shutdown: CancellationToken,
+        on_listen: Box<dyn FnOnce(SocketAddr) + Send>,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
+}
+
+/// The tasks and routes of one service; see the module docs.
+pub struct Service {
+    name: &'static str,
+    common: CommonArgs,
+    tasks: Supervisor,
+    routes: Router,
+}
+
+impl Service {
+    /// A service named `name` configured by `common`, stopping when `shutdown` is cancelled.
+    pub fn new(name: &'static str, common: &CommonArgs, shutdown: &CancellationToken) -> Self {
+        Service {
+            name,
+            common: common.clone(),
+            tasks: Supervisor::new(shutdown),
+            routes: Router::new(),
+        }
+    }
+
+    /// Whether every task still runs (the health routes report it).
+    pub fn readiness(&self) -> Readiness {
+        self.tasks.readiness()
+    }
+
+    /// Adds HTTP routes beside the health routes.
+    pub fn routes(&mut self, routes: Router) -> &mut Self {
+        self.routes = std::mem::take(&mut self.routes).merge(routes);
+        self
+    }
+
+    /// Runs `task(stop)` under supervision; see [`Supervisor::spawn`].
+    pub fn task<F, Fut>(&mut self, name: impl Into<String>, task: F) -> &mut Self
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        self.tasks.spawn(name, task);
+        self
+    }
+
+    /// Runs `task(stop)` until every other task has ended; see [`Supervisor::spawn_draining`].
+    pub fn draining_task<F, Fut>(&mut self, name: impl Into<String>, task: F) -> &mut Self
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        self.tasks.spawn_draining(name, task);
+        self
+    }
+
+    /// Runs a durable consumer, named after its durable name.
+    pub fn consumer<H: Handler>(
+        &mut self,
+        bus: &Bus,
+        db: &DatabaseConnection,
+        spec: ConsumerSpec,
+        handler: Arc<H>,
+    ) -> &mut Self {
+        let (bus, db) = (bus.clone(), db.clone());
+        self.task(
+            format!("consumer {}", spec.durable),
+            move |stop| async move {
+                bus::consumer::run(&bus, db, spec, handler, stop)
+                    .await
+                    .map_err(anyhow::Error::from)
+            },
+        )
+    }
+
+    /// Runs the schedules, if there are any (a runner without schedules would end at once).
+    pub fn schedules(&mut self, schedules: ScheduleRunner) -> &mut Self {
+        if schedules.is_empty() {
+            return self;
+        }
+        self.task("schedules", |stop| schedules.run(stop))
+    }
+
+    /// Relays the outbox rows this service writes; any number of relays is safe.
+    pub fn relay(&mut self, db: &DatabaseConnection, bus: &Bus) -> &mut Self {
+        let relay = Relay::new(db.clone(), bus.clone(), RelayConfig::default());
+        self.task("outbox relay", |stop| async move {
+            relay.run(stop).await;
+            Ok(())
+        })
+    }
+
+    /// Binds `FORGESYNC_LISTEN`, serves the routes with `/healthz`, `/readyz` and `/metrics`
+    /// (readiness checks `db`, `nats` when given, and the tasks), tells `on_listen` the address,
+    /// then supervises every task until shutdown or the first to end.
+    pub async fn serve(
+        self,
+        db: &DatabaseConnection,
+        nats: Option<async_nats::Client>,
+        on_listen: impl FnOnce(SocketAddr) + Send,
+    ) -> anyhow::Result<()> {
+        let Service {
+            name,
+            common,
+            mut tasks,
+            routes,
+        } = self;
+        let app = routes.merge(crate::health::router(HealthState {
+            db: db.clone(),
+            nats,
+            tasks: tasks.readiness(),
+        }));
+        let listener = tokio::net::TcpListener::bind(common.listen)
+            .await
+            .with_context(|| format!("FORGESYNC_LISTEN: cannot bind {}", common.listen))?;
+        let addr = listener.local_addr()?;
+        tracing::info!(%addr, service = name, "listening");
+        on_listen(addr);
+        tasks.spawn("http server", move |stop| async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await
+                .with_context(|| format!("{name} server"))
+        });
+        // FORGESYNC_SHUTDOWN_GRACE bounds the stop.
+        tasks.run(common.shutdown_grace()).await
+    }
+}
