@@ -10,12 +10,12 @@ use testkit::TestDb;
 #[tokio::test]
 async fn every_table_with_content_columns_is_listed_or_excluded() -> Result<()> {
     let db = TestDb::new().await?;
-    let pool = db.db.get_postgres_connection_pool().clone();
+    let pool = db.db.get_postgres_connection_pool();
     let columns: Vec<(String, String)> = sqlx::query_as(
         "SELECT table_name::text, column_name::text FROM information_schema.columns
           WHERE table_schema = 'public'",
     )
-    .fetch_all(&pool)
+    .fetch_all(pool)
     .await?;
     let schema: BTreeSet<(String, String)> = columns.into_iter().collect();
     let listed: BTreeSet<&str> = CONTENT_TABLES
@@ -48,6 +48,5 @@ async fn every_table_with_content_columns_is_listed_or_excluded() -> Result<()> 
             "NOT_CONTENT_TABLES names {t}, which the schema does not have"
         );
     }
-    db.drop().await;
     Ok(())
 }
