@@ -12,9 +12,9 @@ use lifecycle_core::source_key::LifecycleChange;
 use scm_mirror::comments::{self, CommentAction, CommentRow, ReviewComment, StoredComment};
 use scm_mirror::events::{self, Item, Origin};
 use scm_mirror::items::{self, Counts};
+use scm_mirror::reviews::{Review, StoredThread, Thread};
 use serde::Deserialize;
 use sqlx::PgPool;
-use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::payload::{self, Account, Repository};
@@ -102,24 +102,17 @@ pub async fn review(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, Webhoo
         .unwrap_or(event.pull_request.updated_at);
     let mut txn = pool.begin().await?;
     let item = parent(&mut txn, hook, &event.repository, &event.pull_request).await?;
-    let row: Option<(String, OffsetDateTime)> = sqlx::query_as(
-        "SELECT state, upstream_updated_at FROM review
-          WHERE pull_request_id = $1 AND native_id = $2 FOR UPDATE",
-    )
-    .bind(item.id)
-    .bind(r.id)
-    .fetch_optional(&mut *txn)
-    .await?;
-    let (state, dismissed) = match &row {
+    let stored = Review::lock(&mut txn, item.id, r.id).await?;
+    let (state, dismissed) = match &stored {
         None => (incoming, incoming == GithubReviewState::Dismissed),
-        Some((stored_state, stored_at)) => {
+        Some(stored) => {
             // Forward-only: an older payload changes nothing.
-            if by_updated_at(Some(*stored_at), updated_at) == Freshness::Stale {
+            if by_updated_at(Some(stored.updated_at), updated_at) == Freshness::Stale {
                 txn.commit().await?;
                 return Ok(Outcome::Unchanged);
             }
             // Unknown stored text cannot be dismissed already: the payload's state applies.
-            let stored = review_state(stored_state).unwrap_or(GithubReviewState::Pending);
+            let stored = review_state(&stored.state).unwrap_or(GithubReviewState::Pending);
             // A dismissal is final: a dismissed review keeps its state, and only the move into
             // the dismissed state publishes.
             match github_review_state(stored, incoming) {
@@ -128,31 +121,19 @@ pub async fn review(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, Webhoo
             }
         }
     };
-    sqlx::query(
-        "INSERT INTO review (id, pull_request_id, native_id, node_id, author, body, state,
-                             commit_sha, submitted_at, upstream_updated_at, dismissed_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, CASE WHEN $11 THEN $10 END)
-         ON CONFLICT (pull_request_id, native_id) DO UPDATE SET
-            node_id = EXCLUDED.node_id, author = EXCLUDED.author, body = EXCLUDED.body,
-            state = EXCLUDED.state, commit_sha = coalesce(EXCLUDED.commit_sha, review.commit_sha),
-            submitted_at = coalesce(EXCLUDED.submitted_at, review.submitted_at),
-            upstream_updated_at = EXCLUDED.upstream_updated_at,
-            dismissed_at = coalesce(review.dismissed_at, EXCLUDED.dismissed_at),
-            mirrored_at = now()",
-    )
-    .bind(Uuid::now_v7())
-    .bind(item.id)
-    .bind(r.id)
-    .bind(&r.node_id)
-    .bind(r.user.as_ref().map(|u| &u.login))
-    .bind(&r.body)
-    .bind(state_text(state))
-    .bind(&r.commit_id)
-    .bind(r.submitted_at)
-    .bind(updated_at)
-    .bind(dismissed)
-    .execute(&mut *txn)
-    .await?;
+    let review = Review {
+        pull_request_id: item.id,
+        native_id: r.id,
+        node_id: &r.node_id,
+        author: r.user.as_ref().map(|u| u.login.as_str()),
+        body: r.body.as_deref(),
+        state: state_text(state),
+        commit_sha: r.commit_id.as_deref(),
+        submitted_at: r.submitted_at,
+        updated_at,
+        dismissed,
+    };
+    review.write(&mut txn).await?;
     if dismissed {
         // The dismissal's identity is the updated_at the review stores for it.
         let review = r.id.to_string();
@@ -226,52 +207,29 @@ pub async fn thread(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, Webhoo
     let mut txn = pool.begin().await?;
     let item = parent(&mut txn, hook, &event.repository, &event.pull_request).await?;
     let t = &event.thread;
-    let row: Option<(Uuid, Option<bool>, Option<OffsetDateTime>)> = sqlx::query_as(
-        "SELECT id, resolved, resolution_received_at FROM review_thread
-          WHERE pull_request_id = $1 AND node_id = $2 FOR UPDATE",
-    )
-    .bind(item.id)
-    .bind(&t.node_id)
-    .fetch_optional(&mut *txn)
-    .await?;
+    let stored = Thread::lock(&mut txn, item.id, &t.node_id).await?;
     // Dated state: a resolution received earlier than the stored one changes nothing.
-    if let Some((_, _, Some(stored_at))) = row
+    if let Some(StoredThread {
+        resolution_received_at: Some(stored_at),
+        ..
+    }) = stored
         && received_at < stored_at
     {
         txn.commit().await?;
         return Ok(Outcome::Unchanged);
     }
-    let was_resolved = row.as_ref().and_then(|r| r.1) == Some(true);
+    let was_resolved = stored.and_then(|s| s.resolved) == Some(true);
     let newly_resolved = resolved && !was_resolved;
-    let latest = t.comments.iter().map(|c| c.updated_at).max();
-    let (thread_id,): (Uuid,) = sqlx::query_as(
-        "INSERT INTO review_thread (id, pull_request_id, node_id, path, resolved, resolved_at,
-                                    resolved_by, upstream_updated_at, resolution_received_at)
-         VALUES ($1, $2, $3, $4, $5, CASE WHEN $5 THEN $6 END, CASE WHEN $5 THEN $7 END, $8, $6)
-         ON CONFLICT (pull_request_id, node_id) DO UPDATE SET
-            path = coalesce(EXCLUDED.path, review_thread.path),
-            resolved = EXCLUDED.resolved,
-            resolved_at = CASE WHEN NOT EXCLUDED.resolved THEN NULL
-                               WHEN review_thread.resolved THEN review_thread.resolved_at
-                               ELSE EXCLUDED.resolved_at END,
-            resolved_by = CASE WHEN NOT EXCLUDED.resolved THEN NULL
-                               WHEN review_thread.resolved THEN review_thread.resolved_by
-                               ELSE EXCLUDED.resolved_by END,
-            upstream_updated_at = greatest(EXCLUDED.upstream_updated_at,
-                                           review_thread.upstream_updated_at),
-            resolution_received_at = EXCLUDED.resolution_received_at, mirrored_at = now()
-         RETURNING id",
-    )
-    .bind(Uuid::now_v7())
-    .bind(item.id)
-    .bind(&t.node_id)
-    .bind(t.comments.first().and_then(|c| c.path.as_deref()))
-    .bind(resolved)
-    .bind(received_at)
-    .bind(event.sender.as_ref().map(|s| &s.login))
-    .bind(latest)
-    .fetch_one(&mut *txn)
-    .await?;
+    let thread = Thread {
+        pull_request_id: item.id,
+        node_id: &t.node_id,
+        path: t.comments.first().and_then(|c| c.path.as_deref()),
+        resolved,
+        received_at,
+        resolved_by: event.sender.as_ref().map(|s| s.login.as_str()),
+        latest: t.comments.iter().map(|c| c.updated_at).max(),
+    };
+    let thread_id = thread.write(&mut txn).await?;
     // The thread's comments: forward-only like any review comment, and filed under the thread.
     for c in &t.comments {
         let comment = review_comment_row(item.id, c, Some(thread_id));
