@@ -9,12 +9,12 @@ use lifecycle_core::github::checks::{
     RunList, RunReadOutcome, StoredRun, StoredRuns, apply_run_read, assess_runs, github_check_state,
 };
 use lifecycle_core::source_key::LifecycleChange;
+use scm_mirror::events::{self, Item, Origin};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::events::{self, Item, Origin};
 use crate::source::{GithubSource, RepoRef, SourceError};
 
 /// A run as `pull_request.head_check_runs` stores it.

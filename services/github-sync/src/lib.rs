@@ -4,12 +4,10 @@
 #![forbid(unsafe_code)]
 
 pub mod check_runs;
-pub mod events;
 pub mod github;
 pub mod handlers;
 pub mod jobs;
 pub mod mirror;
-pub mod monitors;
 pub mod redeliver;
 pub mod source;
 pub mod sync;

@@ -5,16 +5,9 @@
 use lifecycle_core::github::checks::CommitChecksRead;
 use lifecycle_core::listing::ListingFault;
 use lifecycle_core::partial::PathSegment;
-use time::OffsetDateTime;
-
-/// `owner/name` of a repository as GitHub reports it now, with its native id when known (a
-/// repository the credentials reach always carries it; a webhook's may not).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RepoRef {
-    pub owner: String,
-    pub name: String,
-    pub native_id: Option<i64>,
-}
+// The shapes the mirror writes are shared with every SCM sync.
+pub use scm_mirror::items::{IssueNode, PullRequestNode};
+pub use scm_mirror::repository::{RepoHeader, RepoRef};
 
 /// What a connection's credentials reach now.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -27,62 +20,6 @@ pub struct Reach {
     /// The connection reaches these repositories and no others (a PAT's configured list): its
     /// monitors of anything else lose their proof and are removed.
     pub exclusive: bool,
-}
-
-/// The repository header every page carries.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RepoHeader {
-    pub native_id: i64,
-    pub node_id: String,
-    pub owner: String,
-    pub name: String,
-    pub archived: Option<bool>,
-}
-
-/// One issue as listed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IssueNode {
-    pub native_id: i64,
-    pub node_id: String,
-    pub number: i32,
-    pub title: String,
-    pub body: String,
-    /// `open` or `closed`.
-    pub state: String,
-    pub state_reason: Option<String>,
-    pub author: Option<String>,
-    pub locked: Option<bool>,
-    pub lock_reason: Option<String>,
-    /// `None` when the vendor reported an error for the count (unknown, not zero).
-    pub comment_count: Option<i32>,
-    pub created_at: OffsetDateTime,
-    pub updated_at: OffsetDateTime,
-    pub closed_at: Option<OffsetDateTime>,
-}
-
-/// One pull request as listed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PullRequestNode {
-    pub native_id: i64,
-    pub node_id: String,
-    pub number: i32,
-    pub title: String,
-    pub body: String,
-    /// `open`, `closed` or `merged`.
-    pub state: String,
-    pub draft: Option<bool>,
-    pub author: Option<String>,
-    pub locked: Option<bool>,
-    pub lock_reason: Option<String>,
-    pub comment_count: Option<i32>,
-    pub review_count: Option<i32>,
-    pub head_ref: Option<String>,
-    pub head_sha: Option<String>,
-    pub base_ref: Option<String>,
-    pub created_at: OffsetDateTime,
-    pub updated_at: OffsetDateTime,
-    pub closed_at: Option<OffsetDateTime>,
-    pub merged_at: Option<OffsetDateTime>,
 }
 
 /// One page of a listing.

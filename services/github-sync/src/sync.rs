@@ -14,15 +14,16 @@ use backon::BackoffBuilder as _;
 use lifecycle_core::deletion::{BlastRadius, SkipReason, SweepDecision, SweepPass};
 use lifecycle_core::job::SyncJobType;
 use lifecycle_core::listing::{ListingFault, ListingPage, NextStep, UpstreamListing};
+use scm_mirror::events::Origin;
+use scm_mirror::items::{self, ItemClass};
+use scm_mirror::monitors;
 use sqlx::PgPool;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::check_runs;
-use crate::events::Origin;
 use crate::jobs::{ClaimedJob, JobControl, JobOutcome, Jobs};
-use crate::mirror::{self, ItemClass};
-use crate::monitors;
+use crate::mirror;
 use crate::source::{GithubSource, Page, RepoRef, SourceError};
 
 /// Tunables of a pass.
@@ -534,7 +535,7 @@ impl Engine {
         // Deletion gate: candidates are the live rows before the listing starts.
         let candidates = match known_repo {
             Some(id) if job.job_type == SyncJobType::Reconciliation => {
-                mirror::live_native_ids(&self.pool, class, id).await?
+                items::live_native_ids(&self.pool, class, id).await?
             }
             _ => Vec::new(),
         };
@@ -606,7 +607,7 @@ impl Engine {
             let repo_id = match repository_id {
                 Some(id) => id,
                 None => {
-                    let id = mirror::ensure_repository(
+                    let id = scm_mirror::repository::ensure_repository(
                         &self.pool,
                         provider_instance_id,
                         &header.repository,
@@ -706,7 +707,7 @@ impl Engine {
                 if ids.is_empty() {
                     return Ok(());
                 }
-                let n = mirror::tombstone(&self.pool, class, repo, &ids, OffsetDateTime::now_utc())
+                let n = items::tombstone(&self.pool, class, repo, &ids, OffsetDateTime::now_utc())
                     .await?;
                 tracing::info!(
                     tombstoned = n,
@@ -813,10 +814,8 @@ impl PageWrite {
         repository_id: Uuid,
     ) -> Result<mirror::Written, sqlx::Error> {
         match self {
-            PageWrite::Issues(page) => mirror::upsert_issues(pool, repository_id, page).await,
-            PageWrite::PullRequests(page) => {
-                mirror::upsert_pull_requests(pool, repository_id, page).await
-            }
+            PageWrite::Issues(page) => mirror::upsert_page(pool, repository_id, page).await,
+            PageWrite::PullRequests(page) => mirror::upsert_page(pool, repository_id, page).await,
         }
     }
 }

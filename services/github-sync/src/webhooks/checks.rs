@@ -3,13 +3,13 @@
 //! through the connection's reader and applied (see [`crate::check_runs`]). Our own App's suite
 //! is ignored; a failed read records nothing, and the next hook or scheduled re-read tries again.
 
+use scm_mirror::events::Origin;
 use serde::Deserialize;
 use sqlx::PgPool;
 
 use super::payload::Repository;
 use super::{Outcome, Readers, Webhook, WebhookError, monitored_repository, parse};
 use crate::check_runs::{self, Applied};
-use crate::events::Origin;
 use crate::source::RepoRef;
 
 #[derive(Debug, Deserialize)]

@@ -14,13 +14,13 @@
 //! A listed repository becomes a monitor bound to its native id only once the connection's own
 //! installation token reads it by that id; the rest wait for the next reconcile's listing.
 
+use scm_mirror::monitors;
 use serde::Deserialize;
 use sqlx::PgPool;
 use store::admission::{self, Scope};
 use uuid::Uuid;
 
 use super::{Outcome, Readers, Webhook, WebhookError, parse, record_activity};
-use crate::monitors;
 use crate::source::RepoRef;
 
 #[derive(Debug, Deserialize)]

@@ -2,16 +2,17 @@
 //! locked, in the same transaction as the sync's writes), and each lifecycle change records its
 //! item event under its source key, so duplicates, late copies and the sync add nothing twice.
 
-use lifecycle_core::forward::{Freshness, Push, by_updated_at};
-use lifecycle_core::partial::Field;
+use lifecycle_core::forward::{Freshness, Push};
 use lifecycle_core::source_key::{LifecycleChange, state_event_publishes};
+use scm_mirror::events::{self, Item, Origin};
+use scm_mirror::items::{self, Counts, ItemNode, ItemStep, StoredItem};
 use serde::Deserialize;
 use sqlx::PgPool;
+use time::OffsetDateTime;
+use uuid::Uuid;
 
 use super::payload::{self, Repository};
 use super::{Outcome, Webhook, WebhookError, misfiled, monitored_repository, parse, reviewers};
-use crate::events::{self, Item, Origin};
-use crate::mirror::{self, ItemClass};
 
 #[derive(Debug, Deserialize)]
 struct IssuesEvent {
@@ -44,54 +45,34 @@ pub async fn issues(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, Webhoo
     let node = event.issue.node();
     let mut txn = pool.begin().await?;
     let repository_id = monitored_repository(&mut txn, hook, &event.repository).await?;
-    let misfiled = misfiled::refile_admitted(
-        &mut txn,
-        ItemClass::Issue,
-        hook,
-        repository_id,
-        node.native_id,
-        node.number,
-    );
-    if let Some(skipped) = misfiled.await? {
-        return Ok(skipped);
-    }
-    let stored =
-        mirror::lock_items(&mut txn, ItemClass::Issue, repository_id, &[node.native_id]).await?;
-    let prior = stored.get(&node.native_id);
-    // Forward-only: an older payload changes nothing.
-    let freshness = by_updated_at(prior.map(|p| p.updated_at), node.updated_at);
-    let (id, stored_state) = match (freshness, prior) {
-        (Freshness::Stale, Some(prior)) => (prior.id, prior.state.clone()),
-        _ => {
-            let comments = mirror::reported_count(node.comment_count);
-            let id = mirror::write_issue(&mut txn, repository_id, &node, comments, prior).await?;
-            (id, node.state.clone())
-        }
+    let counts = Counts::reported(node.comment_count);
+    let (step, prior) = match write_item(&mut txn, hook, repository_id, &node, counts, None).await?
+    {
+        Ok(written) => written,
+        Err(skipped) => return Ok(skipped),
     };
-    let item = Item::issue(id, repository_id);
+    let freshness = step.freshness;
+    let stored_state = match (freshness, &prior) {
+        (Freshness::Stale, Some(prior)) => &prior.state,
+        _ => &node.state,
+    };
     let change = match event.action.as_str() {
         "opened" => Some(LifecycleChange::Opened {
             created_at: node.created_at,
         }),
         "closed" => node
             .closed_at
-            .filter(|_| publishes(freshness, &stored_state, &node.state))
+            .filter(|_| publishes(freshness, stored_state, &node.state))
             .map(|closed_at| LifecycleChange::Close { closed_at }),
         "reopened" => {
-            publishes(freshness, &stored_state, &node.state).then_some(LifecycleChange::Reopen {
+            publishes(freshness, stored_state, &node.state).then_some(LifecycleChange::Reopen {
                 at: node.updated_at,
             })
         }
         _ => None,
     };
-    let recorded = match change {
-        Some(change) => {
-            events::record(&mut txn, &item, &change, node.updated_at, Origin::Webhook).await?
-        }
-        None => false,
-    };
-    txn.commit().await?;
-    Ok(outcome(freshness, recorded))
+    let item = Item::issue(step.id, repository_id);
+    finish(txn, &item, change, node.updated_at, freshness).await
 }
 
 /// Handles a `pull_request` delivery.
@@ -100,25 +81,6 @@ pub async fn pull_request(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, 
     let node = event.pull_request.node();
     let mut txn = pool.begin().await?;
     let repository_id = monitored_repository(&mut txn, hook, &event.repository).await?;
-    let misfiled = misfiled::refile_admitted(
-        &mut txn,
-        ItemClass::PullRequest,
-        hook,
-        repository_id,
-        node.native_id,
-        node.number,
-    );
-    if let Some(skipped) = misfiled.await? {
-        return Ok(skipped);
-    }
-    let stored = mirror::lock_items(
-        &mut txn,
-        ItemClass::PullRequest,
-        repository_id,
-        &[node.native_id],
-    )
-    .await?;
-    let prior = stored.get(&node.native_id);
     let push = match (event.action.as_str(), &event.before, &event.after) {
         ("synchronize", Some(before), Some(after)) => Some(Push {
             before: before.clone(),
@@ -127,29 +89,22 @@ pub async fn pull_request(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, 
         }),
         _ => None,
     };
-    // Forward-only: an older payload changes nothing.
-    let freshness = by_updated_at(prior.map(|p| p.updated_at), node.updated_at);
-    let (id, stored_state, stored_draft) = match (freshness, prior) {
-        (Freshness::Stale, Some(prior)) => (prior.id, prior.state.clone(), prior.draft),
-        _ => {
-            let move_head = mirror::head_moves(prior, &node, push.as_ref());
-            let counts = (mirror::reported_count(node.comment_count), Field::Absent);
-            let id = mirror::write_pull_request(
-                &mut txn,
-                repository_id,
-                &node,
-                counts,
-                prior,
-                move_head,
-            )
-            .await?;
-            let draft = node.draft.or(prior.and_then(|p| p.draft));
-            (id, node.state.clone(), draft)
-        }
+    let counts = Counts::reported(node.comment_count);
+    let written = write_item(&mut txn, hook, repository_id, &node, counts, push.as_ref());
+    let (step, prior) = match written.await? {
+        Ok(written) => written,
+        Err(skipped) => return Ok(skipped),
+    };
+    let freshness = step.freshness;
+    let (stored_state, stored_draft) = match (freshness, &prior) {
+        (Freshness::Stale, Some(prior)) => (&prior.state, prior.draft),
+        _ => (
+            &node.state,
+            node.draft.or(prior.as_ref().and_then(|p| p.draft)),
+        ),
     };
     // Reviewer lists are dated by receipt, not by updated_at: applied even from a stale payload.
-    reviewers::apply_payload(&mut txn, id, hook.received_at, &event.pull_request).await?;
-    let item = Item::pull_request(id, repository_id);
+    reviewers::apply_payload(&mut txn, step.id, hook.received_at, &event.pull_request).await?;
     let at = node.updated_at;
     let change = match event.action.as_str() {
         "opened" => Some(LifecycleChange::Opened {
@@ -165,7 +120,7 @@ pub async fn pull_request(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, 
             .then_some(LifecycleChange::Ready { at }),
         "converted_to_draft" => publishes(freshness, &stored_draft, &Some(true))
             .then_some(LifecycleChange::Draft { at }),
-        "reopened" => publishes(freshness, &stored_state, &node.state)
+        "reopened" => publishes(freshness, stored_state, &node.state)
             .then_some(LifecycleChange::Reopen { at }),
         // A merge is final: it records whenever it is reported (the key absorbs repeats).
         "closed" if node.state == "merged" => node
@@ -173,22 +128,54 @@ pub async fn pull_request(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, 
             .map(|merged_at| LifecycleChange::Merge { merged_at }),
         "closed" => node
             .closed_at
-            .filter(|_| publishes(freshness, &stored_state, &node.state))
+            .filter(|_| publishes(freshness, stored_state, &node.state))
             .map(|closed_at| LifecycleChange::Close { closed_at }),
         _ => None,
     };
+    let item = Item::pull_request(step.id, repository_id);
+    finish(txn, &item, change, at, freshness).await
+}
+
+/// The forward-only step for an item delivery, after misfiled work is refiled: `Err` carries
+/// the outcome of a delivery whose work stays with its holding repository.
+async fn write_item<N: ItemNode>(
+    txn: &mut sqlx::PgConnection,
+    hook: &Webhook<'_>,
+    repository_id: Uuid,
+    node: &N,
+    counts: Counts,
+    push: Option<&Push>,
+) -> Result<Result<(ItemStep, Option<StoredItem>), Outcome>, WebhookError> {
+    let key = node.key();
+    let misfiled = misfiled::refile_admitted(
+        txn,
+        N::CLASS,
+        hook,
+        repository_id,
+        key.native_id,
+        key.number,
+    );
+    if let Some(skipped) = misfiled.await? {
+        return Ok(Err(skipped));
+    }
+    let written = items::lock_compare_write(txn, repository_id, node, counts, push).await?;
+    Ok(Ok(written))
+}
+
+/// Records the delivery's change of `item`, if any, and commits.
+async fn finish(
+    mut txn: sqlx::Transaction<'_, sqlx::Postgres>,
+    item: &Item,
+    change: Option<LifecycleChange<'_>>,
+    version: OffsetDateTime,
+    freshness: Freshness,
+) -> Result<Outcome, WebhookError> {
     let recorded = match change {
-        Some(change) => events::record(&mut txn, &item, &change, at, Origin::Webhook).await?,
+        Some(change) => events::record(&mut txn, item, &change, version, Origin::Webhook).await?,
         None => false,
     };
     txn.commit().await?;
-    Ok(outcome(freshness, recorded))
-}
-
-fn outcome(freshness: Freshness, recorded: bool) -> Outcome {
-    if freshness == Freshness::Apply || recorded {
-        Outcome::Applied
-    } else {
-        Outcome::Unchanged
-    }
+    Ok(Outcome::of_change(
+        freshness == Freshness::Apply || recorded,
+    ))
 }

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use store::admission::{self, Scope};
 
 use super::{Outcome, Webhook, WebhookError};
-use crate::mirror::ItemClass;
+use scm_mirror::items::ItemClass;
 
 /// Why misfiled work stays where it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -37,6 +37,15 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// `Applied` when the delivery changed the mirror or recorded an event, else `Unchanged`.
+    pub fn of_change(changed: bool) -> Self {
+        if changed {
+            Outcome::Applied
+        } else {
+            Outcome::Unchanged
+        }
+    }
+
     fn as_str(self) -> &'static str {
         match self {
             Outcome::Applied => "applied",
@@ -278,7 +287,7 @@ pub async fn monitored_repository(
     if let Some((id,)) = found {
         return Ok(id);
     }
-    let id = crate::mirror::ensure_repository(
+    let id = scm_mirror::repository::ensure_repository(
         &mut *conn,
         hook.provider_instance_id,
         &repository.header(),

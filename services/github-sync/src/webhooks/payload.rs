@@ -4,7 +4,8 @@
 use serde::Deserialize;
 use time::OffsetDateTime;
 
-use crate::source::{IssueNode, PullRequestNode, RepoHeader};
+use scm_mirror::items::{IssueNode, PullRequestNode};
+use scm_mirror::repository::RepoHeader;
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct Account {

@@ -10,13 +10,13 @@
 //! the repository as the payload does: the row and every id-bound monitor are re-keyed by native
 //! id, so the consumer filters follow. `transferred` is left to the next reconcile.
 
+use scm_mirror::monitors;
 use serde::Deserialize;
 use sqlx::PgPool;
 use store::admission::{self, Admitted, Scope};
 
 use super::payload::Repository;
 use super::{Outcome, Readers, Webhook, WebhookError, parse, record_activity};
-use crate::monitors;
 use crate::source::RepoRef;
 
 #[derive(Debug, Deserialize)]

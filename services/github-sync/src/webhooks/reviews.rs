@@ -9,16 +9,16 @@ use lifecycle_core::forward::{
     Freshness, GithubReviewState, ReviewTransition, by_updated_at, github_review_state,
 };
 use lifecycle_core::source_key::LifecycleChange;
+use scm_mirror::comments::{self, CommentAction, CommentRow, ReviewComment, StoredComment};
+use scm_mirror::events::{self, Item, Origin};
+use scm_mirror::items::{self, Counts};
+use scm_mirror::reviews::{Review, StoredThread, Thread};
 use serde::Deserialize;
 use sqlx::PgPool;
-use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::comments::{CommentAction, StoredComment, record_edit};
 use super::payload::{self, Account, Repository};
 use super::{Outcome, Webhook, WebhookError, micros, monitored_repository, parse, reviewers};
-use crate::events::{self, Item, Origin};
-use crate::mirror::{self, ItemClass};
 
 #[derive(Debug, Deserialize)]
 struct ReviewEvent {
@@ -46,34 +46,20 @@ struct ThreadEvent {
     sender: Option<Account>,
 }
 
-/// The pull request a review payload is about, locked; created from the payload when it is not
-/// mirrored yet (a stub the pull_request handler and the sync move forward later). Its reviewer
-/// lists are a dated snapshot like any pull request payload's.
+/// The pull request a review payload is about, in a monitored repository, locked; created from
+/// the payload when it is not mirrored yet (a stub the pull_request handler and the sync move
+/// forward later). Its reviewer lists are a dated snapshot like any pull request payload's.
 async fn parent(
     txn: &mut sqlx::PgConnection,
-    repository_id: Uuid,
+    hook: &Webhook<'_>,
+    repository: &Repository,
     pr: &payload::PullRequest,
-    received_at: OffsetDateTime,
-) -> Result<Item, sqlx::Error> {
+) -> Result<Item, WebhookError> {
+    let repository_id = monitored_repository(txn, hook, repository).await?;
     let node = pr.node();
-    let stored = mirror::lock_items(
-        txn,
-        ItemClass::PullRequest,
-        repository_id,
-        &[node.native_id],
-    )
-    .await?;
-    let id = match stored.get(&node.native_id) {
-        Some(prior) => prior.id,
-        None => {
-            let counts = (
-                mirror::reported_count(node.comment_count),
-                lifecycle_core::partial::Field::Absent,
-            );
-            mirror::write_pull_request(txn, repository_id, &node, counts, None, true).await?
-        }
-    };
-    reviewers::apply_payload(txn, id, received_at, pr).await?;
+    let counts = Counts::reported(node.comment_count);
+    let id = items::lock_or_stub(txn, repository_id, &node, counts).await?;
+    reviewers::apply_payload(txn, id, hook.received_at, pr).await?;
     Ok(Item::pull_request(id, repository_id))
 }
 
@@ -115,32 +101,18 @@ pub async fn review(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, Webhoo
         .or(r.submitted_at)
         .unwrap_or(event.pull_request.updated_at);
     let mut txn = pool.begin().await?;
-    let repository_id = monitored_repository(&mut txn, hook, &event.repository).await?;
-    let item = parent(
-        &mut txn,
-        repository_id,
-        &event.pull_request,
-        hook.received_at,
-    )
-    .await?;
-    let row: Option<(String, OffsetDateTime)> = sqlx::query_as(
-        "SELECT state, upstream_updated_at FROM review
-          WHERE pull_request_id = $1 AND native_id = $2 FOR UPDATE",
-    )
-    .bind(item.id)
-    .bind(r.id)
-    .fetch_optional(&mut *txn)
-    .await?;
-    let (state, dismissed) = match &row {
+    let item = parent(&mut txn, hook, &event.repository, &event.pull_request).await?;
+    let stored = Review::lock(&mut txn, item.id, r.id).await?;
+    let (state, dismissed) = match &stored {
         None => (incoming, incoming == GithubReviewState::Dismissed),
-        Some((stored_state, stored_at)) => {
+        Some(stored) => {
             // Forward-only: an older payload changes nothing.
-            if by_updated_at(Some(*stored_at), updated_at) == Freshness::Stale {
+            if by_updated_at(Some(stored.updated_at), updated_at) == Freshness::Stale {
                 txn.commit().await?;
                 return Ok(Outcome::Unchanged);
             }
             // Unknown stored text cannot be dismissed already: the payload's state applies.
-            let stored = review_state(stored_state).unwrap_or(GithubReviewState::Pending);
+            let stored = review_state(&stored.state).unwrap_or(GithubReviewState::Pending);
             // A dismissal is final: a dismissed review keeps its state, and only the move into
             // the dismissed state publishes.
             match github_review_state(stored, incoming) {
@@ -149,31 +121,19 @@ pub async fn review(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, Webhoo
             }
         }
     };
-    sqlx::query(
-        "INSERT INTO review (id, pull_request_id, native_id, node_id, author, body, state,
-                             commit_sha, submitted_at, upstream_updated_at, dismissed_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, CASE WHEN $11 THEN $10 END)
-         ON CONFLICT (pull_request_id, native_id) DO UPDATE SET
-            node_id = EXCLUDED.node_id, author = EXCLUDED.author, body = EXCLUDED.body,
-            state = EXCLUDED.state, commit_sha = coalesce(EXCLUDED.commit_sha, review.commit_sha),
-            submitted_at = coalesce(EXCLUDED.submitted_at, review.submitted_at),
-            upstream_updated_at = EXCLUDED.upstream_updated_at,
-            dismissed_at = coalesce(review.dismissed_at, EXCLUDED.dismissed_at),
-            mirrored_at = now()",
-    )
-    .bind(Uuid::now_v7())
-    .bind(item.id)
-    .bind(r.id)
-    .bind(&r.node_id)
-    .bind(r.user.as_ref().map(|u| &u.login))
-    .bind(&r.body)
-    .bind(state_text(state))
-    .bind(&r.commit_id)
-    .bind(r.submitted_at)
-    .bind(updated_at)
-    .bind(dismissed)
-    .execute(&mut *txn)
-    .await?;
+    let review = Review {
+        pull_request_id: item.id,
+        native_id: r.id,
+        node_id: &r.node_id,
+        author: r.user.as_ref().map(|u| u.login.as_str()),
+        body: r.body.as_deref(),
+        state: state_text(state),
+        commit_sha: r.commit_id.as_deref(),
+        submitted_at: r.submitted_at,
+        updated_at,
+        dismissed,
+    };
+    review.write(&mut txn).await?;
     if dismissed {
         // The dismissal's identity is the updated_at the review stores for it.
         let review = r.id.to_string();
@@ -195,134 +155,36 @@ pub async fn review_comment(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome
         return Ok(Outcome::Ignored);
     };
     let mut txn = pool.begin().await?;
-    let repository_id = monitored_repository(&mut txn, hook, &event.repository).await?;
-    let item = parent(
-        &mut txn,
-        repository_id,
-        &event.pull_request,
-        hook.received_at,
-    )
-    .await?;
-    let c = &event.comment;
-    let stored = lock_review_comment(&mut txn, item.id, c.id).await?;
-    let wrote = match action {
-        CommentAction::Deleted => {
-            tombstone_review_comment(&mut txn, item.id, c, hook.received_at).await?
-        }
-        CommentAction::Created | CommentAction::Edited => {
-            let fresh = stored.freshness(c.updated_at) == Freshness::Apply;
-            if fresh {
-                write_review_comment(&mut txn, item.id, c, None).await?;
-            }
-            fresh
-        }
-    };
-    let recorded = match action {
-        CommentAction::Edited => {
-            let text = c.body.as_deref().unwrap_or_default();
-            let version = event.pull_request.updated_at;
-            record_edit(&mut txn, &item, stored, c.id, c.updated_at, text, version).await?
-        }
-        CommentAction::Created | CommentAction::Deleted => false,
-    };
+    let item = parent(&mut txn, hook, &event.repository, &event.pull_request).await?;
+    let comment = review_comment_row(item.id, &event.comment, None);
+    let version = event.pull_request.updated_at;
+    let deleted_at = micros(hook.received_at);
+    let changed = comments::apply(&mut txn, &item, action, &comment, version, deleted_at).await?;
     txn.commit().await?;
-    Ok(if wrote || recorded {
-        Outcome::Applied
-    } else {
-        Outcome::Unchanged
-    })
+    Ok(Outcome::of_change(changed))
 }
 
-async fn lock_review_comment(
-    txn: &mut sqlx::PgConnection,
-    pull_request_id: Uuid,
-    native_id: i64,
-) -> Result<StoredComment, sqlx::Error> {
-    let row: Option<(OffsetDateTime, Option<OffsetDateTime>)> = sqlx::query_as(
-        "SELECT upstream_updated_at, deleted_at FROM review_comment
-          WHERE pull_request_id = $1 AND native_id = $2 FOR UPDATE",
-    )
-    .bind(pull_request_id)
-    .bind(native_id)
-    .fetch_optional(&mut *txn)
-    .await?;
-    Ok(StoredComment::from_row(row))
-}
-
-/// Writes a review comment over its locked row (the caller checked freshness). Every writer
-/// holds the pull request's row first, so no other writer inserts it between the two.
-async fn write_review_comment(
-    txn: &mut sqlx::PgConnection,
+/// A review comment of the payload, as the mirror stores it.
+fn review_comment_row(
     pull_request_id: Uuid,
     c: &payload::ReviewComment,
     thread_id: Option<Uuid>,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO review_comment (id, pull_request_id, thread_id, review_native_id, native_id,
-                                     node_id, in_reply_to, path, line, commit_sha, author, body,
-                                     upstream_created_at, upstream_updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
-         ON CONFLICT (pull_request_id, native_id) DO UPDATE SET
-            thread_id = coalesce(EXCLUDED.thread_id, review_comment.thread_id),
-            review_native_id = coalesce(EXCLUDED.review_native_id, review_comment.review_native_id),
-            node_id = EXCLUDED.node_id, in_reply_to = EXCLUDED.in_reply_to,
-            path = EXCLUDED.path, line = EXCLUDED.line, commit_sha = EXCLUDED.commit_sha,
-            author = EXCLUDED.author, body = EXCLUDED.body,
-            upstream_created_at = EXCLUDED.upstream_created_at,
-            upstream_updated_at = EXCLUDED.upstream_updated_at, mirrored_at = now()",
-    )
-    .bind(Uuid::now_v7())
-    .bind(pull_request_id)
-    .bind(thread_id)
-    .bind(c.pull_request_review_id)
-    .bind(c.id)
-    .bind(&c.node_id)
-    .bind(c.in_reply_to_id)
-    .bind(&c.path)
-    .bind(c.line)
-    .bind(&c.commit_id)
-    .bind(c.user.as_ref().map(|u| &u.login))
-    .bind(&c.body)
-    .bind(c.created_at)
-    .bind(c.updated_at)
-    .execute(&mut *txn)
-    .await?;
-    Ok(())
-}
-
-/// Tombstones a deleted review comment (content cleared, dated by when we received the
-/// deletion), creating the tombstone when it was never mirrored so a late copy of its creation
-/// finds it deleted. Returns whether it was live before.
-async fn tombstone_review_comment(
-    txn: &mut sqlx::PgConnection,
-    pull_request_id: Uuid,
-    c: &payload::ReviewComment,
-    received_at: OffsetDateTime,
-) -> Result<bool, sqlx::Error> {
-    let newly: Option<(bool,)> = sqlx::query_as(
-        "INSERT INTO review_comment (id, pull_request_id, review_native_id, native_id, node_id,
-                                     in_reply_to, path, author, upstream_created_at,
-                                     upstream_updated_at, deleted_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-         ON CONFLICT (pull_request_id, native_id) DO UPDATE SET
-            body = NULL, deleted_at = EXCLUDED.deleted_at, mirrored_at = now()
-          WHERE review_comment.deleted_at IS NULL
-         RETURNING true",
-    )
-    .bind(Uuid::now_v7())
-    .bind(pull_request_id)
-    .bind(c.pull_request_review_id)
-    .bind(c.id)
-    .bind(&c.node_id)
-    .bind(c.in_reply_to_id)
-    .bind(&c.path)
-    .bind(c.user.as_ref().map(|u| &u.login))
-    .bind(c.created_at)
-    .bind(c.updated_at)
-    .bind(micros(received_at))
-    .fetch_optional(&mut *txn)
-    .await?;
-    Ok(newly.is_some())
+) -> ReviewComment<'_> {
+    ReviewComment {
+        pull_request_id,
+        thread_id,
+        review_native_id: c.pull_request_review_id,
+        native_id: c.id,
+        node_id: &c.node_id,
+        in_reply_to: c.in_reply_to_id,
+        path: c.path.as_deref(),
+        line: c.line,
+        commit_sha: c.commit_id.as_deref(),
+        author: c.user.as_ref().map(|u| u.login.as_str()),
+        body: c.body.as_deref(),
+        created_at: c.created_at,
+        updated_at: c.updated_at,
+    }
 }
 
 /// Handles a `pull_request_review_thread` delivery.
@@ -343,76 +205,39 @@ pub async fn thread(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, Webhoo
     };
     let received_at = micros(hook.received_at);
     let mut txn = pool.begin().await?;
-    let repository_id = monitored_repository(&mut txn, hook, &event.repository).await?;
-    let item = parent(
-        &mut txn,
-        repository_id,
-        &event.pull_request,
-        hook.received_at,
-    )
-    .await?;
+    let item = parent(&mut txn, hook, &event.repository, &event.pull_request).await?;
     let t = &event.thread;
-    let row: Option<(Uuid, Option<bool>, Option<OffsetDateTime>)> = sqlx::query_as(
-        "SELECT id, resolved, resolution_received_at FROM review_thread
-          WHERE pull_request_id = $1 AND node_id = $2 FOR UPDATE",
-    )
-    .bind(item.id)
-    .bind(&t.node_id)
-    .fetch_optional(&mut *txn)
-    .await?;
+    let stored = Thread::lock(&mut txn, item.id, &t.node_id).await?;
     // Dated state: a resolution received earlier than the stored one changes nothing.
-    if let Some((_, _, Some(stored_at))) = row
+    if let Some(StoredThread {
+        resolution_received_at: Some(stored_at),
+        ..
+    }) = stored
         && received_at < stored_at
     {
         txn.commit().await?;
         return Ok(Outcome::Unchanged);
     }
-    let was_resolved = row.as_ref().and_then(|r| r.1) == Some(true);
+    let was_resolved = stored.and_then(|s| s.resolved) == Some(true);
     let newly_resolved = resolved && !was_resolved;
-    let latest = t.comments.iter().map(|c| c.updated_at).max();
-    let (thread_id,): (Uuid,) = sqlx::query_as(
-        "INSERT INTO review_thread (id, pull_request_id, node_id, path, resolved, resolved_at,
-                                    resolved_by, upstream_updated_at, resolution_received_at)
-         VALUES ($1, $2, $3, $4, $5, CASE WHEN $5 THEN $6 END, CASE WHEN $5 THEN $7 END, $8, $6)
-         ON CONFLICT (pull_request_id, node_id) DO UPDATE SET
-            path = coalesce(EXCLUDED.path, review_thread.path),
-            resolved = EXCLUDED.resolved,
-            resolved_at = CASE WHEN NOT EXCLUDED.resolved THEN NULL
-                               WHEN review_thread.resolved THEN review_thread.resolved_at
-                               ELSE EXCLUDED.resolved_at END,
-            resolved_by = CASE WHEN NOT EXCLUDED.resolved THEN NULL
-                               WHEN review_thread.resolved THEN review_thread.resolved_by
-                               ELSE EXCLUDED.resolved_by END,
-            upstream_updated_at = greatest(EXCLUDED.upstream_updated_at,
-                                           review_thread.upstream_updated_at),
-            resolution_received_at = EXCLUDED.resolution_received_at, mirrored_at = now()
-         RETURNING id",
-    )
-    .bind(Uuid::now_v7())
-    .bind(item.id)
-    .bind(&t.node_id)
-    .bind(t.comments.first().and_then(|c| c.path.as_deref()))
-    .bind(resolved)
-    .bind(received_at)
-    .bind(event.sender.as_ref().map(|s| &s.login))
-    .bind(latest)
-    .fetch_one(&mut *txn)
-    .await?;
+    let thread = Thread {
+        pull_request_id: item.id,
+        node_id: &t.node_id,
+        path: t.comments.first().and_then(|c| c.path.as_deref()),
+        resolved,
+        received_at,
+        resolved_by: event.sender.as_ref().map(|s| s.login.as_str()),
+        latest: t.comments.iter().map(|c| c.updated_at).max(),
+    };
+    let thread_id = thread.write(&mut txn).await?;
     // The thread's comments: forward-only like any review comment, and filed under the thread.
     for c in &t.comments {
-        let stored = lock_review_comment(&mut txn, item.id, c.id).await?;
+        let comment = review_comment_row(item.id, c, Some(thread_id));
+        let stored = comments::lock(&mut txn, &comment).await?;
         if stored.freshness(c.updated_at) == Freshness::Apply {
-            write_review_comment(&mut txn, item.id, c, Some(thread_id)).await?;
+            comment.write(&mut txn).await?;
         } else if stored != StoredComment::Missing {
-            sqlx::query(
-                "UPDATE review_comment SET thread_id = $3
-                  WHERE pull_request_id = $1 AND native_id = $2",
-            )
-            .bind(item.id)
-            .bind(c.id)
-            .bind(thread_id)
-            .execute(&mut *txn)
-            .await?;
+            comment.file_under(&mut txn, thread_id).await?;
         }
     }
     if newly_resolved {

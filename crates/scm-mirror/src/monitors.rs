@@ -8,7 +8,7 @@
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::source::RepoRef;
+use crate::repository::RepoRef;
 
 /// What a re-key did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

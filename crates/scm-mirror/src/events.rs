@@ -58,8 +58,8 @@ impl Item {
         }
     }
 
-    /// The (issue_id, pull_request_id) pair the ledgers store.
-    fn columns(&self) -> (Option<Uuid>, Option<Uuid>) {
+    /// The (issue_id, pull_request_id) pair the ledgers and comments store.
+    pub fn columns(&self) -> (Option<Uuid>, Option<Uuid>) {
         match self.kind {
             ItemKind::Issue => (Some(self.id), None),
             ItemKind::PullRequest => (None, Some(self.id)),

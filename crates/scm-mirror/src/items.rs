@@ -1,0 +1,477 @@
+//! Issues and pull requests. Every write locks the rows it compares (`FOR UPDATE`, in id order)
+//! and applies the lifecycle-core rules: forward-only by the vendor's `updated_at`, partial
+//! metadata (an unknown count keeps the stored one), and tombstones that clear content and are
+//! undone by the next upsert. [`compare_write`] is the one forward-only step every writer uses.
+
+use std::collections::HashMap;
+use std::future::Future;
+
+use lifecycle_core::forward::{self, Freshness, Push, PushOutcome, StoredHead, by_updated_at};
+use lifecycle_core::partial::Field;
+use sqlx::postgres::PgRow;
+// Table names in dynamic SQL come only from `ItemClass::table`, a closed set of literals.
+use sqlx::{AssertSqlSafe, PgPool, Row};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// Which item table a write works on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemClass {
+    Issue,
+    PullRequest,
+}
+
+impl ItemClass {
+    pub fn table(self) -> &'static str {
+        match self {
+            ItemClass::Issue => "issue",
+            ItemClass::PullRequest => "pull_request",
+        }
+    }
+}
+
+/// One issue as the vendor reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssueNode {
+    pub native_id: i64,
+    pub node_id: String,
+    pub number: i32,
+    pub title: String,
+    pub body: String,
+    /// `open` or `closed`.
+    pub state: String,
+    pub state_reason: Option<String>,
+    pub author: Option<String>,
+    pub locked: Option<bool>,
+    pub lock_reason: Option<String>,
+    /// `None` when the vendor reported an error for the count (unknown, not zero).
+    pub comment_count: Option<i32>,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+    pub closed_at: Option<OffsetDateTime>,
+}
+
+/// One pull request as the vendor reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullRequestNode {
+    pub native_id: i64,
+    pub node_id: String,
+    pub number: i32,
+    pub title: String,
+    pub body: String,
+    /// `open`, `closed` or `merged`.
+    pub state: String,
+    pub draft: Option<bool>,
+    pub author: Option<String>,
+    pub locked: Option<bool>,
+    pub lock_reason: Option<String>,
+    pub comment_count: Option<i32>,
+    pub review_count: Option<i32>,
+    pub head_ref: Option<String>,
+    pub head_sha: Option<String>,
+    pub base_ref: Option<String>,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+    pub closed_at: Option<OffsetDateTime>,
+    pub merged_at: Option<OffsetDateTime>,
+}
+
+/// The live rows of a class in a repository: the sweep's candidates, captured before listing.
+pub async fn live_native_ids(
+    pool: &PgPool,
+    class: ItemClass,
+    repository_id: Uuid,
+) -> Result<Vec<i64>, sqlx::Error> {
+    let sql = format!(
+        "SELECT native_id FROM {} WHERE repository_id = $1 AND deleted_at IS NULL",
+        class.table()
+    );
+    sqlx::query_scalar(AssertSqlSafe(sql))
+        .bind(repository_id)
+        .fetch_all(pool)
+        .await
+}
+
+/// Tombstones rows a deletion gate planned: content cleared, `deleted_at` set once.
+pub async fn tombstone(
+    pool: &PgPool,
+    class: ItemClass,
+    repository_id: Uuid,
+    native_ids: &[i64],
+    deleted_at: OffsetDateTime,
+) -> Result<u64, sqlx::Error> {
+    let sql = format!(
+        "UPDATE {} SET deleted_at = $3, title = NULL, body = NULL
+          WHERE repository_id = $1 AND native_id = ANY($2) AND deleted_at IS NULL",
+        class.table()
+    );
+    let done = sqlx::query(AssertSqlSafe(sql))
+        .bind(repository_id)
+        .bind(native_ids)
+        .bind(deleted_at)
+        .execute(pool)
+        .await?
+        .rows_affected();
+    Ok(done)
+}
+
+/// The stored row a write compares against, read with the row locked.
+#[derive(Debug, Clone)]
+pub struct StoredItem {
+    pub native_id: i64,
+    pub id: Uuid,
+    pub updated_at: OffsetDateTime,
+    pub state: String,
+    pub closed_at: Option<OffsetDateTime>,
+    pub merged_at: Option<OffsetDateTime>,
+    pub draft: Option<bool>,
+    pub head_sha: Option<String>,
+    pub head_changed_at: Option<OffsetDateTime>,
+    pub comment_count: Option<i32>,
+    pub review_count: Option<i32>,
+}
+
+impl<'r> sqlx::FromRow<'r, PgRow> for StoredItem {
+    fn from_row(row: &'r PgRow) -> Result<Self, sqlx::Error> {
+        Ok(StoredItem {
+            native_id: row.try_get("native_id")?,
+            id: row.try_get("id")?,
+            updated_at: row.try_get("upstream_updated_at")?,
+            state: row.try_get("state")?,
+            closed_at: row.try_get("closed_at")?,
+            merged_at: row.try_get("merged_at")?,
+            draft: row.try_get("draft")?,
+            head_sha: row.try_get("head_sha")?,
+            head_changed_at: row.try_get("head_changed_at")?,
+            comment_count: row.try_get("comment_count")?,
+            review_count: row.try_get("review_count")?,
+        })
+    }
+}
+
+/// Locks and reads the rows of `native_ids` (in id order, so concurrent writers never deadlock).
+pub async fn lock_items(
+    txn: &mut sqlx::PgConnection,
+    class: ItemClass,
+    repository_id: Uuid,
+    native_ids: &[i64],
+) -> Result<HashMap<i64, StoredItem>, sqlx::Error> {
+    let columns = match class {
+        ItemClass::Issue => {
+            "NULL::timestamptz AS merged_at, NULL::boolean AS draft, NULL::text AS head_sha,
+             NULL::timestamptz AS head_changed_at, comment_count, NULL::integer AS review_count"
+        }
+        ItemClass::PullRequest => {
+            "merged_at, draft, head_sha, head_changed_at, comment_count, review_count"
+        }
+    };
+    let sql = format!(
+        "SELECT native_id, id, upstream_updated_at, state, closed_at, {columns} FROM {}
+          WHERE repository_id = $1 AND native_id = ANY($2) ORDER BY native_id FOR UPDATE",
+        class.table()
+    );
+    let rows: Vec<StoredItem> = sqlx::query_as(AssertSqlSafe(sql))
+        .bind(repository_id)
+        .bind(native_ids)
+        .fetch_all(&mut *txn)
+        .await?;
+    Ok(rows.into_iter().map(|r| (r.native_id, r)).collect())
+}
+
+/// The counts a write reports. Issues have no review count: theirs is ignored.
+#[derive(Debug, Clone, Copy)]
+pub struct Counts {
+    pub comments: Field<Option<i32>>,
+    pub reviews: Field<Option<i32>>,
+}
+
+impl Counts {
+    /// Counts as a webhook reports them: a payload without one keeps the stored value, and a
+    /// webhook never reports a review count.
+    pub fn reported(comments: Option<i32>) -> Self {
+        Counts {
+            comments: reported_count(comments),
+            reviews: Field::Absent,
+        }
+    }
+}
+
+/// A count as a webhook reports it: a payload without it keeps the stored value.
+pub fn reported_count(value: Option<i32>) -> Field<Option<i32>> {
+    match value {
+        Some(v) => Field::Known(Some(v)),
+        None => Field::Absent,
+    }
+}
+
+fn resolve(
+    field: Field<Option<i32>>,
+    stored: Option<&StoredItem>,
+    pick: fn(&StoredItem) -> Option<i32>,
+) -> Option<i32> {
+    match stored {
+        Some(s) => field.merge(pick(s)),
+        None => field.or_insert_default(None),
+    }
+}
+
+/// An issue or a pull request as a writer holds it.
+pub trait ItemNode: Sync {
+    /// The table the node is written to.
+    const CLASS: ItemClass;
+    /// Who the node is and which version of it this is.
+    fn key(&self) -> ItemKey;
+    /// Writes the node over its locked row (the caller checked freshness); returns the row id.
+    /// `push` is the head move a webhook reports, if any.
+    fn write(
+        &self,
+        txn: &mut sqlx::PgConnection,
+        repository_id: Uuid,
+        counts: Counts,
+        prior: Option<&StoredItem>,
+        push: Option<&Push>,
+    ) -> impl Future<Output = Result<Uuid, sqlx::Error>> + Send;
+}
+
+/// An item's identity and version, as a writer compares them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ItemKey {
+    pub native_id: i64,
+    /// The item's number in its repository.
+    pub number: i32,
+    /// The vendor's `updated_at`: the version forward-only compares.
+    pub updated_at: OffsetDateTime,
+}
+
+/// What the forward-only step did to one item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ItemStep {
+    /// The item's row id.
+    pub id: Uuid,
+    /// `Stale`: the stored row is newer and was left as it was.
+    pub freshness: Freshness,
+}
+
+/// The forward-only step, over a row its caller locked: an older node changes nothing,
+/// anything else is written.
+pub async fn compare_write<N: ItemNode>(
+    txn: &mut sqlx::PgConnection,
+    repository_id: Uuid,
+    node: &N,
+    counts: Counts,
+    prior: Option<&StoredItem>,
+    push: Option<&Push>,
+) -> Result<ItemStep, sqlx::Error> {
+    // Forward-only: an older payload changes nothing.
+    let freshness = by_updated_at(prior.map(|p| p.updated_at), node.key().updated_at);
+    let id = match (freshness, prior) {
+        (Freshness::Stale, Some(prior)) => prior.id,
+        _ => node.write(txn, repository_id, counts, prior, push).await?,
+    };
+    Ok(ItemStep { id, freshness })
+}
+
+/// Locks one item and applies [`compare_write`]; returns the step and the row as it was.
+pub async fn lock_compare_write<N: ItemNode>(
+    txn: &mut sqlx::PgConnection,
+    repository_id: Uuid,
+    node: &N,
+    counts: Counts,
+    push: Option<&Push>,
+) -> Result<(ItemStep, Option<StoredItem>), sqlx::Error> {
+    let native_id = node.key().native_id;
+    let mut stored = lock_items(txn, N::CLASS, repository_id, &[native_id]).await?;
+    let prior = stored.remove(&native_id);
+    let step = compare_write(txn, repository_id, node, counts, prior.as_ref(), push).await?;
+    Ok((step, prior))
+}
+
+/// The item a comment or review belongs to, locked; created from the payload when it is not
+/// mirrored yet (a stub the item's own writers move forward later). An existing row is never
+/// written from here.
+pub async fn lock_or_stub<N: ItemNode>(
+    txn: &mut sqlx::PgConnection,
+    repository_id: Uuid,
+    node: &N,
+    counts: Counts,
+) -> Result<Uuid, sqlx::Error> {
+    let native_id = node.key().native_id;
+    let stored = lock_items(txn, N::CLASS, repository_id, &[native_id]).await?;
+    match stored.get(&native_id) {
+        Some(prior) => Ok(prior.id),
+        None => node.write(txn, repository_id, counts, None, None).await,
+    }
+}
+
+/// The close a write stored, when it stored one the row did not have (a sync reports a close
+/// only when it stores it, so reading a closed item again adds nothing).
+pub fn stored_close(
+    prior: Option<&StoredItem>,
+    state: &str,
+    closed_at: Option<OffsetDateTime>,
+) -> Option<OffsetDateTime> {
+    let prior = prior?;
+    let closed_at = closed_at.filter(|_| state == "closed")?;
+    (prior.state != "closed" || prior.closed_at != Some(closed_at)).then_some(closed_at)
+}
+
+impl ItemNode for IssueNode {
+    const CLASS: ItemClass = ItemClass::Issue;
+
+    fn key(&self) -> ItemKey {
+        ItemKey {
+            native_id: self.native_id,
+            number: self.number,
+            updated_at: self.updated_at,
+        }
+    }
+
+    async fn write(
+        &self,
+        txn: &mut sqlx::PgConnection,
+        repository_id: Uuid,
+        counts: Counts,
+        prior: Option<&StoredItem>,
+        _push: Option<&Push>,
+    ) -> Result<Uuid, sqlx::Error> {
+        let n = self;
+        let comment_count = resolve(counts.comments, prior, |s| s.comment_count);
+        sqlx::query_scalar(
+            "INSERT INTO issue (id, repository_id, native_id, node_id, number, title, body, state,
+                                state_reason, author, locked, lock_reason, comment_count,
+                                upstream_created_at, upstream_updated_at, closed_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+             ON CONFLICT (repository_id, native_id) DO UPDATE SET
+                node_id = EXCLUDED.node_id, number = EXCLUDED.number, title = EXCLUDED.title,
+                body = EXCLUDED.body, state = EXCLUDED.state, state_reason = EXCLUDED.state_reason,
+                author = EXCLUDED.author, locked = coalesce(EXCLUDED.locked, issue.locked),
+                lock_reason = CASE WHEN EXCLUDED.locked IS NULL THEN issue.lock_reason
+                                   ELSE EXCLUDED.lock_reason END,
+                comment_count = EXCLUDED.comment_count,
+                upstream_created_at = EXCLUDED.upstream_created_at,
+                upstream_updated_at = EXCLUDED.upstream_updated_at,
+                closed_at = EXCLUDED.closed_at, deleted_at = NULL, mirrored_at = now()
+             RETURNING id",
+        )
+        .bind(Uuid::now_v7())
+        .bind(repository_id)
+        .bind(n.native_id)
+        .bind(&n.node_id)
+        .bind(n.number)
+        .bind(&n.title)
+        .bind(&n.body)
+        .bind(&n.state)
+        .bind(&n.state_reason)
+        .bind(&n.author)
+        .bind(n.locked)
+        .bind(&n.lock_reason)
+        .bind(comment_count)
+        .bind(n.created_at)
+        .bind(n.updated_at)
+        .bind(n.closed_at)
+        .fetch_one(&mut *txn)
+        .await
+    }
+}
+
+/// Whether a write may move the stored head: heads only move forward by the provider's date; in
+/// the same second only a push that continues from the stored head moves it.
+pub fn head_moves(prior: Option<&StoredItem>, n: &PullRequestNode, push: Option<&Push>) -> bool {
+    let Some(prior) = prior else { return true };
+    let (Some(stored_sha), Some(changed_at)) = (&prior.head_sha, prior.head_changed_at) else {
+        return true;
+    };
+    if n.head_sha.as_deref() == Some(stored_sha.as_str()) {
+        return false;
+    }
+    match push {
+        Some(push) => {
+            let stored = StoredHead {
+                sha: stored_sha.clone(),
+                changed_at,
+            };
+            forward::push(Some(&stored), push) == PushOutcome::MoveHead
+        }
+        None => n.updated_at > changed_at,
+    }
+}
+
+impl ItemNode for PullRequestNode {
+    const CLASS: ItemClass = ItemClass::PullRequest;
+
+    fn key(&self) -> ItemKey {
+        ItemKey {
+            native_id: self.native_id,
+            number: self.number,
+            updated_at: self.updated_at,
+        }
+    }
+
+    async fn write(
+        &self,
+        txn: &mut sqlx::PgConnection,
+        repository_id: Uuid,
+        counts: Counts,
+        prior: Option<&StoredItem>,
+        push: Option<&Push>,
+    ) -> Result<Uuid, sqlx::Error> {
+        let n = self;
+        let move_head = head_moves(prior, n, push);
+        let comment_count = resolve(counts.comments, prior, |s| s.comment_count);
+        let review_count = resolve(counts.reviews, prior, |s| s.review_count);
+        sqlx::query_scalar(
+            "INSERT INTO pull_request (id, repository_id, native_id, node_id, number, title, body,
+                                       state, draft, author, locked, lock_reason, comment_count,
+                                       review_count, head_ref, head_sha, base_ref,
+                                       upstream_created_at, upstream_updated_at, closed_at,
+                                       merged_at, head_changed_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+                     $18, $19, $20, $21, $19)
+             ON CONFLICT (repository_id, native_id) DO UPDATE SET
+                node_id = EXCLUDED.node_id, number = EXCLUDED.number, title = EXCLUDED.title,
+                body = EXCLUDED.body, state = EXCLUDED.state,
+                draft = coalesce(EXCLUDED.draft, pull_request.draft), author = EXCLUDED.author,
+                locked = coalesce(EXCLUDED.locked, pull_request.locked),
+                lock_reason = CASE WHEN EXCLUDED.locked IS NULL THEN pull_request.lock_reason
+                                   ELSE EXCLUDED.lock_reason END,
+                comment_count = EXCLUDED.comment_count, review_count = EXCLUDED.review_count,
+                head_ref = CASE WHEN $22 THEN coalesce(EXCLUDED.head_ref, pull_request.head_ref)
+                                ELSE pull_request.head_ref END,
+                head_sha = CASE WHEN $22 THEN coalesce(EXCLUDED.head_sha, pull_request.head_sha)
+                                ELSE pull_request.head_sha END,
+                head_changed_at = CASE
+                    WHEN $22 AND EXCLUDED.head_sha IS DISTINCT FROM pull_request.head_sha
+                    THEN EXCLUDED.upstream_updated_at ELSE pull_request.head_changed_at END,
+                base_ref = coalesce(EXCLUDED.base_ref, pull_request.base_ref),
+                upstream_created_at = EXCLUDED.upstream_created_at,
+                upstream_updated_at = EXCLUDED.upstream_updated_at,
+                closed_at = EXCLUDED.closed_at, merged_at = EXCLUDED.merged_at,
+                deleted_at = NULL, mirrored_at = now()
+             RETURNING id",
+        )
+        .bind(Uuid::now_v7())
+        .bind(repository_id)
+        .bind(n.native_id)
+        .bind(&n.node_id)
+        .bind(n.number)
+        .bind(&n.title)
+        .bind(&n.body)
+        .bind(&n.state)
+        .bind(n.draft)
+        .bind(&n.author)
+        .bind(n.locked)
+        .bind(&n.lock_reason)
+        .bind(comment_count)
+        .bind(review_count)
+        .bind(&n.head_ref)
+        .bind(&n.head_sha)
+        .bind(&n.base_ref)
+        .bind(n.created_at)
+        .bind(n.updated_at)
+        .bind(n.closed_at)
+        .bind(n.merged_at)
+        .bind(move_head)
+        .fetch_one(&mut *txn)
+        .await
+    }
+}
