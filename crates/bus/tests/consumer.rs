@@ -285,6 +285,7 @@ async fn an_undecodable_message_is_dead_without_reaching_the_handler() -> Result
         "{}",
         dead[0].reason
     );
+    assert_eq!(dead[0].attempts, 1, "dead on its first delivery");
     assert_eq!(dead[0].payload, b"[1]");
     stop.cancel();
     task.await??;
