@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use crate::entity::JobTrigger;
 use crate::headers;
+use crate::outbox::OutboxMessage;
 
 /// A message family: its wire form (JSON), subject and headers.
 pub trait Contract: Serialize + DeserializeOwned + Send + 'static {
@@ -190,12 +191,37 @@ impl Contract for ItemEvent {
 pub struct WebhookDelivery {
     /// The vendor's event name (the header, else the subject's last token).
     pub event: String,
+    pub workspace_id: Option<Uuid>,
     pub connection_id: Option<Uuid>,
     pub delivery_id: Option<Uuid>,
     /// The stored body to read instead of the payload.
     pub body_ref: Option<Uuid>,
+    /// The inbound message this one replays.
+    pub replay_of: Option<Uuid>,
     /// The inline body (empty when carried by reference).
     pub body: Vec<u8>,
+}
+
+impl WebhookDelivery {
+    /// The outbox message carrying this delivery on `subject`, deduplicated on `msg_id`.
+    pub fn outbox_message(&self, subject: String, msg_id: String) -> OutboxMessage {
+        let mut message = OutboxMessage::bytes(subject, self.body.clone())
+            .msg_id(msg_id)
+            .header(headers::EVENT, self.event.clone());
+        let ids = [
+            (headers::WORKSPACE, self.workspace_id),
+            (headers::CONNECTION, self.connection_id),
+            (headers::DELIVERY, self.delivery_id),
+            (headers::BODY_REF, self.body_ref),
+            (headers::REPLAY_OF, self.replay_of),
+        ];
+        for (name, id) in ids {
+            if let Some(id) = id {
+                message = message.header(name, id.to_string());
+            }
+        }
+        message
+    }
 }
 
 impl Incoming for WebhookDelivery {
@@ -209,9 +235,11 @@ impl Incoming for WebhookDelivery {
             event: header(headers::EVENT)
                 .or_else(|| subject.rsplit('.').next().map(str::to_owned))
                 .unwrap_or_default(),
+            workspace_id: uuid(headers::WORKSPACE),
             connection_id: uuid(headers::CONNECTION),
             delivery_id: uuid(headers::DELIVERY),
             body_ref: uuid(headers::BODY_REF),
+            replay_of: uuid(headers::REPLAY_OF),
             body: payload.to_vec(),
         })
     }
@@ -241,5 +269,23 @@ mod tests {
             m
         );
         assert!(JobQueued::decode("x", &none, b"{\"job_id\": 1}").is_err());
+    }
+
+    #[test]
+    fn a_webhook_delivery_reads_back_as_it_was_written() {
+        let sent = WebhookDelivery {
+            event: "push".into(),
+            workspace_id: Some(Uuid::now_v7()),
+            connection_id: Some(Uuid::now_v7()),
+            delivery_id: Some(Uuid::now_v7()),
+            body_ref: None,
+            replay_of: Some(Uuid::now_v7()),
+            body: b"{}".to_vec(),
+        };
+        let m = sent.outbox_message("github.a.b.push".into(), "k".into());
+        assert_eq!(m.msg_id.as_deref(), Some("k"));
+        let header = |n: &str| m.headers.get(n).cloned();
+        let got = WebhookDelivery::decode(&m.subject, &header, &m.payload).unwrap();
+        assert_eq!(got, sent);
     }
 }
