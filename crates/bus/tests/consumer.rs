@@ -329,3 +329,50 @@ async fn progress_acks_keep_a_long_handler_from_redelivery() -> Result<()> {
     task.await??;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outcomes_are_counted_per_consumer() -> Result<()> {
+    // This test's process has no other recorder (nextest runs each test alone).
+    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .expect("the only recorder of this process");
+    let db = testkit::TestDb::new().await?;
+    let bus = testkit::test_bus().await?;
+    let handler = Arc::new(Flaky {
+        permanent: true,
+        ..Default::default()
+    });
+    let (stop, task) = start(&bus, &db.db, spec(5), handler.clone());
+    bus.publish(
+        "lifecycle.github.c7.activated",
+        "m-7",
+        HeaderMap::new(),
+        "{}".into(),
+    )
+    .await?;
+    wait_for("a dead message", async || {
+        !dead_rows(&db.db).await.is_empty()
+    })
+    .await;
+    handler.succeed.store(true, Ordering::SeqCst);
+    bus.publish(
+        "lifecycle.github.c7.activated",
+        "m-8",
+        HeaderMap::new(),
+        "{}".into(),
+    )
+    .await?;
+    wait_for("the second to be handled", async || {
+        handler.acked.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    stop.cancel();
+    task.await??;
+    let consumer = bus.namespace().name("test-consumer");
+    let rendered = metrics.render();
+    for outcome in ["dead", "applied"] {
+        let line = format!("bus_messages_total{{consumer=\"{consumer}\",outcome=\"{outcome}\"}} 1");
+        assert!(rendered.contains(&line), "{line} not in:\n{rendered}");
+    }
+    Ok(())
+}
