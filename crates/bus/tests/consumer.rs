@@ -376,3 +376,45 @@ async fn outcomes_are_counted_per_consumer() -> Result<()> {
     }
     Ok(())
 }
+
+/// Panics on every message.
+struct Panics(AtomicUsize);
+
+impl Handler for Panics {
+    type Message = AnyObject;
+
+    async fn handle(&self, _: AnyObject, _: &Delivery) -> Result<Settle, HandlerError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        panic!("handler bug");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_is_redelivered_then_dead_never_lost() -> Result<()> {
+    let db = testkit::TestDb::new().await?;
+    let bus = testkit::test_bus().await?;
+    let handler = Arc::new(Panics(AtomicUsize::new(0)));
+    let token = CancellationToken::new();
+    let task = tokio::spawn({
+        let (bus, db, t, h) = (bus.clone(), db.db.clone(), token.clone(), handler.clone());
+        async move { consumer::run(&bus, db, spec(2), h, t).await }
+    });
+    bus.publish(
+        "lifecycle.github.c9.activated",
+        "m-9",
+        HeaderMap::new(),
+        "{}".into(),
+    )
+    .await?;
+    wait_for("a dead message", async || {
+        !dead_rows(&db.db).await.is_empty()
+    })
+    .await;
+    assert_eq!(handler.0.load(Ordering::SeqCst), 2);
+    let dead = dead_rows(&db.db).await;
+    assert_eq!(dead[0].reason, "dropped without ack");
+    assert_eq!(dead[0].attempts, 2);
+    token.cancel();
+    task.await??;
+    Ok(())
+}
