@@ -1,11 +1,14 @@
 //! Durable pull consumers with bounded concurrency.
 //!
-//! A received message is a [`Delivery`]: the handler must `ack` it after its transaction commits.
-//! A delivery dropped without an ack (an early `?`, a panic) is nak'ed with backoff, so it comes
-//! back; on its last allowed attempt it becomes a dead message in Postgres and is acked. The
-//! server's own `max_deliver` stays unlimited: the budget is enforced here, so a message is only
-//! ever acked after it is recorded somewhere. Acking a message that carries its body by
-//! reference marks that body consumed, which lets retention delete it.
+//! The runner settles every message; handlers never ack. It decodes the handler's typed message
+//! (a message that does not decode is dead), calls the handler, sends in-progress acks while it
+//! works, and settles on what it returns: `Ok(Settle)` acks, [`HandlerError::Transient`] naks with
+//! backoff, [`HandlerError::Permanent`] records the message dead and acks it. A handler that
+//! panics is nak'ed like a transient failure. On its last allowed attempt a failing message
+//! becomes a dead message in Postgres and is acked. The server's own `max_deliver` stays
+//! unlimited: the budget is enforced here, so a message is only ever acked after it is recorded
+//! somewhere. Acking a message that carries its body by reference marks that body consumed, which
+//! lets retention delete it. Every outcome is counted in `bus_messages_total{consumer, outcome}`.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -21,6 +24,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::contracts::Incoming;
 use crate::{Bus, BusError, Namespace, Stream, dead};
 
 /// Headers that carry the ids every span and log line should name.
@@ -71,10 +75,66 @@ impl ConsumerSpec {
     }
 }
 
-/// Processes deliveries. Ack only after the transaction commits; return without acking to have
-/// the message redelivered.
+/// How a handled message settled (it is acked); the label names what happened, for logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// Something changed (or was recorded).
+    Applied(&'static str),
+    /// Already there, or older than what is stored: nothing changed.
+    Unchanged(&'static str),
+    /// Not for this consumer, or nothing to do.
+    Ignored(&'static str),
+}
+
+impl Settle {
+    /// The outcome as counted: `applied`, `unchanged` or `ignored`.
+    pub fn outcome(self) -> &'static str {
+        match self {
+            Settle::Applied(_) => "applied",
+            Settle::Unchanged(_) => "unchanged",
+            Settle::Ignored(_) => "ignored",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Settle::Applied(l) | Settle::Unchanged(l) | Settle::Ignored(l) => l,
+        }
+    }
+}
+
+/// Why a handler did not settle a message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandlerError {
+    /// May succeed later (the database is unavailable): redelivered after backoff, dead once the
+    /// delivery budget is spent.
+    #[error("transient: {0}")]
+    Transient(String),
+    /// Can never succeed: recorded dead now (replayable later) and acked.
+    #[error("permanent: {0}")]
+    Permanent(String),
+}
+
+impl HandlerError {
+    pub fn transient(reason: impl std::fmt::Display) -> Self {
+        HandlerError::Transient(reason.to_string())
+    }
+
+    pub fn permanent(reason: impl std::fmt::Display) -> Self {
+        HandlerError::Permanent(reason.to_string())
+    }
+}
+
+/// Processes one decoded message; the runner settles it on what this returns, after the
+/// handler's transaction committed.
 pub trait Handler: Send + Sync + 'static {
-    fn handle(&self, delivery: Delivery) -> impl Future<Output = ()> + Send;
+    /// The message family consumed (see [`crate::contracts`]).
+    type Message: Incoming;
+    fn handle(
+        &self,
+        message: Self::Message,
+        delivery: &Delivery,
+    ) -> impl Future<Output = Result<Settle, HandlerError>> + Send;
 }
 
 #[derive(Clone)]
@@ -86,7 +146,8 @@ struct Context {
     consumer_name: String,
 }
 
-/// One received message; nak'ed (or recorded dead) on drop unless acked.
+/// One received message as its handler sees it (ids, headers, attempt); the runner settles it.
+/// Nak'ed (or recorded dead) on drop unless settled.
 pub struct Delivery {
     message: Option<jetstream::Message>,
     subject: String,
@@ -128,7 +189,7 @@ impl Delivery {
     }
 
     /// Acknowledges after the handler's transaction committed; waits for the server to confirm.
-    pub async fn ack(mut self) -> Result<(), BusError> {
+    async fn ack(mut self, outcome: &'static str) -> Result<(), BusError> {
         let Some(message) = self.message.take() else {
             return Ok(());
         };
@@ -136,7 +197,7 @@ impl Delivery {
             consumer: self.ctx.consumer_name.clone(),
             message: format!("ack failed: {e}"),
         })?;
-        metrics::counter!("bus_messages_total", "consumer" => self.ctx.consumer_name.clone(), "outcome" => "acked").increment(1);
+        metrics::counter!("bus_messages_total", "consumer" => self.ctx.consumer_name.clone(), "outcome" => outcome).increment(1);
         // A body carried by reference may go once its message is handled (retention keeps it
         // until then); a failed mark only keeps it longer.
         if let Some(id) = message
@@ -151,9 +212,8 @@ impl Delivery {
         Ok(())
     }
 
-    /// Tells the server the handler is still working, restarting the ack wait (long jobs call this
-    /// between pages so the message is not redelivered while it is being handled).
-    pub async fn in_progress(&self) -> Result<(), BusError> {
+    /// Tells the server the handler is still working, restarting the ack wait.
+    async fn in_progress(&self) -> Result<(), BusError> {
         let Some(message) = self.message.as_ref() else {
             return Ok(());
         };
@@ -167,14 +227,14 @@ impl Delivery {
     }
 
     /// A transient failure: redeliver after backoff, or record it dead on the last attempt.
-    pub async fn retry(mut self, reason: &str) {
+    async fn retry(mut self, reason: &str) {
         if let Some(message) = self.message.take() {
             settle_failure(self.ctx.clone(), message, self.attempt, reason.to_owned()).await;
         }
     }
 
     /// A message that can never succeed: record it dead now (replayable later) and ack it.
-    pub async fn reject(mut self, reason: &str) {
+    async fn reject(mut self, reason: &str) {
         if let Some(message) = self.message.take() {
             dead_letter(self.ctx.clone(), message, self.attempt, reason.to_owned()).await;
         }
@@ -247,6 +307,51 @@ async fn dead_letter(ctx: Context, message: jetstream::Message, attempt: i64, re
 fn ctx_subject(ctx: &Context, message: &jetstream::Message) -> String {
     let full = message.subject.as_str();
     ctx.namespace.strip(full).unwrap_or(full).to_owned()
+}
+
+/// Decodes, handles with in-progress acks, and settles one delivery.
+async fn handle_one<H: Handler>(handler: &H, delivery: Delivery) {
+    let decoded = H::Message::decode(
+        &delivery.subject,
+        &|name| delivery.header(name).map(str::to_owned),
+        delivery.payload(),
+    );
+    let message = match decoded {
+        Ok(m) => m,
+        // A message that does not decode never will.
+        Err(reason) => return delivery.reject(&format!("undecodable: {reason}")).await,
+    };
+    // Keep the message ours while the handler works; a dead replica's message comes back.
+    let every = (delivery.ctx.spec.ack_wait / 3).max(Duration::from_millis(100));
+    let result = {
+        let work = handler.handle(message, &delivery);
+        tokio::pin!(work);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        loop {
+            tokio::select! {
+                r = &mut work => break r,
+                _ = tick.tick() => {
+                    if let Err(e) = delivery.in_progress().await {
+                        tracing::warn!(error = %e, "progress ack failed");
+                    }
+                }
+            }
+        }
+    };
+    match result {
+        Ok(settle) => {
+            tracing::debug!(
+                outcome = settle.outcome(),
+                label = settle.label(),
+                "message handled"
+            );
+            if let Err(e) = delivery.ack(settle.outcome()).await {
+                tracing::warn!(error = %e, "ack failed; the message will come again");
+            }
+        }
+        Err(HandlerError::Transient(reason)) => delivery.retry(&reason).await,
+        Err(HandlerError::Permanent(reason)) => delivery.reject(&reason).await,
+    }
 }
 
 /// Runs a durable consumer until `shutdown`: stops pulling, then waits for in-flight handlers.
@@ -355,7 +460,7 @@ pub async fn run<H: Handler>(
         let handler = handler.clone();
         in_flight.spawn(
             async move {
-                handler.handle(delivery).await;
+                handle_one(&*handler, delivery).await;
                 drop(permit);
             }
             .instrument(span),

@@ -4,6 +4,8 @@
 #![forbid(unsafe_code)]
 
 pub mod consumer;
+/// The message contracts shared by producers and consumers (defined beside the outbox).
+pub use store::contracts;
 pub mod dead;
 pub mod namespace;
 pub mod relay;

@@ -1,6 +1,7 @@
-//! Consumers against real NATS and Postgres: a delivery not acked comes back with backoff, a
-//! delivery budget ends in a dead message that can be replayed, and shutdown finishes in-flight
-//! work.
+//! Consumers against real NATS and Postgres: the runner settles what handlers return. A transient
+//! failure comes back with backoff, a delivery budget ends in a dead message that can be replayed,
+//! a permanent failure or an undecodable message is dead at once, in-progress acks keep a long
+//! handler's message from redelivery, and shutdown finishes in-flight work.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -8,34 +9,52 @@ use std::time::Duration;
 
 use anyhow::Result;
 use async_nats::HeaderMap;
-use bus::consumer::{self, ConsumerSpec, Delivery, Handler};
+use bus::consumer::{self, ConsumerSpec, Delivery, Handler, HandlerError, Settle};
+use bus::contracts::Incoming;
 use bus::relay::{Relay, RelayConfig};
 use bus::{Bus, Stream};
 use sea_orm::{DatabaseConnection, EntityTrait};
 use store::entity::dead_message;
 use tokio_util::sync::CancellationToken;
 
-/// Fails (returns without acking) until `succeed` is set, then acks.
+/// Any JSON object; anything else does not decode.
+struct AnyObject;
+
+impl Incoming for AnyObject {
+    fn decode(_: &str, _: &dyn Fn(&str) -> Option<String>, payload: &[u8]) -> Result<Self, String> {
+        serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(payload)
+            .map(|_| AnyObject)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Fails transiently (or permanently) until `succeed` is set, then settles.
 #[derive(Default)]
 struct Flaky {
     attempts: AtomicUsize,
     acked: AtomicUsize,
     succeed: AtomicBool,
+    permanent: bool,
     hold: Option<Duration>,
 }
 
 impl Handler for Flaky {
-    async fn handle(&self, delivery: Delivery) {
+    type Message = AnyObject;
+
+    async fn handle(&self, _: AnyObject, _: &Delivery) -> Result<Settle, HandlerError> {
         self.attempts.fetch_add(1, Ordering::SeqCst);
         if let Some(hold) = self.hold {
             tokio::time::sleep(hold).await;
         }
         if !self.succeed.load(Ordering::SeqCst) {
-            // An early return: the delivery is dropped without an ack.
-            return;
+            return Err(if self.permanent {
+                HandlerError::permanent("never")
+            } else {
+                HandlerError::transient("not yet")
+            });
         }
-        delivery.ack().await.expect("ack");
         self.acked.fetch_add(1, Ordering::SeqCst);
+        Ok(Settle::Applied("test"))
     }
 }
 
@@ -105,7 +124,7 @@ async fn unacked_delivery_comes_back_then_is_recorded_dead_after_its_budget() ->
         "stored without the namespace"
     );
     assert_eq!(row.attempts, 3);
-    assert_eq!(row.reason, "dropped without ack");
+    assert_eq!(row.reason, "not yet");
     assert_eq!(row.headers["Forgesync-Connection"], "c1");
     assert!(row.headers.get(bus::MSG_ID_HEADER).is_none());
     stop.cancel();
@@ -197,6 +216,205 @@ async fn shutdown_finishes_in_flight_work_before_returning() -> Result<()> {
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(again.attempts.load(Ordering::SeqCst), 0);
     stop.cancel();
+    task.await??;
+    Ok(())
+}
+
+async fn dead_rows(db: &DatabaseConnection) -> Vec<dead_message::Model> {
+    dead_message::Entity::find().all(db).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permanent_failure_is_dead_at_once_and_acked() -> Result<()> {
+    let db = testkit::TestDb::new().await?;
+    let bus = testkit::test_bus().await?;
+    let handler = Arc::new(Flaky {
+        permanent: true,
+        ..Default::default()
+    });
+    let (stop, task) = start(&bus, &db.db, spec(5), handler.clone());
+    bus.publish(
+        "lifecycle.github.c4.activated",
+        "m-4",
+        HeaderMap::new(),
+        "{}".into(),
+    )
+    .await?;
+    wait_for("a dead message", async || {
+        !dead_rows(&db.db).await.is_empty()
+    })
+    .await;
+    // Acked: never delivered again although the budget allows four more attempts.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(handler.attempts.load(Ordering::SeqCst), 1);
+    let dead = dead_rows(&db.db).await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].reason, "never");
+    assert_eq!(dead[0].attempts, 1);
+    stop.cancel();
+    task.await??;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecodable_message_is_dead_without_reaching_the_handler() -> Result<()> {
+    let db = testkit::TestDb::new().await?;
+    let bus = testkit::test_bus().await?;
+    let handler = Arc::new(Flaky {
+        succeed: AtomicBool::new(true),
+        ..Default::default()
+    });
+    let (stop, task) = start(&bus, &db.db, spec(5), handler.clone());
+    bus.publish(
+        "lifecycle.github.c5.activated",
+        "m-5",
+        HeaderMap::new(),
+        "[1]".into(),
+    )
+    .await?;
+    wait_for("a dead message", async || {
+        !dead_rows(&db.db).await.is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(handler.attempts.load(Ordering::SeqCst), 0);
+    let dead = dead_rows(&db.db).await;
+    assert_eq!(dead.len(), 1);
+    assert!(
+        dead[0].reason.starts_with("undecodable: "),
+        "{}",
+        dead[0].reason
+    );
+    assert_eq!(dead[0].attempts, 1, "dead on its first delivery");
+    assert_eq!(dead[0].payload, b"[1]");
+    stop.cancel();
+    task.await??;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_acks_keep_a_long_handler_from_redelivery() -> Result<()> {
+    let db = testkit::TestDb::new().await?;
+    let bus = testkit::test_bus().await?;
+    // Works four times as long as the server waits for an ack.
+    let handler = Arc::new(Flaky {
+        succeed: AtomicBool::new(true),
+        hold: Some(Duration::from_secs(4)),
+        ..Default::default()
+    });
+    let spec = ConsumerSpec {
+        ack_wait: Duration::from_secs(1),
+        ..spec(5)
+    };
+    let (stop, task) = start(&bus, &db.db, spec, handler.clone());
+    bus.publish(
+        "lifecycle.github.c6.activated",
+        "m-6",
+        HeaderMap::new(),
+        "{}".into(),
+    )
+    .await?;
+    wait_for("the handler to finish", async || {
+        handler.acked.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        handler.attempts.load(Ordering::SeqCst),
+        1,
+        "not redelivered while it was being handled"
+    );
+    assert!(dead_rows(&db.db).await.is_empty());
+    stop.cancel();
+    task.await??;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outcomes_are_counted_per_consumer() -> Result<()> {
+    // This test's process has no other recorder (nextest runs each test alone).
+    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .expect("the only recorder of this process");
+    let db = testkit::TestDb::new().await?;
+    let bus = testkit::test_bus().await?;
+    let handler = Arc::new(Flaky {
+        permanent: true,
+        ..Default::default()
+    });
+    let (stop, task) = start(&bus, &db.db, spec(5), handler.clone());
+    bus.publish(
+        "lifecycle.github.c7.activated",
+        "m-7",
+        HeaderMap::new(),
+        "{}".into(),
+    )
+    .await?;
+    wait_for("a dead message", async || {
+        !dead_rows(&db.db).await.is_empty()
+    })
+    .await;
+    handler.succeed.store(true, Ordering::SeqCst);
+    bus.publish(
+        "lifecycle.github.c7.activated",
+        "m-8",
+        HeaderMap::new(),
+        "{}".into(),
+    )
+    .await?;
+    wait_for("the second to be handled", async || {
+        handler.acked.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    stop.cancel();
+    task.await??;
+    let consumer = bus.namespace().name("test-consumer");
+    let rendered = metrics.render();
+    for outcome in ["dead", "applied"] {
+        let line = format!("bus_messages_total{{consumer=\"{consumer}\",outcome=\"{outcome}\"}} 1");
+        assert!(rendered.contains(&line), "{line} not in:\n{rendered}");
+    }
+    Ok(())
+}
+
+/// Panics on every message.
+struct Panics(AtomicUsize);
+
+impl Handler for Panics {
+    type Message = AnyObject;
+
+    async fn handle(&self, _: AnyObject, _: &Delivery) -> Result<Settle, HandlerError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        panic!("handler bug");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_is_redelivered_then_dead_never_lost() -> Result<()> {
+    let db = testkit::TestDb::new().await?;
+    let bus = testkit::test_bus().await?;
+    let handler = Arc::new(Panics(AtomicUsize::new(0)));
+    let token = CancellationToken::new();
+    let task = tokio::spawn({
+        let (bus, db, t, h) = (bus.clone(), db.db.clone(), token.clone(), handler.clone());
+        async move { consumer::run(&bus, db, spec(2), h, t).await }
+    });
+    bus.publish(
+        "lifecycle.github.c9.activated",
+        "m-9",
+        HeaderMap::new(),
+        "{}".into(),
+    )
+    .await?;
+    wait_for("a dead message", async || {
+        !dead_rows(&db.db).await.is_empty()
+    })
+    .await;
+    assert_eq!(handler.0.load(Ordering::SeqCst), 2);
+    let dead = dead_rows(&db.db).await;
+    assert_eq!(dead[0].reason, "dropped without ack");
+    assert_eq!(dead[0].attempts, 2);
+    token.cancel();
     task.await??;
     Ok(())
 }

@@ -5,8 +5,8 @@
 //! `events.<workspaceId>.<type>`, through the outbox in the writer's transaction.
 
 use lifecycle_core::source_key::LifecycleChange;
-use serde_json::json;
-use store::outbox::{self, OutboxMessage};
+use store::contracts::{ItemEvent, ItemRef};
+use store::outbox;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -194,27 +194,25 @@ pub async fn record(
         let Some((activity_id,)) = activity else {
             continue;
         };
-        let payload = json!({
-            "id": activity_id,
-            "type": name,
-            "workspace_id": workspace_id,
-            "item": { "kind": match item.kind {
-                ItemKind::Issue => "issue",
-                ItemKind::PullRequest => "pull_request",
-            }, "id": item.id },
-            "repository_id": item.repository_id,
-            "source_key": key.as_str(),
-            "version": rfc3339(version),
-            "occurred_at": occurred.map(rfc3339),
-            "origin": origin.as_str(),
-        });
-        let message = OutboxMessage::json(
-            lifecycle_core::subject::events(&workspace_id.to_string(), name),
-            &payload,
-        )
-        .msg_id(activity_id.to_string())
-        .header(store::headers::WORKSPACE, workspace_id.to_string());
-        outbox::enqueue_pg(txn, message).await?;
+        let message = ItemEvent {
+            id: activity_id,
+            event_type: name.to_owned(),
+            workspace_id,
+            item: ItemRef {
+                kind: match item.kind {
+                    ItemKind::Issue => "issue",
+                    ItemKind::PullRequest => "pull_request",
+                }
+                .to_owned(),
+                id: item.id,
+            },
+            repository_id: item.repository_id,
+            source_key: key.as_str().to_owned(),
+            version: rfc3339(version),
+            occurred_at: occurred.map(rfc3339),
+            origin: origin.as_str().to_owned(),
+        };
+        outbox::enqueue_contract(&mut *txn, &message).await?;
     }
     Ok(true)
 }

@@ -12,6 +12,7 @@ use sha2::{Digest as _, Sha256};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::contracts::WebhookDelivery;
 use crate::entity::inbound_endpoint::{self, EndpointStatus, Registration};
 use crate::entity::{ConnectionKind, inbound_message, inbound_message_body};
 use crate::outbox::{self, OutboxMessage};
@@ -142,21 +143,16 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
     };
 
     let inline = new.body.len() <= new.inline_body_max;
-    let mut message = OutboxMessage::bytes(
-        new.subject.clone(),
-        if inline { new.body.clone() } else { Vec::new() },
-    )
-    .msg_id(msg_id.clone())
-    .header(crate::headers::WORKSPACE, ep.workspace_id.to_string())
-    .header(crate::headers::CONNECTION, ep.connection_id.to_string())
-    .header(DELIVERY_HEADER, message_id.to_string())
-    .header(EVENT_HEADER, new.event.clone());
-    if !inline {
-        message = message.header(BODY_REF_HEADER, message_id.to_string());
+    let message = WebhookDelivery {
+        event: new.event.clone(),
+        workspace_id: Some(ep.workspace_id),
+        connection_id: Some(ep.connection_id),
+        delivery_id: Some(message_id),
+        body_ref: (!inline).then_some(message_id),
+        replay_of,
+        body: if inline { new.body.clone() } else { Vec::new() },
     }
-    if let Some(of) = replay_of {
-        message = message.header(REPLAY_OF_HEADER, of.to_string());
-    }
+    .outbox_message(new.subject.clone(), msg_id.clone());
 
     // Raw body first, then the message that points at it, then its dispatch record.
     db.execute_raw(Statement::from_sql_and_values(

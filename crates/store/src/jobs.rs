@@ -4,9 +4,9 @@
 use sea_orm::{ActiveValue::Set, ConnectionTrait, DbErr, EntityTrait, sea_query::OnConflict};
 use uuid::Uuid;
 
+use crate::contracts::JobQueued;
 use crate::entity::{JobStatus, JobTrigger, JobType, connection, sync_job};
-use crate::headers;
-use crate::outbox::{self, OutboxMessage};
+use crate::outbox;
 
 /// Inserts a queued job and enqueues its message. With a `dedup_key`, a job already queued under
 /// that key wins and `None` is returned (a redelivered activation queues nothing twice).
@@ -40,25 +40,14 @@ pub async fn queue<C: ConnectionTrait>(
         .one(db)
         .await?
         .ok_or_else(|| DbErr::RecordNotFound(format!("sync_job {id} after insert")))?;
-    let trigger_name = serde_json::to_value(trigger).unwrap_or_default();
-    let subject =
-        lifecycle_core::subject::jobs(conn.kind.as_str(), &conn.id.to_string(), job_type.as_str());
-    outbox::enqueue(
-        db,
-        OutboxMessage::json(
-            subject,
-            &serde_json::json!({
-                "job_id": id,
-                "connection_id": conn.id,
-                "workspace_id": conn.workspace_id,
-                "kind": conn.kind.as_str(),
-                "type": job_type.as_str(),
-                "trigger": trigger_name,
-            }),
-        )
-        .header(headers::WORKSPACE, conn.workspace_id.to_string())
-        .header(headers::CONNECTION, conn.id.to_string()),
-    )
-    .await?;
+    let message = JobQueued {
+        job_id: id,
+        connection_id: conn.id,
+        workspace_id: conn.workspace_id,
+        kind: conn.kind.as_str().to_owned(),
+        job_type: job_type.as_str().to_owned(),
+        trigger,
+    };
+    outbox::enqueue_contract(db, &message).await?;
     Ok(Some(job))
 }

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod contracts;
 pub mod entity;
 pub mod headers;
 pub mod inbound;

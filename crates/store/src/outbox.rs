@@ -8,6 +8,7 @@ use std::time::Duration;
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
 use uuid::Uuid;
 
+use crate::contracts::Contract;
 use crate::headers::{self, HeaderError};
 
 /// A message to publish once the surrounding transaction commits.
@@ -22,6 +23,20 @@ pub struct OutboxMessage {
 }
 
 impl OutboxMessage {
+    /// A contract message: its subject, headers, dedup key and JSON payload.
+    pub fn contract<C: Contract>(message: &C) -> Result<Self, serde_json::Error> {
+        Ok(OutboxMessage {
+            subject: message.subject(),
+            headers: message
+                .headers()
+                .into_iter()
+                .map(|(n, v)| (n.to_owned(), v))
+                .collect(),
+            payload: serde_json::to_vec(message)?,
+            msg_id: message.msg_id(),
+        })
+    }
+
     /// A message with a JSON payload and no extra headers.
     pub fn json(subject: impl Into<String>, payload: &serde_json::Value) -> Self {
         OutboxMessage {
@@ -76,68 +91,113 @@ impl OutboxMessage {
     }
 }
 
+/// Where an outbox row can be written: a sea-orm connection or transaction, or a writer's sqlx
+/// connection (the mirror writers use sqlx directly, so their state change and its announcement
+/// still commit as one). One insert for both.
+pub trait OutboxConn: Send {
+    type Error;
+    /// An error of this connection's kind for a message that cannot be written.
+    fn invalid(message: String) -> Self::Error;
+    /// Inserts the row `id` for `message`, kept from the relays for `hold`.
+    fn insert(
+        self,
+        id: Uuid,
+        message: &OutboxMessage,
+        headers: String,
+        hold: Duration,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+}
+
+const INSERT: &str = "INSERT INTO outbox (id, subject, headers, payload, msg_id, available_at) \
+     VALUES ($1, $2, $3::jsonb, $4, $5, now() + make_interval(secs => $6))";
+
+impl<C: ConnectionTrait + Sync> OutboxConn for &C {
+    type Error = DbErr;
+    fn invalid(message: String) -> DbErr {
+        DbErr::Custom(message)
+    }
+    async fn insert(
+        self,
+        id: Uuid,
+        message: &OutboxMessage,
+        headers: String,
+        hold: Duration,
+    ) -> Result<(), DbErr> {
+        self.execute_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            INSERT,
+            [
+                id.into(),
+                message.subject.clone().into(),
+                headers.into(),
+                message.payload.clone().into(),
+                message.msg_id.clone().into(),
+                hold.as_secs_f64().into(),
+            ],
+        ))
+        .await?;
+        Ok(())
+    }
+}
+
+impl OutboxConn for &mut sqlx::PgConnection {
+    type Error = sqlx::Error;
+    fn invalid(message: String) -> sqlx::Error {
+        sqlx::Error::Protocol(message)
+    }
+    async fn insert(
+        self,
+        id: Uuid,
+        message: &OutboxMessage,
+        headers: String,
+        hold: Duration,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(INSERT)
+            .bind(id)
+            .bind(&message.subject)
+            .bind(headers)
+            .bind(&message.payload)
+            .bind(&message.msg_id)
+            .bind(hold.as_secs_f64())
+            .execute(self)
+            .await?;
+        Ok(())
+    }
+}
+
 /// Enqueues `message` inside the caller's transaction; returns the outbox id. The relay publishes
 /// with the message's `msg_id` or, when unset, the outbox id as `Nats-Msg-Id`, so a republish
 /// after a crash is absorbed by the stream.
-pub async fn enqueue<C: ConnectionTrait>(db: &C, message: OutboxMessage) -> Result<Uuid, DbErr> {
+pub async fn enqueue<X: OutboxConn>(db: X, message: OutboxMessage) -> Result<Uuid, X::Error> {
     enqueue_with_id(db, Uuid::now_v7(), message, Duration::ZERO).await
 }
 
 /// Like [`enqueue`], with an id the caller chose (to reference the row from its own record),
 /// and kept from the relays for `hold` after commit: the caller publishes it inline meanwhile
 /// (and deletes it with [`delete_published`]); the relay takes it if the caller does not.
-pub async fn enqueue_with_id<C: ConnectionTrait>(
-    db: &C,
+pub async fn enqueue_with_id<X: OutboxConn>(
+    db: X,
     id: Uuid,
     message: OutboxMessage,
     hold: Duration,
-) -> Result<Uuid, DbErr> {
+) -> Result<Uuid, X::Error> {
     message
         .check()
-        .map_err(|e| DbErr::Custom(format!("outbox message refused: {e}")))?;
+        .map_err(|e| X::invalid(format!("outbox message refused: {e}")))?;
     let headers = serde_json::to_string(&message.headers)
-        .map_err(|e| DbErr::Custom(format!("outbox headers: {e}")))?;
-    db.execute_raw(Statement::from_sql_and_values(
-        DbBackend::Postgres,
-        "INSERT INTO outbox (id, subject, headers, payload, msg_id, available_at) \
-         VALUES ($1, $2, $3::jsonb, $4, $5, now() + make_interval(secs => $6))",
-        [
-            id.into(),
-            message.subject.into(),
-            headers.into(),
-            message.payload.into(),
-            message.msg_id.into(),
-            hold.as_secs_f64().into(),
-        ],
-    ))
-    .await?;
+        .map_err(|e| X::invalid(format!("outbox headers: {e}")))?;
+    db.insert(id, &message, headers, hold).await?;
     Ok(id)
 }
 
-/// Like [`enqueue`], inside a writer's sqlx transaction (the mirror writers use sqlx directly, so
-/// their state change and its announcement still commit as one).
-pub async fn enqueue_pg(
-    conn: &mut sqlx::PgConnection,
-    message: OutboxMessage,
-) -> Result<Uuid, sqlx::Error> {
-    let id = Uuid::now_v7();
-    message
-        .check()
-        .map_err(|e| sqlx::Error::Protocol(format!("outbox message refused: {e}")))?;
-    let headers = serde_json::to_string(&message.headers)
-        .map_err(|e| sqlx::Error::Protocol(format!("outbox headers: {e}")))?;
-    sqlx::query(
-        "INSERT INTO outbox (id, subject, headers, payload, msg_id)
-         VALUES ($1, $2, $3::jsonb, $4, $5)",
-    )
-    .bind(id)
-    .bind(&message.subject)
-    .bind(headers)
-    .bind(&message.payload)
-    .bind(&message.msg_id)
-    .execute(conn)
-    .await?;
-    Ok(id)
+/// Enqueues a contract message (see [`crate::contracts`]) inside the caller's transaction.
+pub async fn enqueue_contract<X: OutboxConn, C: Contract>(
+    db: X,
+    message: &C,
+) -> Result<Uuid, X::Error> {
+    let message =
+        OutboxMessage::contract(message).map_err(|e| X::invalid(format!("outbox payload: {e}")))?;
+    enqueue(db, message).await
 }
 
 /// Deletes the dispatch records `ids`, whose messages the stream has accepted; returns how many

@@ -3,22 +3,15 @@
 //! commit together; a job is identified by its dedup key, so redeliveries queue nothing twice.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use bus::consumer::{Delivery, Handler};
+use bus::consumer::{Delivery, Handler, HandlerError, Settle};
+use bus::contracts::{JobQueued, LifecycleTransition};
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, TransactionTrait};
-use serde::Deserialize;
 use store::entity::{ConnectionKind, ConnectionStatus, JobTrigger, JobType, connection};
-use uuid::Uuid;
 
 use crate::SourceFactory;
 use crate::jobs::JobOutcome;
 use crate::sync::Engine;
-
-#[derive(Debug, Deserialize)]
-struct JobMessage {
-    job_id: Uuid,
-}
 
 /// Runs `jobs.github.*` messages.
 pub struct JobHandler {
@@ -28,24 +21,14 @@ pub struct JobHandler {
 }
 
 impl Handler for JobHandler {
-    async fn handle(&self, delivery: Delivery) {
-        let Ok(msg) = serde_json::from_slice::<JobMessage>(delivery.payload()) else {
-            delivery
-                .reject("job message is not {\"job_id\": <uuid>}")
-                .await;
-            return;
-        };
+    type Message = JobQueued;
+
+    async fn handle(&self, msg: JobQueued, _: &Delivery) -> Result<Settle, HandlerError> {
         let job = match self.engine.jobs.claim(msg.job_id).await {
             Ok(Some(job)) => job,
             // Finished, canceled, or held by a live replica: nothing to do.
-            Ok(None) => {
-                let _ = delivery.ack().await;
-                return;
-            }
-            Err(e) => {
-                delivery.retry(&format!("claiming job: {e}")).await;
-                return;
-            }
+            Ok(None) => return Ok(Settle::Ignored("job not claimable")),
+            Err(e) => return Err(HandlerError::transient(format!("claiming job: {e}"))),
         };
         let conn = match connection::Entity::find_by_id(job.connection_id)
             .one(&self.db)
@@ -54,8 +37,7 @@ impl Handler for JobHandler {
             Ok(c) => c,
             Err(e) => {
                 let _ = self.engine.jobs.release(&job).await;
-                delivery.retry(&format!("loading connection: {e}")).await;
-                return;
+                return Err(HandlerError::transient(format!("loading connection: {e}")));
             }
         };
         let outcome_for_unusable = match &conn {
@@ -72,10 +54,11 @@ impl Handler for JobHandler {
                 .jobs
                 .finish(&job, &JobOutcome::Failed(reason), 0)
                 .await;
-            let _ = delivery.ack().await;
-            return;
+            return Ok(Settle::Applied("job failed: connection unusable"));
         }
-        let Some(conn) = conn else { return };
+        let Some(conn) = conn else {
+            return Ok(Settle::Ignored("no connection"));
+        };
         let source = match self.factory.source(&conn).await {
             Ok(s) => s,
             Err(e) => {
@@ -85,30 +68,21 @@ impl Handler for JobHandler {
                     .jobs
                     .finish(&job, &JobOutcome::Failed(reason), 0)
                     .await;
-                let _ = delivery.ack().await;
-                return;
+                return Ok(Settle::Applied("job failed: GitHub unreachable"));
             }
         };
-        // Keep the message ours while the job runs; a dead replica's message comes back.
-        let run = self.engine.run(&job, conn.provider_instance_id, source);
-        tokio::pin!(run);
-        let result = loop {
-            tokio::select! {
-                r = &mut run => break r,
-                _ = tokio::time::sleep(Duration::from_secs(10)) => {
-                    let _ = delivery.in_progress().await;
-                }
-            }
-        };
-        match result {
-            Ok(_) => {
-                let _ = delivery.ack().await;
-            }
+        // The runner keeps the message ours while the job runs; a dead replica's comes back.
+        match self
+            .engine
+            .run(&job, conn.provider_instance_id, source)
+            .await
+        {
+            Ok(_) => Ok(Settle::Applied("job ran")),
             Err(e) => {
                 let _ = self.engine.jobs.release(&job).await;
-                delivery
-                    .retry(&format!("job failed on the database: {e}"))
-                    .await;
+                Err(HandlerError::transient(format!(
+                    "job failed on the database: {e}"
+                )))
             }
         }
     }
@@ -128,38 +102,26 @@ pub async fn queue_job(
     Ok(queued.is_some())
 }
 
-#[derive(Debug, Deserialize)]
-struct Activated {
-    connection_id: Uuid,
-    lifecycle_generation: i64,
-}
-
 /// `lifecycle.github.*.activated`: the INITIAL job of that activation.
 pub struct LifecycleHandler {
     pub db: DatabaseConnection,
 }
 
 impl Handler for LifecycleHandler {
-    async fn handle(&self, delivery: Delivery) {
-        let Ok(msg) = serde_json::from_slice::<Activated>(delivery.payload()) else {
-            delivery
-                .reject("activation message lacks connection_id or lifecycle_generation")
-                .await;
-            return;
-        };
+    type Message = LifecycleTransition;
+
+    async fn handle(&self, msg: LifecycleTransition, _: &Delivery) -> Result<Settle, HandlerError> {
         let conn = match connection::Entity::find_by_id(msg.connection_id)
             .one(&self.db)
             .await
         {
             Ok(Some(c)) => c,
             Ok(None) => {
-                delivery.reject("activated connection does not exist").await;
-                return;
+                return Err(HandlerError::permanent(
+                    "activated connection does not exist",
+                ));
             }
-            Err(e) => {
-                delivery.retry(&format!("loading connection: {e}")).await;
-                return;
-            }
+            Err(e) => return Err(HandlerError::transient(format!("loading connection: {e}"))),
         };
         // One INITIAL per activation: the generation names it, whoever delivers it.
         let key = format!("initial:{}:{}", conn.id, msg.lifecycle_generation);
@@ -172,10 +134,11 @@ impl Handler for LifecycleHandler {
         )
         .await
         {
-            Ok(_) => {
-                let _ = delivery.ack().await;
-            }
-            Err(e) => delivery.retry(&format!("queueing INITIAL job: {e}")).await,
+            Ok(true) => Ok(Settle::Applied("INITIAL job queued")),
+            Ok(false) => Ok(Settle::Unchanged("INITIAL job already queued")),
+            Err(e) => Err(HandlerError::transient(format!(
+                "queueing INITIAL job: {e}"
+            ))),
         }
     }
 }

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use bus::contracts::LifecycleTransition;
 use lifecycle_core::connection::{ConnectionState, Transition};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter,
@@ -18,7 +19,7 @@ use store::entity::{
     ConnectionKind, ConnectionStatus, WorkspaceStatus, connection, connection_audit,
     connection_secret, provider_instance,
 };
-use store::outbox::{self, OutboxMessage};
+use store::outbox;
 use uuid::Uuid;
 
 use super::rfc3339;
@@ -343,34 +344,20 @@ pub async fn transition(
         store::inbound::disable_endpoints(&txn, row.id).await?;
     }
 
-    let subject = lifecycle_core::subject::lifecycle(
-        row.kind.as_str(),
-        &row.id.to_string(),
-        transition.event_name(),
-    );
-    let payload = serde_json::json!({
-        "connection_id": row.id,
-        "workspace_id": row.workspace_id,
-        "kind": row.kind.as_str(),
-        "transition": transition.event_name(),
-        "before_status": status_name(before),
-        "status": status_name(row.status),
-        "version": row.version,
-        "lifecycle_generation": row.lifecycle_generation,
-        "provider_instance_id": row.provider_instance_id,
-        "actor": caller.sub,
-        "at": rfc3339(row.updated_at),
-    });
-    outbox::enqueue(
-        &txn,
-        OutboxMessage::json(subject, &payload)
-            .header(
-                bus::consumer::headers::WORKSPACE,
-                row.workspace_id.to_string(),
-            )
-            .header(bus::consumer::headers::CONNECTION, row.id.to_string()),
-    )
-    .await?;
+    let message = LifecycleTransition {
+        connection_id: row.id,
+        workspace_id: row.workspace_id,
+        kind: row.kind.as_str().to_owned(),
+        transition: transition.event_name().to_owned(),
+        before_status: status_name(before),
+        status: status_name(row.status),
+        version: row.version,
+        lifecycle_generation: row.lifecycle_generation,
+        provider_instance_id: row.provider_instance_id,
+        actor: caller.sub.clone(),
+        at: rfc3339(row.updated_at),
+    };
+    outbox::enqueue_contract(&txn, &message).await?;
     let view = view(&txn, row).await?;
     txn.commit().await?;
     tracing::info!(%workspace_id, %connection_id, transition = %name, version = view.version, actor = %caller.sub, "connection transition");

@@ -3,13 +3,14 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use bus::contracts::WorkspacePurged;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder,
     QuerySelect, TransactionTrait,
 };
 use serde::{Deserialize, Serialize};
 use store::entity::{WorkspaceStatus, workspace};
-use store::outbox::{self, OutboxMessage};
+use store::outbox;
 use uuid::Uuid;
 
 use super::rfc3339;
@@ -138,20 +139,8 @@ pub async fn purge(
     active.status = Set(WorkspaceStatus::Purging);
     active.updated_at = Set(time::OffsetDateTime::now_utc());
     let row = active.update(&txn).await?;
-    let subject =
-        lifecycle_core::subject::lifecycle("workspace", &workspace_id.to_string(), "purged");
-    let payload = serde_json::json!({
-        "workspace_id": workspace_id,
-        "transition": "purged",
-        "actor": caller.sub,
-        "at": rfc3339(row.updated_at),
-    });
-    outbox::enqueue(
-        &txn,
-        OutboxMessage::json(subject, &payload)
-            .header(bus::consumer::headers::WORKSPACE, workspace_id.to_string()),
-    )
-    .await?;
+    let message = WorkspacePurged::new(workspace_id, caller.sub.clone(), rfc3339(row.updated_at));
+    outbox::enqueue_contract(&txn, &message).await?;
     txn.commit().await?;
     tracing::info!(%workspace_id, actor = %caller.sub, "workspace purge started");
     Ok((StatusCode::ACCEPTED, Json(row.into())))

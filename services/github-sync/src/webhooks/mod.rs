@@ -16,7 +16,8 @@ pub mod reviews;
 
 use std::sync::Arc;
 
-use bus::consumer::{Delivery, Handler, headers};
+use bus::consumer::{Delivery, Handler, HandlerError, Settle, headers};
+use bus::contracts::WebhookDelivery;
 use sea_orm::{DatabaseConnection, EntityTrait};
 use sqlx::PgPool;
 use store::admission::{self, Origin, Refusal, Scope};
@@ -129,13 +130,17 @@ impl Readers {
 }
 
 /// The delivery's body: inline, or by reference to the stored raw body (`None`: erased).
-async fn body(pool: &PgPool, delivery: &Delivery) -> Result<Option<Vec<u8>>, WebhookError> {
+async fn body(
+    pool: &PgPool,
+    message: WebhookDelivery,
+    delivery: &Delivery,
+) -> Result<Option<Vec<u8>>, WebhookError> {
     let Some(reference) = delivery.header(store::headers::BODY_REF) else {
-        return Ok(Some(delivery.payload().to_vec()));
+        return Ok(Some(message.body));
     };
-    let message_id = reference
-        .parse::<Uuid>()
-        .map_err(|_| WebhookError::Invalid(format!("malformed body reference {reference:?}")))?;
+    let message_id = message
+        .body_ref
+        .ok_or_else(|| WebhookError::Invalid(format!("malformed body reference {reference:?}")))?;
     Ok(store::inbound::stored_body(pool, message_id).await?)
 }
 
@@ -153,23 +158,25 @@ async fn provider_instance(
 }
 
 impl WebhookHandler {
-    async fn dispatch(&self, delivery: &Delivery, event: &str) -> Result<Outcome, WebhookError> {
-        let Some(body) = body(&self.pool, delivery).await? else {
+    async fn dispatch(
+        &self,
+        message: WebhookDelivery,
+        delivery: &Delivery,
+        event: &str,
+    ) -> Result<Outcome, WebhookError> {
+        let connection_header = message.connection_id;
+        let delivery_id = message.delivery_id;
+        let Some(body) = body(&self.pool, message, delivery).await? else {
             return Err(WebhookError::Invalid(
                 "the delivery's body is no longer stored".into(),
             ));
         };
-        let connection_id = delivery
-            .header(headers::CONNECTION)
-            .and_then(|c| c.parse::<Uuid>().ok())
+        let connection_id = connection_header
             .ok_or_else(|| WebhookError::Invalid("no connection header".into()))?;
         let Some(provider_instance_id) = provider_instance(&self.pool, connection_id).await? else {
             // The connection is gone (erased): nothing of it may be written.
             return Ok(Outcome::Ignored);
         };
-        let delivery_id = delivery
-            .header(headers::DELIVERY)
-            .and_then(|d| d.parse::<Uuid>().ok());
         let hook = Webhook {
             event,
             body: &body,
@@ -203,25 +210,29 @@ impl WebhookHandler {
 }
 
 impl Handler for WebhookHandler {
-    async fn handle(&self, delivery: Delivery) {
-        let event = delivery
-            .header(store::headers::EVENT)
-            .map(str::to_owned)
-            .or_else(|| delivery.subject().rsplit('.').next().map(str::to_owned))
-            .unwrap_or_default();
-        match self.dispatch(&delivery, &event).await {
+    type Message = WebhookDelivery;
+
+    async fn handle(
+        &self,
+        message: WebhookDelivery,
+        delivery: &Delivery,
+    ) -> Result<Settle, HandlerError> {
+        let event = message.event.clone();
+        match self.dispatch(message, delivery, &event).await {
             Ok(outcome) => {
                 metrics::counter!("github_webhooks_total", "event" => event.clone(), "outcome" => outcome.as_str())
                     .increment(1);
                 tracing::debug!(%event, outcome = outcome.as_str(), "github webhook handled");
-                if let Err(e) = delivery.ack().await {
-                    tracing::warn!(error = %e, "ack failed; the delivery will come again");
-                }
+                Ok(match outcome {
+                    Outcome::Applied => Settle::Applied("github webhook"),
+                    Outcome::Unchanged => Settle::Unchanged("github webhook"),
+                    Outcome::Ignored => Settle::Ignored("github webhook"),
+                })
             }
             Err(WebhookError::Invalid(reason)) => {
                 metrics::counter!("github_webhooks_total", "event" => event, "outcome" => "invalid")
                     .increment(1);
-                delivery.reject(&reason).await;
+                Err(HandlerError::Permanent(reason))
             }
             Err(WebhookError::OutOfScope(refusal)) => {
                 // Never retried: what the connection covers decides, and it was asked.
@@ -236,12 +247,10 @@ impl Handler for WebhookHandler {
                     reason = refusal.as_str(),
                     "github webhook out of the connection's scope; acknowledged, nothing written"
                 );
-                if let Err(e) = delivery.ack().await {
-                    tracing::warn!(error = %e, "ack failed; the delivery will come again");
-                }
+                Ok(Settle::Ignored("out of the connection's scope"))
             }
             Err(e @ (WebhookError::Database(_) | WebhookError::Store(_))) => {
-                delivery.retry(&e.to_string()).await;
+                Err(HandlerError::transient(e))
             }
         }
     }

@@ -209,18 +209,21 @@ struct ReadBody(
 );
 
 impl bus::consumer::Handler for ReadBody {
-    async fn handle(&self, delivery: bus::consumer::Delivery) {
-        let body = match delivery.header(store::headers::BODY_REF) {
-            Some(id) => store::inbound::stored_body(
-                self.1.get_postgres_connection_pool(),
-                id.parse().expect("a uuid"),
-            )
-            .await
-            .expect("read the body"),
-            None => Some(delivery.payload().to_vec()),
+    type Message = bus::contracts::WebhookDelivery;
+
+    async fn handle(
+        &self,
+        message: bus::contracts::WebhookDelivery,
+        _: &bus::consumer::Delivery,
+    ) -> Result<bus::consumer::Settle, bus::consumer::HandlerError> {
+        let body = match message.body_ref {
+            Some(id) => store::inbound::stored_body(self.1.get_postgres_connection_pool(), id)
+                .await
+                .expect("read the body"),
+            None => Some(message.body),
         };
         let _ = self.0.send(body);
-        delivery.ack().await.expect("ack");
+        Ok(bus::consumer::Settle::Applied("read"))
     }
 }
 
