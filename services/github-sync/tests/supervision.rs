@@ -214,13 +214,30 @@ async fn handler_blocked(pool: &PgPool) -> Result<()> {
 }
 
 async fn activate(env: &TestEnv, ws: Uuid, conn: Uuid, generation: i64) -> Result<()> {
-    let payload = serde_json::json!({ "connection_id": conn, "lifecycle_generation": generation });
+    let provider_instance_id: Uuid =
+        sqlx::query_scalar("SELECT provider_instance_id FROM connection WHERE id = $1")
+            .bind(conn)
+            .fetch_one(env.db.db.get_postgres_connection_pool())
+            .await?;
+    let transition = bus::contracts::LifecycleTransition {
+        connection_id: conn,
+        workspace_id: ws,
+        kind: "github".into(),
+        transition: "activated".into(),
+        before_status: "pending".into(),
+        status: "active".into(),
+        version: generation,
+        lifecycle_generation: generation,
+        provider_instance_id,
+        actor: "test".into(),
+        at: "2026-12-01T00:00:00Z".into(),
+    };
     env.bus
         .publish(
             &format!("lifecycle.github.{ws}.activated"),
             &format!("activated:{conn}:{generation}"),
             async_nats::HeaderMap::new(),
-            serde_json::to_vec(&payload)?.into(),
+            serde_json::to_vec(&transition)?.into(),
         )
         .await?;
     Ok(())
