@@ -142,22 +142,6 @@ fn publish_failure_is_permanent(e: &jetstream::context::PublishError, connected:
     }
 }
 
-/// Builds a header map, refusing names and values NATS cannot carry (the client would panic).
-pub fn checked_headers<'a>(
-    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
-) -> Result<HeaderMap, String> {
-    use std::str::FromStr as _;
-    let mut headers = HeaderMap::new();
-    for (name, value) in pairs {
-        let n = async_nats::HeaderName::from_str(name)
-            .map_err(|e| format!("invalid header name {name:?}: {e}"))?;
-        let v = async_nats::HeaderValue::from_str(value)
-            .map_err(|e| format!("invalid value of header {name:?}: {e}"))?;
-        headers.insert(n, v);
-    }
-    Ok(headers)
-}
-
 /// A JetStream handle bound to a namespace (empty in production, unique per test).
 #[derive(Clone)]
 pub struct Bus {

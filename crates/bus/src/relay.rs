@@ -172,7 +172,7 @@ impl Relay {
             .into_iter()
             .flatten()
             .filter_map(|(k, v)| v.as_str().map(|v| (k.as_str(), v)));
-        let headers = crate::checked_headers(pairs).map_err(refuse)?;
+        let headers = crate::header_map(pairs).map_err(|e| refuse(e.to_string()))?;
         self.bus
             .publish_start(
                 &row.subject,

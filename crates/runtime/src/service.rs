@@ -156,3 +156,26 @@ impl Service {
         tasks.run(common.shutdown_grace()).await
     }
 }
+
+/// Implements [`Launch`] for a service's `Config` (with a `common` field) over its
+/// `run(config, shutdown, on_listen)`: `runtime::launch!(Config, "ingress", run);`.
+#[macro_export]
+macro_rules! launch {
+    ($config:ty, $name:literal, $run:path) => {
+        impl $crate::Launch for $config {
+            const NAME: &'static str = $name;
+
+            fn common_mut(&mut self) -> &mut $crate::CommonArgs {
+                &mut self.common
+            }
+
+            fn launch(
+                self,
+                shutdown: ::tokio_util::sync::CancellationToken,
+                on_listen: Box<dyn FnOnce(::std::net::SocketAddr) + Send>,
+            ) -> impl ::std::future::Future<Output = ::anyhow::Result<()>> + Send {
+                $run(self, shutdown, on_listen)
+            }
+        }
+    };
+}

@@ -240,21 +240,7 @@ pub async fn run(
         .await
 }
 
-impl runtime::Launch for Config {
-    const NAME: &'static str = "control-api";
-
-    fn common_mut(&mut self) -> &mut runtime::CommonArgs {
-        &mut self.common
-    }
-
-    fn launch(
-        self,
-        shutdown: CancellationToken,
-        on_listen: Box<dyn FnOnce(SocketAddr) + Send>,
-    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
-        run(self, shutdown, on_listen)
-    }
-}
+runtime::launch!(Config, "control-api", run);
 
 #[cfg(test)]
 mod tests {

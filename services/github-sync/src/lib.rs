@@ -335,18 +335,4 @@ pub async fn run(
         .await
 }
 
-impl runtime::Launch for Config {
-    const NAME: &'static str = "github-sync";
-
-    fn common_mut(&mut self) -> &mut runtime::CommonArgs {
-        &mut self.common
-    }
-
-    fn launch(
-        self,
-        shutdown: CancellationToken,
-        on_listen: Box<dyn FnOnce(SocketAddr) + Send>,
-    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
-        run(self, shutdown, on_listen)
-    }
-}
+runtime::launch!(Config, "github-sync", run);

@@ -369,18 +369,4 @@ pub async fn run(
     service.serve(&db, None, on_listen).await
 }
 
-impl runtime::Launch for Config {
-    const NAME: &'static str = "ingress";
-
-    fn common_mut(&mut self) -> &mut runtime::CommonArgs {
-        &mut self.common
-    }
-
-    fn launch(
-        self,
-        shutdown: CancellationToken,
-        on_listen: Box<dyn FnOnce(SocketAddr) + Send>,
-    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
-        run(self, shutdown, on_listen)
-    }
-}
+runtime::launch!(Config, "ingress", run);
