@@ -1,0 +1,6 @@
+//! The sync engine every vendor service runs on. A vendor implements the traits here (what its
+//! connections reach, how one page of a class is read and written, how a webhook payload is
+//! applied); the engine owns everything else: job claims and leases, passes and their
+//! cancellation, backfill repetition, the deletion gate, schedules with cooldown, and the
+//! webhook front half that resolves a delivery's body, connection and admission.
+#![forbid(unsafe_code)]
