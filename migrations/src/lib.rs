@@ -18,6 +18,8 @@ mod m0011_dispatch_records;
 mod m0012_connection_grant;
 mod m0013_endpoint_provider_ref_unique;
 mod m0014_body_consumption;
+mod m0015_stream_ledger;
+mod m0016_erasure;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -104,6 +106,14 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0014_body_consumption",
                 up: m0014_body_consumption::UP,
+            }),
+            Box::new(Sql {
+                name: "m0015_stream_ledger",
+                up: m0015_stream_ledger::UP,
+            }),
+            Box::new(Sql {
+                name: "m0016_erasure",
+                up: m0016_erasure::UP,
             }),
         ]
     }

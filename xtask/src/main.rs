@@ -1,4 +1,5 @@
-//! Developer tasks for the forgesync workspace: `cargo xtask up | test | bench | migrate | schema`.
+//! Developer tasks for the forgesync workspace: `cargo xtask up | test | bench | migrate |
+//! erasure-scan | schema`.
 //!
 //! Every task provisions what it needs first: the Postgres and NATS named by `DATABASE_URL` and
 //! `NATS_URL` when they answer, otherwise throwaway servers under `<target>/forgesync-local/`,
@@ -64,6 +65,14 @@ enum Task {
     /// `FORGESYNC_SECRET_KEY` (run it after adding a key everywhere, before dropping the old one).
     Reseal {
         /// Extra arguments for `forgesync-local reseal` (`--batch N`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+    /// Print the erasure-completeness scan of a workspace in `DATABASE_URL` / `NATS_URL` (what of
+    /// its connections' content remains, per table, stream and subject); exits non-zero when
+    /// anything remains.
+    ErasureScan {
+        /// Arguments for `forgesync-local erasure-scan` (the workspace id, `--nats-prefix P`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
@@ -210,6 +219,19 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             let bin = build_local_bin(&layout)?;
             let mut cmd = Command::new(bin);
             cmd.arg("reseal").args(args);
+            process::run_foreground(&mut cmd)
+        }
+        Task::ErasureScan { args } => {
+            // The operator's own data: never a throwaway server.
+            for var in ["DATABASE_URL", "NATS_URL"] {
+                anyhow::ensure!(
+                    std::env::var_os(var).is_some(),
+                    "{var} is not set: the scan reads the deployment it checks"
+                );
+            }
+            let bin = build_local_bin(&layout)?;
+            let mut cmd = Command::new(bin);
+            cmd.arg("erasure-scan").args(args);
             process::run_foreground(&mut cmd)
         }
         Task::Up { args } => {

@@ -124,3 +124,44 @@ pub async fn replay(
     txn.commit().await?;
     Ok(updated)
 }
+
+/// What the bus holds of a connection, for the eraser: dispatch records of content not yet
+/// published and dead messages (with their replay copies, which are dispatch records again), both naming the
+/// connection in their headers. Runs after every other holder, so a message a holder's
+/// erasure left in flight is caught too.
+pub const ERASABLE: store::erasure::Erasable = store::erasure::Erasable {
+    holder: "bus",
+    order: 900,
+    kinds: &[],
+    tables: &[
+        store::erasure::ErasableTable {
+            table: "outbox",
+            // Lifecycle and job announcements carry no content and still have readers.
+            selector: store::erasure::Selector::Connection(
+                "headers ->> 'Forgesync-Connection' = $1::text \
+                 AND split_part(subject, '.', 1) NOT IN ('lifecycle', 'jobs')",
+            ),
+        },
+        store::erasure::ErasableTable {
+            table: "dead_message",
+            selector: store::erasure::Selector::Connection(store::erasure::CONNECTION_HEADER),
+        },
+        store::erasure::ErasableTable {
+            table: "outbox",
+            selector: store::erasure::Selector::Workspace(
+                "headers ->> 'Forgesync-Workspace' = $1::text \
+                 AND split_part(subject, '.', 1) NOT IN ('lifecycle', 'jobs')",
+            ),
+        },
+        store::erasure::ErasableTable {
+            table: "dead_message",
+            selector: store::erasure::Selector::Workspace(
+                "headers ->> 'Forgesync-Workspace' = $1::text",
+            ),
+        },
+    ],
+    streams: &[],
+    repository_streams: &[],
+    connection_subjects: store::erasure::no_subjects,
+    workspace_subjects: store::erasure::no_workspace_subjects,
+};

@@ -1,6 +1,6 @@
 //! The outbox relay: publishes committed outbox rows to JetStream with the row's explicit
 //! `msg_id` (or else its id) as `Nats-Msg-Id`, then deletes them (a dispatch record lasts until
-//! the stream accepts its message).
+//! the stream accepts its message), writing where each message landed into the stream ledger.
 //!
 //! Any number of relays may run: each batch is claimed with `FOR UPDATE SKIP LOCKED`, and a relay
 //! that dies mid-batch rolls back its claim, so another relay republishes those rows and the
@@ -116,10 +116,18 @@ impl Relay {
         let mut published = Vec::with_capacity(sent.len());
         for (row, answer) in sent.into_iter().zip(answers) {
             match answer {
-                Ok(_) => published.push(row.id),
+                // `start` refused rows no stream captures, so the stream is known here.
+                Ok(ack) => published.extend(Stream::for_subject(&row.subject).map(|stream| {
+                    store::outbox::Landed {
+                        outbox_id: row.id,
+                        stream: stream.name(),
+                        sequence: ack.sequence,
+                    }
+                })),
                 Err(e) => note(row, e, &mut parked),
             }
         }
+        // Each published message's place goes into the stream ledger with its record's removal.
         store::outbox::delete_published(&txn, &published).await?;
         // Park: the dead record and the row's removal commit together.
         for (row, reason) in &parked {
@@ -142,7 +150,7 @@ impl Relay {
             .await?;
         }
         let parked_ids: Vec<_> = parked.iter().map(|(r, _)| r.id).collect();
-        store::outbox::delete_published(&txn, &parked_ids).await?;
+        store::outbox::discard(&txn, &parked_ids).await?;
         txn.commit().await?;
         metrics::counter!("outbox_published_total").increment(published.len() as u64);
         metrics::counter!("outbox_parked_total").increment(parked.len() as u64);

@@ -90,8 +90,19 @@ impl ConnectionState {
         Ok(next)
     }
 
-    /// Whether this state authorises reading the provider's mirrored data.
+    /// Whether this state authorises reading the provider's mirrored data. A pause keeps the
+    /// retained mirror readable (and so, under the orphan guard, kept); pending and uninstalled
+    /// connections authorise nothing.
     pub fn authorises_reads(self) -> bool {
+        matches!(
+            self,
+            ConnectionState::Active | ConnectionState::Suspended | ConnectionState::Paused
+        )
+    }
+
+    /// Whether this state authorises writing the provider's data into the mirror (webhooks,
+    /// syncs): a paused connection stops writing but keeps reading.
+    pub fn authorises_writes(self) -> bool {
         matches!(self, ConnectionState::Active | ConnectionState::Suspended)
     }
 }
@@ -148,12 +159,21 @@ mod tests {
     }
 
     #[test]
-    fn only_active_and_suspended_authorise_reads() {
+    fn active_suspended_and_paused_authorise_reads() {
         let readers: Vec<_> = STATES
             .into_iter()
             .filter(|s| s.authorises_reads())
             .collect();
-        assert_eq!(readers, vec![S::Active, S::Suspended]);
+        assert_eq!(readers, vec![S::Active, S::Suspended, S::Paused]);
+    }
+
+    #[test]
+    fn only_active_and_suspended_authorise_writes() {
+        let writers: Vec<_> = STATES
+            .into_iter()
+            .filter(|s| s.authorises_writes())
+            .collect();
+        assert_eq!(writers, vec![S::Active, S::Suspended]);
     }
 
     #[test]

@@ -15,6 +15,16 @@ pub enum ErasureTrigger {
     WorkspacePurge,
 }
 
+impl ErasureTrigger {
+    /// The name an erasure record stores.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErasureTrigger::AdminDisconnect => "disconnect",
+            ErasureTrigger::WorkspacePurge => "purge",
+        }
+    }
+}
+
 /// Tables that survive every erasure: operational audit without third-party content.
 pub const RETAINED_TABLES: [&str; 3] = ["sync_job", "connection_activity", "connection_audit"];
 
@@ -63,6 +73,24 @@ pub struct OrganizationBinding<O> {
     pub other_live_workspaces: usize,
 }
 
+/// What becomes of one repository a workspace stops monitoring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RepositoryFate {
+    /// No monitor anywhere covers it any more: the repository and its cascade are deleted.
+    Delete,
+    /// Another monitor still covers it: it stays, shared.
+    Keep,
+}
+
+/// The orphan guard for one repository, decided once the erasing connection's monitors are gone.
+pub fn repository_fate(monitored_elsewhere: bool) -> RepositoryFate {
+    if monitored_elsewhere {
+        RepositoryFate::Keep
+    } else {
+        RepositoryFate::Delete
+    }
+}
+
 /// Plans the erasure of an SCM (GitHub or GitLab) integration.
 ///
 /// `covered` are the repositories this workspace's monitors cover; `monitored_elsewhere` are those
@@ -80,10 +108,13 @@ pub fn plan_scm_erasure<R: Ord + Clone, O: Clone>(
     let mut kept_repositories = BTreeSet::new();
     for repository in covered {
         // Orphan guard: a repository another workspace monitors stays.
-        if monitored_elsewhere.contains(repository) {
-            kept_repositories.insert(repository.clone());
-        } else {
-            steps.push(ErasureStep::DeleteOrphanedRepository(repository.clone()));
+        match repository_fate(monitored_elsewhere.contains(repository)) {
+            RepositoryFate::Keep => {
+                kept_repositories.insert(repository.clone());
+            }
+            RepositoryFate::Delete => {
+                steps.push(ErasureStep::DeleteOrphanedRepository(repository.clone()));
+            }
         }
     }
     for binding in organizations {

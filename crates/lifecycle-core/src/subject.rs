@@ -101,6 +101,11 @@ pub fn events(workspace_id: &str, event_type: &str) -> String {
     )
 }
 
+/// `events.<workspaceId>.>`: every event of one workspace (the subject belongs to it alone).
+pub fn events_of_workspace(workspace_id: &str) -> String {
+    format!("events.{}.>", encode_token(workspace_id))
+}
+
 /// The token that marks a GitLab subject routed by connection (`gitlab.?connection.<id>.<event>`).
 pub const CONNECTION_LEVEL: &str = "?connection";
 

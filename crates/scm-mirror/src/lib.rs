@@ -7,6 +7,7 @@
 
 pub mod comments;
 pub mod content;
+pub mod erasure;
 pub mod events;
 pub mod items;
 pub mod monitors;

@@ -103,8 +103,8 @@ pub async fn admit(
     };
     match scope {
         Scope::GithubRepository { native_id } => {
-            // Writes follow the same authorisation as reads of the mirror.
-            if !state.authorises_reads() {
+            // Writes need a connection that may write (a paused one only keeps reading).
+            if !state.authorises_writes() {
                 return Ok(Err(Refusal::NotAuthorised));
             }
             // Only a monitor of this very connection bound to the native id admits: a name, or

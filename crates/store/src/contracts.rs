@@ -178,7 +178,10 @@ impl Contract for ItemEvent {
         lifecycle_core::subject::events(&self.workspace_id.to_string(), &self.event_type)
     }
     fn headers(&self) -> Vec<(&'static str, String)> {
-        vec![(headers::WORKSPACE, self.workspace_id.to_string())]
+        vec![
+            (headers::WORKSPACE, self.workspace_id.to_string()),
+            (headers::REPOSITORY, self.repository_id.to_string()),
+        ]
     }
     fn msg_id(&self) -> Option<String> {
         Some(self.id.to_string())

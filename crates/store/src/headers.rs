@@ -6,6 +6,9 @@
 pub const WORKSPACE: &str = "Forgesync-Workspace";
 /// The connection a message concerns.
 pub const CONNECTION: &str = "Forgesync-Connection";
+/// The mirrored repository a message is about (item events), so its stream copy can be erased
+/// with the workspace's rows of that repository.
+pub const REPOSITORY: &str = "Forgesync-Repository";
 /// The inbound message (webhook delivery) a message carries.
 pub const DELIVERY: &str = "Forgesync-Delivery";
 /// The vendor's event name of a webhook delivery.

@@ -602,3 +602,48 @@ pub async fn stored_body(
             .await?;
     Ok(row.map(|(body,)| body))
 }
+
+/// What ingress holds of a connection, for the eraser: raw bodies, the digest keys derived from
+/// them, the received-message rows (replays included, `replay_of` stays inside a connection),
+/// and the webhook messages it published; GitLab hooks we registered publish on subjects of
+/// the connection alone.
+pub const ERASABLE: crate::erasure::Erasable = {
+    use crate::erasure::{ErasableTable, Selector::Connection};
+    crate::erasure::Erasable {
+        holder: "ingress",
+        order: 200,
+        kinds: &[],
+        tables: &[
+            ErasableTable {
+                table: "inbound_message_body",
+                selector: Connection("connection_id = $1"),
+            },
+            ErasableTable {
+                table: "dedup_key",
+                selector: Connection(
+                    "endpoint_id IN (SELECT id FROM inbound_endpoint WHERE connection_id = $1)",
+                ),
+            },
+            ErasableTable {
+                table: "inbound_message",
+                selector: Connection("connection_id = $1"),
+            },
+        ],
+        streams: &[
+            "WEBHOOKS_GITHUB",
+            "WEBHOOKS_GITLAB",
+            "WEBHOOKS_SLACK",
+            "WEBHOOKS_OUTLINE",
+        ],
+        repository_streams: &[],
+        connection_subjects: |kind, connection_id| match kind {
+            ConnectionKind::Gitlab => lifecycle_core::subject::filter_subjects(&[
+                lifecycle_core::subject::Monitor::GitlabConnection {
+                    connection_id: connection_id.to_string(),
+                },
+            ]),
+            _ => Vec::new(),
+        },
+        workspace_subjects: crate::erasure::no_workspace_subjects,
+    }
+};

@@ -5,9 +5,11 @@
 pub mod admission;
 pub mod contracts;
 pub mod entity;
+pub mod erasure;
 pub mod headers;
 pub mod inbound;
 pub mod jobs;
+pub mod lifecycle;
 pub mod outbox;
 pub mod scm_scope;
 pub mod secrets;

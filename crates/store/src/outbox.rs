@@ -200,17 +200,74 @@ pub async fn enqueue_contract<X: OutboxConn, C: Contract>(
     enqueue(db, message).await
 }
 
-/// Deletes the dispatch records `ids`, whose messages the stream has accepted; returns how many
-/// it deleted. One statement for the whole set, whoever published them (the relay, or an inline
-/// publisher).
+/// Where a stream stored the message of a dispatch record (from the publish ack; a duplicate's
+/// ack names the copy already stored).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Landed {
+    pub outbox_id: Uuid,
+    /// The logical stream name (`WEBHOOKS_GITHUB`, ...), without namespace.
+    pub stream: &'static str,
+    pub sequence: u64,
+}
+
+/// Deletes the dispatch records of messages the stream has accepted and writes each one's place
+/// into the stream ledger (`stream_message`, with the workspace, connection and repository its
+/// headers name), in one statement, whoever published them (the relay, or an inline publisher);
+/// returns how many records it deleted. The ledger is how the eraser deletes exactly one
+/// connection's messages from streams other tenants share.
 ///
 /// Rows another transaction holds are skipped, not waited for: that is a relay mid-round, which
-/// deletes them itself when it commits (or leaves them to be republished and absorbed).
-pub async fn delete_published<C: ConnectionTrait>(db: &C, ids: &[Uuid]) -> Result<u64, DbErr> {
+/// deletes (and records) them itself when it commits, or leaves them to be republished; the
+/// duplicate's ack names the same sequence.
+pub async fn delete_published<C: ConnectionTrait>(db: &C, landed: &[Landed]) -> Result<u64, DbErr> {
+    if landed.is_empty() {
+        return Ok(0);
+    }
+    // Array literals bound as text: one parameter each, whatever the batch size. Stream names
+    // are our own constants and sequences numbers, so nothing needs quoting.
+    let list = |f: &dyn Fn(&Landed) -> String| {
+        format!("{{{}}}", landed.iter().map(f).collect::<Vec<_>>().join(","))
+    };
+    let row = db
+        .query_one_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            format!(
+                "WITH landed AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[]) \
+                   AS l(id, stream, sequence)), \
+                 gone AS (DELETE FROM outbox WHERE id IN (SELECT id FROM outbox \
+                   WHERE id IN (SELECT id FROM landed) FOR UPDATE SKIP LOCKED) \
+                   RETURNING id, subject, headers), \
+                 ledger AS (INSERT INTO stream_message (stream, sequence, subject, workspace_id, \
+                   connection_id, repository_id) \
+                   SELECT l.stream, l.sequence, g.subject, \
+                          uuid_or_null(g.headers ->> '{w}'), uuid_or_null(g.headers ->> '{c}'), \
+                          uuid_or_null(g.headers ->> '{r}') \
+                     FROM gone g JOIN landed l ON l.id = g.id \
+                    WHERE g.headers ?| array['{w}', '{c}'] \
+                   ON CONFLICT (stream, sequence) DO NOTHING) \
+                 SELECT count(*) AS n FROM gone",
+                w = headers::WORKSPACE,
+                c = headers::CONNECTION,
+                r = headers::REPOSITORY,
+            ),
+            [
+                list(&|l| l.outbox_id.to_string()).into(),
+                list(&|l| l.stream.to_owned()).into(),
+                list(&|l| l.sequence.to_string()).into(),
+            ],
+        ))
+        .await?
+        .ok_or_else(|| DbErr::Custom("the dispatch delete returned no row".into()))?;
+    let n: i64 = row.try_get("", "n")?;
+    Ok(n as u64)
+}
+
+/// Deletes dispatch records that will never be published (parked as dead messages by the
+/// caller in the same transaction); rows another transaction holds are skipped.
+pub async fn discard<C: ConnectionTrait>(db: &C, ids: &[Uuid]) -> Result<u64, DbErr> {
     if ids.is_empty() {
         return Ok(0);
     }
-    // A uuid[] literal bound as text: one parameter, whatever the batch size.
     let list = format!(
         "{{{}}}",
         ids.iter()

@@ -2,8 +2,9 @@
 //! serves every workspace that monitors it), so every read goes through the monitor-scope rule
 //! here and nowhere else: a repository is covered when one of the workspace's monitors is bound
 //! to its native id (resolved with that connection's own credentials) on the provider instance
-//! of that monitor's connection, and that connection currently authorises reads (active or
-//! suspended). A monitor known only by name covers nothing.
+//! of that monitor's connection, and that connection currently authorises reads (active,
+//! suspended or paused: a pause keeps the retained mirror). A monitor known only by name covers
+//! nothing.
 
 use lifecycle_core::connection::ConnectionState;
 use sea_orm::{
@@ -50,27 +51,46 @@ pub struct MirroredIssue {
     pub deleted_at: Option<OffsetDateTime>,
 }
 
-/// `'active', 'suspended'`: the stored statuses whose connections authorise reads (the rule
-/// itself is `ConnectionState::authorises_reads`). Literals of a closed enum, safe in SQL.
+/// `'active', 'suspended', 'paused'`: the stored statuses whose connections authorise reads
+/// (the rule itself is `ConnectionState::authorises_reads`). Literals of a closed enum, safe in
+/// SQL.
 pub fn reading_statuses() -> String {
+    statuses(ConnectionState::authorises_reads)
+}
+
+/// `'active', 'suspended'`: the stored statuses whose connections may write the mirror
+/// (`ConnectionState::authorises_writes`), e.g. the webhook consumer's filters.
+pub fn writing_statuses() -> String {
+    statuses(ConnectionState::authorises_writes)
+}
+
+fn statuses(rule: fn(ConnectionState) -> bool) -> String {
     ConnectionStatus::iter()
-        .filter(|s| ConnectionState::from(*s).authorises_reads())
+        .filter(|s| rule(ConnectionState::from(*s)))
         .map(|s| format!("'{}'", s.to_value()))
         .collect::<Vec<_>>()
         .join(", ")
 }
 
+/// The binding half of the monitor-scope rule over a monitor `m`, its connection `c` and a
+/// repository `r`: the monitor is bound to the repository's native id on the provider instance
+/// of the monitor's connection. The eraser captures a disconnected connection's repositories by
+/// this alone (the connection no longer authorises anything, but its monitors still name them).
+pub fn binds_predicate() -> &'static str {
+    "c.id = m.connection_id AND c.workspace_id = m.workspace_id
+     AND c.provider_instance_id = r.provider_instance_id
+     -- Only a monitor bound to a resolved native id grants access; a name alone never does.
+     AND m.native_id IS NOT NULL AND m.native_id = r.native_id"
+}
+
 /// The monitor-scope rule as SQL over a monitor `m`, its connection `c` and a repository `r`
 /// (any row with `provider_instance_id` and `native_id`), for writers that
-/// must decide coverage in their own statements (github-sync's event fan-out and webhook
-/// admission) without restating the rule.
+/// must decide coverage in their own statements (github-sync's event fan-out, webhook
+/// admission, the eraser's orphan guard) without restating the rule.
 pub fn covers_predicate() -> String {
     format!(
-        "c.id = m.connection_id AND c.workspace_id = m.workspace_id
-         AND c.status IN ({statuses})
-         AND c.provider_instance_id = r.provider_instance_id
-         -- Only a monitor bound to a resolved native id grants access; a name alone never does.
-         AND m.native_id IS NOT NULL AND m.native_id = r.native_id",
+        "{binds} AND c.status IN ({statuses})",
+        binds = binds_predicate(),
         statuses = reading_statuses(),
     )
 }

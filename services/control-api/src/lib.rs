@@ -143,6 +143,8 @@ impl Config {
 #[derive(Clone)]
 pub struct AppState {
     pub db: DatabaseConnection,
+    /// JetStream, for the erasure-completeness scan's stream counts.
+    pub bus: bus::Bus,
     pub auth: Arc<Verifier>,
     pub secret_key: Keyring,
     /// How long a rotated webhook secret keeps verifying.
@@ -216,6 +218,7 @@ pub async fn run(
     let bus = config.common.connect_bus().await?;
     let state = AppState {
         db: db.clone(),
+        bus: bus.clone(),
         auth: auth.clone(),
         secret_key,
         rotation_window,

@@ -4,7 +4,7 @@ use axum::Json;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
-use crate::routes::{connections, dead_messages, endpoints, github, jobs, workspaces};
+use crate::routes::{connections, dead_messages, endpoints, erasures, github, jobs, workspaces};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -17,6 +17,7 @@ use crate::routes::{connections, dead_messages, endpoints, github, jobs, workspa
         dead_messages::list, dead_messages::replay,
         endpoints::create, endpoints::rotate_secret, endpoints::replay,
         github::repositories, github::issues,
+        erasures::list, erasures::scan,
     ),
     modifiers(&BearerAuth),
     security(("bearer" = []))

@@ -186,8 +186,12 @@ async fn a_workspace_reads_only_what_its_monitors_cover_on_its_connections_insta
     let (status, body) = f.issues(other_ws, widgets, &f.admin).await?;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
 
-    // A suspended connection still authorises reads; a disconnected one authorises none.
+    // A suspended connection still authorises reads, and so does a paused one (a pause keeps
+    // the retained mirror); a disconnected one authorises none.
     f.transition(ws, conn, "suspend").await?;
+    assert_eq!(f.visible(ws, &viewer).await?, ["widgets"]);
+    f.transition(ws, conn, "resume").await?;
+    f.transition(ws, conn, "pause").await?;
     assert_eq!(f.visible(ws, &viewer).await?, ["widgets"]);
     f.transition(ws, conn, "disconnect").await?;
     assert!(f.visible(ws, &viewer).await?.is_empty());

@@ -150,7 +150,7 @@ pub fn spawn_publish(state: &AppState, outbox_id: Uuid, message: OutboxMessage) 
     tokio::spawn(async move {
         let _permit = permit;
         match publish_now(&bus, outbox_id, message).await {
-            Ok(()) => published.record(outbox_id),
+            Ok(landed) => published.record(landed),
             Err(e) => {
                 tracing::warn!(error = %e, outbox = %outbox_id, "inline publish failed; the relay will retry");
             }
@@ -158,11 +158,14 @@ pub fn spawn_publish(state: &AppState, outbox_id: Uuid, message: OutboxMessage) 
     });
 }
 
+/// Publishes and says where the stream stored the message (the ack's sequence).
 async fn publish_now(
     bus: &bus::Bus,
     outbox_id: Uuid,
     message: OutboxMessage,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<store::outbox::Landed> {
+    let stream = bus::Stream::for_subject(&message.subject)
+        .ok_or_else(|| anyhow::anyhow!("no stream captures {}", message.subject))?;
     // No row lock and no open transaction while NATS answers: the message id is the dedup key,
     // so if the relay publishes the same row meanwhile the stream keeps one copy, and a
     // database connection is not held for a broker round trip on every delivery.
@@ -173,12 +176,17 @@ async fn publish_now(
             .map(|(k, v)| (k.as_str(), v.as_str())),
     )?;
     let msg_id = message.effective_msg_id(outbox_id);
-    bus.publish(
-        &message.subject,
-        &msg_id,
-        headers,
-        Bytes::from(message.payload),
-    )
-    .await?;
-    Ok(())
+    let ack = bus
+        .publish(
+            &message.subject,
+            &msg_id,
+            headers,
+            Bytes::from(message.payload),
+        )
+        .await?;
+    Ok(store::outbox::Landed {
+        outbox_id,
+        stream: stream.name(),
+        sequence: ack.sequence,
+    })
 }

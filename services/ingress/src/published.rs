@@ -1,4 +1,5 @@
-//! Deleting the dispatch records of messages ingress published inline, many rows per statement.
+//! Deleting the dispatch records of messages ingress published inline, many rows per statement,
+//! and writing where each landed into the stream ledger (the eraser's way to the message).
 //!
 //! The delete only spares the relay a republish: a record left behind (a full queue, a failed
 //! DELETE, a crash) is published again by the relay under the same `Nats-Msg-Id` once its hold
@@ -6,9 +7,9 @@
 //! never a message.
 
 use sea_orm::DatabaseConnection;
+use store::outbox::Landed;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 /// Ids waiting for their delete; past this the relay publishes and deletes the overflow.
 const QUEUE: usize = 8192;
@@ -18,7 +19,7 @@ const BATCH: usize = 512;
 /// Queues the dispatch records of published messages for the background delete.
 #[derive(Clone, Debug)]
 pub struct Published {
-    queue: mpsc::Sender<Uuid>,
+    queue: mpsc::Sender<Landed>,
 }
 
 impl Published {
@@ -34,15 +35,15 @@ impl Published {
         (Published { queue }, move |stop| Box::pin(run(db, rx, stop)))
     }
 
-    /// Deletes the dispatch record `outbox_id` soon; never waits.
-    pub fn record(&self, outbox_id: Uuid) {
-        if self.queue.try_send(outbox_id).is_err() {
+    /// Deletes the dispatch record of `landed` soon, recording its place; never waits.
+    pub fn record(&self, landed: Landed) {
+        if self.queue.try_send(landed).is_err() {
             metrics::counter!("ingress_dispatch_records_left_to_relay_total").increment(1);
         }
     }
 }
 
-async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Uuid>, stop: CancellationToken) {
+async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Landed>, stop: CancellationToken) {
     let mut batch = Vec::with_capacity(BATCH);
     loop {
         // Whatever arrived while the previous statement ran goes into the next one: one row
@@ -61,7 +62,7 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Uuid>, stop: Cancell
     }
 }
 
-async fn flush(db: &DatabaseConnection, batch: &mut Vec<Uuid>) {
+async fn flush(db: &DatabaseConnection, batch: &mut Vec<Landed>) {
     if let Err(e) = store::outbox::delete_published(db, batch).await {
         tracing::warn!(error = %e, rows = batch.len(), "deleting published dispatch records failed; the relay will republish them");
     }

@@ -21,7 +21,8 @@ struct Cli {
 enum Command {
     /// Migrate, then run every service until Ctrl-C.
     Up {
-        /// Where control-api listens; ingress and github-sync take the next two ports.
+        /// Where control-api listens; ingress, github-sync and the eraser take the next three
+        /// ports.
         #[arg(
             long,
             env = "FORGESYNC_LISTEN",
@@ -35,6 +36,19 @@ enum Command {
     },
     /// Apply pending migrations and exit.
     Migrate,
+    /// Print the erasure-completeness scan of a workspace as JSON: what of its connections'
+    /// content remains, per table, stream and subject. Exits non-zero when anything remains.
+    ErasureScan {
+        /// The workspace to scan.
+        workspace: uuid::Uuid,
+        /// The JetStream namespace prefix of the services (FORGESYNC_NATS_PREFIX).
+        #[arg(
+            long,
+            env = "FORGESYNC_NATS_PREFIX",
+            value_name = "FORGESYNC_NATS_PREFIX"
+        )]
+        nats_prefix: Option<String>,
+    },
     /// Re-seal every connection secret under the newest key of FORGESYNC_SECRET_KEY, in
     /// batches; safe beside running services and to repeat. Exits non-zero while any secret is
     /// not under the newest key.
@@ -95,6 +109,23 @@ async fn main() -> Result<()> {
             );
             Ok(())
         }
+        Command::ErasureScan {
+            workspace,
+            nats_prefix,
+        } => {
+            let common =
+                testkit::common_args(&database_url, &env("NATS_URL")?, nats_prefix.as_deref());
+            let db = common.connect_db().await?;
+            let bus = common.connect_bus().await?;
+            let report = eraser::scan::scan(&db, &bus, eraser::HOLDERS, workspace).await?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            anyhow::ensure!(
+                report.total == 0,
+                "{} rows and messages of workspace {workspace} remain",
+                report.total
+            );
+            Ok(())
+        }
         Command::Up { listen, no_demo } => {
             up(&database_url, &env("NATS_URL")?, listen, !no_demo).await
         }
@@ -128,6 +159,12 @@ async fn up(database_url: &str, nats_url: &str, listen: SocketAddr, demo: bool) 
     )?;
     sync_config.reconcile_cron = defaults.reconcile_cron;
     let github_sync = testkit::spawn(sync_config).await?;
+    let mut eraser_config = testkit::eraser_config(common(next_port(listen, 3), false));
+    // Unlike tests, the local stack prunes the stream ledger on the eraser's own schedule.
+    let eraser_defaults: eraser::Config =
+        testkit::config(common(next_port(listen, 3), false), &[])?;
+    eraser_config.ledger_prune_cron = eraser_defaults.ledger_prune_cron;
+    let eraser = testkit::spawn(eraser_config).await?;
 
     let token = testkit::token(&keys, control_api::Role::Admin, None)?;
     let base = control_api.url();
@@ -161,6 +198,7 @@ forgesync is up.
   control-api   {base}   (OpenAPI: {base}/openapi.json, health: /readyz, metrics: /metrics)
   ingress       {ingress}   (webhooks: /webhooks/github, /webhooks/gitlab, /webhooks/slack, ...)
   github-sync   {sync}   (health and metrics only)
+  eraser        {eraser}   (disconnect and purge; health and metrics only)
   Postgres      {db}
   NATS          {nats}
 {demo_lines}
@@ -178,6 +216,7 @@ Ctrl-C stops everything.
 "#,
         ingress = ingress.url(),
         sync = github_sync.url(),
+        eraser = eraser.url(),
         iss = testkit::JWT_ISSUER,
         aud = testkit::JWT_AUDIENCE,
         db = runtime::config::redact_url(database_url),
@@ -188,6 +227,7 @@ Ctrl-C stops everything.
         control_api.stop().await,
         ingress.stop().await,
         github_sync.stop().await,
+        eraser.stop().await,
     ];
     drop(sim);
     println!("forgesync stopped");

@@ -8,8 +8,7 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use bus::contracts::LifecycleTransition;
-use lifecycle_core::connection::{ConnectionState, Transition};
+use lifecycle_core::connection::Transition;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter,
     QueryOrder, QuerySelect, TransactionTrait,
@@ -19,7 +18,6 @@ use store::entity::{
     ConnectionKind, ConnectionStatus, WorkspaceStatus, connection, connection_audit,
     connection_secret, provider_instance,
 };
-use store::outbox;
 use uuid::Uuid;
 
 use super::rfc3339;
@@ -78,12 +76,7 @@ pub struct AuditView {
     pub created_at: String,
 }
 
-pub(crate) fn status_name(s: ConnectionStatus) -> String {
-    serde_json::to_value(s)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
+pub(crate) use store::lifecycle::status_name;
 
 async fn view<C: ConnectionTrait>(
     db: &C,
@@ -199,34 +192,11 @@ pub async fn create(
             .await
             .map_err(ApiError::internal)?;
     }
-    write_audit(&txn, &row, &caller.sub, "create", None).await?;
+    store::lifecycle::write_audit(&txn, &row, &caller.sub, "create", None).await?;
     let view = view(&txn, row).await?;
     txn.commit().await?;
     tracing::info!(%workspace_id, connection_id = %view.id, actor = %caller.sub, "connection created");
     Ok((StatusCode::CREATED, Json(view)))
-}
-
-async fn write_audit<C: ConnectionTrait>(
-    db: &C,
-    row: &connection::Model,
-    actor: &str,
-    action: &str,
-    before: Option<ConnectionStatus>,
-) -> Result<(), ApiError> {
-    connection_audit::ActiveModel {
-        id: Set(Uuid::now_v7()),
-        connection_id: Set(row.id),
-        workspace_id: Set(row.workspace_id),
-        actor: Set(actor.to_owned()),
-        action: Set(action.to_owned()),
-        before_status: Set(before.map(status_name)),
-        after_status: Set(Some(status_name(row.status))),
-        version: Set(row.version),
-        ..Default::default()
-    }
-    .insert(db)
-    .await?;
-    Ok(())
 }
 
 #[utoipa::path(get, path = "/workspaces/{workspace_id}/connections",
@@ -319,8 +289,8 @@ pub async fn transition(
         ));
     }
     let before = row.status;
-    let next = ConnectionState::from(before)
-        .apply(transition)
+    let row = store::lifecycle::apply(&txn, row, transition, &caller.sub, &name)
+        .await?
         .map_err(|e| {
             ApiError::conflict(
                 "illegal_transition",
@@ -330,34 +300,6 @@ pub async fn transition(
                 ),
             )
         })?;
-    let mut active: connection::ActiveModel = row.clone().into();
-    active.status = Set(next.into());
-    active.version = Set(row.version + 1);
-    if transition.starts_generation() {
-        active.lifecycle_generation = Set(row.lifecycle_generation + 1);
-    }
-    active.updated_at = Set(time::OffsetDateTime::now_utc());
-    let row = active.update(&txn).await?;
-    write_audit(&txn, &row, &caller.sub, &name, Some(before)).await?;
-    // Disconnection disables the connection's webhook endpoints in the same transaction.
-    if row.status == ConnectionStatus::Disconnected {
-        store::inbound::disable_endpoints(&txn, row.id).await?;
-    }
-
-    let message = LifecycleTransition {
-        connection_id: row.id,
-        workspace_id: row.workspace_id,
-        kind: row.kind.as_str().to_owned(),
-        transition: transition.event_name().to_owned(),
-        before_status: status_name(before),
-        status: status_name(row.status),
-        version: row.version,
-        lifecycle_generation: row.lifecycle_generation,
-        provider_instance_id: row.provider_instance_id,
-        actor: caller.sub.clone(),
-        at: rfc3339(row.updated_at),
-    };
-    outbox::enqueue_contract(&txn, &message).await?;
     let view = view(&txn, row).await?;
     txn.commit().await?;
     tracing::info!(%workspace_id, %connection_id, transition = %name, version = view.version, actor = %caller.sub, "connection transition");

@@ -3,6 +3,7 @@
 pub mod connections;
 pub mod dead_messages;
 pub mod endpoints;
+pub mod erasures;
 pub mod github;
 pub mod jobs;
 pub mod workspaces;
@@ -24,6 +25,11 @@ pub fn router() -> Router<AppState> {
         )
         .route("/workspaces/{workspace_id}", get(workspaces::get))
         .route("/workspaces/{workspace_id}/purge", post(workspaces::purge))
+        .route("/workspaces/{workspace_id}/erasures", get(erasures::list))
+        .route(
+            "/workspaces/{workspace_id}/erasure-scan",
+            get(erasures::scan),
+        )
         .route(
             "/workspaces/{workspace_id}/connections",
             post(connections::create).get(connections::list),

@@ -1,4 +1,6 @@
-//! Workspaces: the tenants. Purge starts erasure by announcing `lifecycle.workspace.<id>.purged`.
+//! Workspaces: the tenants. Purge closes the workspace (its endpoints disabled, its connections
+//! disconnected) and starts erasure by announcing `lifecycle.workspace.<id>.purged`, in one
+//! transaction: no delivery is accepted for it once the purge is answered.
 
 use axum::Json;
 use axum::extract::State;
@@ -139,6 +141,7 @@ pub async fn purge(
     active.status = Set(WorkspaceStatus::Purging);
     active.updated_at = Set(time::OffsetDateTime::now_utc());
     let row = active.update(&txn).await?;
+    store::lifecycle::close_workspace(&txn, workspace_id, &caller.sub).await?;
     let message = WorkspacePurged::new(workspace_id, caller.sub.clone(), rfc3339(row.updated_at));
     outbox::enqueue_contract(&txn, &message).await?;
     txn.commit().await?;

@@ -25,7 +25,7 @@ pub async fn repository_filters(pool: &PgPool) -> Result<Vec<String>, sqlx::Erro
         "SELECT DISTINCT m.owner, m.name FROM repository_to_monitor m
            JOIN connection c ON c.id = m.connection_id
           WHERE c.kind = 'github' AND c.status IN ({})",
-        store::scm_scope::reading_statuses()
+        store::scm_scope::writing_statuses()
     );
     let rows: Vec<(String, String)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .fetch_all(pool)

@@ -1,0 +1,130 @@
+//! The `Erasable` contract: what each holder of third-party content declares so the eraser can
+//! remove a connection's copy of it, everywhere, on disconnect and on purge.
+//!
+//! A holder names its tables in the order they must go (derived rows first), how the rows of
+//! one connection (or of one repository it erases) are selected, the streams whose messages of
+//! the connection it holds, and the subjects that belong to one connection alone. The eraser
+//! runs every registration in `order`; the erasure-completeness scan reads the same
+//! registrations and, beside them, derives from the schema every table that could hold a
+//! connection's or a repository's rows, so a table nobody registered still shows up.
+
+use uuid::Uuid;
+
+use crate::entity::ConnectionKind;
+
+/// How the rows of one table that belong to what is being erased are selected: an SQL
+/// predicate over the table's own columns (unqualified), with numbered parameters as each
+/// variant says. Every predicate is our own constant text; ids travel as parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Selector {
+    /// A connection's rows: `$1` is the connection id.
+    Connection(&'static str),
+    /// A connection's repository monitors, removed right after the covered repositories are
+    /// captured (the orphan guard's first half): `$1` is the connection id.
+    Monitors(&'static str),
+    /// A workspace's own rows derived from a repository it no longer covers (its activity
+    /// entries), removed even when the repository stays for others: `$1` is the workspace id,
+    /// `$2` the repository id.
+    WorkspaceRepository(&'static str),
+    /// The rows of a repository no monitor anywhere covers any more, the repository row itself
+    /// last: `$1` is the repository id.
+    Repository(&'static str),
+    /// A purged workspace's own rows that no connection names (its activity entries, its item
+    /// events in flight): `$1` is the workspace id. Run after every connection is erased.
+    Workspace(&'static str),
+}
+
+/// One table of a holder and how its rows are selected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErasableTable {
+    pub table: &'static str,
+    pub selector: Selector,
+}
+
+/// What one holder of third-party content registers with the eraser.
+#[derive(Debug, Clone, Copy)]
+pub struct Erasable {
+    /// Who holds it (the service or crate that writes these tables), for records and logs.
+    pub holder: &'static str,
+    /// Holders run in ascending order; the mirror (derived rows, items) goes before the raw
+    /// copies it was built from, so a crash never leaves mirror rows without their source
+    /// having been erasable.
+    pub order: i32,
+    /// The connection kinds whose content it holds; empty: every kind.
+    pub kinds: &'static [ConnectionKind],
+    /// Its tables in deletion order (within each selector kind).
+    pub tables: &'static [ErasableTable],
+    /// Logical stream names (`WEBHOOKS_GITHUB`, `EVENTS`) whose recorded messages of the
+    /// connection it holds: deleted one by one, by sequence, from the stream ledger.
+    pub streams: &'static [&'static str],
+    /// Logical stream names whose recorded messages about a repository (the
+    /// `Forgesync-Repository` header) of the connection's workspace it holds: deleted when the
+    /// workspace no longer covers that repository.
+    pub repository_streams: &'static [&'static str],
+    /// The subjects that belong to the connection alone, purged whole (subject filters).
+    pub connection_subjects: fn(ConnectionKind, Uuid) -> Vec<String>,
+    /// The subjects that belong to a workspace alone, purged whole when it is purged.
+    pub workspace_subjects: fn(Uuid) -> Vec<String>,
+}
+
+impl Erasable {
+    /// Whether it holds content of connections of `kind`.
+    pub fn holds(&self, kind: ConnectionKind) -> bool {
+        self.kinds.is_empty() || self.kinds.contains(&kind)
+    }
+
+    /// Its tables selected by a [`Selector`] kind, in deletion order.
+    pub fn tables_where(
+        &self,
+        kind: fn(&Selector) -> bool,
+    ) -> impl Iterator<Item = &'static ErasableTable> {
+        self.tables.iter().filter(move |t| kind(&t.selector))
+    }
+}
+
+/// The header-matching predicate of a table whose `headers` jsonb names the connection
+/// (dispatch records, dead messages).
+pub const CONNECTION_HEADER: &str = "headers ->> 'Forgesync-Connection' = $1::text";
+
+/// For holders without connection-owned subjects.
+pub fn no_subjects(_: ConnectionKind, _: Uuid) -> Vec<String> {
+    Vec::new()
+}
+
+/// For holders without workspace-owned subjects.
+pub fn no_workspace_subjects(_: Uuid) -> Vec<String> {
+    Vec::new()
+}
+
+/// Tables that carry a connection's or workspace's id but no third-party content, each with
+/// why it stays; the scan leaves them out. Everything else the schema ties to a connection, a
+/// workspace or a repository must be registered by some holder, or the scan reports it.
+pub const RETAINED: &[(&str, &str)] = &[
+    ("workspace", "the tenant itself; a purge marks it purged"),
+    (
+        "connection",
+        "the connection's state (disconnected) and version, for audit",
+    ),
+    (
+        "connection_secret",
+        "credentials, not content; provider-repair needs them to remove what we created at the vendor",
+    ),
+    (
+        "inbound_endpoint",
+        "disabled endpoints keep answering 410 so vendors stop delivering",
+    ),
+    (
+        "sync_job",
+        "operational audit without content, capped by the pruner",
+    ),
+    (
+        "connection_activity",
+        "operational audit without content, capped by the pruner",
+    ),
+    ("connection_audit", "who changed what, when: audit"),
+    ("erasure", "the erasure records themselves: ids and counts"),
+    (
+        "erasure_repository",
+        "which repositories an erasure deleted or kept: ids only",
+    ),
+];

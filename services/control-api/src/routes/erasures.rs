@@ -1,0 +1,111 @@
+//! Erasure progress and the erasure-completeness scan. The eraser does the work; here operators
+//! read its records (steps done, counts, end) and ask what of a workspace still remains.
+
+use axum::Json;
+use axum::extract::State;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::rfc3339;
+use super::workspaces::find_reachable;
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::{ApiError, PathParams};
+
+/// One erasure: a connection's, or (without `connection_id`) the purged workspace's own part.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ErasureView {
+    pub id: Uuid,
+    pub connection_id: Option<Uuid>,
+    /// `disconnect` or `purge`: whichever started it.
+    pub trigger: String,
+    /// `running` or `done`.
+    pub status: String,
+    /// The steps done so far, in order.
+    #[schema(value_type = Vec<String>)]
+    pub steps_done: serde_json::Value,
+    /// What each place lost: `table:<name>`, `stream:<name>`, `repositories_deleted`, ...
+    #[schema(value_type = Object)]
+    pub counts: serde_json::Value,
+    pub started_at: String,
+    pub updated_at: String,
+    pub finished_at: Option<String>,
+}
+
+impl From<eraser::records::ErasureRecord> for ErasureView {
+    fn from(r: eraser::records::ErasureRecord) -> Self {
+        ErasureView {
+            id: r.id,
+            connection_id: r.connection_id,
+            trigger: r.trigger,
+            status: r.status,
+            steps_done: r.steps_done,
+            counts: r.counts,
+            started_at: rfc3339(r.started_at),
+            updated_at: rfc3339(r.updated_at),
+            finished_at: r.finished_at.map(rfc3339),
+        }
+    }
+}
+
+#[utoipa::path(get, path = "/workspaces/{workspace_id}/erasures",
+    responses((status = 200, body = Vec<ErasureView>), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    PathParams(workspace_id): PathParams<Uuid>,
+) -> Result<Json<Vec<ErasureView>>, ApiError> {
+    find_reachable(&state.db, &caller, workspace_id, false).await?;
+    let records = eraser::records::of_workspace(&state.db, workspace_id).await?;
+    Ok(Json(records.into_iter().map(Into::into).collect()))
+}
+
+/// One place the scan searched.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ScanPlaceView {
+    /// `table:<name>`, `stream:<name>` or `subject:<filter>`.
+    pub place: String,
+    pub count: i64,
+    /// Whether a holder registered it with the eraser; an unregistered place with rows is a
+    /// content table the eraser does not know.
+    pub registered: bool,
+}
+
+/// What of a workspace's connections remains, per place; zero everywhere after erasure.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ScanView {
+    pub workspace_id: Uuid,
+    pub connections: Vec<Uuid>,
+    pub places: Vec<ScanPlaceView>,
+    pub total: i64,
+}
+
+#[utoipa::path(get, path = "/workspaces/{workspace_id}/erasure-scan",
+    responses((status = 200, body = ScanView), (status = 403, body = crate::error::ErrorBody),
+              (status = 404, body = crate::error::ErrorBody)))]
+pub async fn scan(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    PathParams(workspace_id): PathParams<Uuid>,
+) -> Result<Json<ScanView>, ApiError> {
+    // The scan reads across tenants' shared tables: operators only.
+    caller.require_operator()?;
+    find_reachable(&state.db, &caller, workspace_id, false).await?;
+    let report = eraser::scan::scan(&state.db, &state.bus, eraser::HOLDERS, workspace_id)
+        .await
+        .map_err(ApiError::internal)?;
+    Ok(Json(ScanView {
+        workspace_id: report.workspace_id,
+        connections: report.connections,
+        places: report
+            .places
+            .into_iter()
+            .map(|p| ScanPlaceView {
+                place: p.place,
+                count: p.count,
+                registered: p.registered,
+            })
+            .collect(),
+        total: report.total,
+    }))
+}

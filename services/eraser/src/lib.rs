@@ -1,0 +1,146 @@
+//! eraser: disconnect and purge leave nothing of a tenant's third-party content. A connection's
+//! disconnection erases its copy of everything, orphan-guarded for the shared SCM mirror; a
+//! workspace's purge erases each of its connections the same way, then the workspace's own rows
+//! and subjects, and marks it purged. Every holder of content registers what it holds
+//! ([`store::erasure::Erasable`], collected in [`HOLDERS`]); each erasure is a durable record that
+//! resumes where it stopped ([`records`]); [`scan`] proves the result.
+#![forbid(unsafe_code)]
+
+pub mod erase;
+pub mod handlers;
+pub mod records;
+pub mod scan;
+pub mod streams;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bus::Stream;
+use bus::consumer::ConsumerSpec;
+use store::erasure::Erasable;
+use tokio_util::sync::CancellationToken;
+
+pub use erase::{EraseError, Eraser, Outcome};
+
+/// Every holder of third-party content, as each registers itself: the SCM mirror (github-sync,
+/// later gitlab-sync), ingress's raw copies, and the bus's messages in flight and dead. A new
+/// vendor's service adds its registration here (see docs/erasure.md).
+pub const HOLDERS: &[Erasable] = &[
+    scm_mirror::erasure::ERASABLE,
+    store::inbound::ERASABLE,
+    bus::dead::ERASABLE,
+];
+
+/// The eraser's configuration.
+#[derive(Clone, Debug, clap::Parser)]
+#[command(name = "eraser", about = "forgesync eraser: disconnect and purge")]
+pub struct Config {
+    #[command(flatten)]
+    pub common: runtime::CommonArgs,
+
+    /// Erasures run at once by this replica (per trigger kind).
+    #[arg(
+        long,
+        env = "FORGESYNC_ERASER_CONCURRENCY",
+        value_name = "FORGESYNC_ERASER_CONCURRENCY",
+        default_value_t = 2
+    )]
+    pub concurrency: usize,
+
+    /// Cron (with seconds) of the pass that drops stream-ledger rows of messages older than the
+    /// streams' max age, UTC; `off` disables it.
+    #[arg(
+        long,
+        env = "FORGESYNC_ERASER_LEDGER_PRUNE_CRON",
+        value_name = "FORGESYNC_ERASER_LEDGER_PRUNE_CRON",
+        default_value = "0 */10 * * * *"
+    )]
+    pub ledger_prune_cron: String,
+}
+
+/// Runs the eraser until `shutdown`.
+pub async fn run(
+    config: Config,
+    shutdown: CancellationToken,
+    on_listen: impl FnOnce(SocketAddr) + Send,
+) -> anyhow::Result<()> {
+    let db = config.common.connect_db().await?;
+    let bus = config.common.connect_bus().await?;
+    let eraser = Eraser {
+        db: db.clone(),
+        bus: bus.clone(),
+        holders: HOLDERS,
+    };
+    let mut service = runtime::Service::new("eraser", &config.common, &shutdown);
+    let disconnections = ConsumerSpec {
+        filter_subjects: vec!["lifecycle.*.*.disconnected".into()],
+        concurrency: config.concurrency.max(1),
+        ack_wait: Duration::from_secs(60),
+        ..ConsumerSpec::new(Stream::Lifecycle, "eraser-disconnections")
+    };
+    service.consumer(
+        &bus,
+        &db,
+        disconnections,
+        Arc::new(handlers::DisconnectHandler {
+            eraser: eraser.clone(),
+        }),
+    );
+    let purges = ConsumerSpec {
+        filter_subjects: vec![lifecycle_core::subject::lifecycle(
+            "workspace",
+            "*",
+            bus::contracts::WorkspacePurged::TRANSITION,
+        )],
+        concurrency: config.concurrency.max(1),
+        ack_wait: Duration::from_secs(60),
+        ..ConsumerSpec::new(Stream::Lifecycle, "eraser-purges")
+    };
+    service.consumer(
+        &bus,
+        &db,
+        purges,
+        Arc::new(handlers::PurgeHandler { eraser }),
+    );
+    let mut schedules =
+        runtime::ScheduleRunner::new(db.clone(), runtime::schedule::default_replica_id());
+    if config.ledger_prune_cron.trim() != "off" {
+        let (prune_db, max_age) = (
+            db.clone(),
+            Duration::from_secs(config.common.stream_max_age_secs),
+        );
+        schedules
+            .add(
+                "eraser-ledger-prune",
+                &config.ledger_prune_cron,
+                Duration::from_secs(300),
+                move |_| {
+                    let db = prune_db.clone();
+                    async move {
+                        let mut pruned = 0;
+                        loop {
+                            let n = streams::prune_ledger(&db, max_age, 10_000).await?;
+                            pruned += n;
+                            if n < 10_000 {
+                                break;
+                            }
+                        }
+                        tracing::info!(pruned, "stream ledger pruned");
+                        Ok(())
+                    }
+                },
+            )
+            .context("FORGESYNC_ERASER_LEDGER_PRUNE_CRON")?;
+    }
+    service.schedules(schedules);
+    // A purge disconnects connections, which announces them through the outbox.
+    service.relay(&db, &bus);
+    // Health and metrics only: progress is read through control-api.
+    service
+        .serve(&db, Some(bus.client().clone()), on_listen)
+        .await
+}
+
+runtime::launch!(Config, "eraser", run);
