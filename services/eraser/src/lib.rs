@@ -49,6 +49,17 @@ pub struct Config {
     )]
     pub concurrency: usize,
 
+    /// Seconds without a sign of life (the runner reports progress while an erasure runs) after
+    /// which a crashed replica's erasure is handed to another, which resumes it.
+    #[arg(
+        long = "eraser-ack-wait",
+        env = "FORGESYNC_ERASER_ACK_WAIT",
+        value_name = "FORGESYNC_ERASER_ACK_WAIT",
+        default_value_t = 60,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub ack_wait_secs: u64,
+
     /// Cron (with seconds) of the pass that drops stream-ledger rows of messages older than the
     /// streams' max age, UTC; `off` disables it.
     #[arg(
@@ -59,6 +70,12 @@ pub struct Config {
     )]
     pub ledger_prune_cron: String,
 }
+
+/// Deliveries of one trigger before it is recorded dead. Every delivery resumes the erasure where
+/// the last one stopped, and a replica killed mid-erasure costs one, so the budget is larger than
+/// other consumers': a large erasure outlives many restarts (at the 10-minute backoff, about
+/// sixteen hours of failing attempts).
+const MAX_DELIVERIES: i64 = 100;
 
 /// Runs the eraser until `shutdown`.
 pub async fn run(
@@ -77,7 +94,8 @@ pub async fn run(
     let disconnections = ConsumerSpec {
         filter_subjects: vec!["lifecycle.*.*.disconnected".into()],
         concurrency: config.concurrency.max(1),
-        ack_wait: Duration::from_secs(60),
+        ack_wait: Duration::from_secs(config.ack_wait_secs),
+        max_deliveries: MAX_DELIVERIES,
         ..ConsumerSpec::new(Stream::Lifecycle, "eraser-disconnections")
     };
     service.consumer(
@@ -89,13 +107,13 @@ pub async fn run(
         }),
     );
     let purges = ConsumerSpec {
-        filter_subjects: vec![lifecycle_core::subject::lifecycle(
-            "workspace",
-            "*",
-            bus::contracts::WorkspacePurged::TRANSITION,
+        filter_subjects: vec![format!(
+            "lifecycle.workspace.*.{}",
+            bus::contracts::WorkspacePurged::TRANSITION
         )],
         concurrency: config.concurrency.max(1),
-        ack_wait: Duration::from_secs(60),
+        ack_wait: Duration::from_secs(config.ack_wait_secs),
+        max_deliveries: MAX_DELIVERIES,
         ..ConsumerSpec::new(Stream::Lifecycle, "eraser-purges")
     };
     service.consumer(

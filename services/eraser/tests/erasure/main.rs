@@ -1,0 +1,215 @@
+//! The eraser end to end: control-api, ingress and the eraser running against real Postgres and
+//! NATS, two workspaces monitoring overlapping repositories.
+
+mod crash;
+mod support;
+
+use anyhow::Result;
+use reqwest::Method;
+use serde_json::Value;
+use support::{World, count};
+
+/// Two workspaces: `shared` repositories both monitor, one of A's own and one of B's own.
+struct Overlap {
+    world: World,
+    a: support::Tenant,
+    b: support::Tenant,
+    shared: [support::Repo; 2],
+    a_only: support::Repo,
+    b_only: support::Repo,
+}
+
+/// Webhooks each tenant receives per monitored repository.
+const WEBHOOKS: usize = 3;
+/// Item events each tenant's monitor puts on the stream.
+const EVENTS: usize = 3;
+
+async fn overlap() -> Result<Overlap> {
+    let world = World::start().await?;
+    let a = world.tenant("a").await?;
+    let b = world.tenant("b").await?;
+    let shared = [
+        world.repository(101, "shared-one", 10).await?,
+        world.repository(102, "shared-two", 10).await?,
+    ];
+    let a_only = world.repository(201, "a-only", 10).await?;
+    let b_only = world.repository(301, "b-only", 10).await?;
+    for repo in [shared[0], shared[1], a_only] {
+        world.monitor(&a, repo, WEBHOOKS).await?;
+    }
+    for repo in [shared[0], shared[1], b_only] {
+        world.monitor(&b, repo, WEBHOOKS).await?;
+    }
+    world.ledgered((6 * (WEBHOOKS + EVENTS)) as i64).await?;
+    Ok(Overlap {
+        world,
+        a,
+        b,
+        shared,
+        a_only,
+        b_only,
+    })
+}
+
+fn place(scan: &Value, name: &str) -> i64 {
+    scan["places"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["place"] == name)
+        .and_then(|p| p["count"].as_i64())
+        .unwrap_or(-1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn disconnect_then_purge_leave_nothing_and_spare_what_others_monitor() -> Result<()> {
+    let o = overlap().await?;
+    let w = &o.world;
+    let eraser = testkit::spawn(w.eraser_config()).await?;
+
+    // Before: the scan finds A's content everywhere.
+    let before = w.scan(o.a.workspace).await?;
+    assert!(place(&before, "table:issue") > 0, "{before}");
+    assert_eq!(
+        place(&before, "stream:WEBHOOKS_GITHUB"),
+        (3 * WEBHOOKS) as i64
+    );
+    assert_eq!(place(&before, "stream:EVENTS"), (3 * EVENTS) as i64);
+    assert!(place(&before, "table:dead_message") > 0);
+    let b_repos = [o.shared[0], o.shared[1], o.b_only];
+    let b_before = w.snapshot(&o.b, &b_repos).await?;
+
+    // Disconnect A.
+    let (status, body) = w
+        .call(
+            Method::POST,
+            &format!(
+                "/workspaces/{}/connections/{}/disconnect",
+                o.a.workspace, o.a.connection
+            ),
+        )
+        .await?;
+    assert_eq!(status, 200, "{body}");
+    let records = w.erased(o.a.workspace, 1).await?;
+    assert_eq!(records[0]["trigger"], "disconnect", "{records}");
+    assert_eq!(records[0]["counts"]["repositories_deleted"], 1, "{records}");
+    assert_eq!(records[0]["counts"]["repositories_kept"], 2, "{records}");
+    let after = w.scan(o.a.workspace).await?;
+    assert_eq!(after["total"], 0, "{after}");
+    // Shared repositories survive with B's copy byte for byte; A's own is gone.
+    assert!(w.exists(o.shared[0]).await? && w.exists(o.shared[1]).await?);
+    assert!(!w.exists(o.a_only).await?);
+    assert!(w.exists(o.b_only).await?);
+    assert_eq!(w.snapshot(&o.b, &b_repos).await?, b_before);
+    // Tombstoned rows went with the rest: nothing of A's repository is left at all.
+    assert_eq!(
+        count(
+            &w.pool,
+            &format!(
+                "SELECT count(*) FROM issue WHERE repository_id = '{}'",
+                o.a_only.id
+            )
+        )
+        .await?,
+        0
+    );
+
+    // A repeated trigger is a no-op.
+    let again = w
+        .eraser()
+        .erase_connection(
+            o.a.connection,
+            lifecycle_core::erasure::ErasureTrigger::AdminDisconnect,
+        )
+        .await?;
+    assert_eq!(again, eraser::Outcome::AlreadyDone);
+    assert_eq!(w.erased(o.a.workspace, 1).await?, records);
+
+    // Purge B: once answered, B's endpoint takes nothing more.
+    let (status, body) = w
+        .call(
+            Method::POST,
+            &format!("/workspaces/{}/purge", o.b.workspace),
+        )
+        .await?;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(w.webhook(&o.b, o.b_only).await?, 410);
+    let records = w.erased(o.b.workspace, 2).await?;
+    let (_, ws) = w
+        .call(Method::GET, &format!("/workspaces/{}", o.b.workspace))
+        .await?;
+    assert_eq!(ws["status"], "purged", "{ws}");
+    let after = w.scan(o.b.workspace).await?;
+    assert_eq!(after["total"], 0, "{after}");
+    assert_eq!(records.as_array().map(Vec::len), Some(2), "{records}");
+    // Nobody monitors anything now: every repository is gone.
+    for repo in [o.shared[0], o.shared[1], o.b_only] {
+        assert!(!w.exists(repo).await?);
+    }
+    assert_eq!(w.webhook(&o.b, o.b_only).await?, 410);
+    // Audit rows and jobs' history remain.
+    for t in [&o.a, &o.b] {
+        let audit = count(
+            &w.pool,
+            &format!(
+                "SELECT count(*) FROM connection_audit WHERE connection_id = '{}'",
+                t.connection
+            ),
+        )
+        .await?;
+        assert!(audit >= 3, "audit rows of {} remain: {audit}", t.connection);
+    }
+    eraser.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_scan_finds_a_content_table_nobody_registered() -> Result<()> {
+    let o = overlap().await?;
+    let w = &o.world;
+    // A new content table that no holder registers with the eraser.
+    sqlx::query("CREATE TABLE scratch_note (id uuid PRIMARY KEY, connection_id uuid, body text)")
+        .execute(&w.pool)
+        .await?;
+    sqlx::query("INSERT INTO scratch_note VALUES (gen_random_uuid(), $1, 'fixture-secret note')")
+        .bind(o.a.connection)
+        .execute(&w.pool)
+        .await?;
+    let eraser = testkit::spawn(w.eraser_config()).await?;
+    w.call(
+        Method::POST,
+        &format!(
+            "/workspaces/{}/connections/{}/disconnect",
+            o.a.workspace, o.a.connection
+        ),
+    )
+    .await?;
+    w.erased(o.a.workspace, 1).await?;
+    let scan = w.scan(o.a.workspace).await?;
+    assert_eq!(scan["total"], 1, "{scan}");
+    let found: Vec<&Value> = scan["places"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["count"].as_i64() > Some(0))
+        .collect();
+    assert_eq!(found.len(), 1, "{scan}");
+    assert_eq!(found[0]["place"], "table:scratch_note");
+    assert_eq!(found[0]["registered"], false);
+    // Only operators may scan.
+    let viewer = testkit::token(
+        &testkit::control_api_keys()?,
+        control_api::Role::Viewer,
+        Some(o.b.workspace),
+    )?;
+    let res = w
+        .http
+        .get(format!(
+            "{}/workspaces/{}/erasure-scan",
+            w.api, o.b.workspace
+        ))
+        .bearer_auth(viewer)
+        .send()
+        .await?;
+    assert_eq!(res.status().as_u16(), 403);
+    eraser.stop().await
+}
