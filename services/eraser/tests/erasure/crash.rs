@@ -21,9 +21,9 @@ const KILLS: usize = 20;
 /// Repositories A monitors; every third is shared with B.
 const REPOSITORIES: i64 = 24;
 /// Issues (and as many pull requests) per repository.
-const ITEMS: i64 = 150;
+const ITEMS: i64 = 200;
 /// Stream messages of A's connection, besides its webhooks.
-const MESSAGES: usize = 3000;
+const MESSAGES: usize = 400;
 
 /// A small deterministic generator (splitmix64): the kill moments are the same on every run.
 struct SplitMix(u64);

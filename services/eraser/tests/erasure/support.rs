@@ -339,9 +339,10 @@ impl World {
         }
     }
 
-    /// Waits until every erasure of `workspace` is done (at least `records` of them).
+    /// Waits until every erasure of `workspace` is done (at least `records` of them). Stream
+    /// deletes are one fsync each on the test server (`sync_interval: always`), hence the wait.
     pub async fn erased(&self, workspace: Uuid, records: usize) -> Result<Value> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
         loop {
             let (status, body) = self
                 .call(
