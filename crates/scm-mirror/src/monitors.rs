@@ -198,44 +198,83 @@ pub async fn materialise(
 }
 
 /// Removes the connection's monitors not bound to one of `native_ids` (legacy name-only ones
-/// included): the connection's credentials reach nothing else. Mirror rows stay.
+/// included): the connection's credentials reach nothing else. The repositories they were bound
+/// to are released to the eraser's orphan guard.
 pub async fn retain_only(
     conn: &mut PgConnection,
     connection_id: Uuid,
     native_ids: &[i64],
 ) -> Result<u64, sqlx::Error> {
-    let removed = sqlx::query(
+    let removed: Vec<Option<i64>> = sqlx::query_scalar(
         "DELETE FROM repository_to_monitor
-          WHERE connection_id = $1 AND (native_id IS NULL OR NOT native_id = ANY($2))",
+          WHERE connection_id = $1 AND (native_id IS NULL OR NOT native_id = ANY($2))
+          RETURNING native_id",
     )
     .bind(connection_id)
     .bind(native_ids)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    Ok(removed)
+    .fetch_all(&mut *conn)
+    .await?;
+    release(conn, connection_id, &removed).await?;
+    Ok(removed.len() as u64)
 }
 
 /// Removes the connection's monitors of `repo` (by native id, or by name for a monitor without
-/// one). Mirror rows stay: other workspaces may still monitor the repository, and an orphaned
-/// repository's mirror is the eraser's to remove.
+/// one). Mirror rows stay here: other workspaces may still monitor the repository; the
+/// repository is released to the eraser, which deletes it if no monitor anywhere covers it.
 pub async fn remove(
     conn: &mut PgConnection,
     connection_id: Uuid,
     repo: &RepoRef,
 ) -> Result<u64, sqlx::Error> {
-    let removed = sqlx::query(
+    let removed: Vec<Option<i64>> = sqlx::query_scalar(
         "DELETE FROM repository_to_monitor
           WHERE connection_id = $1
             AND (native_id = $2
-                 OR (native_id IS NULL AND lower(owner) = lower($3) AND lower(name) = lower($4)))",
+                 OR (native_id IS NULL AND lower(owner) = lower($3) AND lower(name) = lower($4)))
+          RETURNING native_id",
     )
     .bind(connection_id)
     .bind(repo.native_id)
     .bind(&repo.owner)
     .bind(&repo.name)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    Ok(removed)
+    .fetch_all(&mut *conn)
+    .await?;
+    release(conn, connection_id, &removed).await?;
+    Ok(removed.len() as u64)
+}
+
+/// Announces, in the caller's transaction, the mirrored repositories that removed monitors of
+/// `connection_id` were bound to (their native ids on the connection's provider instance, the
+/// binding half of the monitor-scope rule, captured before anything else changes), so the
+/// eraser runs its orphan guard on each: a repository leaving a connection's reach is deleted
+/// when no monitor anywhere covers it any more.
+async fn release(
+    conn: &mut PgConnection,
+    connection_id: Uuid,
+    native_ids: &[Option<i64>],
+) -> Result<(), sqlx::Error> {
+    let native_ids: Vec<i64> = native_ids.iter().flatten().copied().collect();
+    if native_ids.is_empty() {
+        return Ok(());
+    }
+    let bound: Vec<(Uuid, Uuid, String)> = sqlx::query_as(
+        "SELECT r.id, c.workspace_id, c.kind FROM repository r
+           JOIN connection c ON c.id = $1 AND c.provider_instance_id = r.provider_instance_id
+          WHERE r.native_id = ANY($2) ORDER BY r.id",
+    )
+    .bind(connection_id)
+    .bind(&native_ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    let Some((_, workspace_id, kind)) = bound.first().cloned() else {
+        return Ok(());
+    };
+    let message = store::contracts::RepositoriesReleased {
+        connection_id,
+        workspace_id,
+        kind,
+        repository_ids: bound.into_iter().map(|(id, _, _)| id).collect(),
+    };
+    store::outbox::enqueue_contract(&mut *conn, &message).await?;
+    Ok(())
 }

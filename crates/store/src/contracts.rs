@@ -146,6 +146,39 @@ impl Contract for WorkspacePurged {
     }
 }
 
+/// `lifecycle.<kind>.<connectionId>.repositories_released`: a connection's monitors of these
+/// repositories went because the repositories left its reach (removed from an installation, no
+/// longer resolved by a PAT); the eraser applies the orphan guard to each.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RepositoriesReleased {
+    pub connection_id: Uuid,
+    pub workspace_id: Uuid,
+    pub kind: String,
+    /// The mirrored repositories the removed monitors were bound to.
+    pub repository_ids: Vec<Uuid>,
+}
+
+impl RepositoriesReleased {
+    /// The transition token of the subject.
+    pub const TRANSITION: &'static str = "repositories_released";
+}
+
+impl Contract for RepositoriesReleased {
+    fn subject(&self) -> String {
+        lifecycle_core::subject::lifecycle(
+            &self.kind,
+            &self.connection_id.to_string(),
+            Self::TRANSITION,
+        )
+    }
+    fn headers(&self) -> Vec<(&'static str, String)> {
+        vec![
+            (headers::WORKSPACE, self.workspace_id.to_string()),
+            (headers::CONNECTION, self.connection_id.to_string()),
+        ]
+    }
+}
+
 /// The item an [`ItemEvent`] is about.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ItemRef {

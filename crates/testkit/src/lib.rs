@@ -322,10 +322,17 @@ pub fn github_sync_config(common: runtime::CommonArgs) -> github_sync::Config {
     .expect("github-sync's test flags parse")
 }
 
-/// The eraser's config for the given flags, without its ledger pruner (tests prune what they
-/// mean to see pruned).
+/// The eraser's config for the given flags, without its pruners (tests prune what they mean to
+/// see pruned).
 pub fn eraser_config(common: runtime::CommonArgs) -> eraser::Config {
-    config(common, &["--ledger-prune-cron=off".to_owned()]).expect("the eraser's test flags parse")
+    config(
+        common,
+        &[
+            "--ledger-prune-cron=off".to_owned(),
+            "--audit-prune-cron=off".to_owned(),
+        ],
+    )
+    .expect("the eraser's test flags parse")
 }
 
 /// The routing key (`k1`) tests and the local stack sign GitLab route credentials with.

@@ -290,70 +290,17 @@ impl Eraser {
                 continue;
             };
             let repository = captured.repository_id;
-            // The row lock orders this against every other eraser deciding the same repository.
-            let present = step
-                .txn()
-                .query_one_raw(Statement::from_sql_and_values(
-                    DbBackend::Postgres,
-                    "SELECT id FROM repository WHERE id = $1 FOR UPDATE",
-                    [repository.into()],
-                ))
-                .await?
-                .is_some();
-            if captured.workspace_lost {
-                for holder in holders {
-                    for t in holder.tables_where(|s| matches!(s, Selector::WorkspaceRepository(_)))
-                    {
-                        let Selector::WorkspaceRepository(predicate) = t.selector else {
-                            continue;
-                        };
-                        let n = step
-                            .txn()
-                            .execute_raw(Statement::from_sql_and_values(
-                                DbBackend::Postgres,
-                                delete_sql(t.table, predicate),
-                                [conn.workspace_id.into(), repository.into()],
-                            ))
-                            .await?
-                            .rows_affected();
-                        step.add(format!("table:{}", t.table), n);
-                    }
-                }
-            }
-            // Orphan guard: the same monitor-scope rule, over every workspace's monitors.
-            let monitored_elsewhere = present
-                && Exists::find_by_statement(Statement::from_sql_and_values(
-                    DbBackend::Postgres,
-                    format!(
-                        "SELECT EXISTS (SELECT 1 FROM repository r, repository_to_monitor m,
-                                               connection c
-                                         WHERE r.id = $1 AND {covers}) AS found",
-                        covers = store::scm_scope::covers_predicate()
-                    ),
-                    [repository.into()],
-                ))
-                .one(step.txn())
-                .await?
-                .is_some_and(|e| e.found);
-            let fate = repository_fate(monitored_elsewhere);
-            if fate == RepositoryFate::Delete && present {
-                for holder in holders {
-                    for t in holder.tables_where(|s| matches!(s, Selector::Repository(_))) {
-                        let Selector::Repository(predicate) = t.selector else {
-                            continue;
-                        };
-                        let n = step
-                            .txn()
-                            .execute_raw(Statement::from_sql_and_values(
-                                DbBackend::Postgres,
-                                delete_sql(t.table, predicate),
-                                [repository.into()],
-                            ))
-                            .await?
-                            .rows_affected();
-                        step.add(format!("table:{}", t.table), n);
-                    }
-                }
+            let (fate, counts) = self
+                .guard_repository(
+                    step.txn(),
+                    holders,
+                    conn.workspace_id,
+                    repository,
+                    captured.workspace_lost,
+                )
+                .await?;
+            for (place, n) in counts {
+                step.add(place, n);
             }
             let fate_name = match fate {
                 RepositoryFate::Delete => "deleted",
@@ -371,6 +318,121 @@ impl Eraser {
             step.finish().await?;
         }
         Ok(())
+    }
+
+    /// The orphan guard for one repository a connection of `workspace_id` stopped monitoring,
+    /// in the caller's transaction with the repository row locked (ordering every eraser
+    /// deciding it): the workspace's derived rows of it when the workspace lost it, then, when no
+    /// monitor anywhere covers it under the monitor-scope rule, everything under it, the
+    /// repository last. Returns its fate and what each table lost.
+    async fn guard_repository<C: ConnectionTrait>(
+        &self,
+        txn: &C,
+        holders: &[&'static Erasable],
+        workspace_id: Uuid,
+        repository: Uuid,
+        workspace_lost: bool,
+    ) -> Result<(RepositoryFate, Vec<(String, u64)>), DbErr> {
+        let mut counts = Vec::new();
+        let present = txn
+            .query_one_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                "SELECT id FROM repository WHERE id = $1 FOR UPDATE",
+                [repository.into()],
+            ))
+            .await?
+            .is_some();
+        if workspace_lost {
+            for holder in holders {
+                for t in holder.tables_where(|s| matches!(s, Selector::WorkspaceRepository(_))) {
+                    let Selector::WorkspaceRepository(predicate) = t.selector else {
+                        continue;
+                    };
+                    let n = txn
+                        .execute_raw(Statement::from_sql_and_values(
+                            DbBackend::Postgres,
+                            delete_sql(t.table, predicate),
+                            [workspace_id.into(), repository.into()],
+                        ))
+                        .await?
+                        .rows_affected();
+                    counts.push((format!("table:{}", t.table), n));
+                }
+            }
+        }
+        // Orphan guard: the same monitor-scope rule, over every workspace's monitors.
+        let monitored_elsewhere = present
+            && Exists::find_by_statement(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                format!(
+                    "SELECT EXISTS (SELECT 1 FROM repository r, repository_to_monitor m,
+                                           connection c
+                                     WHERE r.id = $1 AND {covers}) AS found",
+                    covers = store::scm_scope::covers_predicate()
+                ),
+                [repository.into()],
+            ))
+            .one(txn)
+            .await?
+            .is_some_and(|e| e.found);
+        let fate = repository_fate(monitored_elsewhere);
+        if fate == RepositoryFate::Delete && present {
+            for holder in holders {
+                for t in holder.tables_where(|s| matches!(s, Selector::Repository(_))) {
+                    let Selector::Repository(predicate) = t.selector else {
+                        continue;
+                    };
+                    let n = txn
+                        .execute_raw(Statement::from_sql_and_values(
+                            DbBackend::Postgres,
+                            delete_sql(t.table, predicate),
+                            [repository.into()],
+                        ))
+                        .await?
+                        .rows_affected();
+                    counts.push((format!("table:{}", t.table), n));
+                }
+            }
+        }
+        Ok((fate, counts))
+    }
+
+    /// Repositories that left a live connection's reach (its monitors of them are gone): each
+    /// under the orphan guard, in its own transaction. Repeating it changes nothing more.
+    #[tracing::instrument(skip(self, repositories), fields(repositories = repositories.len()))]
+    pub async fn release(
+        &self,
+        connection_id: Uuid,
+        workspace_id: Uuid,
+        kind: store::entity::ConnectionKind,
+        repositories: &[Uuid],
+    ) -> Result<Vec<(Uuid, RepositoryFate)>, EraseError> {
+        let holders = self.holders_of(Some(kind));
+        let mut fates = Vec::with_capacity(repositories.len());
+        for repository in repositories {
+            let txn = self.db.begin().await?;
+            // The workspace lost it unless another of its monitors still covers it.
+            let still_covered = Exists::find_by_statement(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                format!(
+                    "SELECT EXISTS (SELECT 1 FROM repository r, repository_to_monitor m,
+                                           connection c
+                                     WHERE r.id = $1 AND m.workspace_id = $2 AND {covers}) AS found",
+                    covers = store::scm_scope::covers_predicate()
+                ),
+                [(*repository).into(), workspace_id.into()],
+            ))
+            .one(&txn)
+            .await?
+            .is_some_and(|e| e.found);
+            let (fate, _) = self
+                .guard_repository(&txn, &holders, workspace_id, *repository, !still_covered)
+                .await?;
+            txn.commit().await?;
+            tracing::info!(%connection_id, %repository, ?fate, "released repository guarded");
+            fates.push((*repository, fate));
+        }
+        Ok(fates)
     }
 
     /// Step 4: every holder's rows of the connection, holder by holder, table by table.

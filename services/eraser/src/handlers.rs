@@ -2,9 +2,11 @@
 //! typed contracts, each settled by the runner on what the erasure returned.
 
 use bus::consumer::{Delivery, Handler, HandlerError, Settle};
-use bus::contracts::{LifecycleTransition, WorkspacePurged};
+use bus::contracts::{LifecycleTransition, RepositoriesReleased, WorkspacePurged};
 use lifecycle_core::connection::Transition;
 use lifecycle_core::erasure::ErasureTrigger;
+use sea_orm::ActiveEnum as _;
+use store::entity::ConnectionKind;
 
 use crate::erase::{EraseError, Eraser, Outcome};
 
@@ -48,5 +50,35 @@ impl Handler for PurgeHandler {
 
     async fn handle(&self, msg: WorkspacePurged, _: &Delivery) -> Result<Settle, HandlerError> {
         settle(self.eraser.purge_workspace(msg.workspace_id).await)
+    }
+}
+
+/// `lifecycle.*.*.repositories_released`: the orphan guard on repositories that left a
+/// connection's reach.
+pub struct ReleaseHandler {
+    pub eraser: Eraser,
+}
+
+impl Handler for ReleaseHandler {
+    type Message = RepositoriesReleased;
+
+    async fn handle(
+        &self,
+        msg: RepositoriesReleased,
+        _: &Delivery,
+    ) -> Result<Settle, HandlerError> {
+        let kind = ConnectionKind::try_from_value(&msg.kind)
+            .map_err(|_| HandlerError::permanent(format!("unknown kind {:?}", msg.kind)))?;
+        settle(
+            self.eraser
+                .release(
+                    msg.connection_id,
+                    msg.workspace_id,
+                    kind,
+                    &msg.repository_ids,
+                )
+                .await
+                .map(|_| Outcome::Erased),
+        )
     }
 }

@@ -9,6 +9,7 @@
 pub mod erase;
 pub mod handlers;
 pub mod records;
+pub mod retention;
 pub mod scan;
 pub mod streams;
 
@@ -69,6 +70,26 @@ pub struct Config {
         default_value = "0 */10 * * * *"
     )]
     pub ledger_prune_cron: String,
+
+    /// Finished sync jobs, and activity entries, kept per connection (they survive erasure);
+    /// older ones are pruned on `FORGESYNC_ERASER_AUDIT_PRUNE_CRON`.
+    #[arg(
+        long,
+        env = "FORGESYNC_SYNC_JOB_KEEP",
+        value_name = "FORGESYNC_SYNC_JOB_KEEP",
+        default_value_t = 1000,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub sync_job_keep: u64,
+
+    /// Cron (with seconds) of the sync-job pruner, UTC; `off` disables it.
+    #[arg(
+        long,
+        env = "FORGESYNC_ERASER_AUDIT_PRUNE_CRON",
+        value_name = "FORGESYNC_ERASER_AUDIT_PRUNE_CRON",
+        default_value = "0 30 * * * *"
+    )]
+    pub audit_prune_cron: String,
 }
 
 /// Deliveries of one trigger before it is recorded dead. Every delivery resumes the erasure where
@@ -120,7 +141,27 @@ pub async fn run(
         &bus,
         &db,
         purges,
-        Arc::new(handlers::PurgeHandler { eraser }),
+        Arc::new(handlers::PurgeHandler {
+            eraser: eraser.clone(),
+        }),
+    );
+    let releases = ConsumerSpec {
+        filter_subjects: vec![format!(
+            "lifecycle.*.*.{}",
+            bus::contracts::RepositoriesReleased::TRANSITION
+        )],
+        concurrency: config.concurrency.max(1),
+        ack_wait: Duration::from_secs(config.ack_wait_secs),
+        max_deliveries: MAX_DELIVERIES,
+        ..ConsumerSpec::new(Stream::Lifecycle, "eraser-releases")
+    };
+    service.consumer(
+        &bus,
+        &db,
+        releases,
+        Arc::new(handlers::ReleaseHandler {
+            eraser: eraser.clone(),
+        }),
     );
     let mut schedules =
         runtime::ScheduleRunner::new(db.clone(), runtime::schedule::default_replica_id());
@@ -151,6 +192,31 @@ pub async fn run(
                 },
             )
             .context("FORGESYNC_ERASER_LEDGER_PRUNE_CRON")?;
+    }
+    if config.audit_prune_cron.trim() != "off" {
+        let (prune_db, keep) = (db.clone(), config.sync_job_keep);
+        schedules
+            .add(
+                "eraser-sync-job-prune",
+                &config.audit_prune_cron,
+                Duration::from_secs(300),
+                move |_| {
+                    let db = prune_db.clone();
+                    async move {
+                        let mut pruned = 0;
+                        loop {
+                            let n = retention::prune(&db, keep, 10_000).await?;
+                            pruned += n;
+                            if n == 0 {
+                                break;
+                            }
+                        }
+                        tracing::info!(pruned, keep, "sync jobs and activity pruned");
+                        Ok(())
+                    }
+                },
+            )
+            .context("FORGESYNC_ERASER_AUDIT_PRUNE_CRON")?;
     }
     service.schedules(schedules);
     // A purge disconnects connections, which announces them through the outbox.

@@ -160,10 +160,11 @@ async fn up(database_url: &str, nats_url: &str, listen: SocketAddr, demo: bool) 
     sync_config.reconcile_cron = defaults.reconcile_cron;
     let github_sync = testkit::spawn(sync_config).await?;
     let mut eraser_config = testkit::eraser_config(common(next_port(listen, 3), false));
-    // Unlike tests, the local stack prunes the stream ledger on the eraser's own schedule.
+    // Unlike tests, the local stack prunes on the eraser's own schedules.
     let eraser_defaults: eraser::Config =
         testkit::config(common(next_port(listen, 3), false), &[])?;
     eraser_config.ledger_prune_cron = eraser_defaults.ledger_prune_cron;
+    eraser_config.audit_prune_cron = eraser_defaults.audit_prune_cron;
     let eraser = testkit::spawn(eraser_config).await?;
 
     let token = testkit::token(&keys, control_api::Role::Admin, None)?;

@@ -213,3 +213,99 @@ async fn the_scan_finds_a_content_table_nobody_registered() -> Result<()> {
     assert_eq!(res.status().as_u16(), 403);
     eraser.stop().await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_repository_leaving_an_installation_goes_only_when_orphaned() -> Result<()> {
+    let o = overlap().await?;
+    let w = &o.world;
+    let eraser = testkit::spawn(w.eraser_config()).await?;
+    let b_repos = [o.shared[0], o.shared[1], o.b_only];
+    let b_before = w.snapshot(&o.b, &b_repos).await?;
+    // What github-sync's installation handler does when GitHub reports repositories removed
+    // from A's installation: A's monitors of them go, in the handler's transaction.
+    let mut txn = w.pool.begin().await?;
+    for repo in [o.shared[0], o.a_only] {
+        let removed = scm_mirror::monitors::remove(
+            &mut txn,
+            o.a.connection,
+            &scm_mirror::repository::RepoRef {
+                owner: "acme".into(),
+                name: repo.name.into(),
+                native_id: Some(repo.native_id),
+            },
+        )
+        .await?;
+        assert_eq!(removed, 1);
+    }
+    txn.commit().await?;
+    // The orphan goes with its cascade and A's activity of it; the shared one stays for B.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while w.exists(o.a_only).await? {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the orphaned repository was not deleted"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(w.exists(o.shared[0]).await?);
+    assert_eq!(
+        count(
+            &w.pool,
+            &format!(
+                "SELECT count(*) FROM activity_event a JOIN issue i ON i.id = a.issue_id
+                  WHERE a.workspace_id = '{}' AND i.repository_id = '{}'",
+                o.a.workspace, o.shared[0].id
+            ),
+        )
+        .await?,
+        0,
+        "A's activity of a repository it no longer covers"
+    );
+    // A still covers the other shared repository, with its activity.
+    assert!(
+        count(
+            &w.pool,
+            &format!(
+                "SELECT count(*) FROM activity_event a JOIN issue i ON i.id = a.issue_id
+                  WHERE a.workspace_id = '{}' AND i.repository_id = '{}'",
+                o.a.workspace, o.shared[1].id
+            ),
+        )
+        .await?
+            > 0
+    );
+    assert_eq!(w.snapshot(&o.b, &b_repos).await?, b_before);
+    eraser.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pruner_keeps_the_newest_finished_jobs_and_every_running_one() -> Result<()> {
+    let w = World::start().await?;
+    let t = w.tenant("p").await?;
+    for (i, status) in ["succeeded", "failed", "succeeded", "running", "canceled"]
+        .into_iter()
+        .enumerate()
+    {
+        sqlx::query(
+            "INSERT INTO sync_job (id, connection_id, workspace_id, kind, job_type, trigger, status,
+                                   created_at)
+             VALUES (gen_random_uuid(), $1, $2, 'github', 'RECONCILIATION', 'manual', $3,
+                     now() - make_interval(mins => $4))",
+        )
+        .bind(t.connection)
+        .bind(t.workspace)
+        .bind(status)
+        .bind(10 - i as i32)
+        .execute(&w.pool)
+        .await?;
+    }
+    eraser::retention::prune(&w.env.db.db, 2, 100).await?;
+    let left: Vec<String> = sqlx::query_scalar(
+        "SELECT status FROM sync_job WHERE connection_id = $1 ORDER BY created_at",
+    )
+    .bind(t.connection)
+    .fetch_all(&w.pool)
+    .await?;
+    assert_eq!(left, ["succeeded", "running", "canceled"]);
+    Ok(())
+}
