@@ -157,10 +157,8 @@ async fn a_gitlab_item_fans_out_to_gitlab_connections_only_and_counts_under_its_
         vec![gitlab_ws],
         "only the GitLab workspace hears of it"
     );
-    assert_eq!(
-        subjects,
-        vec![format!("events.{gitlab_ws}.scm.issue.opened")]
-    );
+    let subject = lifecycle_core::subject::events(&gitlab_ws.to_string(), "scm.issue.opened");
+    assert_eq!(subjects, vec![subject]);
     assert_ne!(gitlab_ws, github_ws);
 
     // A second report is absorbed by the same ledger, whatever the vendor.
