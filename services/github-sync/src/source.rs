@@ -6,7 +6,7 @@ use lifecycle_core::github::checks::CommitChecksRead;
 use lifecycle_core::listing::ListingFault;
 use lifecycle_core::partial::PathSegment;
 // The shapes the mirror writes are shared with every SCM sync.
-pub use scm_mirror::items::{IssueNode, PullRequestNode};
+pub use scm_mirror::items::{IssueNode, ItemFields, PullRequestNode};
 pub use scm_mirror::repository::{RepoHeader, RepoRef};
 
 /// What a connection's credentials reach now.

@@ -788,12 +788,15 @@ impl Engine {
         Ok(match class {
             ItemClass::Issue => {
                 let page = source.issues_page(repo, first, after).await?;
-                (read_of(&page, |n| n.native_id), PageWrite::Issues(page))
+                (
+                    read_of(&page, |n| n.fields.native_id),
+                    PageWrite::Issues(page),
+                )
             }
             ItemClass::PullRequest => {
                 let page = source.pull_requests_page(repo, first, after).await?;
                 (
-                    read_of(&page, |n| n.native_id),
+                    read_of(&page, |n| n.fields.native_id),
                     PageWrite::PullRequests(page),
                 )
             }

@@ -7,7 +7,8 @@ use std::time::Duration;
 use anyhow::Result;
 use github_sync::jobs::{JobOutcome, Jobs};
 use github_sync::source::{
-    GithubSource, IssueNode, Page, PullRequestNode, Reach, RepoHeader, RepoRef, SourceError,
+    GithubSource, IssueNode, ItemFields, Page, PullRequestNode, Reach, RepoHeader, RepoRef,
+    SourceError,
 };
 use github_sync::sync::{BackfillPolicy, Engine, SyncSettings};
 use lifecycle_core::partial::PathSegment;
@@ -49,20 +50,22 @@ fn at(secs: i64) -> OffsetDateTime {
 
 fn issue(n: i64, updated: i64) -> IssueNode {
     IssueNode {
-        native_id: 1000 + n,
-        node_id: format!("I_{n}"),
-        number: n as i32,
-        title: format!("issue {n}"),
-        body: format!("body {n}"),
-        state: "open".into(),
+        fields: ItemFields {
+            native_id: 1000 + n,
+            node_id: format!("I_{n}"),
+            number: n as i32,
+            title: format!("issue {n}"),
+            body: format!("body {n}"),
+            state: "open".into(),
+            author: Some("octocat".into()),
+            locked: Some(false),
+            lock_reason: None,
+            comment_count: Some(n as i32 % 5),
+            created_at: at(0),
+            updated_at: at(updated),
+            closed_at: None,
+        },
         state_reason: None,
-        author: Some("octocat".into()),
-        locked: Some(false),
-        lock_reason: None,
-        comment_count: Some(n as i32 % 5),
-        created_at: at(0),
-        updated_at: at(updated),
-        closed_at: None,
     }
 }
 
@@ -123,7 +126,7 @@ impl ScriptedGithub {
                 ));
             }
             Some(Fault::GraphQlErrorAt(i)) => {
-                page.nodes[i].comment_count = None;
+                page.nodes[i].fields.comment_count = None;
                 page.error_paths.push(vec![
                     PathSegment::Key("repository".into()),
                     PathSegment::Key("issues".into()),
@@ -342,7 +345,10 @@ async fn a_clean_reconcile_tombstones_exactly_the_vanished_and_a_reappearance_re
     let f = fixture().await?;
     let gh = ScriptedGithub::new(30);
     f.run("INITIAL", gh.clone()).await?;
-    gh.with(|s| s.issues.retain(|i| i.number != 4 && i.number != 17));
+    gh.with(|s| {
+        s.issues
+            .retain(|i| i.fields.number != 4 && i.fields.number != 17)
+    });
     assert_eq!(
         f.run("RECONCILIATION", gh.clone()).await?,
         JobOutcome::Succeeded
@@ -378,7 +384,7 @@ async fn fails_closed_for_every_injected_fault() -> Result<()> {
         let gh = ScriptedGithub::new(30);
         f.run("INITIAL", gh.clone()).await?;
         gh.with(|s| {
-            s.issues.retain(|i| i.number != 9);
+            s.issues.retain(|i| i.fields.number != 9);
             s.faults = vec![(s.calls + 1, fault.clone())];
         });
         f.run("RECONCILIATION", gh).await?;
@@ -402,8 +408,8 @@ async fn an_unknown_count_keeps_the_stored_one() -> Result<()> {
     let gh = ScriptedGithub::new(10);
     f.run("INITIAL", gh.clone()).await?;
     gh.with(|s| {
-        s.issues[3].updated_at = at(20);
-        s.issues[3].title = "renamed".into();
+        s.issues[3].fields.updated_at = at(20);
+        s.issues[3].fields.title = "renamed".into();
         s.faults = vec![(s.calls, Fault::GraphQlErrorAt(3))];
     });
     f.run("INITIAL", gh).await?;
@@ -424,11 +430,11 @@ async fn an_unknown_count_keeps_the_stored_one() -> Result<()> {
 async fn an_older_payload_changes_nothing() -> Result<()> {
     let f = fixture().await?;
     let gh = ScriptedGithub::new(5);
-    gh.with(|s| s.issues[0].updated_at = at(50));
+    gh.with(|s| s.issues[0].fields.updated_at = at(50));
     f.run("INITIAL", gh.clone()).await?;
     gh.with(|s| {
-        s.issues[0].updated_at = at(40);
-        s.issues[0].title = "stale".into();
+        s.issues[0].fields.updated_at = at(40);
+        s.issues[0].fields.title = "stale".into();
     });
     f.run("INITIAL", gh).await?;
     let (title,): (String,) = sqlx::query_as("SELECT title FROM issue WHERE number = 1")
@@ -537,7 +543,7 @@ async fn the_scheduled_reconcile_skips_a_repository_reconciled_within_the_cooldo
             .await?;
     assert!(stamp.is_some(), "a complete reconcile is stamped");
 
-    gh.with(|s| s.issues.retain(|i| i.number != 5));
+    gh.with(|s| s.issues.retain(|i| i.fields.number != 5));
     let calls = gh.script.lock().unwrap().calls;
     f.run_with("RECONCILIATION", "scheduled", gh.clone())
         .await?;

@@ -9,7 +9,7 @@ use lifecycle_core::forward::{
     Freshness, GithubReviewState, ReviewTransition, by_updated_at, github_review_state,
 };
 use lifecycle_core::source_key::LifecycleChange;
-use scm_mirror::comments::{self, CommentAction, CommentRow, ReviewComment, StoredComment};
+use scm_mirror::comments::{self, CommentAction, ReviewComment, StoredComment};
 use scm_mirror::events::{self, Item, Origin};
 use scm_mirror::items::{self, Counts};
 use scm_mirror::reviews::{Review, StoredThread, Thread};
@@ -19,6 +19,7 @@ use uuid::Uuid;
 
 use super::payload::{self, Account, Repository};
 use super::{Outcome, Webhook, WebhookError, micros, monitored_repository, reviewers};
+use crate::mirror::VENDOR;
 
 #[derive(Debug, Deserialize)]
 pub struct ReviewEvent {
@@ -57,10 +58,10 @@ async fn parent(
 ) -> Result<Item, WebhookError> {
     let repository_id = monitored_repository(txn, hook, repository).await?;
     let node = pr.node();
-    let counts = Counts::reported(node.comment_count);
+    let counts = Counts::reported(node.fields.comment_count);
     let id = items::lock_or_stub(txn, repository_id, &node, counts).await?;
     reviewers::apply_payload(txn, id, hook.received_at, pr).await?;
-    Ok(Item::pull_request(id, repository_id))
+    Ok(Item::pull_request(VENDOR, id, repository_id))
 }
 
 fn review_state(state: &str) -> Option<GithubReviewState> {
@@ -180,16 +181,11 @@ fn review_comment_row(
         pull_request_id,
         thread_id,
         review_native_id: c.pull_request_review_id,
-        native_id: c.id,
-        node_id: &c.node_id,
         in_reply_to: c.in_reply_to_id,
         path: c.path.as_deref(),
         line: c.line,
         commit_sha: c.commit_id.as_deref(),
-        author: c.user.as_ref().map(|u| u.login.as_str()),
-        body: c.body.as_deref(),
-        created_at: c.created_at,
-        updated_at: c.updated_at,
+        fields: c.comment.fields(),
     }
 }
 
@@ -236,15 +232,15 @@ pub async fn thread(
         resolved,
         received_at,
         resolved_by: event.sender.as_ref().map(|s| s.login.as_str()),
-        latest: t.comments.iter().map(|c| c.updated_at).max(),
+        latest: t.comments.iter().map(|c| c.comment.updated_at).max(),
     };
     let thread_id = thread.write(&mut txn).await?;
     // The thread's comments: forward-only like any review comment, and filed under the thread.
     for c in &t.comments {
         let comment = review_comment_row(item.id, c, Some(thread_id));
         let stored = comments::lock(&mut txn, &comment).await?;
-        if stored.freshness(c.updated_at) == Freshness::Apply {
-            comment.write(&mut txn).await?;
+        if stored.freshness(c.comment.updated_at) == Freshness::Apply {
+            comments::write(&mut txn, &comment).await?;
         } else if stored != StoredComment::Missing {
             comment.file_under(&mut txn, thread_id).await?;
         }
