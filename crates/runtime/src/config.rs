@@ -66,6 +66,16 @@ pub struct CommonArgs {
     )]
     pub listen: SocketAddr,
 
+    /// Address of a separate listener for /healthz, /readyz and /metrics; when unset they are
+    /// served on FORGESYNC_LISTEN beside the API. A deployment that routes the API publicly keeps
+    /// them off the public port this way.
+    #[arg(
+        long,
+        env = "FORGESYNC_HEALTH_LISTEN",
+        value_name = "FORGESYNC_HEALTH_LISTEN"
+    )]
+    pub health_listen: Option<SocketAddr>,
+
     /// Postgres connections the service may hold at once.
     #[arg(
         long,
@@ -173,6 +183,7 @@ impl fmt::Debug for CommonArgs {
             )
             .field("log_format", &self.log_format)
             .field("listen", &self.listen)
+            .field("health_listen", &self.health_listen)
             .field("db_pool_size", &self.db_pool_size)
             .field("migrate", &self.migrate)
             .field("nats_prefix", &self.nats_prefix)
