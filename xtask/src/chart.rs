@@ -974,8 +974,8 @@ mod tests {
         let copy = ChartCopy::new("secrets");
         copy.edit("values.yaml", |t| {
             t.replace(
-                "      optional: [FORGESYNC_WEBHOOK_ROUTING_KEYS]",
-                "      optional: [FORGESYNC_WEBHOOK_ROUTING_KEYS, FORGESYNC_JWT_SECRET]",
+                "      optional: [FORGESYNC_NATS_NKEY, FORGESYNC_WEBHOOK_ROUTING_KEYS]",
+                "      optional: [FORGESYNC_NATS_NKEY, FORGESYNC_WEBHOOK_ROUTING_KEYS, FORGESYNC_JWT_SECRET]",
             )
         });
         let err = failure(&copy);

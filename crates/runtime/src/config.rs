@@ -39,6 +39,15 @@ pub struct CommonArgs {
     )]
     pub nats_url: String,
 
+    /// NKey seed authenticating to NATS (instead of, or beside, credentials in NATS_URL).
+    #[arg(
+        long,
+        env = "FORGESYNC_NATS_NKEY",
+        value_name = "FORGESYNC_NATS_NKEY",
+        hide_env_values = true
+    )]
+    pub nats_nkey: Option<String>,
+
     /// OTLP/HTTP endpoint for trace export; traces are not exported when unset.
     #[arg(
         long,
@@ -167,7 +176,13 @@ impl CommonArgs {
     pub async fn connect_bus_undeclared(&self) -> anyhow::Result<bus::Bus> {
         let namespace = bus::Namespace::new(self.nats_prefix.as_deref().unwrap_or_default())
             .map_err(|e| anyhow::anyhow!("FORGESYNC_NATS_PREFIX: {e}"))?;
-        Ok(bus::Bus::connect(&self.nats_url, namespace, self.stream_settings()).await?)
+        Ok(bus::Bus::connect(
+            &self.nats_url,
+            self.nats_nkey.as_deref(),
+            namespace,
+            self.stream_settings(),
+        )
+        .await?)
     }
 }
 
@@ -177,6 +192,7 @@ impl fmt::Debug for CommonArgs {
         f.debug_struct("CommonArgs")
             .field("database_url", &redact_url(&self.database_url))
             .field("nats_url", &redact_url(&self.nats_url))
+            .field("nats_nkey", &self.nats_nkey.as_ref().map(|_| "***"))
             .field(
                 "otlp_endpoint",
                 &self.otlp_endpoint.as_deref().map(redact_url),
