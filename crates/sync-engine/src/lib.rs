@@ -4,3 +4,5 @@
 //! cancellation, backfill repetition, the deletion gate, schedules with cooldown, and the
 //! webhook front half that resolves a delivery's body, connection and admission.
 #![forbid(unsafe_code)]
+
+pub mod webhook;

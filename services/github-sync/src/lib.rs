@@ -20,7 +20,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use bus::Stream;
 use bus::consumer::ConsumerSpec;
+use lifecycle_core::subject;
 use store::entity::{JobType, connection};
+use sync_engine::webhook::{WebhookConsumer, follow};
 use tokio_util::sync::CancellationToken;
 
 pub use source::GithubSource;
@@ -222,7 +224,7 @@ pub async fn run(
 
     let mut service = runtime::Service::new("github-sync", &config.common, &shutdown);
     let jobs_spec = ConsumerSpec {
-        filter_subjects: vec!["jobs.github.>".into()],
+        filter_subjects: vec![subject::jobs_filter("github")],
         concurrency: config.job_concurrency.max(1),
         ack_wait: Duration::from_secs(60),
         ..ConsumerSpec::new(Stream::Jobs, "github-sync-jobs")
@@ -234,20 +236,23 @@ pub async fn run(
     });
     service.consumer(&bus, &db, jobs_spec, job_handler);
     let lifecycle_spec = ConsumerSpec {
-        filter_subjects: vec!["lifecycle.github.*.activated".into()],
+        filter_subjects: vec![subject::lifecycle_filter("github", "activated")],
         ..ConsumerSpec::new(Stream::Lifecycle, "github-sync-lifecycle")
     };
     let lifecycle_handler = Arc::new(handlers::LifecycleHandler { db: db.clone() });
     service.consumer(&bus, &db, lifecycle_spec, lifecycle_handler);
-    let webhook_handler = Arc::new(webhooks::WebhookHandler {
-        pool: db.get_postgres_connection_pool().clone(),
-        readers: webhooks::Readers {
-            db: db.clone(),
-            factory,
+    let webhook_handler = Arc::new(WebhookConsumer::new(
+        db.get_postgres_connection_pool().clone(),
+        webhooks::GithubWebhooks {
+            pool: db.get_postgres_connection_pool().clone(),
+            readers: webhooks::Readers {
+                db: db.clone(),
+                factory,
+            },
         },
-    });
+    ));
     let owner_spec = ConsumerSpec {
-        filter_subjects: vec![webhooks::filters::OWNER_LEVEL.into()],
+        filter_subjects: vec![subject::github_owner_filter()],
         ..ConsumerSpec::new(Stream::WebhooksGithub, "github-sync-owner-events")
     };
     service.consumer(&bus, &db, owner_spec, webhook_handler.clone());
@@ -258,12 +263,15 @@ pub async fn run(
     service.task("repository webhook consumer", {
         let (bus, db) = (bus.clone(), db.clone());
         let refresh = Duration::from_millis(config.filter_refresh_ms);
+        let filters =
+            webhooks::filters::repository_filters(db.get_postgres_connection_pool().clone());
         move |stop| {
-            webhooks::filters::run_repository_consumer(
+            follow::run(
                 bus,
                 db,
                 repository_spec,
                 webhook_handler,
+                filters,
                 refresh,
                 stop,
             )

@@ -10,10 +10,10 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::payload::{self, Repository};
-use super::{Outcome, Webhook, WebhookError, misfiled, monitored_repository, parse};
+use super::{Outcome, Webhook, WebhookError, misfiled, monitored_repository};
 
 #[derive(Debug, Deserialize)]
-struct IssueCommentEvent {
+pub struct IssueCommentEvent {
     action: String,
     repository: Repository,
     issue: payload::Issue,
@@ -47,8 +47,11 @@ async fn parent(
 }
 
 /// Handles an `issue_comment` delivery.
-pub async fn issue_comment(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, WebhookError> {
-    let event: IssueCommentEvent = parse(hook)?;
+pub async fn issue_comment(
+    pool: &PgPool,
+    hook: &Webhook<'_>,
+    event: IssueCommentEvent,
+) -> Result<Outcome, WebhookError> {
     let Some(action) = CommentAction::parse(&event.action) else {
         return Ok(Outcome::Ignored);
     };

@@ -12,17 +12,17 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::payload::{self, Repository};
-use super::{Outcome, Webhook, WebhookError, misfiled, monitored_repository, parse, reviewers};
+use super::{Outcome, Webhook, WebhookError, misfiled, monitored_repository, reviewers};
 
 #[derive(Debug, Deserialize)]
-struct IssuesEvent {
+pub struct IssuesEvent {
     action: String,
     repository: Repository,
     issue: payload::Issue,
 }
 
 #[derive(Debug, Deserialize)]
-struct PullRequestEvent {
+pub struct PullRequestEvent {
     action: String,
     repository: Repository,
     pull_request: payload::PullRequest,
@@ -40,8 +40,11 @@ fn publishes<S: PartialEq>(freshness: Freshness, stored: &S, payload: &S) -> boo
 }
 
 /// Handles an `issues` delivery.
-pub async fn issues(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, WebhookError> {
-    let event: IssuesEvent = parse(hook)?;
+pub async fn issues(
+    pool: &PgPool,
+    hook: &Webhook<'_>,
+    event: IssuesEvent,
+) -> Result<Outcome, WebhookError> {
     let node = event.issue.node();
     let mut txn = pool.begin().await?;
     let repository_id = monitored_repository(&mut txn, hook, &event.repository).await?;
@@ -76,8 +79,11 @@ pub async fn issues(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, Webhoo
 }
 
 /// Handles a `pull_request` delivery.
-pub async fn pull_request(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, WebhookError> {
-    let event: PullRequestEvent = parse(hook)?;
+pub async fn pull_request(
+    pool: &PgPool,
+    hook: &Webhook<'_>,
+    event: PullRequestEvent,
+) -> Result<Outcome, WebhookError> {
     let node = event.pull_request.node();
     let mut txn = pool.begin().await?;
     let repository_id = monitored_repository(&mut txn, hook, &event.repository).await?;

@@ -18,10 +18,10 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::payload::{self, Account, Repository};
-use super::{Outcome, Webhook, WebhookError, micros, monitored_repository, parse, reviewers};
+use super::{Outcome, Webhook, WebhookError, micros, monitored_repository, reviewers};
 
 #[derive(Debug, Deserialize)]
-struct ReviewEvent {
+pub struct ReviewEvent {
     action: String,
     repository: Repository,
     pull_request: payload::PullRequest,
@@ -29,7 +29,7 @@ struct ReviewEvent {
 }
 
 #[derive(Debug, Deserialize)]
-struct ReviewCommentEvent {
+pub struct ReviewCommentEvent {
     action: String,
     repository: Repository,
     pull_request: payload::PullRequest,
@@ -37,7 +37,7 @@ struct ReviewCommentEvent {
 }
 
 #[derive(Debug, Deserialize)]
-struct ThreadEvent {
+pub struct ThreadEvent {
     action: String,
     repository: Repository,
     pull_request: payload::PullRequest,
@@ -86,8 +86,11 @@ fn state_text(state: GithubReviewState) -> &'static str {
 }
 
 /// Handles a `pull_request_review` delivery.
-pub async fn review(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, WebhookError> {
-    let event: ReviewEvent = parse(hook)?;
+pub async fn review(
+    pool: &PgPool,
+    hook: &Webhook<'_>,
+    event: ReviewEvent,
+) -> Result<Outcome, WebhookError> {
     if !matches!(event.action.as_str(), "submitted" | "edited" | "dismissed") {
         return Ok(Outcome::Ignored);
     }
@@ -149,8 +152,11 @@ pub async fn review(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, Webhoo
 }
 
 /// Handles a `pull_request_review_comment` delivery.
-pub async fn review_comment(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, WebhookError> {
-    let event: ReviewCommentEvent = parse(hook)?;
+pub async fn review_comment(
+    pool: &PgPool,
+    hook: &Webhook<'_>,
+    event: ReviewCommentEvent,
+) -> Result<Outcome, WebhookError> {
     let Some(action) = CommentAction::parse(&event.action) else {
         return Ok(Outcome::Ignored);
     };
@@ -196,8 +202,11 @@ fn review_comment_row(
 /// the duplicate window) finds the thread resolved and records nothing. The thread's latest
 /// comment date would make a resolve, unresolve, resolve without a new comment one key and lose
 /// the second resolution.
-pub async fn thread(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, WebhookError> {
-    let event: ThreadEvent = parse(hook)?;
+pub async fn thread(
+    pool: &PgPool,
+    hook: &Webhook<'_>,
+    event: ThreadEvent,
+) -> Result<Outcome, WebhookError> {
     let resolved = match event.action.as_str() {
         "resolved" => true,
         "unresolved" => false,
