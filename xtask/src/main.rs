@@ -1,4 +1,5 @@
-//! Developer tasks for the forgesync workspace: `cargo xtask up | test | bench | migrate | schema`.
+//! Developer tasks for the forgesync workspace: `cargo xtask up | test | bench | migrate | reseal |
+//! schema | chart`.
 //!
 //! Every task provisions what it needs first: the Postgres and NATS named by `DATABASE_URL` and
 //! `NATS_URL` when they answer, otherwise throwaway servers under `<target>/forgesync-local/`,
@@ -6,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+mod chart;
 mod nats;
 mod net;
 mod nextest;
@@ -26,8 +28,10 @@ use clap::{Parser, Subcommand};
 use crate::paths::Layout;
 use crate::stack::{Needs, Stack};
 
-/// The binary, built from crates/testkit, that migrates and runs the whole system in one process.
+/// The binary, built from crates/testkit, that runs the whole system in one process.
 const LOCAL_BIN: &str = "forgesync-local";
+/// The operator's binary (crates/admin): `migrate` and `reseal`, as the image ships it.
+const ADMIN_BIN: &str = "forgesync-admin";
 /// The benchmark binary, built from crates/testkit.
 const BENCH_BIN: &str = "forgesync-bench";
 /// The independent OpenAPI validator control-api's contract test runs, from PyPI.
@@ -65,7 +69,7 @@ enum Task {
     /// Re-seal every connection secret in `DATABASE_URL` under the newest key of
     /// `FORGESYNC_SECRET_KEY` (run it after adding a key everywhere, before dropping the old one).
     Reseal {
-        /// Extra arguments for `forgesync-local reseal` (`--batch N`).
+        /// Extra arguments for `forgesync-admin reseal` (`--batch N`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
@@ -79,6 +83,9 @@ enum Task {
         #[arg(long, value_name = "FILE|URL")]
         from: Option<String>,
     },
+    /// Lint helm/forgesync strictly with Helm, render it, validate every manifest with
+    /// kubernetes-validate, and check what the chart promises (see xtask/src/chart.rs).
+    Chart,
     /// Provision Postgres and NATS, then run any command with DATABASE_URL and NATS_URL set.
     #[command(hide = true)]
     Services {
@@ -141,6 +148,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
+        Task::Chart => {
+            chart::run(&layout)?;
+            Ok(0)
+        }
         Task::Test { args } => {
             let runner = nextest::ensure(&cargo_program(), &layout.bin_cache())?;
             let stack = Stack::provision(
@@ -183,7 +194,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Task::Migrate => {
             // Build before provisioning: a long or failing build then holds no server.
-            let bin = build_local_bin(&layout)?;
+            let bin = build_bin(&layout, ADMIN_BIN)?;
             let stack = Stack::provision(
                 &layout,
                 Needs {
@@ -210,13 +221,13 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 std::env::var_os("FORGESYNC_SECRET_KEY").is_some(),
                 "FORGESYNC_SECRET_KEY is not set: give the keyring the services use"
             );
-            let bin = build_local_bin(&layout)?;
+            let bin = build_bin(&layout, ADMIN_BIN)?;
             let mut cmd = Command::new(bin);
             cmd.arg("reseal").args(args);
             process::run_foreground(&mut cmd)
         }
         Task::Up { args } => {
-            let bin = build_local_bin(&layout)?;
+            let bin = build_bin(&layout, LOCAL_BIN)?;
             let stack = Stack::provision(
                 &layout,
                 Needs {
@@ -259,16 +270,16 @@ fn cargo(layout: &Layout) -> Command {
     cmd
 }
 
-/// Builds every binary of the workspace and returns the path of `forgesync-local`.
+/// Builds every binary of the workspace and returns the path of `name`.
 ///
 /// Always `--workspace`: building one package alone resolves features differently and would
 /// rebuild half the dependency graph a second time in the same target dir.
-fn build_local_bin(layout: &Layout) -> anyhow::Result<std::path::PathBuf> {
+fn build_bin(layout: &Layout, name: &str) -> anyhow::Result<std::path::PathBuf> {
     process::run_checked(cargo(layout).args(["build", "--workspace", "--bins"]))?;
-    let bin = layout.debug_bin(LOCAL_BIN);
+    let bin = layout.debug_bin(name);
     anyhow::ensure!(
         bin.is_file(),
-        "{} is missing after the build; the {LOCAL_BIN} binary (crates/testkit) is not in the workspace yet",
+        "{} is missing after the build; the {name} binary is not in the workspace",
         bin.display()
     );
     Ok(bin)

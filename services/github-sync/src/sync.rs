@@ -723,6 +723,8 @@ impl Engine {
                 .await?;
             }
             SweepDecision::Hold(held) => {
+                metrics::counter!("sweeps_held_total", "vendor" => "github", "class" => class.table())
+                    .increment(1);
                 tracing::warn!(
                     would_tombstone = held.would_tombstone(),
                     class_size = held.class_size(),

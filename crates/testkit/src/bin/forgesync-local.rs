@@ -1,7 +1,7 @@
 //! The local stack (`cargo xtask up`): every service that exists, in one process (each started
 //! through `testkit::spawn`), against the
 //! Postgres and NATS that xtask provisioned, plus the GitHub simulator with a demo workspace
-//! connected to it. Also `migrate` for `cargo xtask migrate` and `reseal` for `cargo xtask reseal`.
+//! connected to it. (`cargo xtask migrate` and `reseal` run `forgesync-admin`, crates/admin.)
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
@@ -33,24 +33,6 @@ enum Command {
         #[arg(long)]
         no_demo: bool,
     },
-    /// Apply pending migrations and exit.
-    Migrate,
-    /// Re-seal every connection secret under the newest key of FORGESYNC_SECRET_KEY, in
-    /// batches; safe beside running services and to repeat. Exits non-zero while any secret is
-    /// not under the newest key.
-    Reseal {
-        /// The keyring, as every service reads it.
-        #[arg(
-            long,
-            env = "FORGESYNC_SECRET_KEY",
-            value_name = "FORGESYNC_SECRET_KEY",
-            hide_env_values = true
-        )]
-        secret_key: String,
-        /// Secrets re-sealed per transaction.
-        #[arg(long, default_value_t = 100)]
-        batch: u32,
-    },
 }
 
 fn env(var: &str) -> Result<String> {
@@ -64,37 +46,6 @@ async fn main() -> Result<()> {
     let _telemetry = runtime::telemetry::init("forgesync-local", runtime::LogFormat::Pretty, None)?;
     let database_url = env("DATABASE_URL")?;
     match cli.command {
-        Command::Migrate => {
-            runtime::db::connect(&database_url, true, runtime::db::DEFAULT_POOL_SIZE).await?;
-            println!(
-                "migrations applied to {}",
-                runtime::config::redact_url(&database_url)
-            );
-            Ok(())
-        }
-        Command::Reseal { secret_key, batch } => {
-            let ring = store::secrets::Keyring::parse(&secret_key)?;
-            let db =
-                runtime::db::connect(&database_url, false, runtime::db::DEFAULT_POOL_SIZE).await?;
-            let report = store::secrets::reseal(&db, &ring, batch).await?;
-            for failed in &report.failed {
-                eprintln!("cannot re-seal {failed}");
-            }
-            println!(
-                "re-sealed {} secrets under key {:?}; {} could not be opened; {} not under it now",
-                report.resealed,
-                ring.sealing().id(),
-                report.failed.len(),
-                report.remaining
-            );
-            anyhow::ensure!(
-                report.remaining == 0,
-                "{} secrets are not under key {:?}: keep the older keys in the ring",
-                report.remaining,
-                ring.sealing().id()
-            );
-            Ok(())
-        }
         Command::Up { listen, no_demo } => {
             up(&database_url, &env("NATS_URL")?, listen, !no_demo).await
         }
