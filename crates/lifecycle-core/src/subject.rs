@@ -92,6 +92,21 @@ pub fn jobs(kind: &str, connection_id: &str, job_type: &str) -> String {
     )
 }
 
+/// The consumer filter of every job of one connection kind: `jobs.<kind>.>`.
+pub fn jobs_of_kind(kind: &str) -> String {
+    format!("jobs.{}.>", encode_token(kind))
+}
+
+/// The consumer filter of one transition of every connection of a kind:
+/// `lifecycle.<kind>.*.<transition>`.
+pub fn lifecycle_of_kind(kind: &str, transition: &str) -> String {
+    format!(
+        "lifecycle.{}.*.{}",
+        encode_token(kind),
+        encode_token(transition)
+    )
+}
+
 /// `events.<workspaceId>.<type>`
 pub fn events(workspace_id: &str, event_type: &str) -> String {
     format!(
@@ -481,6 +496,29 @@ mod tests {
         assert!(matches!(decode_token("%zz"), Err(TokenError::BadEscape(_))));
         assert!(matches!(decode_token("ab%"), Err(TokenError::BadEscape(_))));
         assert_eq!(decode_token(""), Err(TokenError::Empty));
+    }
+
+    #[test]
+    fn kind_filters_cover_their_subjects() {
+        assert_eq!(jobs_of_kind("github"), "jobs.github.>");
+        assert!(filter_covers(
+            &jobs_of_kind("slack"),
+            &jobs("slack", "c1", "RECONCILIATION")
+        ));
+        assert!(!filter_covers(
+            &jobs_of_kind("slack"),
+            &jobs("github", "c1", "BACKFILL")
+        ));
+        let activated = lifecycle_of_kind("github", "activated");
+        assert_eq!(activated, "lifecycle.github.*.activated");
+        assert!(filter_covers(
+            &activated,
+            &lifecycle("github", "c1", "activated")
+        ));
+        assert!(!filter_covers(
+            &activated,
+            &lifecycle("github", "c1", "suspended")
+        ));
     }
 
     #[test]
