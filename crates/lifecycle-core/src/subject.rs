@@ -505,6 +505,29 @@ mod tests {
     }
 
     #[test]
+    fn kind_filters_cover_their_subjects() {
+        assert_eq!(jobs_filter("github"), "jobs.github.>");
+        assert!(filter_covers(
+            &jobs_filter("slack"),
+            &jobs("slack", "c1", "RECONCILIATION")
+        ));
+        assert!(!filter_covers(
+            &jobs_filter("slack"),
+            &jobs("github", "c1", "BACKFILL")
+        ));
+        let activated = lifecycle_filter("github", "activated");
+        assert_eq!(activated, "lifecycle.github.*.activated");
+        assert!(filter_covers(
+            &activated,
+            &lifecycle("github", "c1", "activated")
+        ));
+        assert!(!filter_covers(
+            &activated,
+            &lifecycle("github", "c1", "suspended")
+        ));
+    }
+
+    #[test]
     fn lifecycle_subject_has_four_levels() {
         assert_eq!(
             lifecycle("github", "0190-abc", "activated"),

@@ -5,14 +5,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Result;
-use github_sync::jobs::{JobOutcome, Jobs};
+use github_sync::SourceFactory;
 use github_sync::source::{
     GithubSource, IssueNode, ItemFields, Page, PullRequestNode, Reach, RepoHeader, RepoRef,
     SourceError,
 };
-use github_sync::sync::{BackfillPolicy, Engine, SyncSettings};
+use github_sync::sync::GithubVendor;
 use lifecycle_core::partial::PathSegment;
 use sqlx::PgPool;
+use store::entity::{ConnectionKind, connection};
+use sync_engine::consumers::queue_scheduled;
+use sync_engine::{BackfillPolicy, Engine, JobOutcome, Jobs, SyncSettings};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -222,6 +225,16 @@ impl GithubSource for ScriptedGithub {
     }
 }
 
+/// Each job here is handed its scripted GitHub; no connection builds a reader.
+struct NoFactory;
+
+#[async_trait::async_trait]
+impl SourceFactory for NoFactory {
+    async fn source(&self, _: &connection::Model) -> Result<Arc<dyn GithubSource>> {
+        anyhow::bail!("the test hands each job its scripted GitHub")
+    }
+}
+
 struct Fixture {
     _db: testkit::TestDb,
     pool: PgPool,
@@ -255,10 +268,19 @@ async fn fixture() -> Result<Fixture> {
 }
 
 impl Fixture {
-    fn engine(&self, replica: &str) -> Engine {
+    fn engine(&self, replica: &str) -> Engine<GithubVendor> {
         Engine {
             pool: self.pool.clone(),
-            jobs: Jobs::new(self.pool.clone(), replica, Duration::from_secs(30)),
+            jobs: Jobs::new(
+                ConnectionKind::Github,
+                self.pool.clone(),
+                replica,
+                Duration::from_secs(30),
+            ),
+            vendor: Arc::new(GithubVendor {
+                pool: self.pool.clone(),
+                factory: Arc::new(NoFactory),
+            }),
             settings: SyncSettings {
                 page_size: 10,
                 backfill: BackfillPolicy {
@@ -513,7 +535,12 @@ async fn a_job_runs_on_one_replica_only_and_a_canceled_job_stops() -> Result<()>
     // A claim whose lease lapsed (its replica died) is taken over.
     let id = f.queue("BACKFILL").await?;
     let short = Engine {
-        jobs: Jobs::new(f.pool.clone(), "replica-dead", Duration::from_millis(200)),
+        jobs: Jobs::new(
+            ConnectionKind::Github,
+            f.pool.clone(),
+            "replica-dead",
+            Duration::from_millis(200),
+        ),
         ..f.engine("x")
     };
     short.jobs.claim(id).await?.expect("claimed");
@@ -577,17 +604,32 @@ async fn a_schedule_queues_one_job_per_active_connection_per_due_instant() -> Re
     let f = fixture().await?;
     let db = f._db.db.clone();
     let due = OffsetDateTime::from_unix_timestamp(1_800_000_000)?;
-    let queued =
-        github_sync::handlers::queue_scheduled(&db, store::entity::JobType::Backfill, due).await?;
+    let queued = queue_scheduled(
+        &db,
+        ConnectionKind::Github,
+        store::entity::JobType::Backfill,
+        due,
+    )
+    .await?;
     assert_eq!(queued, 1);
     // Another replica, or a retried run, of the same instant queues nothing more.
-    let again =
-        github_sync::handlers::queue_scheduled(&db, store::entity::JobType::Backfill, due).await?;
+    let again = queue_scheduled(
+        &db,
+        ConnectionKind::Github,
+        store::entity::JobType::Backfill,
+        due,
+    )
+    .await?;
     assert_eq!(again, 0);
     let later = due + time::Duration::days(1);
     assert_eq!(
-        github_sync::handlers::queue_scheduled(&db, store::entity::JobType::Backfill, later)
-            .await?,
+        queue_scheduled(
+            &db,
+            ConnectionKind::Github,
+            store::entity::JobType::Backfill,
+            later
+        )
+        .await?,
         1
     );
     let (jobs, outbox): (i64, i64) = sqlx::query_as(
@@ -602,8 +644,9 @@ async fn a_schedule_queues_one_job_per_active_connection_per_due_instant() -> Re
     sqlx::query("UPDATE connection SET status = 'paused'")
         .execute(&f.pool)
         .await?;
-    let paused = github_sync::handlers::queue_scheduled(
+    let paused = queue_scheduled(
         &db,
+        ConnectionKind::Github,
         store::entity::JobType::Backfill,
         later + time::Duration::days(1),
     )

@@ -1,5 +1,5 @@
-//! Sync jobs. Operators may start RECONCILIATION and BACKFILL; INITIAL jobs belong to
-//! activation. The job row and its `jobs.<kind>.<id>.<type>` message commit together.
+//! Sync jobs. Operators may start RECONCILIATION and BACKFILL (where the connection's vendor runs
+//! it); INITIAL jobs belong to activation. The job row and its `jobs.<kind>.<id>.<type>` message commit together.
 
 use axum::Json;
 use axum::extract::State;
@@ -115,6 +115,13 @@ pub async fn create(
     let txn = state.db.begin().await?;
     // Locked, so a concurrent transition cannot slip between the check and the insert.
     let conn = find_connection(&txn, &caller, workspace_id, connection_id, true).await?;
+    // The vendor declares the job types it refuses (lifecycle-core's vendor modules).
+    if let Some(refusal) = conn.kind.jobs().refusal(job_type.into()) {
+        return Err(ApiError::unprocessable(
+            "job_type_not_supported",
+            refusal.to_string(),
+        ));
+    }
     if conn.status != ConnectionStatus::Active {
         return Err(ApiError::conflict(
             "connection_not_active",

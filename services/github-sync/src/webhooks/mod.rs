@@ -175,16 +175,5 @@ pub async fn record_activity(
     activity: &str,
     detail: serde_json::Value,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO connection_activity (id, connection_id, workspace_id, activity, detail)
-         VALUES ($1, $2, $3, $4, $5)",
-    )
-    .bind(Uuid::now_v7())
-    .bind(connection_id)
-    .bind(workspace_id)
-    .bind(activity)
-    .bind(sqlx::types::Json(detail))
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
+    store::activity::record(conn, connection_id, workspace_id, activity, detail).await
 }
