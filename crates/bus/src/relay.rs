@@ -84,6 +84,11 @@ impl Relay {
             ))
             .all(&txn)
             .await?;
+        // How long the oldest available row has waited: the relay's backlog, for alerts.
+        let lag = rows.first().map_or(0.0, |oldest| {
+            (time::OffsetDateTime::now_utc() - oldest.available_at).as_seconds_f64()
+        });
+        metrics::gauge!("outbox_relay_lag_seconds").set(lag.max(0.0));
         if rows.is_empty() {
             return Ok(0);
         }

@@ -362,3 +362,32 @@ async fn a_transient_failure_keeps_the_row_unparked_until_it_can_be_published() 
     assert_eq!(ids, expected);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_reports_how_long_its_oldest_row_waited() -> Result<()> {
+    // This test's process has no other recorder (nextest runs each test alone).
+    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .expect("the only recorder of this process");
+    let lag = || -> f64 {
+        let rendered = metrics.render();
+        let line = rendered
+            .lines()
+            .find(|l| l.starts_with("outbox_relay_lag_seconds "))
+            .unwrap_or_else(|| panic!("no outbox_relay_lag_seconds in:\n{rendered}"));
+        line["outbox_relay_lag_seconds ".len()..].parse().unwrap()
+    };
+    let db = testkit::TestDb::new().await?;
+    let bus = testkit::test_bus().await?;
+    enqueue_many(&db.db, 3).await?;
+    // A backlog: the rows have waited two minutes (NATS was down, say).
+    db.db
+        .execute_unprepared("UPDATE outbox SET available_at = now() - interval '120 seconds'")
+        .await?;
+    let relay = Relay::new(db.db.clone(), bus.clone(), RelayConfig::default());
+    assert_eq!(relay.publish_batch().await?, 3);
+    assert!((120.0..300.0).contains(&lag()), "lag {}", lag());
+    assert_eq!(relay.publish_batch().await?, 0);
+    assert!(lag() <= 0.0, "nothing waits any more, yet lag {}", lag());
+    Ok(())
+}

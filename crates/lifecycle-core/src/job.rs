@@ -75,6 +75,48 @@ impl FromStr for SyncJobType {
     }
 }
 
+/// The job types a vendor's sync runs: declared once in the vendor's module
+/// ([`crate::github::JOBS`], [`crate::gitlab::JOBS`], [`crate::slack::JOBS`],
+/// [`crate::outline::JOBS`]), read by the API that queues jobs and by the engine that runs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobSupport {
+    /// The vendor as people name it (`Slack`).
+    pub vendor: &'static str,
+    /// Job types the vendor refuses, each with why.
+    pub refused: &'static [(SyncJobType, &'static str)],
+}
+
+impl JobSupport {
+    /// Why the vendor does not run `job`, or `None` when it does.
+    pub fn refusal(&self, job: SyncJobType) -> Option<JobRefusal> {
+        self.refused
+            .iter()
+            .find(|(refused, _)| *refused == job)
+            .map(|&(job, why)| JobRefusal {
+                vendor: self.vendor,
+                job,
+                why,
+            })
+    }
+}
+
+/// A job type a vendor does not run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{vendor} connections do not {}: {why}", verb(*job))]
+pub struct JobRefusal {
+    pub vendor: &'static str,
+    pub job: SyncJobType,
+    pub why: &'static str,
+}
+
+fn verb(job: SyncJobType) -> &'static str {
+    match job {
+        SyncJobType::Initial => "run an initial sync",
+        SyncJobType::Reconciliation => "reconcile",
+        SyncJobType::Backfill => "backfill",
+    }
+}
+
 /// Why a job type was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum JobTypeError {
@@ -122,6 +164,26 @@ mod tests {
             SyncJobType::parse_client_request("FULL"),
             Err(JobTypeError::Unknown(_))
         ));
+    }
+
+    #[test]
+    fn a_vendor_refuses_only_what_it_declares() {
+        for support in [crate::github::JOBS, crate::gitlab::JOBS] {
+            for job in ALL_JOB_TYPES {
+                assert_eq!(support.refusal(job), None, "{} runs {job}", support.vendor);
+            }
+        }
+        for support in [crate::slack::JOBS, crate::outline::JOBS] {
+            assert_eq!(support.refusal(SyncJobType::Initial), None);
+            assert_eq!(support.refusal(SyncJobType::Reconciliation), None);
+            let refusal = support.refusal(SyncJobType::Backfill).expect("refused");
+            assert!(
+                refusal
+                    .to_string()
+                    .starts_with(&format!("{} connections do not backfill: ", support.vendor)),
+                "{refusal}"
+            );
+        }
     }
 
     #[test]

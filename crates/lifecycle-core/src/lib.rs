@@ -15,9 +15,10 @@
 //! - [`checks`]: a head's check state as dated observations.
 //! - [`subject`]: the subject grammar and the consumer subject math.
 //! - [`repair`]: provider repair fences.
-//! - [`github`]: GitHub check runs.
+//! - [`github`]: GitHub check runs, its job support.
 //! - [`gitlab`]: GitLab head pipelines, review decision and approval acts, note reconciliation,
-//!   route credentials.
+//!   route credentials, its job support.
+//! - [`slack`], [`outline`]: the job types each refuses.
 #![forbid(unsafe_code)]
 
 pub mod checks;
@@ -29,8 +30,10 @@ pub mod github;
 pub mod gitlab;
 pub mod job;
 pub mod listing;
+pub mod outline;
 pub mod partial;
 pub mod repair;
+pub mod slack;
 pub mod snapshot;
 pub mod source_key;
 pub mod subject;

@@ -185,6 +185,27 @@ pub fn outline(subscription_id: &str, event: &str) -> Result<String, SubjectErro
     Ok(join(&["outline", &token(subscription_id)?, &token(event)?]))
 }
 
+/// Every owner-level GitHub subject (`github.<owner>.?.<event>`, repository lifecycle and
+/// installations), whatever the owner: the filter of the consumer that takes them all.
+pub fn github_owner_filter() -> String {
+    join(&["github", "*", NO_LEVEL, ">"])
+}
+
+/// Every queued job of connections of `kind` (`jobs.<kind>.<connectionId>.<type>`).
+pub fn jobs_filter(kind: &str) -> String {
+    join(&["jobs", &encode_token(kind), ">"])
+}
+
+/// One `transition` of every connection of `kind` (`lifecycle.<kind>.<connectionId>.<transition>`).
+pub fn lifecycle_filter(kind: &str, transition: &str) -> String {
+    join(&[
+        "lifecycle",
+        &encode_token(kind),
+        "*",
+        &encode_token(transition),
+    ])
+}
+
 fn join(tokens: &[&str]) -> String {
     tokens.join(".")
 }
@@ -489,6 +510,29 @@ mod tests {
     }
 
     #[test]
+    fn kind_filters_cover_their_subjects() {
+        assert_eq!(jobs_filter("github"), "jobs.github.>");
+        assert!(filter_covers(
+            &jobs_filter("slack"),
+            &jobs("slack", "c1", "RECONCILIATION")
+        ));
+        assert!(!filter_covers(
+            &jobs_filter("slack"),
+            &jobs("github", "c1", "BACKFILL")
+        ));
+        let activated = lifecycle_filter("github", "activated");
+        assert_eq!(activated, "lifecycle.github.*.activated");
+        assert!(filter_covers(
+            &activated,
+            &lifecycle("github", "c1", "activated")
+        ));
+        assert!(!filter_covers(
+            &activated,
+            &lifecycle("github", "c1", "suspended")
+        ));
+    }
+
+    #[test]
     fn lifecycle_subject_has_four_levels() {
         assert_eq!(
             lifecycle("github", "0190-abc", "activated"),
@@ -643,6 +687,77 @@ mod tests {
         assert!(!filter_covers("a.b", "a.c"));
         assert!(filter_covers("a.b", "a.b"));
         assert!(!filter_covers("a.b.c", "a.b"));
+    }
+
+    #[test]
+    fn fixed_filters_take_their_family_and_nothing_else() {
+        let owner = github_owner_filter();
+        assert_eq!(owner, "github.*.?.>");
+        assert!(filter_covers(
+            &owner,
+            &github_owner("Acme", "repository").unwrap()
+        ));
+        assert!(filter_covers(
+            &owner,
+            &github_owner("socket.io", "installation").unwrap()
+        ));
+        assert!(!filter_covers(
+            &owner,
+            &github("acme", "web", "push").unwrap()
+        ));
+        // A repository really named `?` is a repository, not the owner level.
+        assert!(!filter_covers(
+            &owner,
+            &github("acme", "?", "push").unwrap()
+        ));
+        assert!(!filter_covers(
+            &owner,
+            &gitlab_root_group("acme", "push").unwrap()
+        ));
+        for monitor in [repo("acme", "web"), repo("Socket", "socket.io")] {
+            let filters = filter_subjects(&[monitor]);
+            let owner_level: Vec<_> = filters
+                .iter()
+                .filter(|f| filter_covers(&owner, f))
+                .collect();
+            assert_eq!(owner_level.len(), 1, "{filters:?}");
+        }
+
+        let jobs_github = jobs_filter("github");
+        assert_eq!(jobs_github, "jobs.github.>");
+        assert!(filter_covers(
+            &jobs_github,
+            &jobs("github", "c1", "INITIAL")
+        ));
+        assert!(!filter_covers(
+            &jobs_github,
+            &jobs("gitlab", "c1", "initial")
+        ));
+        assert!(matches!(
+            Subject::parse(&jobs("GitHub", "c1", "backfill")).unwrap(),
+            Subject::Jobs { kind, .. } if kind == "github"
+        ));
+
+        let activated = lifecycle_filter("github", "activated");
+        assert_eq!(activated, "lifecycle.github.*.activated");
+        assert!(filter_covers(
+            &activated,
+            &lifecycle("github", "0190-abc", "activated")
+        ));
+        assert!(!filter_covers(
+            &activated,
+            &lifecycle("github", "c1", "suspended")
+        ));
+        assert!(!filter_covers(
+            &activated,
+            &lifecycle("slack", "c1", "activated")
+        ));
+        // Names are encoded like the subjects they filter.
+        assert_eq!(jobs_filter("a.b"), "jobs.a%2Eb.>");
+        assert!(filter_covers(
+            &lifecycle_filter("A.b", "x y"),
+            &lifecycle("a.b", "c", "X Y")
+        ));
     }
 
     fn repo(owner: &str, repo: &str) -> Monitor {

@@ -39,6 +39,15 @@ pub struct CommonArgs {
     )]
     pub nats_url: String,
 
+    /// NKey seed authenticating to NATS (instead of, or beside, credentials in NATS_URL).
+    #[arg(
+        long,
+        env = "FORGESYNC_NATS_NKEY",
+        value_name = "FORGESYNC_NATS_NKEY",
+        hide_env_values = true
+    )]
+    pub nats_nkey: Option<String>,
+
     /// OTLP/HTTP endpoint for trace export; traces are not exported when unset.
     #[arg(
         long,
@@ -65,6 +74,16 @@ pub struct CommonArgs {
         default_value = "0.0.0.0:8080"
     )]
     pub listen: SocketAddr,
+
+    /// Address of a separate listener for /healthz, /readyz and /metrics; when unset they are
+    /// served on FORGESYNC_LISTEN beside the API. A deployment that routes the API publicly keeps
+    /// them off the public port this way.
+    #[arg(
+        long,
+        env = "FORGESYNC_HEALTH_LISTEN",
+        value_name = "FORGESYNC_HEALTH_LISTEN"
+    )]
+    pub health_listen: Option<SocketAddr>,
 
     /// Postgres connections the service may hold at once.
     #[arg(
@@ -157,7 +176,13 @@ impl CommonArgs {
     pub async fn connect_bus_undeclared(&self) -> anyhow::Result<bus::Bus> {
         let namespace = bus::Namespace::new(self.nats_prefix.as_deref().unwrap_or_default())
             .map_err(|e| anyhow::anyhow!("FORGESYNC_NATS_PREFIX: {e}"))?;
-        Ok(bus::Bus::connect(&self.nats_url, namespace, self.stream_settings()).await?)
+        Ok(bus::Bus::connect(
+            &self.nats_url,
+            self.nats_nkey.as_deref(),
+            namespace,
+            self.stream_settings(),
+        )
+        .await?)
     }
 }
 
@@ -167,12 +192,14 @@ impl fmt::Debug for CommonArgs {
         f.debug_struct("CommonArgs")
             .field("database_url", &redact_url(&self.database_url))
             .field("nats_url", &redact_url(&self.nats_url))
+            .field("nats_nkey", &self.nats_nkey.as_ref().map(|_| "***"))
             .field(
                 "otlp_endpoint",
                 &self.otlp_endpoint.as_deref().map(redact_url),
             )
             .field("log_format", &self.log_format)
             .field("listen", &self.listen)
+            .field("health_listen", &self.health_listen)
             .field("db_pool_size", &self.db_pool_size)
             .field("migrate", &self.migrate)
             .field("nats_prefix", &self.nats_prefix)

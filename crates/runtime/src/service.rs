@@ -121,8 +121,10 @@ impl Service {
     }
 
     /// Binds `FORGESYNC_LISTEN`, serves the routes with `/healthz`, `/readyz` and `/metrics`
-    /// (readiness checks `db`, `nats` when given, and the tasks), tells `on_listen` the address,
-    /// then supervises every task until shutdown or the first to end.
+    /// (readiness checks `db`, `nats` when given, and the tasks) or, with
+    /// `FORGESYNC_HEALTH_LISTEN`, serves those three on that second listener instead; tells
+    /// `on_listen` the API's address, then supervises every task until shutdown or the first to
+    /// end.
     pub async fn serve(
         self,
         db: &DatabaseConnection,
@@ -135,26 +137,50 @@ impl Service {
             mut tasks,
             routes,
         } = self;
-        let app = routes.merge(crate::health::router(HealthState {
+        let health = crate::health::router(HealthState {
             db: db.clone(),
             nats,
             tasks: tasks.readiness(),
-        }));
-        let listener = tokio::net::TcpListener::bind(common.listen)
-            .await
-            .with_context(|| format!("FORGESYNC_LISTEN: cannot bind {}", common.listen))?;
+        });
+        let app = match common.health_listen {
+            None => routes.merge(health),
+            Some(health_addr) => {
+                let listener = bind("FORGESYNC_HEALTH_LISTEN", health_addr).await?;
+                tracing::info!(addr = %listener.local_addr()?, service = name, "health listening");
+                tasks.spawn("health server", move |stop| {
+                    serve_until(listener, health, stop, name)
+                });
+                routes
+            }
+        };
+        let listener = bind("FORGESYNC_LISTEN", common.listen).await?;
         let addr = listener.local_addr()?;
         tracing::info!(%addr, service = name, "listening");
         on_listen(addr);
-        tasks.spawn("http server", move |stop| async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await
-                .with_context(|| format!("{name} server"))
+        tasks.spawn("http server", move |stop| {
+            serve_until(listener, app, stop, name)
         });
         // FORGESYNC_SHUTDOWN_GRACE bounds the stop.
         tasks.run(common.shutdown_grace()).await
     }
+}
+
+async fn bind(setting: &str, addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("{setting}: cannot bind {addr}"))
+}
+
+async fn serve_until(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    stop: CancellationToken,
+    name: &'static str,
+) -> anyhow::Result<()> {
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await
+        .with_context(|| format!("{name} server"))
 }
 
 /// Implements [`Launch`] for a service's `Config` (with a `common` field) over its

@@ -4,8 +4,6 @@
 //! under the edit's source key; a deletion leaves a tombstone no late copy can bring back.
 //! [`apply`] is the one lock-compare-write step for both tables.
 
-use std::future::Future;
-
 use lifecycle_core::forward::{Freshness, by_updated_at};
 use lifecycle_core::source_key::LifecycleChange;
 // Table and column names in dynamic SQL come only from `CommentRow`'s constants.
@@ -14,6 +12,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::events::{self, Item, Origin};
+use crate::upsert::{OnConflict, Upsert};
 
 /// What a comment delivery asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,25 +74,90 @@ pub struct CommentKey<'a> {
     pub text: &'a str,
 }
 
+/// What every comment carries, as the vendor reports it.
+#[derive(Debug, Clone, Copy)]
+pub struct CommentFields<'a> {
+    pub native_id: i64,
+    pub node_id: &'a str,
+    pub author: Option<&'a str>,
+    pub body: Option<&'a str>,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+}
+
+impl CommentFields<'_> {
+    /// Adds the columns every comment table has, but its content.
+    fn columns(&self, row: &mut Upsert) {
+        use OnConflict::{Keep, Replace};
+        row.set("native_id", Keep, self.native_id)
+            .set("node_id", Replace, self.node_id)
+            .set("author", Replace, self.author)
+            .set("upstream_created_at", Replace, self.created_at)
+            .set("upstream_updated_at", Replace, self.updated_at);
+    }
+}
+
 /// A comment of either table, as a writer holds it.
 pub trait CommentRow: Sync {
     /// The table, and the column its native ids are unique under (closed sets of literals).
     const TABLE: &'static str;
     const SCOPE: &'static str;
-    fn key(&self) -> CommentKey<'_>;
-    /// Writes the comment over its locked row (the caller checked freshness).
-    fn write(
-        &self,
-        txn: &mut sqlx::PgConnection,
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
-    /// Tombstones the comment (content cleared, dated `deleted_at`), creating the tombstone
-    /// when it was never mirrored so a late copy of its creation finds it deleted. Returns
-    /// whether it was live before.
-    fn tombstone(
-        &self,
-        txn: &mut sqlx::PgConnection,
-        deleted_at: OffsetDateTime,
-    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+    /// What the comment shares with every comment.
+    fn fields(&self) -> &CommentFields<'_>;
+    /// The id of the row its native id is unique under (the `SCOPE` column's value).
+    fn scope_id(&self) -> Uuid;
+    /// Adds the columns that place the comment (its scope, its parent); a tombstone keeps them.
+    fn place(&self, row: &mut Upsert);
+    /// Adds the table's own columns that only a live write sets.
+    fn detail(&self, row: &mut Upsert);
+
+    /// Who the comment is and which version of it this is.
+    fn key(&self) -> CommentKey<'_> {
+        let f = self.fields();
+        CommentKey {
+            scope_id: self.scope_id(),
+            native_id: f.native_id,
+            updated_at: f.updated_at,
+            text: f.body.unwrap_or_default(),
+        }
+    }
+}
+
+/// The columns a comment's native id is unique under.
+fn conflict_key<C: CommentRow>() -> String {
+    format!("{}, native_id", C::SCOPE)
+}
+
+/// Writes the comment over its locked row (the caller checked freshness). Every writer of a
+/// comment holds its parent's row first, so no other writer inserts it between the lock and
+/// the write.
+pub async fn write<C: CommentRow>(
+    txn: &mut sqlx::PgConnection,
+    comment: &C,
+) -> Result<(), sqlx::Error> {
+    let mut row = Upsert::new(C::TABLE);
+    comment.place(&mut row);
+    comment.fields().columns(&mut row);
+    row.set("body", OnConflict::Replace, comment.fields().body);
+    comment.detail(&mut row);
+    row.write(txn, &conflict_key::<C>(), &["mirrored_at = now()"])
+        .await?;
+    Ok(())
+}
+
+/// Tombstones the comment (content cleared, dated `deleted_at`), creating the tombstone when it
+/// was never mirrored so a late copy of its creation finds it deleted. Returns whether it was
+/// live before.
+async fn tombstone<C: CommentRow>(
+    txn: &mut sqlx::PgConnection,
+    comment: &C,
+    deleted_at: OffsetDateTime,
+) -> Result<bool, sqlx::Error> {
+    let mut row = Upsert::new(C::TABLE);
+    comment.place(&mut row);
+    comment.fields().columns(&mut row);
+    row.tombstone(txn, &conflict_key::<C>(), &["body"], deleted_at)
+        .await
 }
 
 /// Applies a comment delivery to its locked parent `item`: the lock-compare-write step, then the
@@ -108,11 +172,11 @@ pub async fn apply<C: CommentRow>(
 ) -> Result<bool, sqlx::Error> {
     let stored = lock(txn, comment).await?;
     let wrote = match action {
-        CommentAction::Deleted => comment.tombstone(txn, deleted_at).await?,
+        CommentAction::Deleted => tombstone(txn, comment, deleted_at).await?,
         CommentAction::Created | CommentAction::Edited => {
             let fresh = stored.freshness(comment.key().updated_at) == Freshness::Apply;
             if fresh {
-                comment.write(txn).await?;
+                write(txn, comment).await?;
             }
             fresh
         }
@@ -172,85 +236,29 @@ async fn record_edit<C: CommentRow>(
 pub struct Comment<'a> {
     /// The issue or pull request, locked by the caller.
     pub parent: Item,
-    pub native_id: i64,
-    pub node_id: &'a str,
-    pub author: Option<&'a str>,
-    pub body: Option<&'a str>,
-    pub created_at: OffsetDateTime,
-    pub updated_at: OffsetDateTime,
+    pub fields: CommentFields<'a>,
 }
 
 impl CommentRow for Comment<'_> {
     const TABLE: &'static str = "comment";
     const SCOPE: &'static str = "repository_id";
 
-    fn key(&self) -> CommentKey<'_> {
-        CommentKey {
-            scope_id: self.parent.repository_id,
-            native_id: self.native_id,
-            updated_at: self.updated_at,
-            text: self.body.unwrap_or_default(),
-        }
+    fn fields(&self) -> &CommentFields<'_> {
+        &self.fields
     }
 
-    // Every writer of a comment holds its parent's row first, so no other writer inserts it
-    // between the lock and the write.
-    async fn write(&self, txn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
-        let (issue_id, pull_request_id) = self.parent.columns();
-        sqlx::query(
-            "INSERT INTO comment (id, repository_id, issue_id, pull_request_id, native_id, node_id,
-                                  author, body, upstream_created_at, upstream_updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-             ON CONFLICT (repository_id, native_id) DO UPDATE SET
-                node_id = EXCLUDED.node_id, author = EXCLUDED.author, body = EXCLUDED.body,
-                upstream_created_at = EXCLUDED.upstream_created_at,
-                upstream_updated_at = EXCLUDED.upstream_updated_at, mirrored_at = now()",
-        )
-        .bind(Uuid::now_v7())
-        .bind(self.parent.repository_id)
-        .bind(issue_id)
-        .bind(pull_request_id)
-        .bind(self.native_id)
-        .bind(self.node_id)
-        .bind(self.author)
-        .bind(self.body)
-        .bind(self.created_at)
-        .bind(self.updated_at)
-        .execute(&mut *txn)
-        .await?;
-        Ok(())
+    fn scope_id(&self) -> Uuid {
+        self.parent.repository_id
     }
 
-    async fn tombstone(
-        &self,
-        txn: &mut sqlx::PgConnection,
-        deleted_at: OffsetDateTime,
-    ) -> Result<bool, sqlx::Error> {
+    fn place(&self, row: &mut Upsert) {
         let (issue_id, pull_request_id) = self.parent.columns();
-        let newly: Option<bool> = sqlx::query_scalar(
-            "INSERT INTO comment (id, repository_id, issue_id, pull_request_id, native_id, node_id,
-                                  author, body, upstream_created_at, upstream_updated_at,
-                                  deleted_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, $8, $9, $10)
-             ON CONFLICT (repository_id, native_id) DO UPDATE SET
-                body = NULL, deleted_at = EXCLUDED.deleted_at, mirrored_at = now()
-              WHERE comment.deleted_at IS NULL
-             RETURNING true",
-        )
-        .bind(Uuid::now_v7())
-        .bind(self.parent.repository_id)
-        .bind(issue_id)
-        .bind(pull_request_id)
-        .bind(self.native_id)
-        .bind(self.node_id)
-        .bind(self.author)
-        .bind(self.created_at)
-        .bind(self.updated_at)
-        .bind(deleted_at)
-        .fetch_optional(&mut *txn)
-        .await?;
-        Ok(newly.is_some())
+        row.set("repository_id", OnConflict::Keep, self.parent.repository_id)
+            .set("issue_id", OnConflict::Keep, issue_id)
+            .set("pull_request_id", OnConflict::Keep, pull_request_id);
     }
+
+    fn detail(&self, _row: &mut Upsert) {}
 }
 
 /// A review comment of a pull request (`review_comment`, keyed by pull request).
@@ -261,16 +269,11 @@ pub struct ReviewComment<'a> {
     /// The thread it is filed under, when the delivery names one.
     pub thread_id: Option<Uuid>,
     pub review_native_id: Option<i64>,
-    pub native_id: i64,
-    pub node_id: &'a str,
     pub in_reply_to: Option<i64>,
     pub path: Option<&'a str>,
     pub line: Option<i32>,
     pub commit_sha: Option<&'a str>,
-    pub author: Option<&'a str>,
-    pub body: Option<&'a str>,
-    pub created_at: OffsetDateTime,
-    pub updated_at: OffsetDateTime,
+    pub fields: CommentFields<'a>,
 }
 
 impl ReviewComment<'_> {
@@ -285,7 +288,7 @@ impl ReviewComment<'_> {
               WHERE pull_request_id = $1 AND native_id = $2",
         )
         .bind(self.pull_request_id)
-        .bind(self.native_id)
+        .bind(self.fields.native_id)
         .bind(thread_id)
         .execute(&mut *txn)
         .await?;
@@ -297,80 +300,26 @@ impl CommentRow for ReviewComment<'_> {
     const TABLE: &'static str = "review_comment";
     const SCOPE: &'static str = "pull_request_id";
 
-    fn key(&self) -> CommentKey<'_> {
-        CommentKey {
-            scope_id: self.pull_request_id,
-            native_id: self.native_id,
-            updated_at: self.updated_at,
-            text: self.body.unwrap_or_default(),
-        }
+    fn fields(&self) -> &CommentFields<'_> {
+        &self.fields
     }
 
-    // Every writer holds the pull request's row first, so no other writer inserts it between
-    // the lock and the write.
-    async fn write(&self, txn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
-        sqlx::query(
-            "INSERT INTO review_comment (id, pull_request_id, thread_id, review_native_id,
-                                         native_id, node_id, in_reply_to, path, line, commit_sha,
-                                         author, body, upstream_created_at, upstream_updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
-             ON CONFLICT (pull_request_id, native_id) DO UPDATE SET
-                thread_id = coalesce(EXCLUDED.thread_id, review_comment.thread_id),
-                review_native_id = coalesce(EXCLUDED.review_native_id,
-                                            review_comment.review_native_id),
-                node_id = EXCLUDED.node_id, in_reply_to = EXCLUDED.in_reply_to,
-                path = EXCLUDED.path, line = EXCLUDED.line, commit_sha = EXCLUDED.commit_sha,
-                author = EXCLUDED.author, body = EXCLUDED.body,
-                upstream_created_at = EXCLUDED.upstream_created_at,
-                upstream_updated_at = EXCLUDED.upstream_updated_at, mirrored_at = now()",
-        )
-        .bind(Uuid::now_v7())
-        .bind(self.pull_request_id)
-        .bind(self.thread_id)
-        .bind(self.review_native_id)
-        .bind(self.native_id)
-        .bind(self.node_id)
-        .bind(self.in_reply_to)
-        .bind(self.path)
-        .bind(self.line)
-        .bind(self.commit_sha)
-        .bind(self.author)
-        .bind(self.body)
-        .bind(self.created_at)
-        .bind(self.updated_at)
-        .execute(&mut *txn)
-        .await?;
-        Ok(())
+    fn scope_id(&self) -> Uuid {
+        self.pull_request_id
     }
 
-    async fn tombstone(
-        &self,
-        txn: &mut sqlx::PgConnection,
-        deleted_at: OffsetDateTime,
-    ) -> Result<bool, sqlx::Error> {
-        let newly: Option<bool> = sqlx::query_scalar(
-            "INSERT INTO review_comment (id, pull_request_id, review_native_id, native_id,
-                                         node_id, in_reply_to, path, author,
-                                         upstream_created_at, upstream_updated_at, deleted_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-             ON CONFLICT (pull_request_id, native_id) DO UPDATE SET
-                body = NULL, deleted_at = EXCLUDED.deleted_at, mirrored_at = now()
-              WHERE review_comment.deleted_at IS NULL
-             RETURNING true",
-        )
-        .bind(Uuid::now_v7())
-        .bind(self.pull_request_id)
-        .bind(self.review_native_id)
-        .bind(self.native_id)
-        .bind(self.node_id)
-        .bind(self.in_reply_to)
-        .bind(self.path)
-        .bind(self.author)
-        .bind(self.created_at)
-        .bind(self.updated_at)
-        .bind(deleted_at)
-        .fetch_optional(&mut *txn)
-        .await?;
-        Ok(newly.is_some())
+    fn place(&self, row: &mut Upsert) {
+        use OnConflict::{Coalesce, Keep, Replace};
+        row.set("pull_request_id", Keep, self.pull_request_id)
+            .set("review_native_id", Coalesce, self.review_native_id)
+            .set("in_reply_to", Replace, self.in_reply_to)
+            .set("path", Replace, self.path);
+    }
+
+    fn detail(&self, row: &mut Upsert) {
+        use OnConflict::{Coalesce, Replace};
+        row.set("thread_id", Coalesce, self.thread_id)
+            .set("line", Replace, self.line)
+            .set("commit_sha", Replace, self.commit_sha);
     }
 }

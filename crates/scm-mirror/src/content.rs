@@ -8,27 +8,32 @@ pub struct ContentTable {
     pub columns: &'static [&'static str],
 }
 
-/// Every table whose rows carry third-party content, with the content columns.
+/// Every table whose rows carry third-party content, with the content columns: what the
+/// vendor's users wrote, and who they are (logins).
 pub const CONTENT_TABLES: &[ContentTable] = &[
     ContentTable {
         table: "issue",
-        columns: &["title", "body"],
+        columns: &["title", "body", "author"],
     },
     ContentTable {
         table: "pull_request",
-        columns: &["title", "body"],
+        columns: &["title", "body", "author", "requested_reviewers"],
     },
     ContentTable {
         table: "comment",
-        columns: &["body"],
+        columns: &["body", "author"],
     },
     ContentTable {
         table: "review",
-        columns: &["body"],
+        columns: &["body", "author"],
     },
     ContentTable {
         table: "review_comment",
-        columns: &["body"],
+        columns: &["body", "author", "path"],
+    },
+    ContentTable {
+        table: "review_thread",
+        columns: &["path", "resolved_by"],
     },
 ];
 
@@ -50,4 +55,14 @@ pub const NOT_CONTENT_TABLES: &[(&str, &str)] = &[
 
 /// Column names that mark a table as holding content; a table with one must be listed in
 /// [`CONTENT_TABLES`] or [`NOT_CONTENT_TABLES`].
-pub const CONTENT_COLUMN_NAMES: &[&str] = &["title", "body", "text", "content", "payload"];
+pub const CONTENT_COLUMN_NAMES: &[&str] = &[
+    "title",
+    "body",
+    "text",
+    "content",
+    "payload",
+    "author",
+    "path",
+    "resolved_by",
+    "requested_reviewers",
+];

@@ -6,6 +6,7 @@
 
 use lifecycle_core::source_key::LifecycleChange;
 use store::contracts::{ItemEvent, ItemRef};
+use store::entity::ConnectionKind;
 use store::outbox;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -36,22 +37,26 @@ pub enum ItemKind {
 /// The item a change belongs to.
 #[derive(Debug, Clone, Copy)]
 pub struct Item {
+    /// The vendor the item is mirrored from: its connections' monitors decide who hears of it.
+    pub vendor: ConnectionKind,
     pub kind: ItemKind,
     pub id: Uuid,
     pub repository_id: Uuid,
 }
 
 impl Item {
-    pub fn issue(id: Uuid, repository_id: Uuid) -> Self {
+    pub fn issue(vendor: ConnectionKind, id: Uuid, repository_id: Uuid) -> Self {
         Item {
+            vendor,
             kind: ItemKind::Issue,
             id,
             repository_id,
         }
     }
 
-    pub fn pull_request(id: Uuid, repository_id: Uuid) -> Self {
+    pub fn pull_request(vendor: ConnectionKind, id: Uuid, repository_id: Uuid) -> Self {
         Item {
+            vendor,
             kind: ItemKind::PullRequest,
             id,
             repository_id,
@@ -107,24 +112,25 @@ fn occurred_at(change: &LifecycleChange<'_>) -> Option<OffsetDateTime> {
     }
 }
 
-/// The workspaces whose monitors cover a repository (the monitor-scope rule of
-/// `store::scm_scope`).
+/// The workspaces whose `vendor` connections' monitors cover a repository (the monitor-scope
+/// rule of `store::scm_scope`).
 pub async fn workspaces_in_scope(
     conn: &mut sqlx::PgConnection,
+    vendor: ConnectionKind,
     repository_id: Uuid,
 ) -> Result<Vec<Uuid>, sqlx::Error> {
     let sql = format!(
         "SELECT DISTINCT m.workspace_id
            FROM repository r, repository_to_monitor m, connection c
-          WHERE r.id = $1 AND c.kind = 'github' AND {}
+          WHERE r.id = $1 AND c.kind = $2 AND {}
           ORDER BY 1",
         store::scm_scope::covers_predicate()
     );
-    let rows: Vec<(Uuid,)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
         .bind(repository_id)
+        .bind(vendor.as_str())
         .fetch_all(&mut *conn)
-        .await?;
-    Ok(rows.into_iter().map(|(id,)| id).collect())
+        .await
 }
 
 /// A timestamp as the events' readers expect it (RFC 3339), never serde's tuple form.
@@ -165,14 +171,15 @@ pub async fn record(
     .bind(occurred)
     .fetch_optional(&mut *txn)
     .await?;
+    let vendor = item.vendor.as_str();
     let Some((event_id,)) = inserted else {
-        metrics::counter!("github_item_events_total", "name" => name, "outcome" => "absorbed")
+        metrics::counter!("item_events_total", "vendor" => vendor, "name" => name, "outcome" => "absorbed")
             .increment(1);
         return Ok(false);
     };
-    metrics::counter!("github_item_events_total", "name" => name, "outcome" => "recorded")
+    metrics::counter!("item_events_total", "vendor" => vendor, "name" => name, "outcome" => "recorded")
         .increment(1);
-    for workspace_id in workspaces_in_scope(txn, item.repository_id).await? {
+    for workspace_id in workspaces_in_scope(txn, item.vendor, item.repository_id).await? {
         // The activity entry uses the event's source key, so each path adds one entry.
         let activity: Option<(Uuid,)> = sqlx::query_as(
             "INSERT INTO activity_event (id, workspace_id, issue_id, pull_request_id, kind,

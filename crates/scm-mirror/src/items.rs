@@ -4,7 +4,6 @@
 //! undone by the next upsert. [`compare_write`] is the one forward-only step every writer uses.
 
 use std::collections::HashMap;
-use std::future::Future;
 
 use lifecycle_core::forward::{self, Freshness, Push, PushOutcome, StoredHead, by_updated_at};
 use lifecycle_core::partial::Field;
@@ -13,6 +12,8 @@ use sqlx::postgres::PgRow;
 use sqlx::{AssertSqlSafe, PgPool, Row};
 use time::OffsetDateTime;
 use uuid::Uuid;
+
+use crate::upsert::{OnConflict, Upsert};
 
 /// Which item table a write works on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,17 +31,16 @@ impl ItemClass {
     }
 }
 
-/// One issue as the vendor reports it.
+/// What every issue and pull request carries, as the vendor reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IssueNode {
+pub struct ItemFields {
     pub native_id: i64,
     pub node_id: String,
     pub number: i32,
     pub title: String,
     pub body: String,
-    /// `open` or `closed`.
+    /// `open` or `closed`; a pull request may also be `merged`.
     pub state: String,
-    pub state_reason: Option<String>,
     pub author: Option<String>,
     pub locked: Option<bool>,
     pub lock_reason: Option<String>,
@@ -51,28 +51,22 @@ pub struct IssueNode {
     pub closed_at: Option<OffsetDateTime>,
 }
 
+/// One issue as the vendor reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssueNode {
+    pub fields: ItemFields,
+    pub state_reason: Option<String>,
+}
+
 /// One pull request as the vendor reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PullRequestNode {
-    pub native_id: i64,
-    pub node_id: String,
-    pub number: i32,
-    pub title: String,
-    pub body: String,
-    /// `open`, `closed` or `merged`.
-    pub state: String,
+    pub fields: ItemFields,
     pub draft: Option<bool>,
-    pub author: Option<String>,
-    pub locked: Option<bool>,
-    pub lock_reason: Option<String>,
-    pub comment_count: Option<i32>,
     pub review_count: Option<i32>,
     pub head_ref: Option<String>,
     pub head_sha: Option<String>,
     pub base_ref: Option<String>,
-    pub created_at: OffsetDateTime,
-    pub updated_at: OffsetDateTime,
-    pub closed_at: Option<OffsetDateTime>,
     pub merged_at: Option<OffsetDateTime>,
 }
 
@@ -219,18 +213,70 @@ fn resolve(
 pub trait ItemNode: Sync {
     /// The table the node is written to.
     const CLASS: ItemClass;
+    /// What the node shares with every item.
+    fn fields(&self) -> &ItemFields;
+    /// Adds the columns only its class has.
+    fn class_columns(&self, row: &mut Upsert, cx: WriteContext<'_>);
+
     /// Who the node is and which version of it this is.
-    fn key(&self) -> ItemKey;
-    /// Writes the node over its locked row (the caller checked freshness); returns the row id.
-    /// `push` is the head move a webhook reports, if any.
-    fn write(
-        &self,
-        txn: &mut sqlx::PgConnection,
-        repository_id: Uuid,
-        counts: Counts,
-        prior: Option<&StoredItem>,
-        push: Option<&Push>,
-    ) -> impl Future<Output = Result<Uuid, sqlx::Error>> + Send;
+    fn key(&self) -> ItemKey {
+        let f = self.fields();
+        ItemKey {
+            native_id: f.native_id,
+            number: f.number,
+            updated_at: f.updated_at,
+        }
+    }
+}
+
+impl ItemFields {
+    /// Adds the columns every item table has.
+    fn columns(&self, row: &mut Upsert, repository_id: Uuid, comment_count: Option<i32>) {
+        use OnConflict::{Coalesce, FollowsKnown, Keep, Replace};
+        row.set("repository_id", Keep, repository_id)
+            .set("native_id", Keep, self.native_id)
+            .set("node_id", Replace, &self.node_id)
+            .set("number", Replace, self.number)
+            .set("title", Replace, &self.title)
+            .set("body", Replace, &self.body)
+            .set("state", Replace, &self.state)
+            .set("author", Replace, &self.author)
+            // Partial metadata: an unknown lock keeps the stored lock and its reason.
+            .set("locked", Coalesce, self.locked)
+            .set("lock_reason", FollowsKnown("locked"), &self.lock_reason)
+            .set("comment_count", Replace, comment_count)
+            .set("upstream_created_at", Replace, self.created_at)
+            .set("upstream_updated_at", Replace, self.updated_at)
+            .set("closed_at", Replace, self.closed_at);
+    }
+}
+
+/// What a write works from beside the node.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteContext<'a> {
+    /// The counts the write reports.
+    pub counts: Counts,
+    /// The row it writes over, locked; `None` for a new item.
+    pub prior: Option<&'a StoredItem>,
+    /// The head move a webhook reports, if any.
+    pub push: Option<&'a Push>,
+}
+
+/// Writes the node over its locked row (the caller checked freshness); returns the row id. An
+/// upsert undoes a tombstone.
+async fn write<N: ItemNode>(
+    txn: &mut sqlx::PgConnection,
+    repository_id: Uuid,
+    node: &N,
+    cx: WriteContext<'_>,
+) -> Result<Uuid, sqlx::Error> {
+    let mut row = Upsert::new(N::CLASS.table());
+    let comment_count = resolve(cx.counts.comments, cx.prior, |s| s.comment_count);
+    node.fields()
+        .columns(&mut row, repository_id, comment_count);
+    node.class_columns(&mut row, cx);
+    let also = ["deleted_at = NULL", "mirrored_at = now()"];
+    row.write(txn, "repository_id, native_id", &also).await
 }
 
 /// An item's identity and version, as a writer compares them.
@@ -266,7 +312,14 @@ pub async fn compare_write<N: ItemNode>(
     let freshness = by_updated_at(prior.map(|p| p.updated_at), node.key().updated_at);
     let id = match (freshness, prior) {
         (Freshness::Stale, Some(prior)) => prior.id,
-        _ => node.write(txn, repository_id, counts, prior, push).await?,
+        _ => {
+            let cx = WriteContext {
+                counts,
+                prior,
+                push,
+            };
+            write(txn, repository_id, node, cx).await?
+        }
     };
     Ok(ItemStep { id, freshness })
 }
@@ -299,7 +352,14 @@ pub async fn lock_or_stub<N: ItemNode>(
     let stored = lock_items(txn, N::CLASS, repository_id, &[native_id]).await?;
     match stored.get(&native_id) {
         Some(prior) => Ok(prior.id),
-        None => node.write(txn, repository_id, counts, None, None).await,
+        None => {
+            let cx = WriteContext {
+                counts,
+                prior: None,
+                push: None,
+            };
+            write(txn, repository_id, node, cx).await
+        }
     }
 }
 
@@ -318,59 +378,12 @@ pub fn stored_close(
 impl ItemNode for IssueNode {
     const CLASS: ItemClass = ItemClass::Issue;
 
-    fn key(&self) -> ItemKey {
-        ItemKey {
-            native_id: self.native_id,
-            number: self.number,
-            updated_at: self.updated_at,
-        }
+    fn fields(&self) -> &ItemFields {
+        &self.fields
     }
 
-    async fn write(
-        &self,
-        txn: &mut sqlx::PgConnection,
-        repository_id: Uuid,
-        counts: Counts,
-        prior: Option<&StoredItem>,
-        _push: Option<&Push>,
-    ) -> Result<Uuid, sqlx::Error> {
-        let n = self;
-        let comment_count = resolve(counts.comments, prior, |s| s.comment_count);
-        sqlx::query_scalar(
-            "INSERT INTO issue (id, repository_id, native_id, node_id, number, title, body, state,
-                                state_reason, author, locked, lock_reason, comment_count,
-                                upstream_created_at, upstream_updated_at, closed_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
-             ON CONFLICT (repository_id, native_id) DO UPDATE SET
-                node_id = EXCLUDED.node_id, number = EXCLUDED.number, title = EXCLUDED.title,
-                body = EXCLUDED.body, state = EXCLUDED.state, state_reason = EXCLUDED.state_reason,
-                author = EXCLUDED.author, locked = coalesce(EXCLUDED.locked, issue.locked),
-                lock_reason = CASE WHEN EXCLUDED.locked IS NULL THEN issue.lock_reason
-                                   ELSE EXCLUDED.lock_reason END,
-                comment_count = EXCLUDED.comment_count,
-                upstream_created_at = EXCLUDED.upstream_created_at,
-                upstream_updated_at = EXCLUDED.upstream_updated_at,
-                closed_at = EXCLUDED.closed_at, deleted_at = NULL, mirrored_at = now()
-             RETURNING id",
-        )
-        .bind(Uuid::now_v7())
-        .bind(repository_id)
-        .bind(n.native_id)
-        .bind(&n.node_id)
-        .bind(n.number)
-        .bind(&n.title)
-        .bind(&n.body)
-        .bind(&n.state)
-        .bind(&n.state_reason)
-        .bind(&n.author)
-        .bind(n.locked)
-        .bind(&n.lock_reason)
-        .bind(comment_count)
-        .bind(n.created_at)
-        .bind(n.updated_at)
-        .bind(n.closed_at)
-        .fetch_one(&mut *txn)
-        .await
+    fn class_columns(&self, row: &mut Upsert, _: WriteContext<'_>) {
+        row.set("state_reason", OnConflict::Replace, &self.state_reason);
     }
 }
 
@@ -392,86 +405,31 @@ pub fn head_moves(prior: Option<&StoredItem>, n: &PullRequestNode, push: Option<
             };
             forward::push(Some(&stored), push) == PushOutcome::MoveHead
         }
-        None => n.updated_at > changed_at,
+        None => n.fields.updated_at > changed_at,
     }
 }
 
 impl ItemNode for PullRequestNode {
     const CLASS: ItemClass = ItemClass::PullRequest;
 
-    fn key(&self) -> ItemKey {
-        ItemKey {
-            native_id: self.native_id,
-            number: self.number,
-            updated_at: self.updated_at,
-        }
+    fn fields(&self) -> &ItemFields {
+        &self.fields
     }
 
-    async fn write(
-        &self,
-        txn: &mut sqlx::PgConnection,
-        repository_id: Uuid,
-        counts: Counts,
-        prior: Option<&StoredItem>,
-        push: Option<&Push>,
-    ) -> Result<Uuid, sqlx::Error> {
-        let n = self;
-        let move_head = head_moves(prior, n, push);
-        let comment_count = resolve(counts.comments, prior, |s| s.comment_count);
-        let review_count = resolve(counts.reviews, prior, |s| s.review_count);
-        sqlx::query_scalar(
-            "INSERT INTO pull_request (id, repository_id, native_id, node_id, number, title, body,
-                                       state, draft, author, locked, lock_reason, comment_count,
-                                       review_count, head_ref, head_sha, base_ref,
-                                       upstream_created_at, upstream_updated_at, closed_at,
-                                       merged_at, head_changed_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
-                     $18, $19, $20, $21, $19)
-             ON CONFLICT (repository_id, native_id) DO UPDATE SET
-                node_id = EXCLUDED.node_id, number = EXCLUDED.number, title = EXCLUDED.title,
-                body = EXCLUDED.body, state = EXCLUDED.state,
-                draft = coalesce(EXCLUDED.draft, pull_request.draft), author = EXCLUDED.author,
-                locked = coalesce(EXCLUDED.locked, pull_request.locked),
-                lock_reason = CASE WHEN EXCLUDED.locked IS NULL THEN pull_request.lock_reason
-                                   ELSE EXCLUDED.lock_reason END,
-                comment_count = EXCLUDED.comment_count, review_count = EXCLUDED.review_count,
-                head_ref = CASE WHEN $22 THEN coalesce(EXCLUDED.head_ref, pull_request.head_ref)
-                                ELSE pull_request.head_ref END,
-                head_sha = CASE WHEN $22 THEN coalesce(EXCLUDED.head_sha, pull_request.head_sha)
-                                ELSE pull_request.head_sha END,
-                head_changed_at = CASE
-                    WHEN $22 AND EXCLUDED.head_sha IS DISTINCT FROM pull_request.head_sha
-                    THEN EXCLUDED.upstream_updated_at ELSE pull_request.head_changed_at END,
-                base_ref = coalesce(EXCLUDED.base_ref, pull_request.base_ref),
-                upstream_created_at = EXCLUDED.upstream_created_at,
-                upstream_updated_at = EXCLUDED.upstream_updated_at,
-                closed_at = EXCLUDED.closed_at, merged_at = EXCLUDED.merged_at,
-                deleted_at = NULL, mirrored_at = now()
-             RETURNING id",
-        )
-        .bind(Uuid::now_v7())
-        .bind(repository_id)
-        .bind(n.native_id)
-        .bind(&n.node_id)
-        .bind(n.number)
-        .bind(&n.title)
-        .bind(&n.body)
-        .bind(&n.state)
-        .bind(n.draft)
-        .bind(&n.author)
-        .bind(n.locked)
-        .bind(&n.lock_reason)
-        .bind(comment_count)
-        .bind(review_count)
-        .bind(&n.head_ref)
-        .bind(&n.head_sha)
-        .bind(&n.base_ref)
-        .bind(n.created_at)
-        .bind(n.updated_at)
-        .bind(n.closed_at)
-        .bind(n.merged_at)
-        .bind(move_head)
-        .fetch_one(&mut *txn)
-        .await
+    fn class_columns(&self, row: &mut Upsert, cx: WriteContext<'_>) {
+        use OnConflict::{Coalesce, FollowsChange, Keep, Replace};
+        let review_count = resolve(cx.counts.reviews, cx.prior, |s| s.review_count);
+        // A head that may not move stays as stored; its date moves only with its sha.
+        let (head, head_date) = match head_moves(cx.prior, self, cx.push) {
+            true => (Coalesce, FollowsChange("head_sha")),
+            false => (Keep, Keep),
+        };
+        row.set("draft", Coalesce, self.draft)
+            .set("review_count", Replace, review_count)
+            .set("head_ref", head, &self.head_ref)
+            .set("head_sha", head, &self.head_sha)
+            .set("head_changed_at", head_date, self.fields.updated_at)
+            .set("base_ref", Coalesce, &self.base_ref)
+            .set("merged_at", Replace, self.merged_at);
     }
 }

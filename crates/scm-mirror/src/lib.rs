@@ -13,3 +13,4 @@ pub mod items;
 pub mod monitors;
 pub mod repository;
 pub mod reviews;
+pub mod upsert;

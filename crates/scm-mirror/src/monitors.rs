@@ -70,7 +70,8 @@ pub async fn rekey(
         "SELECT m.id, m.connection_id, m.owner, m.name, m.native_id
            FROM repository_to_monitor m
            JOIN connection c ON c.id = m.connection_id
-          WHERE c.provider_instance_id = $1 AND c.kind = 'github'
+          JOIN provider_instance p ON p.id = c.provider_instance_id
+          WHERE c.provider_instance_id = $1 AND c.kind = p.kind
             AND (m.native_id = $2
                  OR (m.native_id IS NULL AND (lower(m.owner), lower(m.name)) IN
                      (SELECT o, n FROM unnest($3::text[], $4::text[]) AS t (o, n))))

@@ -5,6 +5,8 @@
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::upsert::{OnConflict, Upsert};
+
 /// A review's stored row, read locked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredReview {
@@ -49,32 +51,25 @@ impl Review<'_> {
 
     /// Writes the review over its locked row (the caller applied the vendor's state rule).
     pub async fn write(&self, txn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
-        sqlx::query(
-            "INSERT INTO review (id, pull_request_id, native_id, node_id, author, body, state,
-                                 commit_sha, submitted_at, upstream_updated_at, dismissed_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, CASE WHEN $11 THEN $10 END)
-             ON CONFLICT (pull_request_id, native_id) DO UPDATE SET
-                node_id = EXCLUDED.node_id, author = EXCLUDED.author, body = EXCLUDED.body,
-                state = EXCLUDED.state,
-                commit_sha = coalesce(EXCLUDED.commit_sha, review.commit_sha),
-                submitted_at = coalesce(EXCLUDED.submitted_at, review.submitted_at),
-                upstream_updated_at = EXCLUDED.upstream_updated_at,
-                dismissed_at = coalesce(review.dismissed_at, EXCLUDED.dismissed_at),
-                mirrored_at = now()",
-        )
-        .bind(Uuid::now_v7())
-        .bind(self.pull_request_id)
-        .bind(self.native_id)
-        .bind(self.node_id)
-        .bind(self.author)
-        .bind(self.body)
-        .bind(self.state)
-        .bind(self.commit_sha)
-        .bind(self.submitted_at)
-        .bind(self.updated_at)
-        .bind(self.dismissed)
-        .execute(&mut *txn)
-        .await?;
+        use OnConflict::{Coalesce, Keep, KeepStored, Replace};
+        let mut row = Upsert::new("review");
+        row.set("pull_request_id", Keep, self.pull_request_id)
+            .set("native_id", Keep, self.native_id)
+            .set("node_id", Replace, self.node_id)
+            .set("author", Replace, self.author)
+            .set("body", Replace, self.body)
+            .set("state", Replace, self.state)
+            .set("commit_sha", Coalesce, self.commit_sha)
+            .set("submitted_at", Coalesce, self.submitted_at)
+            .set("upstream_updated_at", Replace, self.updated_at)
+            // A dismissal is final: the first one stored keeps its date.
+            .set(
+                "dismissed_at",
+                KeepStored,
+                self.dismissed.then_some(self.updated_at),
+            );
+        row.write(txn, "pull_request_id, native_id", &["mirrored_at = now()"])
+            .await?;
         Ok(())
     }
 }
@@ -129,34 +124,26 @@ impl Thread<'_> {
     /// Writes the thread over its locked row (the caller compared the dates); a resolution
     /// already stored keeps its date and author. Returns the row id.
     pub async fn write(&self, txn: &mut sqlx::PgConnection) -> Result<Uuid, sqlx::Error> {
-        sqlx::query_scalar(
-            "INSERT INTO review_thread (id, pull_request_id, node_id, path, resolved, resolved_at,
-                                        resolved_by, upstream_updated_at, resolution_received_at)
-             VALUES ($1, $2, $3, $4, $5, CASE WHEN $5 THEN $6 END, CASE WHEN $5 THEN $7 END, $8,
-                     $6)
-             ON CONFLICT (pull_request_id, node_id) DO UPDATE SET
-                path = coalesce(EXCLUDED.path, review_thread.path),
-                resolved = EXCLUDED.resolved,
-                resolved_at = CASE WHEN NOT EXCLUDED.resolved THEN NULL
-                                   WHEN review_thread.resolved THEN review_thread.resolved_at
-                                   ELSE EXCLUDED.resolved_at END,
-                resolved_by = CASE WHEN NOT EXCLUDED.resolved THEN NULL
-                                   WHEN review_thread.resolved THEN review_thread.resolved_by
-                                   ELSE EXCLUDED.resolved_by END,
-                upstream_updated_at = greatest(EXCLUDED.upstream_updated_at,
-                                               review_thread.upstream_updated_at),
-                resolution_received_at = EXCLUDED.resolution_received_at, mirrored_at = now()
-             RETURNING id",
-        )
-        .bind(Uuid::now_v7())
-        .bind(self.pull_request_id)
-        .bind(self.node_id)
-        .bind(self.path)
-        .bind(self.resolved)
-        .bind(self.received_at)
-        .bind(self.resolved_by)
-        .bind(self.latest)
-        .fetch_one(&mut *txn)
-        .await
+        use OnConflict::{Coalesce, Greatest, Keep, Replace, SinceRise};
+        let mut row = Upsert::new("review_thread");
+        // A resolution already stored keeps its date and author until an unresolve.
+        row.set("pull_request_id", Keep, self.pull_request_id)
+            .set("node_id", Keep, self.node_id)
+            .set("path", Coalesce, self.path)
+            .set("resolved", Replace, self.resolved)
+            .set(
+                "resolved_at",
+                SinceRise("resolved"),
+                self.resolved.then_some(self.received_at),
+            )
+            .set(
+                "resolved_by",
+                SinceRise("resolved"),
+                self.resolved_by.filter(|_| self.resolved),
+            )
+            .set("upstream_updated_at", Greatest, self.latest)
+            .set("resolution_received_at", Replace, self.received_at);
+        row.write(txn, "pull_request_id, node_id", &["mirrored_at = now()"])
+            .await
     }
 }

@@ -17,6 +17,8 @@ pub enum Scope {
     GithubRepository { native_id: i64 },
     /// A GitHub App installation (installation events), by its id.
     GithubInstallation { installation_id: i64 },
+    /// A GitLab project, by the native id its payload reports.
+    GitlabProject { native_id: i64 },
 }
 
 impl Scope {
@@ -24,6 +26,7 @@ impl Scope {
     fn kind(self) -> &'static str {
         match self {
             Scope::GithubRepository { .. } | Scope::GithubInstallation { .. } => "github",
+            Scope::GitlabProject { .. } => "gitlab",
         }
     }
 }
@@ -102,7 +105,8 @@ pub async fn admit(
         return Ok(Err(Refusal::NotAuthorised));
     };
     match scope {
-        Scope::GithubRepository { native_id } => {
+        // The SCM monitors (GitHub repositories, GitLab projects) share one table.
+        Scope::GithubRepository { native_id } | Scope::GitlabProject { native_id } => {
             // Writes need a connection that may write (a paused one only keeps reading).
             if !state.authorises_writes() {
                 return Ok(Err(Refusal::NotAuthorised));

@@ -2,6 +2,7 @@
 //! connection secrets encrypted at rest, the transactional outbox, and webhook ingress records.
 #![forbid(unsafe_code)]
 
+pub mod activity;
 pub mod admission;
 pub mod contracts;
 pub mod entity;

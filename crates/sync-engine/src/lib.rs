@@ -4,3 +4,15 @@
 //! cancellation, backfill repetition, the deletion gate, schedules with cooldown, and the
 //! webhook front half that resolves a delivery's body, connection and admission.
 #![forbid(unsafe_code)]
+
+pub mod consumers;
+pub mod engine;
+pub mod jobs;
+pub mod service;
+pub mod vendor;
+pub mod webhook;
+
+pub use engine::{BackfillPolicy, Engine, SyncSettings};
+pub use jobs::{ClaimedJob, JobControl, JobOutcome, Jobs};
+pub use service::{JobSchedule, SyncJobs};
+pub use vendor::{Listed, PageCheck, Pass, ReadError, ReadStop, Scopes, Vendor};

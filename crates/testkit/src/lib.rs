@@ -151,7 +151,7 @@ pub async fn test_bus() -> Result<Bus> {
         &uuid::Uuid::new_v4().simple().to_string()[..12]
     ))
     .map_err(anyhow::Error::msg)?;
-    let bus = Bus::connect(&url, ns, StreamSettings::default()).await?;
+    let bus = Bus::connect(&url, None, ns, StreamSettings::default()).await?;
     bus.declare_streams().await?;
     Ok(bus)
 }

@@ -1,7 +1,7 @@
 //! API errors: every failure is JSON that names the problem and what to do about it.
 
 use axum::Json;
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{BytesRejection, JsonRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -22,6 +22,31 @@ pub struct ErrorBody {
     /// What happened and what to do, for a person.
     pub message: String,
 }
+
+// The errors most operations share, as reusable OpenAPI responses (each route lists those it
+// can give; the 404, 409 and 422 of a route are described where the route is).
+
+/// A path, query string or body that does not parse, or a value out of range (`bad_path`,
+/// `bad_request`, `malformed_json`).
+#[derive(utoipa::ToResponse)]
+pub struct BadRequest(pub ErrorBody);
+
+/// The bearer token is missing or not valid (`unauthorized`).
+#[derive(utoipa::ToResponse)]
+pub struct Unauthorized(pub ErrorBody);
+
+/// The token lacks the admin role, or the operation needs an operator token (`forbidden`).
+#[derive(utoipa::ToResponse)]
+pub struct Forbidden(pub ErrorBody);
+
+/// The body is larger than the configured limit, `FORGESYNC_MAX_BODY_BYTES`
+/// (`payload_too_large`).
+#[derive(utoipa::ToResponse)]
+pub struct PayloadTooLarge(pub ErrorBody);
+
+/// The body is not sent as `Content-Type: application/json` (`unsupported_media_type`).
+#[derive(utoipa::ToResponse)]
+pub struct UnsupportedMediaType(pub ErrorBody);
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
@@ -87,16 +112,20 @@ impl From<sea_orm::DbErr> for ApiError {
     }
 }
 
+fn payload_too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        "the request body is larger than this API accepts",
+    )
+}
+
 impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {
         let status = rejection.status();
         let message = rejection.body_text();
         match status {
-            StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
-                status,
-                "payload_too_large",
-                "the request body is larger than this API accepts",
-            ),
+            StatusCode::PAYLOAD_TOO_LARGE => payload_too_large(),
             StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::new(
                 status,
                 "unsupported_media_type",
@@ -110,6 +139,23 @@ impl From<JsonRejection> for ApiError {
         }
     }
 }
+
+impl From<BytesRejection> for ApiError {
+    fn from(rejection: BytesRejection) -> Self {
+        match rejection.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => payload_too_large(),
+            _ => ApiError::bad_request(format!(
+                "the request body could not be read: {}",
+                rejection.body_text()
+            )),
+        }
+    }
+}
+
+/// The raw request body, whose rejections are [`ApiError`]s.
+#[derive(Debug, axum::extract::FromRequest)]
+#[from_request(rejection(ApiError))]
+pub struct RawBody(pub axum::body::Bytes);
 
 /// `Json<T>` whose rejections are [`ApiError`]s.
 #[derive(Debug, axum::extract::FromRequest)]

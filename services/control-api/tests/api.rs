@@ -317,6 +317,43 @@ async fn manual_initial_is_422_and_reconciliation_queues_a_job_with_its_message(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_type_the_vendor_refuses_is_422_and_writes_nothing() -> Result<()> {
+    let env = TestEnv::new().await?;
+    let (api, running) = Api::start(&env).await?;
+    let ws = api.workspace("acme").await?;
+    for (kind, vendor) in [("slack", "Slack"), ("outline", "Outline")] {
+        let conn = api.connection(&ws, kind).await?;
+        let id = conn["id"].as_str().unwrap();
+        api.post(
+            &format!("/workspaces/{ws}/connections/{id}/activate"),
+            json!({}),
+        )
+        .await?;
+        let sync = format!("/workspaces/{ws}/connections/{id}/sync");
+        let before = footprint(&env).await?;
+        let (s, body) = api.post(&sync, json!({ "type": "BACKFILL" })).await?;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{kind}: {body}");
+        assert_eq!(body["error"], "job_type_not_supported");
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{vendor} connections do not backfill: ")),
+            "{body}"
+        );
+        assert_eq!(
+            footprint(&env).await?,
+            before,
+            "{kind}: a refused job writes nothing"
+        );
+        // What the vendor runs is still queued.
+        let (s, job) = api.post(&sync, json!({ "type": "RECONCILIATION" })).await?;
+        assert_eq!(s, StatusCode::ACCEPTED, "{kind}: {job}");
+    }
+    running.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_workspaces_connection_is_not_found() -> Result<()> {
     let env = TestEnv::new().await?;
     let (api, running) = Api::start(&env).await?;

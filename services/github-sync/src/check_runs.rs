@@ -191,7 +191,7 @@ async fn apply(
                 runs: &settled,
             };
             // The runs are not part of the version: the event pins the pull request's current one.
-            let item = Item::pull_request(pull_request_id, repository_id);
+            let item = Item::pull_request(crate::mirror::VENDOR, pull_request_id, repository_id);
             let recorded = events::record(&mut txn, &item, &change, version, origin).await?;
             if !recorded {
                 tracing::info!(%pull_request_id, "these settled runs already recorded their completion");

@@ -24,7 +24,8 @@ use store::secrets::Keyring;
 
 use crate::SourceFactory;
 use crate::source::{
-    GithubSource, IssueNode, Page, PullRequestNode, Reach, RepoHeader, RepoRef, SourceError,
+    GithubSource, IssueNode, ItemFields, Page, PullRequestNode, Reach, RepoHeader, RepoRef,
+    SourceError,
 };
 
 /// The public GitHub API, for the default provider instance.
@@ -503,20 +504,22 @@ impl GithubSource for ClientSource {
             .flatten()
             .filter_map(|n| {
                 Some(IssueNode {
-                    native_id: i64::from(n.database_id?),
-                    node_id: n.id.inner().to_owned(),
-                    number: n.number,
-                    title: n.title.clone(),
-                    body: n.body.clone(),
-                    state: lower(&n.state),
+                    fields: ItemFields {
+                        native_id: i64::from(n.database_id?),
+                        node_id: n.id.inner().to_owned(),
+                        number: n.number,
+                        title: n.title.clone(),
+                        body: n.body.clone(),
+                        state: lower(&n.state),
+                        author: n.author.as_ref().map(|a| a.login.clone()),
+                        locked: Some(n.locked),
+                        lock_reason: n.active_lock_reason.as_ref().map(lower),
+                        comment_count: Some(n.comments.total_count),
+                        created_at: n.created_at.0,
+                        updated_at: n.updated_at.0,
+                        closed_at: n.closed_at.as_ref().map(|t| t.0),
+                    },
                     state_reason: n.state_reason.as_ref().map(lower),
-                    author: n.author.as_ref().map(|a| a.login.clone()),
-                    locked: Some(n.locked),
-                    lock_reason: n.active_lock_reason.as_ref().map(lower),
-                    comment_count: Some(n.comments.total_count),
-                    created_at: n.created_at.0,
-                    updated_at: n.updated_at.0,
-                    closed_at: n.closed_at.as_ref().map(|t| t.0),
                 })
             })
             .collect();
@@ -548,24 +551,26 @@ impl GithubSource for ClientSource {
             .flatten()
             .filter_map(|n| {
                 Some(PullRequestNode {
-                    native_id: i64::from(n.database_id?),
-                    node_id: n.id.inner().to_owned(),
-                    number: n.number,
-                    title: n.title.clone(),
-                    body: n.body.clone(),
-                    state: lower(&n.state),
+                    fields: ItemFields {
+                        native_id: i64::from(n.database_id?),
+                        node_id: n.id.inner().to_owned(),
+                        number: n.number,
+                        title: n.title.clone(),
+                        body: n.body.clone(),
+                        state: lower(&n.state),
+                        author: n.author.as_ref().map(|a| a.login.clone()),
+                        locked: Some(n.locked),
+                        lock_reason: n.active_lock_reason.as_ref().map(lower),
+                        comment_count: Some(n.comments.total_count),
+                        created_at: n.created_at.0,
+                        updated_at: n.updated_at.0,
+                        closed_at: n.closed_at.as_ref().map(|t| t.0),
+                    },
                     draft: Some(n.is_draft),
-                    author: n.author.as_ref().map(|a| a.login.clone()),
-                    locked: Some(n.locked),
-                    lock_reason: n.active_lock_reason.as_ref().map(lower),
-                    comment_count: Some(n.comments.total_count),
                     review_count: n.reviews.as_ref().map(|r| r.total_count),
                     head_ref: Some(n.head_ref_name.clone()),
                     head_sha: Some(n.head_ref_oid.0.clone()),
                     base_ref: Some(n.base_ref_name.clone()),
-                    created_at: n.created_at.0,
-                    updated_at: n.updated_at.0,
-                    closed_at: n.closed_at.as_ref().map(|t| t.0),
                     merged_at: n.merged_at.as_ref().map(|t| t.0),
                 })
             })

@@ -1,12 +1,12 @@
 //! github-sync: mirrors GitHub repositories' issues and pull requests into Postgres with jobs
 //! that never delete on doubt. INITIAL on activation, RECONCILIATION on a schedule and on demand,
-//! BACKFILL on demand; any number of replicas share the work through the `sync_job` claims.
+//! BACKFILL on demand; any number of replicas share the work through the `sync_job` claims. The
+//! jobs run on `sync-engine` with GitHub as its vendor ([`sync::GithubVendor`]); the rest is
+//! GitHub's own: webhooks, check runs, misfiled work, redelivery.
 #![forbid(unsafe_code)]
 
 pub mod check_runs;
 pub mod github;
-pub mod handlers;
-pub mod jobs;
 pub mod mirror;
 pub mod redeliver;
 pub mod source;
@@ -20,7 +20,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use bus::Stream;
 use bus::consumer::ConsumerSpec;
+use lifecycle_core::subject;
 use store::entity::{JobType, connection};
+use sync_engine::webhook::{WebhookConsumer, follow};
+use sync_engine::{BackfillPolicy, Engine, JobSchedule, SyncJobs, SyncSettings};
 use tokio_util::sync::CancellationToken;
 
 pub use source::GithubSource;
@@ -199,18 +202,19 @@ pub async fn run(
     let factory: Arc<dyn SourceFactory> = clients.clone();
     let bus = config.common.connect_bus().await?;
     let replica = runtime::schedule::default_replica_id();
-    let engine = sync::Engine {
-        pool: db.get_postgres_connection_pool().clone(),
-        jobs: jobs::Jobs::new(
-            db.get_postgres_connection_pool().clone(),
-            replica.clone(),
-            Duration::from_secs(config.job_lease_secs),
-        ),
-        settings: sync::SyncSettings {
+    let engine = Engine::new(
+        Arc::new(sync::GithubVendor {
+            pool: db.get_postgres_connection_pool().clone(),
+            factory: factory.clone(),
+        }),
+        db.get_postgres_connection_pool().clone(),
+        replica.clone(),
+        Duration::from_secs(config.job_lease_secs),
+        SyncSettings {
             page_size: config.page_size,
             page_cap: config.page_cap,
             reconcile_cooldown: Duration::from_secs(config.reconcile_cooldown_secs),
-            backfill: sync::BackfillPolicy {
+            backfill: BackfillPolicy {
                 max_passes: config.backfill_max_passes,
                 first_backoff: Duration::from_millis(config.backfill_backoff_ms),
                 max_backoff: Duration::from_millis(config.backfill_backoff_ms)
@@ -218,36 +222,41 @@ pub async fn run(
             },
             ..Default::default()
         },
-    };
+    );
 
-    let mut service = runtime::Service::new("github-sync", &config.common, &shutdown);
-    let jobs_spec = ConsumerSpec {
-        filter_subjects: vec!["jobs.github.>".into()],
-        concurrency: config.job_concurrency.max(1),
-        ack_wait: Duration::from_secs(60),
-        ..ConsumerSpec::new(Stream::Jobs, "github-sync-jobs")
-    };
-    let job_handler = Arc::new(handlers::JobHandler {
-        db: db.clone(),
+    let name = <Config as runtime::Launch>::NAME;
+    let mut service = runtime::Service::new(name, &config.common, &shutdown);
+    let mut schedules = runtime::ScheduleRunner::new(db.clone(), replica);
+    SyncJobs {
+        service: name,
         engine,
-        factory: factory.clone(),
-    });
-    service.consumer(&bus, &db, jobs_spec, job_handler);
-    let lifecycle_spec = ConsumerSpec {
-        filter_subjects: vec!["lifecycle.github.*.activated".into()],
-        ..ConsumerSpec::new(Stream::Lifecycle, "github-sync-lifecycle")
-    };
-    let lifecycle_handler = Arc::new(handlers::LifecycleHandler { db: db.clone() });
-    service.consumer(&bus, &db, lifecycle_spec, lifecycle_handler);
-    let webhook_handler = Arc::new(webhooks::WebhookHandler {
-        pool: db.get_postgres_connection_pool().clone(),
-        readers: webhooks::Readers {
-            db: db.clone(),
-            factory,
+        concurrency: config.job_concurrency,
+        schedules: &[
+            JobSchedule {
+                job_type: JobType::Reconciliation,
+                cron: &config.reconcile_cron,
+                variable: "FORGESYNC_GITHUB_RECONCILE_CRON",
+            },
+            JobSchedule {
+                job_type: JobType::Backfill,
+                cron: &config.backfill_cron,
+                variable: "FORGESYNC_GITHUB_BACKFILL_CRON",
+            },
+        ],
+    }
+    .register(&mut service, &mut schedules, &bus, &db)?;
+    let webhook_handler = Arc::new(WebhookConsumer::new(
+        db.get_postgres_connection_pool().clone(),
+        webhooks::GithubWebhooks {
+            pool: db.get_postgres_connection_pool().clone(),
+            readers: webhooks::Readers {
+                db: db.clone(),
+                factory,
+            },
         },
-    });
+    ));
     let owner_spec = ConsumerSpec {
-        filter_subjects: vec![webhooks::filters::OWNER_LEVEL.into()],
+        filter_subjects: vec![subject::github_owner_filter()],
         ..ConsumerSpec::new(Stream::WebhooksGithub, "github-sync-owner-events")
     };
     service.consumer(&bus, &db, owner_spec, webhook_handler.clone());
@@ -258,51 +267,20 @@ pub async fn run(
     service.task("repository webhook consumer", {
         let (bus, db) = (bus.clone(), db.clone());
         let refresh = Duration::from_millis(config.filter_refresh_ms);
+        let filters =
+            webhooks::filters::repository_filters(db.get_postgres_connection_pool().clone());
         move |stop| {
-            webhooks::filters::run_repository_consumer(
+            follow::run(
                 bus,
                 db,
                 repository_spec,
                 webhook_handler,
+                filters,
                 refresh,
                 stop,
             )
         }
     });
-    let mut schedules = runtime::ScheduleRunner::new(db.clone(), replica);
-    for (name, cron, job_type, variable) in [
-        (
-            "github-reconcile",
-            &config.reconcile_cron,
-            JobType::Reconciliation,
-            "FORGESYNC_GITHUB_RECONCILE_CRON",
-        ),
-        (
-            "github-backfill",
-            &config.backfill_cron,
-            JobType::Backfill,
-            "FORGESYNC_GITHUB_BACKFILL_CRON",
-        ),
-    ] {
-        if cron.trim() == "off" {
-            continue;
-        }
-        let schedule_db = db.clone();
-        schedules
-            .add(name, cron, Duration::from_secs(300), move |run| {
-                let db = schedule_db.clone();
-                async move {
-                    let queued = handlers::queue_scheduled(&db, job_type, run.due_at).await?;
-                    tracing::info!(
-                        queued,
-                        job_type = job_type.as_str(),
-                        "scheduled GitHub jobs queued"
-                    );
-                    Ok(())
-                }
-            })
-            .context(variable)?;
-    }
     if config.redeliver_cron.trim() != "off" {
         let (db, clients) = (db.clone(), clients.clone());
         schedules

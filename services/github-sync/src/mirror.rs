@@ -11,10 +11,14 @@ use scm_mirror::items::{
     compare_write, stored_close,
 };
 use sqlx::PgPool;
+use store::entity::ConnectionKind;
 use uuid::Uuid;
 
 use crate::source::Page;
 use crate::webhooks::misfiled;
+
+/// The vendor github-sync mirrors: its items' events reach the workspaces of GitHub connections.
+pub const VENDOR: ConnectionKind = ConnectionKind::Github;
 
 /// What a page write did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -62,17 +66,23 @@ impl ListedNode for IssueNode {
 
     fn counts(&self, page_errors: &[Vec<PathSegment>], index: usize) -> Counts {
         Counts {
-            comments: count_field::<Self>(page_errors, index, "comments", self.comment_count),
+            comments: count_field::<Self>(
+                page_errors,
+                index,
+                "comments",
+                self.fields.comment_count,
+            ),
             reviews: Field::Absent,
         }
     }
 
     fn item(id: Uuid, repository_id: Uuid) -> Item {
-        Item::issue(id, repository_id)
+        Item::issue(VENDOR, id, repository_id)
     }
 
     fn stored_change(&self, prior: Option<&StoredItem>) -> Option<LifecycleChange<'static>> {
-        stored_close(prior, &self.state, self.closed_at)
+        let f = &self.fields;
+        stored_close(prior, &f.state, f.closed_at)
             .map(|closed_at| LifecycleChange::Close { closed_at })
     }
 }
@@ -82,23 +92,29 @@ impl ListedNode for PullRequestNode {
 
     fn counts(&self, page_errors: &[Vec<PathSegment>], index: usize) -> Counts {
         Counts {
-            comments: count_field::<Self>(page_errors, index, "comments", self.comment_count),
+            comments: count_field::<Self>(
+                page_errors,
+                index,
+                "comments",
+                self.fields.comment_count,
+            ),
             reviews: count_field::<Self>(page_errors, index, "reviews", self.review_count),
         }
     }
 
     fn item(id: Uuid, repository_id: Uuid) -> Item {
-        Item::pull_request(id, repository_id)
+        Item::pull_request(VENDOR, id, repository_id)
     }
 
     // A sync records a close or a merge only when it stores one; never a push or a ready
     // (GitHub redelivers the webhooks that carry those).
     fn stored_change(&self, prior: Option<&StoredItem>) -> Option<LifecycleChange<'static>> {
-        let merged = self.merged_at.filter(|_| self.state == "merged");
+        let f = &self.fields;
+        let merged = self.merged_at.filter(|_| f.state == "merged");
         if let (Some(prior), Some(merged_at)) = (prior, merged) {
             (prior.merged_at != Some(merged_at)).then_some(LifecycleChange::Merge { merged_at })
         } else {
-            stored_close(prior, &self.state, self.closed_at)
+            stored_close(prior, &f.state, f.closed_at)
                 .map(|closed_at| LifecycleChange::Close { closed_at })
         }
     }

@@ -5,8 +5,9 @@
 use lifecycle_core::github::checks::CommitChecksRead;
 use lifecycle_core::listing::ListingFault;
 use lifecycle_core::partial::PathSegment;
+use sync_engine::{ReadError, ReadStop};
 // The shapes the mirror writes are shared with every SCM sync.
-pub use scm_mirror::items::{IssueNode, PullRequestNode};
+pub use scm_mirror::items::{IssueNode, ItemFields, PullRequestNode};
 pub use scm_mirror::repository::{RepoHeader, RepoRef};
 
 /// What a connection's credentials reach now.
@@ -53,9 +54,8 @@ pub enum SourceError {
     Other(String),
 }
 
-impl SourceError {
-    /// How the listing records this failure.
-    pub fn fault(&self) -> ListingFault {
+impl ReadError for SourceError {
+    fn fault(&self) -> ListingFault {
         match self {
             SourceError::Http(status) => ListingFault::HttpError(*status),
             SourceError::GraphQl(_) => ListingFault::GraphQlError,
@@ -63,6 +63,21 @@ impl SourceError {
             SourceError::BudgetExhausted(_) => ListingFault::BudgetExhausted,
             SourceError::NotFound => ListingFault::HttpError(404),
             SourceError::Other(_) => ListingFault::Exception,
+        }
+    }
+
+    fn stops(&self) -> ReadStop {
+        match self {
+            // Quota: another pass would only spend what is left of it.
+            SourceError::BudgetExhausted(why) => {
+                ReadStop::Job(format!("quota budget exhausted: {why}"))
+            }
+            SourceError::RateLimited => ReadStop::Job("GitHub's rate limit is spent".into()),
+            SourceError::Http(status) if *status >= 500 => {
+                ReadStop::Pass(format!("GitHub is failing (HTTP {status} after retries)"))
+            }
+            // A repository-level failure (a GraphQL error, a 404) only ends its listing.
+            _ => ReadStop::Listing,
         }
     }
 }

@@ -154,6 +154,10 @@ async fn a_repository_write_is_admitted_only_by_an_id_bound_monitor_of_the_deliv
         w.admit(g, None, repository()).await?,
         Err(Refusal::NoConnection)
     );
+    // GitLab projects follow the same rule, each scope for its own kind of connection.
+    let project = Scope::GitlabProject { native_id: NATIVE };
+    assert_eq!(w.admit(g, None, project).await?, Ok(g_ws));
+    assert_eq!(w.admit(a, None, project).await?, Err(Refusal::NoConnection));
     Ok(())
 }
 

@@ -5,13 +5,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Result;
-use github_sync::jobs::{JobOutcome, Jobs};
+use github_sync::SourceFactory;
 use github_sync::source::{
-    GithubSource, IssueNode, Page, PullRequestNode, Reach, RepoHeader, RepoRef, SourceError,
+    GithubSource, IssueNode, ItemFields, Page, PullRequestNode, Reach, RepoHeader, RepoRef,
+    SourceError,
 };
-use github_sync::sync::{BackfillPolicy, Engine, SyncSettings};
+use github_sync::sync::GithubVendor;
 use lifecycle_core::partial::PathSegment;
 use sqlx::PgPool;
+use store::entity::{ConnectionKind, connection};
+use sync_engine::consumers::queue_scheduled;
+use sync_engine::{BackfillPolicy, Engine, JobOutcome, Jobs, SyncSettings};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -49,20 +53,22 @@ fn at(secs: i64) -> OffsetDateTime {
 
 fn issue(n: i64, updated: i64) -> IssueNode {
     IssueNode {
-        native_id: 1000 + n,
-        node_id: format!("I_{n}"),
-        number: n as i32,
-        title: format!("issue {n}"),
-        body: format!("body {n}"),
-        state: "open".into(),
+        fields: ItemFields {
+            native_id: 1000 + n,
+            node_id: format!("I_{n}"),
+            number: n as i32,
+            title: format!("issue {n}"),
+            body: format!("body {n}"),
+            state: "open".into(),
+            author: Some("octocat".into()),
+            locked: Some(false),
+            lock_reason: None,
+            comment_count: Some(n as i32 % 5),
+            created_at: at(0),
+            updated_at: at(updated),
+            closed_at: None,
+        },
         state_reason: None,
-        author: Some("octocat".into()),
-        locked: Some(false),
-        lock_reason: None,
-        comment_count: Some(n as i32 % 5),
-        created_at: at(0),
-        updated_at: at(updated),
-        closed_at: None,
     }
 }
 
@@ -123,7 +129,7 @@ impl ScriptedGithub {
                 ));
             }
             Some(Fault::GraphQlErrorAt(i)) => {
-                page.nodes[i].comment_count = None;
+                page.nodes[i].fields.comment_count = None;
                 page.error_paths.push(vec![
                     PathSegment::Key("repository".into()),
                     PathSegment::Key("issues".into()),
@@ -219,6 +225,16 @@ impl GithubSource for ScriptedGithub {
     }
 }
 
+/// Each job here is handed its scripted GitHub; no connection builds a reader.
+struct NoFactory;
+
+#[async_trait::async_trait]
+impl SourceFactory for NoFactory {
+    async fn source(&self, _: &connection::Model) -> Result<Arc<dyn GithubSource>> {
+        anyhow::bail!("the test hands each job its scripted GitHub")
+    }
+}
+
 struct Fixture {
     _db: testkit::TestDb,
     pool: PgPool,
@@ -252,10 +268,19 @@ async fn fixture() -> Result<Fixture> {
 }
 
 impl Fixture {
-    fn engine(&self, replica: &str) -> Engine {
+    fn engine(&self, replica: &str) -> Engine<GithubVendor> {
         Engine {
             pool: self.pool.clone(),
-            jobs: Jobs::new(self.pool.clone(), replica, Duration::from_secs(30)),
+            jobs: Jobs::new(
+                ConnectionKind::Github,
+                self.pool.clone(),
+                replica,
+                Duration::from_secs(30),
+            ),
+            vendor: Arc::new(GithubVendor {
+                pool: self.pool.clone(),
+                factory: Arc::new(NoFactory),
+            }),
             settings: SyncSettings {
                 page_size: 10,
                 backfill: BackfillPolicy {
@@ -342,7 +367,10 @@ async fn a_clean_reconcile_tombstones_exactly_the_vanished_and_a_reappearance_re
     let f = fixture().await?;
     let gh = ScriptedGithub::new(30);
     f.run("INITIAL", gh.clone()).await?;
-    gh.with(|s| s.issues.retain(|i| i.number != 4 && i.number != 17));
+    gh.with(|s| {
+        s.issues
+            .retain(|i| i.fields.number != 4 && i.fields.number != 17)
+    });
     assert_eq!(
         f.run("RECONCILIATION", gh.clone()).await?,
         JobOutcome::Succeeded
@@ -378,7 +406,7 @@ async fn fails_closed_for_every_injected_fault() -> Result<()> {
         let gh = ScriptedGithub::new(30);
         f.run("INITIAL", gh.clone()).await?;
         gh.with(|s| {
-            s.issues.retain(|i| i.number != 9);
+            s.issues.retain(|i| i.fields.number != 9);
             s.faults = vec![(s.calls + 1, fault.clone())];
         });
         f.run("RECONCILIATION", gh).await?;
@@ -402,8 +430,8 @@ async fn an_unknown_count_keeps_the_stored_one() -> Result<()> {
     let gh = ScriptedGithub::new(10);
     f.run("INITIAL", gh.clone()).await?;
     gh.with(|s| {
-        s.issues[3].updated_at = at(20);
-        s.issues[3].title = "renamed".into();
+        s.issues[3].fields.updated_at = at(20);
+        s.issues[3].fields.title = "renamed".into();
         s.faults = vec![(s.calls, Fault::GraphQlErrorAt(3))];
     });
     f.run("INITIAL", gh).await?;
@@ -424,11 +452,11 @@ async fn an_unknown_count_keeps_the_stored_one() -> Result<()> {
 async fn an_older_payload_changes_nothing() -> Result<()> {
     let f = fixture().await?;
     let gh = ScriptedGithub::new(5);
-    gh.with(|s| s.issues[0].updated_at = at(50));
+    gh.with(|s| s.issues[0].fields.updated_at = at(50));
     f.run("INITIAL", gh.clone()).await?;
     gh.with(|s| {
-        s.issues[0].updated_at = at(40);
-        s.issues[0].title = "stale".into();
+        s.issues[0].fields.updated_at = at(40);
+        s.issues[0].fields.title = "stale".into();
     });
     f.run("INITIAL", gh).await?;
     let (title,): (String,) = sqlx::query_as("SELECT title FROM issue WHERE number = 1")
@@ -507,7 +535,12 @@ async fn a_job_runs_on_one_replica_only_and_a_canceled_job_stops() -> Result<()>
     // A claim whose lease lapsed (its replica died) is taken over.
     let id = f.queue("BACKFILL").await?;
     let short = Engine {
-        jobs: Jobs::new(f.pool.clone(), "replica-dead", Duration::from_millis(200)),
+        jobs: Jobs::new(
+            ConnectionKind::Github,
+            f.pool.clone(),
+            "replica-dead",
+            Duration::from_millis(200),
+        ),
         ..f.engine("x")
     };
     short.jobs.claim(id).await?.expect("claimed");
@@ -537,7 +570,7 @@ async fn the_scheduled_reconcile_skips_a_repository_reconciled_within_the_cooldo
             .await?;
     assert!(stamp.is_some(), "a complete reconcile is stamped");
 
-    gh.with(|s| s.issues.retain(|i| i.number != 5));
+    gh.with(|s| s.issues.retain(|i| i.fields.number != 5));
     let calls = gh.script.lock().unwrap().calls;
     f.run_with("RECONCILIATION", "scheduled", gh.clone())
         .await?;
@@ -571,17 +604,32 @@ async fn a_schedule_queues_one_job_per_active_connection_per_due_instant() -> Re
     let f = fixture().await?;
     let db = f._db.db.clone();
     let due = OffsetDateTime::from_unix_timestamp(1_800_000_000)?;
-    let queued =
-        github_sync::handlers::queue_scheduled(&db, store::entity::JobType::Backfill, due).await?;
+    let queued = queue_scheduled(
+        &db,
+        ConnectionKind::Github,
+        store::entity::JobType::Backfill,
+        due,
+    )
+    .await?;
     assert_eq!(queued, 1);
     // Another replica, or a retried run, of the same instant queues nothing more.
-    let again =
-        github_sync::handlers::queue_scheduled(&db, store::entity::JobType::Backfill, due).await?;
+    let again = queue_scheduled(
+        &db,
+        ConnectionKind::Github,
+        store::entity::JobType::Backfill,
+        due,
+    )
+    .await?;
     assert_eq!(again, 0);
     let later = due + time::Duration::days(1);
     assert_eq!(
-        github_sync::handlers::queue_scheduled(&db, store::entity::JobType::Backfill, later)
-            .await?,
+        queue_scheduled(
+            &db,
+            ConnectionKind::Github,
+            store::entity::JobType::Backfill,
+            later
+        )
+        .await?,
         1
     );
     let (jobs, outbox): (i64, i64) = sqlx::query_as(
@@ -596,8 +644,9 @@ async fn a_schedule_queues_one_job_per_active_connection_per_due_instant() -> Re
     sqlx::query("UPDATE connection SET status = 'paused'")
         .execute(&f.pool)
         .await?;
-    let paused = github_sync::handlers::queue_scheduled(
+    let paused = queue_scheduled(
         &db,
+        ConnectionKind::Github,
         store::entity::JobType::Backfill,
         later + time::Duration::days(1),
     )

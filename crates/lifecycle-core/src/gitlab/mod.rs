@@ -4,8 +4,17 @@
 //! - [`review`]: the review decision and approval acts.
 //! - [`notes`]: note listing completeness and removal confirmation.
 //! - [`route_credential`]: route credentials for the hooks we register.
+//! - [`JOBS`]: the job types GitLab connections run.
 
 pub mod checks;
 pub mod notes;
 pub mod review;
 pub mod route_credential;
+
+use crate::job::JobSupport;
+
+/// GitLab runs every job type (a BACKFILL takes one batch per pending repository).
+pub const JOBS: JobSupport = JobSupport {
+    vendor: "GitLab",
+    refused: &[],
+};

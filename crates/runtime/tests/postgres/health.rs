@@ -129,3 +129,62 @@ async fn not_ready_once_a_supervised_task_ended() {
     );
     test.drop().await;
 }
+
+/// The status code of `GET path` on `addr`, over a plain HTTP/1.0 connection.
+async fn status_at(addr: std::net::SocketAddr, path: &str) -> u16 {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    // "HTTP/1.0 200 OK"
+    response[9..12].parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_listener_keeps_health_and_metrics_off_the_api_port() {
+    let test = TestDb::new().await.unwrap();
+    let nats_url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    let mut common = testkit::common_args(&test.url, &nats_url, None);
+    let health_addr = {
+        // A port that was free a moment ago; nothing else in this test binds one.
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap()
+    };
+    common.health_listen = Some(health_addr);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let mut service = runtime::Service::new("health-test", &common, &shutdown);
+    service.routes(axum::Router::new().route("/api", axum::routing::get(|| async { "api" })));
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let db = test.db.clone();
+    let server = tokio::spawn(async move {
+        service
+            .serve(&db, Some(nats().await), move |addr| {
+                let _ = tx.send(addr);
+            })
+            .await
+    });
+    let api_addr = rx.await.unwrap();
+
+    assert_eq!(status_at(api_addr, "/api").await, 200);
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(
+            status_at(api_addr, path).await,
+            404,
+            "{path} on the API port"
+        );
+        assert_eq!(
+            status_at(health_addr, path).await,
+            200,
+            "{path} on the health port"
+        );
+    }
+    assert_eq!(status_at(health_addr, "/api").await, 404);
+
+    shutdown.cancel();
+    server.await.unwrap().unwrap();
+    test.drop().await;
+}

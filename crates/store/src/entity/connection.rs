@@ -1,6 +1,7 @@
 //! `connection`: one workspace's link to one vendor account, with its lifecycle state.
 
 use lifecycle_core::connection::ConnectionState;
+use lifecycle_core::job::JobSupport;
 use sea_orm::QuerySelect;
 use sea_orm::entity::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -30,6 +31,16 @@ impl ConnectionKind {
             ConnectionKind::Gitlab => "gitlab",
             ConnectionKind::Slack => "slack",
             ConnectionKind::Outline => "outline",
+        }
+    }
+
+    /// The job types this vendor's sync runs, as the vendor's rules declare them.
+    pub fn jobs(self) -> JobSupport {
+        match self {
+            ConnectionKind::Github => lifecycle_core::github::JOBS,
+            ConnectionKind::Gitlab => lifecycle_core::gitlab::JOBS,
+            ConnectionKind::Slack => lifecycle_core::slack::JOBS,
+            ConnectionKind::Outline => lifecycle_core::outline::JOBS,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The local stack (`cargo xtask up`): every service that exists, in one process (each started
 //! through `testkit::spawn`), against the
 //! Postgres and NATS that xtask provisioned, plus the GitHub simulator with a demo workspace
-//! connected to it. Also `migrate` for `cargo xtask migrate` and `reseal` for `cargo xtask reseal`.
+//! connected to it. (`cargo xtask migrate` and `reseal` run `forgesync-admin`, crates/admin.)
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
@@ -34,8 +34,6 @@ enum Command {
         #[arg(long)]
         no_demo: bool,
     },
-    /// Apply pending migrations and exit.
-    Migrate,
     /// Print the erasure-completeness scan of a workspace as JSON: what of its connections'
     /// content remains, per table, stream and subject. Exits non-zero when anything remains.
     ErasureScan {
@@ -48,22 +46,6 @@ enum Command {
             value_name = "FORGESYNC_NATS_PREFIX"
         )]
         nats_prefix: Option<String>,
-    },
-    /// Re-seal every connection secret under the newest key of FORGESYNC_SECRET_KEY, in
-    /// batches; safe beside running services and to repeat. Exits non-zero while any secret is
-    /// not under the newest key.
-    Reseal {
-        /// The keyring, as every service reads it.
-        #[arg(
-            long,
-            env = "FORGESYNC_SECRET_KEY",
-            value_name = "FORGESYNC_SECRET_KEY",
-            hide_env_values = true
-        )]
-        secret_key: String,
-        /// Secrets re-sealed per transaction.
-        #[arg(long, default_value_t = 100)]
-        batch: u32,
     },
 }
 
@@ -78,37 +60,6 @@ async fn main() -> Result<()> {
     let _telemetry = runtime::telemetry::init("forgesync-local", runtime::LogFormat::Pretty, None)?;
     let database_url = env("DATABASE_URL")?;
     match cli.command {
-        Command::Migrate => {
-            runtime::db::connect(&database_url, true, runtime::db::DEFAULT_POOL_SIZE).await?;
-            println!(
-                "migrations applied to {}",
-                runtime::config::redact_url(&database_url)
-            );
-            Ok(())
-        }
-        Command::Reseal { secret_key, batch } => {
-            let ring = store::secrets::Keyring::parse(&secret_key)?;
-            let db =
-                runtime::db::connect(&database_url, false, runtime::db::DEFAULT_POOL_SIZE).await?;
-            let report = store::secrets::reseal(&db, &ring, batch).await?;
-            for failed in &report.failed {
-                eprintln!("cannot re-seal {failed}");
-            }
-            println!(
-                "re-sealed {} secrets under key {:?}; {} could not be opened; {} not under it now",
-                report.resealed,
-                ring.sealing().id(),
-                report.failed.len(),
-                report.remaining
-            );
-            anyhow::ensure!(
-                report.remaining == 0,
-                "{} secrets are not under key {:?}: keep the older keys in the ring",
-                report.remaining,
-                ring.sealing().id()
-            );
-            Ok(())
-        }
         Command::ErasureScan {
             workspace,
             nats_prefix,

@@ -20,11 +20,14 @@ use store::entity::{
 };
 use uuid::Uuid;
 
-use super::rfc3339;
 use super::workspaces::find_reachable;
+use super::{ConnectionPath, WorkspacePath, rfc3339};
 use crate::AppState;
 use crate::auth::{Admin, Caller};
-use crate::error::{ApiError, JsonBody, PathParams};
+use crate::error::{
+    ApiError, BadRequest, ErrorBody, Forbidden, JsonBody, PathParams, PayloadTooLarge,
+    Unauthorized, UnsupportedMediaType,
+};
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -128,10 +131,20 @@ pub(crate) async fn find_connection<C: ConnectionTrait>(
     found.ok_or_else(|| ApiError::not_found("connection"))
 }
 
-#[utoipa::path(post, path = "/workspaces/{workspace_id}/connections", request_body = CreateConnection,
-    responses((status = 201, body = ConnectionView), (status = 404, body = crate::error::ErrorBody),
-              (status = 409, body = crate::error::ErrorBody), (status = 422, body = crate::error::ErrorBody),
-              (status = 502, body = crate::error::ErrorBody)))]
+/// Create a connection
+///
+/// The connection starts pending; activate it to sync. A GitHub token's repositories are
+/// verified with GitHub first.
+#[utoipa::path(post, path = "/workspaces/{workspace_id}/connections", operation_id = "createConnection",
+    params(WorkspacePath), request_body = CreateConnection,
+    responses((status = 201, description = "The connection, created pending.", body = ConnectionView),
+              (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
+              (status = 403, response = Forbidden),
+              (status = 404, description = "No such workspace reachable with this token.", body = ErrorBody),
+              (status = 409, description = "The workspace is being purged (`workspace_not_active`).", body = ErrorBody),
+              (status = 413, response = PayloadTooLarge), (status = 415, response = UnsupportedMediaType),
+              (status = 422, description = "The server URL is not acceptable, or the token cannot read the named repositories.", body = ErrorBody),
+              (status = 502, description = "The vendor could not be asked to verify the token.", body = ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
     Admin(caller): Admin,
@@ -199,8 +212,12 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(view)))
 }
 
-#[utoipa::path(get, path = "/workspaces/{workspace_id}/connections",
-    responses((status = 200, body = Vec<ConnectionView>)))]
+/// List a workspace's connections
+#[utoipa::path(get, path = "/workspaces/{workspace_id}/connections", operation_id = "listConnections",
+    params(WorkspacePath),
+    responses((status = 200, description = "The workspace's connections, oldest first.", body = Vec<ConnectionView>),
+              (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
+              (status = 404, description = "No such workspace reachable with this token.", body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -218,8 +235,12 @@ pub async fn list(
     Ok(Json(out))
 }
 
-#[utoipa::path(get, path = "/workspaces/{workspace_id}/connections/{connection_id}",
-    responses((status = 200, body = ConnectionView), (status = 404, body = crate::error::ErrorBody)))]
+/// Get a connection
+#[utoipa::path(get, path = "/workspaces/{workspace_id}/connections/{connection_id}", operation_id = "getConnection",
+    params(ConnectionPath),
+    responses((status = 200, description = "The connection.", body = ConnectionView),
+              (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
+              (status = 404, description = "No such connection in a workspace this token reaches.", body = ErrorBody)))]
 pub async fn get(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -229,8 +250,12 @@ pub async fn get(
     Ok(Json(view(&state.db, row).await?))
 }
 
+/// List a connection's audit trail
 #[utoipa::path(get, path = "/workspaces/{workspace_id}/connections/{connection_id}/audit",
-    responses((status = 200, body = Vec<AuditView>), (status = 404, body = crate::error::ErrorBody)))]
+    operation_id = "listConnectionAudit", params(ConnectionPath),
+    responses((status = 200, description = "Every change of the connection, with who made it.", body = Vec<AuditView>),
+              (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
+              (status = 404, description = "No such connection in a workspace this token reaches.", body = ErrorBody)))]
 pub async fn audit(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -255,6 +280,18 @@ pub async fn audit(
     ))
 }
 
+/// The transitions an operator may request (for the OpenAPI document; uninstall is reported by
+/// vendors, not requested).
+#[derive(utoipa::ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub enum TransitionName {
+    Activate,
+    Suspend,
+    Resume,
+    Pause,
+    Disconnect,
+}
+
 fn parse_transition(name: &str) -> Result<Transition, ApiError> {
     // Uninstall is reported by vendors, not requested by operators.
     match name {
@@ -269,10 +306,18 @@ fn parse_transition(name: &str) -> Result<Transition, ApiError> {
     }
 }
 
+/// Move a connection through its lifecycle
+///
+/// One of activate, suspend, resume, pause or disconnect; the state machine decides which are
+/// legal from the connection's status.
 #[utoipa::path(post, path = "/workspaces/{workspace_id}/connections/{connection_id}/{transition}",
-    params(("transition" = String, Path, description = "activate, suspend, resume, pause or disconnect")),
-    responses((status = 200, body = ConnectionView), (status = 404, body = crate::error::ErrorBody),
-              (status = 409, body = crate::error::ErrorBody)))]
+    operation_id = "transitionConnection",
+    params(ConnectionPath, ("transition" = inline(TransitionName), Path, description = "The transition to apply.")),
+    responses((status = 200, description = "The connection after the transition.", body = ConnectionView),
+              (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
+              (status = 403, response = Forbidden),
+              (status = 404, description = "No such connection in a workspace this token reaches, or no such transition.", body = ErrorBody),
+              (status = 409, description = "The transition is illegal from the connection's status (`illegal_transition`), or the workspace is being purged (`workspace_not_active`).", body = ErrorBody)))]
 pub async fn transition(
     State(state): State<AppState>,
     Admin(caller): Admin,

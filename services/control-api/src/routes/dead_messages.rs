@@ -10,7 +10,9 @@ use uuid::Uuid;
 use super::rfc3339;
 use crate::AppState;
 use crate::auth::{Admin, Caller};
-use crate::error::{ApiError, PathParams, QueryParams};
+use crate::error::{
+    ApiError, BadRequest, ErrorBody, Forbidden, PathParams, QueryParams, Unauthorized,
+};
 
 /// A dead message; its body is not returned (it may hold third-party content), only its size.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -48,13 +50,19 @@ impl From<dead_message::Model> for DeadMessageView {
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct Page {
     /// At most this many, newest first (default 100, at most 1000).
     pub limit: Option<u64>,
 }
 
-#[utoipa::path(get, path = "/dead-messages", params(Page),
-    responses((status = 200, body = Vec<DeadMessageView>), (status = 403, body = crate::error::ErrorBody)))]
+/// List dead messages
+///
+/// Operator tokens only: dead messages span workspaces.
+#[utoipa::path(get, path = "/dead-messages", operation_id = "listDeadMessages", params(Page),
+    responses((status = 200, description = "Dead messages, newest first, without their bodies.", body = Vec<DeadMessageView>),
+              (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
+              (status = 403, response = Forbidden)))]
 pub async fn list(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -70,9 +78,16 @@ pub async fn list(
     Ok(Json(rows.into_iter().map(Into::into).collect()))
 }
 
-#[utoipa::path(post, path = "/dead-messages/{id}/replay",
-    responses((status = 202, body = DeadMessageView), (status = 404, body = crate::error::ErrorBody),
-              (status = 409, body = crate::error::ErrorBody)))]
+/// Replay a dead message
+///
+/// Operator tokens only. Publishes the message again to its stream.
+#[utoipa::path(post, path = "/dead-messages/{id}/replay", operation_id = "replayDeadMessage",
+    params(("id" = Uuid, Path, description = "The dead message's id.")),
+    responses((status = 202, description = "The message was published again.", body = DeadMessageView),
+              (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
+              (status = 403, response = Forbidden),
+              (status = 404, description = "No such dead message.", body = ErrorBody),
+              (status = 409, description = "Its connection or endpoint accepts nothing (`replay_closed`).", body = ErrorBody)))]
 pub async fn replay(
     State(state): State<AppState>,
     Admin(caller): Admin,

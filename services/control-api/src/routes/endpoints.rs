@@ -15,10 +15,13 @@ use store::secrets::SecretError;
 use uuid::Uuid;
 
 use super::connections::find_connection;
-use super::rfc3339;
+use super::{ConnectionPath, WorkspacePath, rfc3339};
 use crate::AppState;
 use crate::auth::Admin;
-use crate::error::{ApiError, JsonBody, PathParams};
+use crate::error::{
+    ApiError, BadRequest, ErrorBody, Forbidden, JsonBody, PathParams, PayloadTooLarge, RawBody,
+    Unauthorized, UnsupportedMediaType,
+};
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -95,11 +98,19 @@ fn secret_or_random(given: Option<String>) -> Result<String, ApiError> {
     }
 }
 
+/// Create a webhook endpoint
+///
+/// The answer carries the signing secret, once. An app endpoint, or one a shared vendor route
+/// selects (by `provider_ref`), needs an operator token; a workspace token may create
+/// token-addressed endpoints.
 #[utoipa::path(post, path = "/workspaces/{workspace_id}/connections/{connection_id}/endpoints",
-    request_body = CreateEndpoint,
-    responses((status = 201, body = EndpointView), (status = 403, body = crate::error::ErrorBody),
-              (status = 404, body = crate::error::ErrorBody),
-              (status = 409, body = crate::error::ErrorBody)))]
+    operation_id = "createEndpoint", params(ConnectionPath), request_body = CreateEndpoint,
+    responses((status = 201, description = "The endpoint, with its secret.", body = EndpointView),
+              (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
+              (status = 403, response = Forbidden),
+              (status = 404, description = "No such connection in a workspace this token reaches.", body = ErrorBody),
+              (status = 409, description = "The connection is disconnected (`connection_closed`), or another enabled endpoint has this provider_ref (`provider_ref_taken`).", body = ErrorBody),
+              (status = 413, response = PayloadTooLarge), (status = 415, response = UnsupportedMediaType)))]
 pub async fn create(
     State(state): State<AppState>,
     Admin(caller): Admin,
@@ -174,17 +185,27 @@ fn is_provider_ref_taken(e: &sea_orm::DbErr) -> bool {
 /// The longest rotation window: a leaked old secret stays useful no longer than this.
 pub const MAX_ROTATION_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// Rotate a webhook endpoint's secret
+///
+/// The previous secret keeps verifying for the window. The body is optional: without one, a
+/// secret is generated and the configured window applies.
 #[utoipa::path(post,
     path = "/workspaces/{workspace_id}/connections/{connection_id}/endpoints/{endpoint_id}/rotate-secret",
-    request_body = RotateSecret,
-    responses((status = 200, body = EndpointView), (status = 404, body = crate::error::ErrorBody),
-              (status = 409, body = crate::error::ErrorBody),
-              (status = 422, body = crate::error::ErrorBody)))]
+    operation_id = "rotateEndpointSecret",
+    params(ConnectionPath, ("endpoint_id" = Uuid, Path, description = "The endpoint's id.")),
+    request_body(content = RotateSecret, description = "Optional.", content_type = "application/json"),
+    responses((status = 200, description = "The endpoint, with its new secret.", body = EndpointView),
+              (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
+              (status = 403, response = Forbidden),
+              (status = 404, description = "No such endpoint of a connection in a workspace this token reaches.", body = ErrorBody),
+              (status = 409, description = "The endpoint is disabled (`endpoint_disabled`).", body = ErrorBody),
+              (status = 413, response = PayloadTooLarge),
+              (status = 422, description = "The window is longer than 7 days (`rotation_window_too_long`).", body = ErrorBody)))]
 pub async fn rotate_secret(
     State(state): State<AppState>,
     Admin(caller): Admin,
     PathParams((workspace_id, connection_id, endpoint_id)): PathParams<(Uuid, Uuid, Uuid)>,
-    body: axum::body::Bytes,
+    RawBody(body): RawBody,
 ) -> Result<Json<EndpointView>, ApiError> {
     // The body is optional: an empty one generates a secret with the default window.
     let body: RotateSecret = if body.is_empty() {
@@ -248,9 +269,17 @@ pub struct ReplayView {
     pub subject: String,
 }
 
+/// Replay a received webhook message
+///
+/// Publishes its stored raw body again as a new message.
 #[utoipa::path(post, path = "/workspaces/{workspace_id}/inbound-messages/{message_id}/replay",
-    responses((status = 202, body = ReplayView), (status = 404, body = crate::error::ErrorBody),
-              (status = 409, body = crate::error::ErrorBody)))]
+    operation_id = "replayInboundMessage",
+    params(WorkspacePath, ("message_id" = Uuid, Path, description = "The received message's id.")),
+    responses((status = 202, description = "The new message, accepted.", body = ReplayView),
+              (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
+              (status = 403, response = Forbidden),
+              (status = 404, description = "No such message in a workspace this token reaches.", body = ErrorBody),
+              (status = 409, description = "The raw body is gone (`body_gone`), or its connection or endpoint accepts nothing (`replay_closed`).", body = ErrorBody)))]
 pub async fn replay(
     State(state): State<AppState>,
     Admin(caller): Admin,

@@ -6,11 +6,11 @@ use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::rfc3339;
 use super::workspaces::find_reachable;
+use super::{WorkspacePath, rfc3339};
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::{ApiError, PathParams};
+use crate::error::{ApiError, BadRequest, ErrorBody, Forbidden, PathParams, Unauthorized};
 
 /// One erasure: a connection's, or (without `connection_id`) the purged workspace's own part.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -48,8 +48,15 @@ impl From<eraser::records::ErasureRecord> for ErasureView {
     }
 }
 
-#[utoipa::path(get, path = "/workspaces/{workspace_id}/erasures",
-    responses((status = 200, body = Vec<ErasureView>), (status = 404, body = crate::error::ErrorBody)))]
+/// List a workspace's erasures
+///
+/// Each disconnected connection's erasure and, once purged, the workspace's own; with the steps
+/// done and what each place lost.
+#[utoipa::path(get, path = "/workspaces/{workspace_id}/erasures", operation_id = "listErasures",
+    params(WorkspacePath),
+    responses((status = 200, description = "The connections' erasures, oldest first, then the workspace's own.", body = Vec<ErasureView>),
+              (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
+              (status = 404, description = "No such workspace reachable with this token.", body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -80,9 +87,16 @@ pub struct ScanView {
     pub total: i64,
 }
 
-#[utoipa::path(get, path = "/workspaces/{workspace_id}/erasure-scan",
-    responses((status = 200, body = ScanView), (status = 403, body = crate::error::ErrorBody),
-              (status = 404, body = crate::error::ErrorBody)))]
+/// Scan what of a workspace remains
+///
+/// Operator tokens only. Counts, per table, stream and subject, what of the workspace's
+/// connections' content is still stored; zero everywhere once their erasure is done.
+#[utoipa::path(get, path = "/workspaces/{workspace_id}/erasure-scan", operation_id = "scanErasure",
+    params(WorkspacePath),
+    responses((status = 200, description = "What remains, per place.", body = ScanView),
+              (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
+              (status = 403, response = Forbidden),
+              (status = 404, description = "No such workspace reachable with this token.", body = ErrorBody)))]
 pub async fn scan(
     State(state): State<AppState>,
     Caller(caller): Caller,

@@ -9,11 +9,11 @@ use store::entity::ConnectionKind;
 use store::scm_scope::{self, CoveredRepository, MirroredIssue};
 use uuid::Uuid;
 
-use super::rfc3339;
 use super::workspaces::find_reachable;
+use super::{WorkspacePath, rfc3339};
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::{ApiError, PathParams, QueryParams};
+use crate::error::{ApiError, BadRequest, ErrorBody, PathParams, QueryParams, Unauthorized};
 
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RepositoryView {
@@ -87,8 +87,14 @@ impl From<MirroredIssue> for IssueView {
     }
 }
 
+/// List the workspace's mirrored GitHub repositories
+///
+/// Those its monitors cover while its GitHub connection authorises reads.
 #[utoipa::path(get, path = "/workspaces/{workspace_id}/github/repositories",
-    responses((status = 200, body = Vec<RepositoryView>), (status = 404, body = crate::error::ErrorBody)))]
+    operation_id = "listGithubRepositories", params(WorkspacePath),
+    responses((status = 200, description = "The repositories the workspace sees.", body = Vec<RepositoryView>),
+              (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
+              (status = 404, description = "No such workspace reachable with this token.", body = ErrorBody)))]
 pub async fn repositories(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -101,6 +107,7 @@ pub async fn repositories(
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct IssuePage {
     /// Issues numbered after this one (the last `number` of the previous page).
     pub after: Option<i32>,
@@ -108,9 +115,13 @@ pub struct IssuePage {
     pub limit: Option<u64>,
 }
 
+/// List a mirrored GitHub repository's issues
 #[utoipa::path(get, path = "/workspaces/{workspace_id}/github/repositories/{repository_id}/issues",
-    params(IssuePage),
-    responses((status = 200, body = Vec<IssueView>), (status = 404, body = crate::error::ErrorBody)))]
+    operation_id = "listGithubIssues",
+    params(WorkspacePath, ("repository_id" = Uuid, Path, description = "The repository's id (not GitHub's)."), IssuePage),
+    responses((status = 200, description = "A page of issues, by number.", body = Vec<IssueView>),
+              (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
+              (status = 404, description = "No such workspace, or no such repository in its scope.", body = ErrorBody)))]
 pub async fn issues(
     State(state): State<AppState>,
     Caller(caller): Caller,

@@ -1,5 +1,5 @@
-//! Sync jobs. Operators may start RECONCILIATION and BACKFILL; INITIAL jobs belong to
-//! activation. The job row and its `jobs.<kind>.<id>.<type>` message commit together.
+//! Sync jobs. Operators may start RECONCILIATION and BACKFILL (where the connection's vendor runs
+//! it); INITIAL jobs belong to activation. The job row and its `jobs.<kind>.<id>.<type>` message commit together.
 
 use axum::Json;
 use axum::extract::State;
@@ -13,10 +13,13 @@ use store::entity::{ConnectionStatus, JobStatus, JobTrigger, JobType, sync_job};
 use uuid::Uuid;
 
 use super::connections::{find_connection, status_name};
-use super::rfc3339;
+use super::{ConnectionPath, rfc3339};
 use crate::AppState;
 use crate::auth::{Admin, Caller};
-use crate::error::{ApiError, JsonBody, PathParams, QueryParams};
+use crate::error::{
+    ApiError, BadRequest, ErrorBody, Forbidden, JsonBody, PathParams, PayloadTooLarge, QueryParams,
+    Unauthorized, UnsupportedMediaType,
+};
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -90,10 +93,18 @@ fn client_job_type(requested: &str) -> Result<JobType, ApiError> {
     }
 }
 
+/// Start a sync job
+///
+/// RECONCILIATION or BACKFILL of an active connection; INITIAL jobs start with activation.
 #[utoipa::path(post, path = "/workspaces/{workspace_id}/connections/{connection_id}/sync",
-    request_body = CreateJob,
-    responses((status = 202, body = JobView), (status = 404, body = crate::error::ErrorBody),
-              (status = 409, body = crate::error::ErrorBody), (status = 422, body = crate::error::ErrorBody)))]
+    operation_id = "createSyncJob", params(ConnectionPath), request_body = CreateJob,
+    responses((status = 202, description = "The job, queued.", body = JobView),
+              (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
+              (status = 403, response = Forbidden),
+              (status = 404, description = "No such connection in a workspace this token reaches.", body = ErrorBody),
+              (status = 409, description = "The connection is not active (`connection_not_active`).", body = ErrorBody),
+              (status = 413, response = PayloadTooLarge), (status = 415, response = UnsupportedMediaType),
+              (status = 422, description = "The job type cannot be started by a client (`initial_not_allowed`, `not_client_triggerable`).", body = ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
     Admin(caller): Admin,
@@ -104,6 +115,13 @@ pub async fn create(
     let txn = state.db.begin().await?;
     // Locked, so a concurrent transition cannot slip between the check and the insert.
     let conn = find_connection(&txn, &caller, workspace_id, connection_id, true).await?;
+    // The vendor declares the job types it refuses (lifecycle-core's vendor modules).
+    if let Some(refusal) = conn.kind.jobs().refusal(job_type.into()) {
+        return Err(ApiError::unprocessable(
+            "job_type_not_supported",
+            refusal.to_string(),
+        ));
+    }
     if conn.status != ConnectionStatus::Active {
         return Err(ApiError::conflict(
             "connection_not_active",
@@ -123,14 +141,18 @@ pub async fn create(
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct Page {
     /// At most this many jobs, newest first (default 50, at most 500).
     pub limit: Option<u64>,
 }
 
+/// List a connection's sync jobs
 #[utoipa::path(get, path = "/workspaces/{workspace_id}/connections/{connection_id}/jobs",
-    params(Page),
-    responses((status = 200, body = Vec<JobView>), (status = 404, body = crate::error::ErrorBody)))]
+    operation_id = "listSyncJobs", params(ConnectionPath, Page),
+    responses((status = 200, description = "The connection's jobs, newest first.", body = Vec<JobView>),
+              (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
+              (status = 404, description = "No such connection in a workspace this token reaches.", body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -145,9 +167,17 @@ pub async fn list(
     Ok(Json(rows.into_iter().map(Into::into).collect()))
 }
 
+/// Cancel a sync job
+///
+/// A queued job never starts; a running one stops at its next page.
 #[utoipa::path(post, path = "/workspaces/{workspace_id}/connections/{connection_id}/jobs/{job_id}/cancel",
-    responses((status = 200, body = JobView), (status = 404, body = crate::error::ErrorBody),
-              (status = 409, body = crate::error::ErrorBody)))]
+    operation_id = "cancelSyncJob",
+    params(ConnectionPath, ("job_id" = Uuid, Path, description = "The job's id.")),
+    responses((status = 200, description = "The job, canceled.", body = JobView),
+              (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
+              (status = 403, response = Forbidden),
+              (status = 404, description = "No such job of a connection in a workspace this token reaches.", body = ErrorBody),
+              (status = 409, description = "The job already finished (`job_finished`).", body = ErrorBody)))]
 pub async fn cancel(
     State(state): State<AppState>,
     Admin(caller): Admin,

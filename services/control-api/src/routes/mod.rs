@@ -9,78 +9,135 @@ pub mod jobs;
 pub mod workspaces;
 
 use axum::Router;
-use axum::routing::{get, post};
+use axum::handler::Handler;
+use axum::http::Method;
+use axum::routing::{MethodRouter, get, post};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
+use uuid::Uuid;
 
 use crate::AppState;
 use crate::error::ApiError;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/openapi.json", get(crate::openapi::serve))
-        .route(
-            "/workspaces",
-            post(workspaces::create).get(workspaces::list),
-        )
-        .route("/workspaces/{workspace_id}", get(workspaces::get))
-        .route("/workspaces/{workspace_id}/purge", post(workspaces::purge))
-        .route("/workspaces/{workspace_id}/erasures", get(erasures::list))
-        .route(
-            "/workspaces/{workspace_id}/erasure-scan",
-            get(erasures::scan),
-        )
-        .route(
+/// The router, and the method and path of every route it serves, recorded as routes are added
+/// so that the OpenAPI document can be checked against what is really served.
+pub struct RouteTable {
+    router: Router<AppState>,
+    served: Vec<(Method, &'static str)>,
+}
+
+impl RouteTable {
+    fn new() -> Self {
+        RouteTable {
+            router: Router::new(),
+            served: Vec::new(),
+        }
+    }
+
+    fn get<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, handler: H) -> Self {
+        self.add(Method::GET, path, get(handler))
+    }
+
+    fn post<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, handler: H) -> Self {
+        self.add(Method::POST, path, post(handler))
+    }
+
+    fn add(mut self, method: Method, path: &'static str, route: MethodRouter<AppState>) -> Self {
+        // Two methods on one path merge into one method router.
+        self.router = self.router.route(path, route);
+        self.served.push((method, path));
+        self
+    }
+
+    /// Every route served, as (method, path template).
+    pub fn served(&self) -> &[(Method, &'static str)] {
+        &self.served
+    }
+}
+
+/// Every route of the API; add a route here and document it in [`crate::openapi::ApiDoc`].
+pub fn table() -> RouteTable {
+    RouteTable::new()
+        .get("/openapi.json", crate::openapi::serve)
+        .post("/workspaces", workspaces::create)
+        .get("/workspaces", workspaces::list)
+        .get("/workspaces/{workspace_id}", workspaces::get)
+        .post("/workspaces/{workspace_id}/purge", workspaces::purge)
+        .get("/workspaces/{workspace_id}/erasures", erasures::list)
+        .get("/workspaces/{workspace_id}/erasure-scan", erasures::scan)
+        .post(
             "/workspaces/{workspace_id}/connections",
-            post(connections::create).get(connections::list),
+            connections::create,
         )
-        .route(
+        .get("/workspaces/{workspace_id}/connections", connections::list)
+        .get(
             "/workspaces/{workspace_id}/connections/{connection_id}",
-            get(connections::get),
+            connections::get,
         )
-        .route(
+        .get(
             "/workspaces/{workspace_id}/connections/{connection_id}/audit",
-            get(connections::audit),
+            connections::audit,
         )
-        .route(
+        .post(
             "/workspaces/{workspace_id}/connections/{connection_id}/{transition}",
-            post(connections::transition),
+            connections::transition,
         )
-        .route(
+        .post(
             "/workspaces/{workspace_id}/connections/{connection_id}/sync",
-            post(jobs::create),
+            jobs::create,
         )
-        .route(
+        .get(
             "/workspaces/{workspace_id}/connections/{connection_id}/jobs",
-            get(jobs::list),
+            jobs::list,
         )
-        .route(
+        .post(
             "/workspaces/{workspace_id}/connections/{connection_id}/jobs/{job_id}/cancel",
-            post(jobs::cancel),
+            jobs::cancel,
         )
-        .route(
+        .post(
             "/workspaces/{workspace_id}/connections/{connection_id}/endpoints",
-            post(endpoints::create),
+            endpoints::create,
         )
-        .route(
+        .post(
             "/workspaces/{workspace_id}/connections/{connection_id}/endpoints/{endpoint_id}/rotate-secret",
-            post(endpoints::rotate_secret),
+            endpoints::rotate_secret,
         )
-        .route(
+        .post(
             "/workspaces/{workspace_id}/inbound-messages/{message_id}/replay",
-            post(endpoints::replay),
+            endpoints::replay,
         )
-        .route(
+        .get(
             "/workspaces/{workspace_id}/github/repositories",
-            get(github::repositories),
+            github::repositories,
         )
-        .route(
+        .get(
             "/workspaces/{workspace_id}/github/repositories/{repository_id}/issues",
-            get(github::issues),
+            github::issues,
         )
-        .route("/dead-messages", get(dead_messages::list))
-        .route("/dead-messages/{id}/replay", post(dead_messages::replay))
-        .fallback(not_found)
+        .get("/dead-messages", dead_messages::list)
+        .post("/dead-messages/{id}/replay", dead_messages::replay)
+}
+
+pub fn router() -> Router<AppState> {
+    table().router.fallback(not_found)
+}
+
+/// The path parameter naming a workspace, declared once for the OpenAPI document.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct WorkspacePath {
+    /// The workspace's id.
+    pub workspace_id: Uuid,
+}
+
+/// The path parameters naming a connection in its workspace.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct ConnectionPath {
+    /// The workspace's id.
+    pub workspace_id: Uuid,
+    /// The connection's id.
+    pub connection_id: Uuid,
 }
 
 async fn not_found() -> ApiError {

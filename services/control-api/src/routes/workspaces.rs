@@ -15,10 +15,14 @@ use store::entity::{WorkspaceStatus, workspace};
 use store::outbox;
 use uuid::Uuid;
 
+use super::WorkspacePath;
 use super::rfc3339;
 use crate::AppState;
 use crate::auth::{Admin, Caller};
-use crate::error::{ApiError, JsonBody, PathParams};
+use crate::error::{
+    ApiError, BadRequest, ErrorBody, Forbidden, JsonBody, PathParams, PayloadTooLarge,
+    Unauthorized, UnsupportedMediaType,
+};
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -71,8 +75,14 @@ pub(crate) async fn find_reachable<C: sea_orm::ConnectionTrait>(
         .ok_or_else(|| ApiError::not_found("workspace"))
 }
 
-#[utoipa::path(post, path = "/workspaces", request_body = CreateWorkspace,
-    responses((status = 201, body = WorkspaceView), (status = 400, body = crate::error::ErrorBody)))]
+/// Create a workspace
+///
+/// Operator tokens only.
+#[utoipa::path(post, path = "/workspaces", operation_id = "createWorkspace", request_body = CreateWorkspace,
+    responses((status = 201, description = "The workspace, created.", body = WorkspaceView),
+              (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
+              (status = 403, response = Forbidden), (status = 413, response = PayloadTooLarge),
+              (status = 415, response = UnsupportedMediaType)))]
 pub async fn create(
     State(state): State<AppState>,
     Admin(caller): Admin,
@@ -95,7 +105,12 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(row.into())))
 }
 
-#[utoipa::path(get, path = "/workspaces", responses((status = 200, body = Vec<WorkspaceView>)))]
+/// List workspaces
+///
+/// Every workspace for an operator token; a workspace token's own otherwise.
+#[utoipa::path(get, path = "/workspaces", operation_id = "listWorkspaces",
+    responses((status = 200, description = "The workspaces the token reaches, oldest first.", body = Vec<WorkspaceView>),
+              (status = 401, response = Unauthorized)))]
 pub async fn list(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -108,8 +123,12 @@ pub async fn list(
     Ok(Json(rows.into_iter().map(Into::into).collect()))
 }
 
-#[utoipa::path(get, path = "/workspaces/{workspace_id}",
-    responses((status = 200, body = WorkspaceView), (status = 404, body = crate::error::ErrorBody)))]
+/// Get a workspace
+#[utoipa::path(get, path = "/workspaces/{workspace_id}", operation_id = "getWorkspace",
+    params(WorkspacePath),
+    responses((status = 200, description = "The workspace.", body = WorkspaceView),
+              (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
+              (status = 404, description = "No such workspace reachable with this token.", body = ErrorBody)))]
 pub async fn get(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -122,8 +141,16 @@ pub async fn get(
     ))
 }
 
-#[utoipa::path(post, path = "/workspaces/{workspace_id}/purge",
-    responses((status = 202, body = WorkspaceView), (status = 409, body = crate::error::ErrorBody)))]
+/// Purge a workspace
+///
+/// Marks it purging and announces the purge; its mirrored data is erased asynchronously.
+#[utoipa::path(post, path = "/workspaces/{workspace_id}/purge", operation_id = "purgeWorkspace",
+    params(WorkspacePath),
+    responses((status = 202, description = "The purge started; the workspace is purging.", body = WorkspaceView),
+              (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
+              (status = 403, response = Forbidden),
+              (status = 404, description = "No such workspace reachable with this token.", body = ErrorBody),
+              (status = 409, description = "The workspace is already purging or purged (`already_purging`).", body = ErrorBody)))]
 pub async fn purge(
     State(state): State<AppState>,
     Admin(caller): Admin,

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use sqlx::PgPool;
 
 use super::payload::Repository;
-use super::{Outcome, Readers, Webhook, WebhookError, monitored_repository, parse};
+use super::{Outcome, Readers, Webhook, WebhookError, monitored_repository};
 use crate::check_runs::{self, Applied};
 use crate::source::RepoRef;
 
@@ -25,14 +25,14 @@ struct CheckSuite {
 }
 
 #[derive(Debug, Deserialize)]
-struct CheckSuiteEvent {
+pub struct CheckSuiteEvent {
     action: String,
     check_suite: CheckSuite,
     repository: Repository,
 }
 
 #[derive(Debug, Deserialize)]
-struct StatusEvent {
+pub struct StatusEvent {
     sha: String,
     state: String,
     repository: Repository,
@@ -43,8 +43,8 @@ pub async fn check_suite(
     pool: &PgPool,
     readers: &Readers,
     hook: &Webhook<'_>,
+    event: CheckSuiteEvent,
 ) -> Result<Outcome, WebhookError> {
-    let event: CheckSuiteEvent = parse(hook)?;
     // A suite is read when it completes, whatever it concluded.
     if event.action != "completed" {
         return Ok(Outcome::Ignored);
@@ -66,8 +66,8 @@ pub async fn status(
     pool: &PgPool,
     readers: &Readers,
     hook: &Webhook<'_>,
+    event: StatusEvent,
 ) -> Result<Outcome, WebhookError> {
-    let event: StatusEvent = parse(hook)?;
     // A commit status is read when it ends; a pending one says nothing new.
     if !matches!(event.state.as_str(), "success" | "failure" | "error") {
         return Ok(Outcome::Ignored);

@@ -10,10 +10,11 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::payload::{self, Repository};
-use super::{Outcome, Webhook, WebhookError, misfiled, monitored_repository, parse};
+use super::{Outcome, Webhook, WebhookError, misfiled, monitored_repository};
+use crate::mirror::VENDOR;
 
 #[derive(Debug, Deserialize)]
-struct IssueCommentEvent {
+pub struct IssueCommentEvent {
     action: String,
     repository: Repository,
     issue: payload::Issue,
@@ -38,17 +39,20 @@ async fn parent(
         .bind(issue.number)
         .fetch_optional(&mut *txn)
         .await?;
-        return Ok(row.map(|id| Item::pull_request(id, repository_id)));
+        return Ok(row.map(|id| Item::pull_request(VENDOR, id, repository_id)));
     }
     let node = issue.node();
-    let counts = Counts::reported(node.comment_count);
+    let counts = Counts::reported(node.fields.comment_count);
     let id = items::lock_or_stub(txn, repository_id, &node, counts).await?;
-    Ok(Some(Item::issue(id, repository_id)))
+    Ok(Some(Item::issue(VENDOR, id, repository_id)))
 }
 
 /// Handles an `issue_comment` delivery.
-pub async fn issue_comment(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, WebhookError> {
-    let event: IssueCommentEvent = parse(hook)?;
+pub async fn issue_comment(
+    pool: &PgPool,
+    hook: &Webhook<'_>,
+    event: IssueCommentEvent,
+) -> Result<Outcome, WebhookError> {
     let Some(action) = CommentAction::parse(&event.action) else {
         return Ok(Outcome::Ignored);
     };
@@ -80,15 +84,9 @@ pub async fn issue_comment(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome,
         );
         return Ok(Outcome::Ignored);
     };
-    let c = &event.comment;
     let comment = Comment {
         parent: item,
-        native_id: c.id,
-        node_id: &c.node_id,
-        author: c.user.as_ref().map(|u| u.login.as_str()),
-        body: c.body.as_deref(),
-        created_at: c.created_at,
-        updated_at: c.updated_at,
+        fields: event.comment.fields(),
     };
     let version = event.issue.updated_at;
     let deleted_at = super::micros(hook.received_at);

@@ -17,10 +17,10 @@
 use scm_mirror::monitors;
 use serde::Deserialize;
 use sqlx::PgPool;
-use store::admission::{self, Scope};
+use store::admission::Scope;
 use uuid::Uuid;
 
-use super::{Outcome, Readers, Webhook, WebhookError, parse, record_activity};
+use super::{Outcome, Readers, Webhook, WebhookError, record_activity};
 use crate::source::RepoRef;
 
 #[derive(Debug, Deserialize)]
@@ -47,7 +47,7 @@ impl ListedRepository {
 }
 
 #[derive(Debug, Deserialize)]
-struct InstallationEvent {
+pub struct InstallationEvent {
     action: String,
     installation: Installation,
     #[serde(default)]
@@ -55,7 +55,7 @@ struct InstallationEvent {
 }
 
 #[derive(Debug, Deserialize)]
-struct InstallationRepositoriesEvent {
+pub struct InstallationRepositoriesEvent {
     action: String,
     installation: Installation,
     #[serde(default)]
@@ -77,13 +77,9 @@ async fn admitted(
     hook: &Webhook<'_>,
     installation_id: i64,
 ) -> Result<Installed, WebhookError> {
-    let admitted = admission::admit(
-        &mut *conn,
-        &hook.origin,
-        Scope::GithubInstallation { installation_id },
-    )
-    .await?
-    .map_err(WebhookError::OutOfScope)?;
+    let admitted = hook
+        .admit(&mut *conn, Scope::GithubInstallation { installation_id })
+        .await?;
     Ok(Installed {
         connection_id: admitted.connection_id,
         workspace_id: admitted.workspace_id,
@@ -143,8 +139,8 @@ pub async fn installation(
     pool: &PgPool,
     readers: &Readers,
     hook: &Webhook<'_>,
+    event: InstallationEvent,
 ) -> Result<Outcome, WebhookError> {
-    let event: InstallationEvent = parse(hook)?;
     let action = event.action.as_str();
     metrics::counter!("github_installation_events_total", "action" => action.to_owned())
         .increment(1);
@@ -192,8 +188,8 @@ pub async fn installation_repositories(
     pool: &PgPool,
     readers: &Readers,
     hook: &Webhook<'_>,
+    event: InstallationRepositoriesEvent,
 ) -> Result<Outcome, WebhookError> {
-    let event: InstallationRepositoriesEvent = parse(hook)?;
     let action = event.action.as_str();
     if !matches!(action, "added" | "removed") {
         return Ok(Outcome::Ignored);

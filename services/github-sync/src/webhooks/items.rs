@@ -12,17 +12,18 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::payload::{self, Repository};
-use super::{Outcome, Webhook, WebhookError, misfiled, monitored_repository, parse, reviewers};
+use super::{Outcome, Webhook, WebhookError, misfiled, monitored_repository, reviewers};
+use crate::mirror::VENDOR;
 
 #[derive(Debug, Deserialize)]
-struct IssuesEvent {
+pub struct IssuesEvent {
     action: String,
     repository: Repository,
     issue: payload::Issue,
 }
 
 #[derive(Debug, Deserialize)]
-struct PullRequestEvent {
+pub struct PullRequestEvent {
     action: String,
     repository: Repository,
     pull_request: payload::PullRequest,
@@ -40,12 +41,16 @@ fn publishes<S: PartialEq>(freshness: Freshness, stored: &S, payload: &S) -> boo
 }
 
 /// Handles an `issues` delivery.
-pub async fn issues(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, WebhookError> {
-    let event: IssuesEvent = parse(hook)?;
+pub async fn issues(
+    pool: &PgPool,
+    hook: &Webhook<'_>,
+    event: IssuesEvent,
+) -> Result<Outcome, WebhookError> {
     let node = event.issue.node();
+    let f = &node.fields;
     let mut txn = pool.begin().await?;
     let repository_id = monitored_repository(&mut txn, hook, &event.repository).await?;
-    let counts = Counts::reported(node.comment_count);
+    let counts = Counts::reported(f.comment_count);
     let (step, prior) = match write_item(&mut txn, hook, repository_id, &node, counts, None).await?
     {
         Ok(written) => written,
@@ -54,42 +59,43 @@ pub async fn issues(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, Webhoo
     let freshness = step.freshness;
     let stored_state = match (freshness, &prior) {
         (Freshness::Stale, Some(prior)) => &prior.state,
-        _ => &node.state,
+        _ => &f.state,
     };
     let change = match event.action.as_str() {
         "opened" => Some(LifecycleChange::Opened {
-            created_at: node.created_at,
+            created_at: f.created_at,
         }),
-        "closed" => node
+        "closed" => f
             .closed_at
-            .filter(|_| publishes(freshness, stored_state, &node.state))
+            .filter(|_| publishes(freshness, stored_state, &f.state))
             .map(|closed_at| LifecycleChange::Close { closed_at }),
-        "reopened" => {
-            publishes(freshness, stored_state, &node.state).then_some(LifecycleChange::Reopen {
-                at: node.updated_at,
-            })
-        }
+        "reopened" => publishes(freshness, stored_state, &f.state)
+            .then_some(LifecycleChange::Reopen { at: f.updated_at }),
         _ => None,
     };
-    let item = Item::issue(step.id, repository_id);
-    finish(txn, &item, change, node.updated_at, freshness).await
+    let item = Item::issue(VENDOR, step.id, repository_id);
+    finish(txn, &item, change, f.updated_at, freshness).await
 }
 
 /// Handles a `pull_request` delivery.
-pub async fn pull_request(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, WebhookError> {
-    let event: PullRequestEvent = parse(hook)?;
+pub async fn pull_request(
+    pool: &PgPool,
+    hook: &Webhook<'_>,
+    event: PullRequestEvent,
+) -> Result<Outcome, WebhookError> {
     let node = event.pull_request.node();
+    let f = &node.fields;
     let mut txn = pool.begin().await?;
     let repository_id = monitored_repository(&mut txn, hook, &event.repository).await?;
     let push = match (event.action.as_str(), &event.before, &event.after) {
         ("synchronize", Some(before), Some(after)) => Some(Push {
             before: before.clone(),
             after: after.clone(),
-            at: node.updated_at,
+            at: f.updated_at,
         }),
         _ => None,
     };
-    let counts = Counts::reported(node.comment_count);
+    let counts = Counts::reported(f.comment_count);
     let written = write_item(&mut txn, hook, repository_id, &node, counts, push.as_ref());
     let (step, prior) = match written.await? {
         Ok(written) => written,
@@ -99,16 +105,16 @@ pub async fn pull_request(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, 
     let (stored_state, stored_draft) = match (freshness, &prior) {
         (Freshness::Stale, Some(prior)) => (&prior.state, prior.draft),
         _ => (
-            &node.state,
+            &f.state,
             node.draft.or(prior.as_ref().and_then(|p| p.draft)),
         ),
     };
     // Reviewer lists are dated by receipt, not by updated_at: applied even from a stale payload.
     reviewers::apply_payload(&mut txn, step.id, hook.received_at, &event.pull_request).await?;
-    let at = node.updated_at;
+    let at = f.updated_at;
     let change = match event.action.as_str() {
         "opened" => Some(LifecycleChange::Opened {
-            created_at: node.created_at,
+            created_at: f.created_at,
         }),
         // A push is the move from one head to the next, recorded even when it cannot move the
         // stored head (an older push keeps its own event).
@@ -120,19 +126,20 @@ pub async fn pull_request(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, 
             .then_some(LifecycleChange::Ready { at }),
         "converted_to_draft" => publishes(freshness, &stored_draft, &Some(true))
             .then_some(LifecycleChange::Draft { at }),
-        "reopened" => publishes(freshness, stored_state, &node.state)
-            .then_some(LifecycleChange::Reopen { at }),
+        "reopened" => {
+            publishes(freshness, stored_state, &f.state).then_some(LifecycleChange::Reopen { at })
+        }
         // A merge is final: it records whenever it is reported (the key absorbs repeats).
-        "closed" if node.state == "merged" => node
+        "closed" if f.state == "merged" => node
             .merged_at
             .map(|merged_at| LifecycleChange::Merge { merged_at }),
-        "closed" => node
+        "closed" => f
             .closed_at
-            .filter(|_| publishes(freshness, stored_state, &node.state))
+            .filter(|_| publishes(freshness, stored_state, &f.state))
             .map(|closed_at| LifecycleChange::Close { closed_at }),
         _ => None,
     };
-    let item = Item::pull_request(step.id, repository_id);
+    let item = Item::pull_request(VENDOR, step.id, repository_id);
     finish(txn, &item, change, at, freshness).await
 }
 

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use sqlx::{AssertSqlSafe, PgConnection};
 use uuid::Uuid;
 
-use store::admission::{self, Scope};
+use store::admission::Scope;
 
 use super::{Outcome, Webhook, WebhookError};
 use scm_mirror::items::ItemClass;
@@ -116,13 +116,8 @@ pub async fn refile_admitted(
     .await?;
     for (holder,) in holders {
         // Moving work out of a repository writes to it: admission applies to it as well.
-        admission::admit(
-            &mut *txn,
-            &hook.origin,
-            Scope::GithubRepository { native_id: holder },
-        )
-        .await?
-        .map_err(WebhookError::OutOfScope)?;
+        hook.admit(&mut *txn, Scope::GithubRepository { native_id: holder })
+            .await?;
     }
     Ok(refile(
         txn,

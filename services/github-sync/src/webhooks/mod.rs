@@ -1,7 +1,9 @@
-//! GitHub webhooks, consumed from JetStream after ingress stored them. One handler reads each
-//! delivery's body, resolves the connection's GitHub instance and dispatches by event; every
-//! writer locks the rows it compares, so a redelivered, late or reordered payload only ever moves
-//! the mirror forward. Events nobody handles are acknowledged and counted, never an error.
+//! GitHub webhooks, consumed from JetStream after ingress stored them through the shared front
+//! half (`sync_engine::webhook`), which reads each delivery's body and resolves the connection's
+//! GitHub instance. [`GithubWebhooks`] decodes a payload by event and dispatches it; every writer
+//! admits the delivery for the repository it names and locks the rows it compares, so a
+//! redelivered, late or reordered payload only ever moves the mirror forward. Events nobody
+//! handles are acknowledged and counted, never an error.
 
 pub mod checks;
 pub mod comments;
@@ -16,81 +18,17 @@ pub mod reviews;
 
 use std::sync::Arc;
 
-use bus::consumer::{Delivery, Handler, HandlerError, Settle, headers};
-use bus::contracts::WebhookDelivery;
 use sea_orm::{DatabaseConnection, EntityTrait};
 use sqlx::PgPool;
-use store::admission::{self, Origin, Refusal, Scope};
-use store::entity::{ConnectionStatus, connection};
+use store::admission::Scope;
+use store::entity::{ConnectionKind, ConnectionStatus, connection};
+use sync_engine::webhook::{Outcome, Webhook, WebhookApply, WebhookError, parse};
 use uuid::Uuid;
 
 use crate::{GithubSource, SourceFactory};
 
-/// What handling a delivery came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// The mirror changed (or an event was recorded).
-    Applied,
-    /// Older than the mirror, or already there: nothing changed.
-    Unchanged,
-    /// Not for us: an event or action we do not act on.
-    Ignored,
-}
-
-impl Outcome {
-    /// `Applied` when the delivery changed the mirror or recorded an event, else `Unchanged`.
-    pub fn of_change(changed: bool) -> Self {
-        if changed {
-            Outcome::Applied
-        } else {
-            Outcome::Unchanged
-        }
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Applied => "applied",
-            Outcome::Unchanged => "unchanged",
-            Outcome::Ignored => "ignored",
-        }
-    }
-}
-
-/// Why a delivery was not handled.
-#[derive(Debug, thiserror::Error)]
-pub enum WebhookError {
-    /// Can never succeed (malformed payload, missing routing header): recorded dead.
-    #[error("{0}")]
-    Invalid(String),
-    /// May succeed later (database unavailable): redelivered with backoff.
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
-    /// The same, through sea-orm.
-    #[error("database: {0}")]
-    Store(#[from] sea_orm::DbErr),
-    /// Outside what the delivering connection verifiably covers: acknowledged, counted, and
-    /// nothing written.
-    #[error("out of scope: {0}")]
-    OutOfScope(Refusal),
-}
-
-/// The delivery as handlers see it.
-pub struct Webhook<'a> {
-    /// `X-GitHub-Event`.
-    pub event: &'a str,
-    pub body: &'a [u8],
-    /// The connection whose endpoint received it.
-    pub connection_id: Uuid,
-    /// That connection and ingress's record of the delivery: what admission decides on.
-    pub origin: Origin,
-    /// The GitHub instance of that connection.
-    pub provider_instance_id: Uuid,
-    /// When JetStream stored it (the NATS server's clock): the date of dated snapshots.
-    pub received_at: time::OffsetDateTime,
-}
-
-/// Consumes `github.>` deliveries for github-sync.
-pub struct WebhookHandler {
+/// github-sync's [`WebhookApply`]: GitHub's events by name, each to its writer.
+pub struct GithubWebhooks {
     pub pool: PgPool,
     /// Reads GitHub for a delivery that needs more than its payload (a head's check runs).
     pub readers: Readers,
@@ -129,129 +67,60 @@ impl Readers {
     }
 }
 
-/// The delivery's body: inline, or by reference to the stored raw body (`None`: erased).
-async fn body(
-    pool: &PgPool,
-    message: WebhookDelivery,
-    delivery: &Delivery,
-) -> Result<Option<Vec<u8>>, WebhookError> {
-    let Some(reference) = delivery.header(store::headers::BODY_REF) else {
-        return Ok(Some(message.body));
-    };
-    let message_id = message
-        .body_ref
-        .ok_or_else(|| WebhookError::Invalid(format!("malformed body reference {reference:?}")))?;
-    Ok(store::inbound::stored_body(pool, message_id).await?)
+/// A GitHub payload decoded for its event.
+pub enum Event {
+    Repository(repository::RepositoryEvent),
+    Installation(installation::InstallationEvent),
+    InstallationRepositories(installation::InstallationRepositoriesEvent),
+    Issues(items::IssuesEvent),
+    PullRequest(items::PullRequestEvent),
+    CheckSuite(checks::CheckSuiteEvent),
+    Status(checks::StatusEvent),
+    IssueComment(comments::IssueCommentEvent),
+    Review(reviews::ReviewEvent),
+    ReviewComment(reviews::ReviewCommentEvent),
+    ReviewThread(reviews::ThreadEvent),
 }
 
-async fn provider_instance(
-    pool: &PgPool,
-    connection_id: Uuid,
-) -> Result<Option<Uuid>, sqlx::Error> {
-    let row: Option<(Uuid,)> = sqlx::query_as(
-        "SELECT provider_instance_id FROM connection WHERE id = $1 AND kind = 'github'",
-    )
-    .bind(connection_id)
-    .fetch_optional(pool)
-    .await?;
-    Ok(row.map(|(id,)| id))
-}
+impl WebhookApply for GithubWebhooks {
+    const KIND: ConnectionKind = ConnectionKind::Github;
+    type Payload = Event;
 
-impl WebhookHandler {
-    async fn dispatch(
-        &self,
-        message: WebhookDelivery,
-        delivery: &Delivery,
-        event: &str,
-    ) -> Result<Outcome, WebhookError> {
-        let connection_header = message.connection_id;
-        let delivery_id = message.delivery_id;
-        let Some(body) = body(&self.pool, message, delivery).await? else {
-            return Err(WebhookError::Invalid(
-                "the delivery's body is no longer stored".into(),
-            ));
-        };
-        let connection_id = connection_header
-            .ok_or_else(|| WebhookError::Invalid("no connection header".into()))?;
-        let Some(provider_instance_id) = provider_instance(&self.pool, connection_id).await? else {
-            // The connection is gone (erased): nothing of it may be written.
-            return Ok(Outcome::Ignored);
-        };
-        let hook = Webhook {
-            event,
-            body: &body,
-            connection_id,
-            origin: Origin {
-                connection_id,
-                delivery_id,
-            },
-            provider_instance_id,
-            received_at: delivery.stored_at(),
-        };
-        match event {
-            "repository" => repository::handle(&self.pool, &self.readers, &hook).await,
-            "installation" => installation::installation(&self.pool, &self.readers, &hook).await,
-            "installation_repositories" => {
-                installation::installation_repositories(&self.pool, &self.readers, &hook).await
-            }
-            "issues" => items::issues(&self.pool, &hook).await,
-            "pull_request" => items::pull_request(&self.pool, &hook).await,
-            "check_suite" => checks::check_suite(&self.pool, &self.readers, &hook).await,
-            "status" => checks::status(&self.pool, &self.readers, &hook).await,
+    fn decode(&self, hook: &Webhook<'_>) -> Result<Option<Event>, WebhookError> {
+        Ok(Some(match hook.event {
+            "repository" => Event::Repository(parse(hook)?),
+            "installation" => Event::Installation(parse(hook)?),
+            "installation_repositories" => Event::InstallationRepositories(parse(hook)?),
+            "issues" => Event::Issues(parse(hook)?),
+            "pull_request" => Event::PullRequest(parse(hook)?),
+            "check_suite" => Event::CheckSuite(parse(hook)?),
+            "status" => Event::Status(parse(hook)?),
             // A run's end is read when its suite completes: the run alone says nothing of the rest.
-            "check_run" => Ok(Outcome::Ignored),
-            "issue_comment" => comments::issue_comment(&self.pool, &hook).await,
-            "pull_request_review" => reviews::review(&self.pool, &hook).await,
-            "pull_request_review_comment" => reviews::review_comment(&self.pool, &hook).await,
-            "pull_request_review_thread" => reviews::thread(&self.pool, &hook).await,
-            _ => Ok(Outcome::Ignored),
-        }
+            "check_run" => return Ok(None),
+            "issue_comment" => Event::IssueComment(parse(hook)?),
+            "pull_request_review" => Event::Review(parse(hook)?),
+            "pull_request_review_comment" => Event::ReviewComment(parse(hook)?),
+            "pull_request_review_thread" => Event::ReviewThread(parse(hook)?),
+            _ => return Ok(None),
+        }))
     }
-}
 
-impl Handler for WebhookHandler {
-    type Message = WebhookDelivery;
-
-    async fn handle(
-        &self,
-        message: WebhookDelivery,
-        delivery: &Delivery,
-    ) -> Result<Settle, HandlerError> {
-        let event = message.event.clone();
-        match self.dispatch(message, delivery, &event).await {
-            Ok(outcome) => {
-                metrics::counter!("github_webhooks_total", "event" => event.clone(), "outcome" => outcome.as_str())
-                    .increment(1);
-                tracing::debug!(%event, outcome = outcome.as_str(), "github webhook handled");
-                Ok(match outcome {
-                    Outcome::Applied => Settle::Applied("github webhook"),
-                    Outcome::Unchanged => Settle::Unchanged("github webhook"),
-                    Outcome::Ignored => Settle::Ignored("github webhook"),
-                })
+    async fn apply(&self, hook: &Webhook<'_>, event: Event) -> Result<Outcome, WebhookError> {
+        let (pool, readers) = (&self.pool, &self.readers);
+        match event {
+            Event::Repository(e) => repository::handle(pool, readers, hook, e).await,
+            Event::Installation(e) => installation::installation(pool, readers, hook, e).await,
+            Event::InstallationRepositories(e) => {
+                installation::installation_repositories(pool, readers, hook, e).await
             }
-            Err(WebhookError::Invalid(reason)) => {
-                metrics::counter!("github_webhooks_total", "event" => event, "outcome" => "invalid")
-                    .increment(1);
-                Err(HandlerError::Permanent(reason))
-            }
-            Err(WebhookError::OutOfScope(refusal)) => {
-                // Never retried: what the connection covers decides, and it was asked.
-                metrics::counter!("webhooks_rejected_total", "vendor" => "github", "reason" => "out_of_scope")
-                    .increment(1);
-                metrics::counter!("github_webhooks_total", "event" => event.clone(), "outcome" => "out_of_scope")
-                    .increment(1);
-                tracing::info!(
-                    %event,
-                    connection_id = delivery.header(headers::CONNECTION).unwrap_or_default(),
-                    delivery_id = delivery.header(headers::DELIVERY).unwrap_or_default(),
-                    reason = refusal.as_str(),
-                    "github webhook out of the connection's scope; acknowledged, nothing written"
-                );
-                Ok(Settle::Ignored("out of the connection's scope"))
-            }
-            Err(e @ (WebhookError::Database(_) | WebhookError::Store(_))) => {
-                Err(HandlerError::transient(e))
-            }
+            Event::Issues(e) => items::issues(pool, hook, e).await,
+            Event::PullRequest(e) => items::pull_request(pool, hook, e).await,
+            Event::CheckSuite(e) => checks::check_suite(pool, readers, hook, e).await,
+            Event::Status(e) => checks::status(pool, readers, hook, e).await,
+            Event::IssueComment(e) => comments::issue_comment(pool, hook, e).await,
+            Event::Review(e) => reviews::review(pool, hook, e).await,
+            Event::ReviewComment(e) => reviews::review_comment(pool, hook, e).await,
+            Event::ReviewThread(e) => reviews::thread(pool, hook, e).await,
         }
     }
 }
@@ -261,12 +130,6 @@ impl Handler for WebhookHandler {
 pub fn micros(at: time::OffsetDateTime) -> time::OffsetDateTime {
     let nanos = at.nanosecond();
     at.replace_nanosecond(nanos - nanos % 1_000).unwrap_or(at)
-}
-
-/// Parses a payload, or says which event it failed to be.
-pub fn parse<'a, T: serde::Deserialize<'a>>(hook: &Webhook<'a>) -> Result<T, WebhookError> {
-    serde_json::from_slice(hook.body)
-        .map_err(|e| WebhookError::Invalid(format!("malformed {} payload: {e}", hook.event)))
 }
 
 /// The mirrored repository a webhook is about, once the delivery is admitted for it: the
@@ -283,9 +146,7 @@ pub async fn monitored_repository(
         native_id: repository.id,
     };
     // Admission before anything is read or written for the repository.
-    admission::admit(&mut *conn, &hook.origin, scope)
-        .await?
-        .map_err(WebhookError::OutOfScope)?;
+    hook.admit(&mut *conn, scope).await?;
     let found: Option<(Uuid,)> = sqlx::query_as(
         "SELECT id FROM repository WHERE provider_instance_id = $1 AND native_id = $2",
     )
@@ -314,16 +175,5 @@ pub async fn record_activity(
     activity: &str,
     detail: serde_json::Value,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO connection_activity (id, connection_id, workspace_id, activity, detail)
-         VALUES ($1, $2, $3, $4, $5)",
-    )
-    .bind(Uuid::now_v7())
-    .bind(connection_id)
-    .bind(workspace_id)
-    .bind(activity)
-    .bind(sqlx::types::Json(detail))
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
+    store::activity::record(conn, connection_id, workspace_id, activity, detail).await
 }

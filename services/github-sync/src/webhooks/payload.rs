@@ -4,7 +4,8 @@
 use serde::Deserialize;
 use time::OffsetDateTime;
 
-use scm_mirror::items::{IssueNode, PullRequestNode};
+use scm_mirror::comments::CommentFields;
+use scm_mirror::items::{IssueNode, ItemFields, PullRequestNode};
 use scm_mirror::repository::RepoHeader;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -159,8 +160,9 @@ pub struct Review {
 /// of a `pull_request_review_thread`).
 #[derive(Debug, Clone, Deserialize)]
 pub struct ReviewComment {
-    pub id: i64,
-    pub node_id: String,
+    /// What it shares with a conversation comment.
+    #[serde(flatten)]
+    pub comment: Comment,
     #[serde(default)]
     pub pull_request_review_id: Option<i64>,
     #[serde(default)]
@@ -171,14 +173,6 @@ pub struct ReviewComment {
     pub line: Option<i32>,
     #[serde(default)]
     pub commit_id: Option<String>,
-    #[serde(default)]
-    pub user: Option<Account>,
-    #[serde(default)]
-    pub body: Option<String>,
-    #[serde(with = "time::serde::rfc3339")]
-    pub created_at: OffsetDateTime,
-    #[serde(with = "time::serde::rfc3339")]
-    pub updated_at: OffsetDateTime,
 }
 
 /// A review thread (`pull_request_review_thread`): GitHub names no resolution time.
@@ -195,23 +189,39 @@ fn lock_reason(reason: Option<&str>) -> Option<String> {
     reason.map(|r| r.replace(['-', ' '], "_").to_ascii_lowercase())
 }
 
+impl Comment {
+    /// The comment as the mirror stores it.
+    pub fn fields(&self) -> CommentFields<'_> {
+        CommentFields {
+            native_id: self.id,
+            node_id: &self.node_id,
+            author: self.user.as_ref().map(|u| u.login.as_str()),
+            body: self.body.as_deref(),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+}
+
 impl Issue {
     pub fn node(&self) -> IssueNode {
         IssueNode {
-            native_id: self.id,
-            node_id: self.node_id.clone(),
-            number: self.number,
-            title: self.title.clone(),
-            body: self.body.clone().unwrap_or_default(),
-            state: self.state.clone(),
+            fields: ItemFields {
+                native_id: self.id,
+                node_id: self.node_id.clone(),
+                number: self.number,
+                title: self.title.clone(),
+                body: self.body.clone().unwrap_or_default(),
+                state: self.state.clone(),
+                author: self.user.as_ref().map(|u| u.login.clone()),
+                locked: self.locked,
+                lock_reason: lock_reason(self.active_lock_reason.as_deref()),
+                comment_count: self.comments,
+                created_at: self.created_at,
+                updated_at: self.updated_at,
+                closed_at: self.closed_at,
+            },
             state_reason: self.state_reason.clone(),
-            author: self.user.as_ref().map(|u| u.login.clone()),
-            locked: self.locked,
-            lock_reason: lock_reason(self.active_lock_reason.as_deref()),
-            comment_count: self.comments,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-            closed_at: self.closed_at,
         }
     }
 }
@@ -224,25 +234,27 @@ impl PullRequest {
             (state, _) => state.to_owned(),
         };
         PullRequestNode {
-            native_id: self.id,
-            node_id: self.node_id.clone(),
-            number: self.number,
-            title: self.title.clone(),
-            body: self.body.clone().unwrap_or_default(),
-            state,
+            fields: ItemFields {
+                native_id: self.id,
+                node_id: self.node_id.clone(),
+                number: self.number,
+                title: self.title.clone(),
+                body: self.body.clone().unwrap_or_default(),
+                state,
+                author: self.user.as_ref().map(|u| u.login.clone()),
+                locked: self.locked,
+                lock_reason: lock_reason(self.active_lock_reason.as_deref()),
+                comment_count: self.comments,
+                created_at: self.created_at,
+                updated_at: self.updated_at,
+                closed_at: self.closed_at,
+            },
             draft: self.draft,
-            author: self.user.as_ref().map(|u| u.login.clone()),
-            locked: self.locked,
-            lock_reason: lock_reason(self.active_lock_reason.as_deref()),
-            comment_count: self.comments,
             // Webhooks carry no review count: unknown, the stored one stays.
             review_count: None,
             head_ref: Some(self.head.name.clone()),
             head_sha: Some(self.head.sha.clone()),
             base_ref: Some(self.base.name.clone()),
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-            closed_at: self.closed_at,
             merged_at: self.merged_at,
         }
     }

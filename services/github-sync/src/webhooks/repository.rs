@@ -13,14 +13,14 @@
 use scm_mirror::monitors;
 use serde::Deserialize;
 use sqlx::PgPool;
-use store::admission::{self, Admitted, Scope};
+use store::admission::{Admitted, Scope};
 
 use super::payload::Repository;
-use super::{Outcome, Readers, Webhook, WebhookError, parse, record_activity};
+use super::{Outcome, Readers, Webhook, WebhookError, record_activity};
 use crate::source::RepoRef;
 
 #[derive(Debug, Deserialize)]
-struct RepositoryEvent {
+pub struct RepositoryEvent {
     action: String,
     repository: Repository,
     #[serde(default)]
@@ -49,8 +49,8 @@ pub async fn handle(
     pool: &PgPool,
     readers: &Readers,
     hook: &Webhook<'_>,
+    event: RepositoryEvent,
 ) -> Result<Outcome, WebhookError> {
-    let event: RepositoryEvent = parse(hook)?;
     let repo = &event.repository;
     if !matches!(event.action.as_str(), "deleted" | "renamed" | "transferred") {
         return Ok(Outcome::Ignored);
@@ -58,9 +58,7 @@ pub async fn handle(
     let scope = Scope::GithubRepository { native_id: repo.id };
     let admitted = {
         let mut conn = pool.acquire().await?;
-        admission::admit(&mut conn, &hook.origin, scope)
-            .await?
-            .map_err(WebhookError::OutOfScope)?
+        hook.admit(&mut conn, scope).await?
     };
     match event.action.as_str() {
         "deleted" => {
@@ -75,9 +73,7 @@ pub async fn handle(
             }
             let mut txn = pool.begin().await?;
             // Still admitted now that GitHub answered (the connection is held until commit).
-            admission::admit(&mut txn, &hook.origin, scope)
-                .await?
-                .map_err(WebhookError::OutOfScope)?;
+            hook.admit(&mut txn, scope).await?;
             let done = delete(&mut txn, &admitted, repo.id).await?;
             record_activity(
                 &mut txn,
@@ -131,9 +127,7 @@ pub async fn handle(
                 .and_then(|c| c.repository.as_ref())
                 .map(|r| r.name.from.clone());
             let mut txn = pool.begin().await?;
-            admission::admit(&mut txn, &hook.origin, scope)
-                .await?
-                .map_err(WebhookError::OutOfScope)?;
+            hook.admit(&mut txn, scope).await?;
             // Rename within an owner: re-keyed now by native id (legacy monitors by the old name).
             let previous: Vec<(&str, &str)> = previous
                 .as_deref()

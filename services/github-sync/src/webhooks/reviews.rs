@@ -9,7 +9,7 @@ use lifecycle_core::forward::{
     Freshness, GithubReviewState, ReviewTransition, by_updated_at, github_review_state,
 };
 use lifecycle_core::source_key::LifecycleChange;
-use scm_mirror::comments::{self, CommentAction, CommentRow, ReviewComment, StoredComment};
+use scm_mirror::comments::{self, CommentAction, ReviewComment, StoredComment};
 use scm_mirror::events::{self, Item, Origin};
 use scm_mirror::items::{self, Counts};
 use scm_mirror::reviews::{Review, StoredThread, Thread};
@@ -18,10 +18,11 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::payload::{self, Account, Repository};
-use super::{Outcome, Webhook, WebhookError, micros, monitored_repository, parse, reviewers};
+use super::{Outcome, Webhook, WebhookError, micros, monitored_repository, reviewers};
+use crate::mirror::VENDOR;
 
 #[derive(Debug, Deserialize)]
-struct ReviewEvent {
+pub struct ReviewEvent {
     action: String,
     repository: Repository,
     pull_request: payload::PullRequest,
@@ -29,7 +30,7 @@ struct ReviewEvent {
 }
 
 #[derive(Debug, Deserialize)]
-struct ReviewCommentEvent {
+pub struct ReviewCommentEvent {
     action: String,
     repository: Repository,
     pull_request: payload::PullRequest,
@@ -37,7 +38,7 @@ struct ReviewCommentEvent {
 }
 
 #[derive(Debug, Deserialize)]
-struct ThreadEvent {
+pub struct ThreadEvent {
     action: String,
     repository: Repository,
     pull_request: payload::PullRequest,
@@ -57,10 +58,10 @@ async fn parent(
 ) -> Result<Item, WebhookError> {
     let repository_id = monitored_repository(txn, hook, repository).await?;
     let node = pr.node();
-    let counts = Counts::reported(node.comment_count);
+    let counts = Counts::reported(node.fields.comment_count);
     let id = items::lock_or_stub(txn, repository_id, &node, counts).await?;
     reviewers::apply_payload(txn, id, hook.received_at, pr).await?;
-    Ok(Item::pull_request(id, repository_id))
+    Ok(Item::pull_request(VENDOR, id, repository_id))
 }
 
 fn review_state(state: &str) -> Option<GithubReviewState> {
@@ -86,8 +87,11 @@ fn state_text(state: GithubReviewState) -> &'static str {
 }
 
 /// Handles a `pull_request_review` delivery.
-pub async fn review(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, WebhookError> {
-    let event: ReviewEvent = parse(hook)?;
+pub async fn review(
+    pool: &PgPool,
+    hook: &Webhook<'_>,
+    event: ReviewEvent,
+) -> Result<Outcome, WebhookError> {
     if !matches!(event.action.as_str(), "submitted" | "edited" | "dismissed") {
         return Ok(Outcome::Ignored);
     }
@@ -149,8 +153,11 @@ pub async fn review(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, Webhoo
 }
 
 /// Handles a `pull_request_review_comment` delivery.
-pub async fn review_comment(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, WebhookError> {
-    let event: ReviewCommentEvent = parse(hook)?;
+pub async fn review_comment(
+    pool: &PgPool,
+    hook: &Webhook<'_>,
+    event: ReviewCommentEvent,
+) -> Result<Outcome, WebhookError> {
     let Some(action) = CommentAction::parse(&event.action) else {
         return Ok(Outcome::Ignored);
     };
@@ -174,16 +181,11 @@ fn review_comment_row(
         pull_request_id,
         thread_id,
         review_native_id: c.pull_request_review_id,
-        native_id: c.id,
-        node_id: &c.node_id,
         in_reply_to: c.in_reply_to_id,
         path: c.path.as_deref(),
         line: c.line,
         commit_sha: c.commit_id.as_deref(),
-        author: c.user.as_ref().map(|u| u.login.as_str()),
-        body: c.body.as_deref(),
-        created_at: c.created_at,
-        updated_at: c.updated_at,
+        fields: c.comment.fields(),
     }
 }
 
@@ -196,8 +198,11 @@ fn review_comment_row(
 /// the duplicate window) finds the thread resolved and records nothing. The thread's latest
 /// comment date would make a resolve, unresolve, resolve without a new comment one key and lose
 /// the second resolution.
-pub async fn thread(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, WebhookError> {
-    let event: ThreadEvent = parse(hook)?;
+pub async fn thread(
+    pool: &PgPool,
+    hook: &Webhook<'_>,
+    event: ThreadEvent,
+) -> Result<Outcome, WebhookError> {
     let resolved = match event.action.as_str() {
         "resolved" => true,
         "unresolved" => false,
@@ -227,15 +232,15 @@ pub async fn thread(pool: &PgPool, hook: &Webhook<'_>) -> Result<Outcome, Webhoo
         resolved,
         received_at,
         resolved_by: event.sender.as_ref().map(|s| s.login.as_str()),
-        latest: t.comments.iter().map(|c| c.updated_at).max(),
+        latest: t.comments.iter().map(|c| c.comment.updated_at).max(),
     };
     let thread_id = thread.write(&mut txn).await?;
     // The thread's comments: forward-only like any review comment, and filed under the thread.
     for c in &t.comments {
         let comment = review_comment_row(item.id, c, Some(thread_id));
         let stored = comments::lock(&mut txn, &comment).await?;
-        if stored.freshness(c.updated_at) == Freshness::Apply {
-            comment.write(&mut txn).await?;
+        if stored.freshness(c.comment.updated_at) == Freshness::Apply {
+            comments::write(&mut txn, &comment).await?;
         } else if stored != StoredComment::Missing {
             comment.file_under(&mut txn, thread_id).await?;
         }

@@ -93,6 +93,7 @@ async fn ingress_stays_up_through_a_nats_outage_and_delivers_everything_once_it_
     let _nats = OwnNats::start(port)?;
     let bus = Bus::connect(
         &url,
+        None,
         h.env.bus.namespace().clone(),
         StreamSettings::default(),
     )

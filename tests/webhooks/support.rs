@@ -6,14 +6,12 @@ use std::time::Duration;
 
 use anyhow::Result;
 use control_api::Role;
+use forgesync_e2e::{APP_KEY, eventually, send_json};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 use testkit::{Running, TestEnv};
 use vendor_sim::github::webhook::Delivery;
 use vendor_sim::github::{GithubSim, Scenario, generate};
-
-const APP_KEY: &[u8] =
-    include_bytes!("../../../../crates/github-client/tests/fixtures/test-app-key.pem");
 
 /// The GitHub hook id the simulator's deliveries carry, and the endpoint's provider reference.
 pub const HOOK_ID: u64 = 1;
@@ -223,17 +221,8 @@ impl LiveStack {
 
     /// POSTs to control-api as an admin.
     pub async fn post(&self, path: &str, body: Value) -> Result<(u16, Value)> {
-        let res = self
-            .http
-            .post(format!("{}{path}", self.api))
-            .bearer_auth(&self.token)
-            .json(&body)
-            .send()
-            .await?;
-        Ok((
-            res.status().as_u16(),
-            res.json().await.unwrap_or(Value::Null),
-        ))
+        let url = format!("{}{path}", self.api);
+        send_json(self.http.post(url).bearer_auth(&self.token).json(&body)).await
     }
 
     /// Sends one delivery through ingress as GitHub does; returns the HTTP status.
@@ -272,23 +261,17 @@ impl LiveStack {
         job_type: &str,
         count: usize,
     ) -> Result<Vec<(String, Option<String>)>> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-        loop {
+        let pool = &self.pool;
+        eventually(&format!("{job_type} jobs did not finish"), || async move {
             let rows: Vec<(String, Option<String>)> = sqlx::query_as(
                 "SELECT status, error FROM sync_job WHERE job_type = $1 AND finished_at IS NOT NULL ORDER BY created_at",
             )
             .bind(job_type)
-            .fetch_all(&self.pool)
+            .fetch_all(pool)
             .await?;
-            if rows.len() >= count {
-                return Ok(rows);
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{job_type} jobs did not finish"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            Ok((rows.len() >= count).then_some(rows))
+        })
+        .await
     }
 
     /// The messages on `events.>` once at least `min` are there (or 5 s passed).

@@ -6,15 +6,13 @@ use std::time::Duration;
 
 use anyhow::Result;
 use control_api::Role;
+use forgesync_e2e::{APP_KEY, eventually, send_json};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 use testkit::TestEnv;
 use vendor_sim::github::{
     Fault, FaultKind, GithubSim, RateLimitBudget, RateLimitResource, Scenario, generate, ops,
 };
-
-const APP_KEY: &[u8] =
-    include_bytes!("../../../crates/github-client/tests/fixtures/test-app-key.pem");
 
 struct Stack {
     env: TestEnv,
@@ -99,17 +97,8 @@ impl Stack {
     }
 
     async fn post(&self, path: &str, body: Value) -> Result<(u16, Value)> {
-        let res = self
-            .http
-            .post(format!("{}{path}", self.api))
-            .bearer_auth(&self.token)
-            .json(&body)
-            .send()
-            .await?;
-        Ok((
-            res.status().as_u16(),
-            res.json().await.unwrap_or(Value::Null),
-        ))
+        let url = format!("{}{path}", self.api);
+        send_json(self.http.post(url).bearer_auth(&self.token).json(&body)).await
     }
 
     /// Waits for the connection's jobs of `job_type` to reach `count` finished ones.
@@ -118,23 +107,17 @@ impl Stack {
         job_type: &str,
         count: i64,
     ) -> Result<Vec<(String, Option<String>, i64)>> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-        loop {
+        let pool = &self.pool;
+        eventually(&format!("{job_type} job did not finish"), || async move {
             let rows: Vec<(String, Option<String>, i64)> = sqlx::query_as(
                 "SELECT status, error, progress_done FROM sync_job WHERE job_type = $1 AND finished_at IS NOT NULL ORDER BY created_at",
             )
             .bind(job_type)
-            .fetch_all(&self.pool)
+            .fetch_all(pool)
             .await?;
-            if rows.len() as i64 >= count {
-                return Ok(rows);
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{job_type} job did not finish"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            Ok((rows.len() as i64 >= count).then_some(rows))
+        })
+        .await
     }
 
     async fn count(&self, sql: &'static str) -> Result<i64> {

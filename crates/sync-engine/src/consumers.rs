@@ -1,30 +1,29 @@
-//! The bus side of github-sync: job messages run jobs, activation messages queue the INITIAL job,
-//! the reconcile schedule queues RECONCILIATION jobs. Each queued job and its `jobs.*` message
-//! commit together; a job is identified by its dedup key, so redeliveries queue nothing twice.
-
-use std::sync::Arc;
+//! The bus side of a sync service: job messages run jobs, activation messages queue the INITIAL
+//! job, schedules queue RECONCILIATION and BACKFILL jobs. Each queued job and its `jobs.*`
+//! message commit together; a job is identified by its dedup key, so redeliveries queue nothing
+//! twice.
 
 use bus::consumer::{Delivery, Handler, HandlerError, Settle};
 use bus::contracts::{JobQueued, LifecycleTransition};
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, TransactionTrait};
 use store::entity::{ConnectionKind, ConnectionStatus, JobTrigger, JobType, connection};
 
-use crate::SourceFactory;
+use crate::engine::Engine;
 use crate::jobs::JobOutcome;
-use crate::sync::Engine;
+use crate::vendor::Vendor;
 
-/// Runs `jobs.github.*` messages.
-pub struct JobHandler {
+/// Runs `jobs.<kind>.*` messages of one vendor.
+pub struct JobHandler<V: Vendor> {
     pub db: DatabaseConnection,
-    pub engine: Engine,
-    pub factory: Arc<dyn SourceFactory>,
+    pub engine: Engine<V>,
 }
 
-impl Handler for JobHandler {
+impl<V: Vendor> Handler for JobHandler<V> {
     type Message = JobQueued;
 
     async fn handle(&self, msg: JobQueued, _: &Delivery) -> Result<Settle, HandlerError> {
-        let job = match self.engine.jobs.claim(msg.job_id).await {
+        let jobs = &self.engine.jobs;
+        let job = match jobs.claim(msg.job_id).await {
             Ok(Some(job)) => job,
             // Finished, canceled, or held by a live replica: nothing to do.
             Ok(None) => return Ok(Settle::Ignored("job not claimable")),
@@ -36,7 +35,7 @@ impl Handler for JobHandler {
         {
             Ok(c) => c,
             Err(e) => {
-                let _ = self.engine.jobs.release(&job).await;
+                let _ = jobs.release(&job).await;
                 return Err(HandlerError::transient(format!("loading connection: {e}")));
             }
         };
@@ -49,26 +48,21 @@ impl Handler for JobHandler {
             _ => None,
         };
         if let Some(reason) = outcome_for_unusable {
-            let _ = self
-                .engine
-                .jobs
-                .finish(&job, &JobOutcome::Failed(reason), 0)
-                .await;
+            let _ = jobs.finish(&job, &JobOutcome::Failed(reason), 0).await;
             return Ok(Settle::Applied("job failed: connection unusable"));
         }
         let Some(conn) = conn else {
             return Ok(Settle::Ignored("no connection"));
         };
-        let source = match self.factory.source(&conn).await {
+        let source = match self.engine.vendor.source(&conn).await {
             Ok(s) => s,
             Err(e) => {
-                let reason = format!("cannot reach GitHub with this connection: {e:#}");
-                let _ = self
-                    .engine
-                    .jobs
-                    .finish(&job, &JobOutcome::Failed(reason), 0)
-                    .await;
-                return Ok(Settle::Applied("job failed: GitHub unreachable"));
+                let reason = format!(
+                    "cannot reach {} with this connection: {e:#}",
+                    V::KIND.jobs().vendor
+                );
+                let _ = jobs.finish(&job, &JobOutcome::Failed(reason), 0).await;
+                return Ok(Settle::Applied("job failed: vendor unreachable"));
             }
         };
         // The runner keeps the message ours while the job runs; a dead replica's comes back.
@@ -79,7 +73,7 @@ impl Handler for JobHandler {
         {
             Ok(_) => Ok(Settle::Applied("job ran")),
             Err(e) => {
-                let _ = self.engine.jobs.release(&job).await;
+                let _ = jobs.release(&job).await;
                 Err(HandlerError::transient(format!(
                     "job failed on the database: {e}"
                 )))
@@ -102,7 +96,7 @@ pub async fn queue_job(
     Ok(queued.is_some())
 }
 
-/// `lifecycle.github.*.activated`: the INITIAL job of that activation.
+/// `lifecycle.<kind>.*.activated`: the INITIAL job of that activation.
 pub struct LifecycleHandler {
     pub db: DatabaseConnection,
 }
@@ -143,15 +137,16 @@ impl Handler for LifecycleHandler {
     }
 }
 
-/// A schedule's run: one job of `job_type` per active GitHub connection per due instant (the
+/// A schedule's run: one job of `job_type` per active connection of `kind` per due instant (the
 /// dedup key makes a second replica or a retried run queue nothing more).
 pub async fn queue_scheduled(
     db: &DatabaseConnection,
+    kind: ConnectionKind,
     job_type: JobType,
     due_at: time::OffsetDateTime,
 ) -> anyhow::Result<usize> {
     let conns = connection::Entity::find()
-        .filter(connection::Column::Kind.eq(ConnectionKind::Github))
+        .filter(connection::Column::Kind.eq(kind))
         .filter(connection::Column::Status.eq(ConnectionStatus::Active))
         .all(db)
         .await?;

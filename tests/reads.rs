@@ -4,10 +4,9 @@
 //! syncs to bind that row. control-api, github-sync, the GitHub simulator over HTTP, real
 //! Postgres and NATS.
 
-use std::time::Duration;
-
 use anyhow::Result;
 use control_api::Role;
+use forgesync_e2e::{eventually, send_json};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 use testkit::TestEnv;
@@ -71,11 +70,7 @@ impl Stack {
             Some(body) => self.http.post(url).json(&body),
             None => self.http.get(url),
         };
-        let res = req.bearer_auth(token).send().await?;
-        Ok((
-            res.status().as_u16(),
-            res.json().await.unwrap_or(Value::Null),
-        ))
+        send_json(req.bearer_auth(token)).await
     }
 
     async fn workspace(&self, name: &str) -> Result<Uuid> {
@@ -145,24 +140,18 @@ impl Stack {
 
     /// The connection's finished jobs, once there are `count`: (status, error).
     async fn finished_jobs(&self, conn: Uuid, count: usize) -> Result<Vec<Job>> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-        loop {
+        let pool = &self.pool;
+        eventually("the connection's job did not finish", || async move {
             let rows: Vec<Job> = sqlx::query_as(
                 "SELECT status, error FROM sync_job
                   WHERE connection_id = $1 AND finished_at IS NOT NULL ORDER BY created_at",
             )
             .bind(conn)
-            .fetch_all(&self.pool)
+            .fetch_all(pool)
             .await?;
-            if rows.len() >= count {
-                return Ok(rows);
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the connection's job did not finish"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            Ok((rows.len() >= count).then_some(rows))
+        })
+        .await
     }
 
     /// The monitors of a connection: (owner/name, native id).

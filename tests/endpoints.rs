@@ -522,6 +522,11 @@ async fn an_oversize_rotation_window_is_422_and_changes_nothing() -> Result<()> 
         assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
         assert_eq!(body["error"], "rotation_window_too_long", "{body}");
     }
+    // A body over the size limit answers the API's JSON error, as the contract documents.
+    let huge = json!({ "secret": "x".repeat(2 * 1024 * 1024) });
+    let (st, body) = s.call(&path, &s.admin, huge).await?;
+    assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_eq!(body["error"], "payload_too_large", "{body}");
     assert_eq!(
         endpoints_of(&env, &ws).await?,
         before,

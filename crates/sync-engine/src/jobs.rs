@@ -1,11 +1,12 @@
 //! The `sync_job` row is the truth about a job: claimed with a lease so any number of replicas can
 //! run jobs and a dead replica's job is taken over after its lease; progress and cancellation are
-//! read and written through the same row.
+//! read and written through the same row. A replica claims only its vendor's jobs.
 
 use std::time::Duration;
 
 use lifecycle_core::job::SyncJobType;
 use sqlx::PgPool;
+use store::entity::ConnectionKind;
 use uuid::Uuid;
 
 /// A job this replica holds.
@@ -17,6 +18,26 @@ pub struct ClaimedJob {
     pub job_type: SyncJobType,
     /// Started by the schedule (rather than by an operator or a lifecycle event).
     pub scheduled: bool,
+}
+
+impl ClaimedJob {
+    /// Records connection activity of this job (its id joins the detail).
+    pub async fn record_activity<'e>(
+        &self,
+        executor: impl sqlx::PgExecutor<'e>,
+        activity: &str,
+        mut detail: serde_json::Value,
+    ) -> Result<(), sqlx::Error> {
+        detail["job_id"] = serde_json::json!(self.id);
+        store::activity::record(
+            executor,
+            self.connection_id,
+            self.workspace_id,
+            activity,
+            detail,
+        )
+        .await
+    }
 }
 
 /// What the job should do after a heartbeat.
@@ -37,17 +58,25 @@ pub enum JobOutcome {
     Canceled,
 }
 
-/// Claims, heartbeats and finishes jobs for one replica.
+/// Claims, heartbeats and finishes one vendor's jobs for one replica.
 #[derive(Clone)]
 pub struct Jobs {
+    kind: ConnectionKind,
     pool: PgPool,
     replica: String,
     lease: Duration,
 }
 
 impl Jobs {
-    pub fn new(pool: PgPool, replica: impl Into<String>, lease: Duration) -> Self {
+    /// Jobs of connections of `kind`, claimed as `replica` for `lease` at a time.
+    pub fn new(
+        kind: ConnectionKind,
+        pool: PgPool,
+        replica: impl Into<String>,
+        lease: Duration,
+    ) -> Self {
         Jobs {
+            kind,
             pool,
             replica: replica.into(),
             lease,
@@ -65,13 +94,14 @@ impl Jobs {
             "UPDATE sync_job SET status = 'running', claimed_by = $2,
                     lease_until = now() + make_interval(secs => $3),
                     started_at = coalesce(started_at, now()), updated_at = now()
-              WHERE id = $1 AND kind = 'github'
+              WHERE id = $1 AND kind = $4
                 AND (status = 'queued' OR (status = 'running' AND lease_until < now()))
           RETURNING id, connection_id, workspace_id, job_type, trigger",
         )
         .bind(job_id)
         .bind(&self.replica)
         .bind(self.lease_secs())
+        .bind(self.kind.as_str())
         .fetch_optional(&self.pool)
         .await?;
         Ok(

@@ -1,0 +1,489 @@
+//! One sync job over one connection: the vendor's scopes, then every class of every scope listed
+//! page by page through an `UpstreamListing`, each page written forward-only. Only a
+//! RECONCILIATION whose listing finished clean may tombstone, and only the candidates captured
+//! before it started (the deletion gate decides; the engine obeys). A manual BACKFILL repeats
+//! its pass, with backoff, until one pass lists everything, the job is canceled, or its pass
+//! budget is spent. Cancellation and the lease are checked before every page.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backon::BackoffBuilder as _;
+use lifecycle_core::deletion::{BlastRadius, SkipReason, SweepDecision, SweepPass};
+use lifecycle_core::job::SyncJobType;
+use lifecycle_core::listing::{ListingFault, NextStep, UpstreamListing};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::jobs::{ClaimedJob, JobControl, JobOutcome, Jobs};
+use crate::vendor::{Listed as _, PageCheck, Pass, ReadError as _, ReadStop, Vendor};
+
+/// Tunables of a pass.
+#[derive(Debug, Clone)]
+pub struct SyncSettings {
+    /// Nodes per page.
+    pub page_size: u32,
+    /// Pages per listing before it counts as truncated.
+    pub page_cap: u32,
+    pub blast_radius: BlastRadius,
+    /// A scheduled RECONCILIATION skips a scope completely reconciled this recently.
+    pub reconcile_cooldown: Duration,
+    pub backfill: BackfillPolicy,
+}
+
+/// How a manual BACKFILL repeats an incomplete pass.
+#[derive(Debug, Clone)]
+pub struct BackfillPolicy {
+    /// Passes a backfill may take; after the last incomplete one it fails with that pass's reason.
+    pub max_passes: u32,
+    /// Wait after the first incomplete pass; it doubles with every further one.
+    pub first_backoff: Duration,
+    /// The longest wait between two passes.
+    pub max_backoff: Duration,
+}
+
+impl Default for BackfillPolicy {
+    fn default() -> Self {
+        BackfillPolicy {
+            max_passes: 10,
+            first_backoff: Duration::from_secs(5),
+            max_backoff: Duration::from_secs(300),
+        }
+    }
+}
+
+impl Default for SyncSettings {
+    fn default() -> Self {
+        SyncSettings {
+            page_size: 100,
+            page_cap: 10_000,
+            blast_radius: BlastRadius::default(),
+            reconcile_cooldown: Duration::from_secs(12 * 3600),
+            backfill: BackfillPolicy::default(),
+        }
+    }
+}
+
+/// Runs one vendor's jobs; shared by every handler of a replica.
+pub struct Engine<V: Vendor> {
+    pub pool: PgPool,
+    pub jobs: Jobs,
+    pub settings: SyncSettings,
+    pub vendor: Arc<V>,
+}
+
+impl<V: Vendor> Clone for Engine<V> {
+    fn clone(&self) -> Self {
+        Engine {
+            pool: self.pool.clone(),
+            jobs: self.jobs.clone(),
+            settings: self.settings.clone(),
+            vendor: self.vendor.clone(),
+        }
+    }
+}
+
+/// How one pass over the scopes ended.
+#[derive(Debug)]
+enum PassEnd {
+    /// Every listing finished clean.
+    Complete,
+    /// A listing ended early for a reason another pass may not meet: a listing fault, or the
+    /// vendor failing (`failing`: the pass stopped there, and a single-pass job fails).
+    Incomplete { reason: String, failing: bool },
+    /// The job ends here, whatever its type: canceled, its lease lost, or its quota spent.
+    Final(JobOutcome),
+}
+
+impl PassEnd {
+    /// The outcome of a job that runs one pass.
+    fn single_pass_outcome(self) -> JobOutcome {
+        match self {
+            PassEnd::Complete | PassEnd::Incomplete { failing: false, .. } => JobOutcome::Succeeded,
+            PassEnd::Incomplete {
+                reason,
+                failing: true,
+            } => JobOutcome::Failed(reason),
+            PassEnd::Final(outcome) => outcome,
+        }
+    }
+
+    /// What a read failure means for the pass, or `None` when it only ends its own listing.
+    fn of_read_failure(stop: ReadStop) -> Option<PassEnd> {
+        match stop {
+            ReadStop::Listing => None,
+            ReadStop::Pass(reason) => Some(PassEnd::Incomplete {
+                reason,
+                failing: true,
+            }),
+            // Quota: another pass would only spend what is left of it.
+            ReadStop::Job(reason) => Some(PassEnd::Final(JobOutcome::Failed(reason))),
+        }
+    }
+
+    fn lost_lease() -> PassEnd {
+        PassEnd::Final(JobOutcome::Failed("lost the job's lease".into()))
+    }
+}
+
+/// How one class's listing of one scope ended.
+enum Listed {
+    Whole,
+    Partial(String),
+    /// Not listed by design (the vendor's page check refused the scope).
+    Skipped,
+}
+
+impl<V: Vendor> Engine<V> {
+    /// An engine for `vendor`, claiming its jobs as `replica` with leases of `lease`.
+    pub fn new(
+        vendor: Arc<V>,
+        pool: PgPool,
+        replica: impl Into<String>,
+        lease: Duration,
+        settings: SyncSettings,
+    ) -> Self {
+        Engine {
+            jobs: Jobs::new(V::KIND, pool.clone(), replica, lease),
+            pool,
+            settings,
+            vendor,
+        }
+    }
+
+    /// Runs a claimed job to its end and records the outcome on its row.
+    #[tracing::instrument(skip_all, fields(vendor = V::KIND.as_str(), job_id = %job.id, connection_id = %job.connection_id, workspace_id = %job.workspace_id, job_type = %job.job_type))]
+    pub async fn run(
+        &self,
+        job: &ClaimedJob,
+        provider_instance_id: Uuid,
+        source: V::Source,
+    ) -> Result<JobOutcome, sqlx::Error> {
+        let pass = Pass {
+            job,
+            provider_instance_id,
+        };
+        let (outcome, done) = if let Some(refusal) = V::KIND.jobs().refusal(job.job_type) {
+            // The vendor's declaration binds the engine as it binds the API.
+            (JobOutcome::Failed(refusal.to_string()), 0)
+        } else if job.job_type == SyncJobType::Backfill && !job.scheduled {
+            self.backfill_until_complete(&pass, &source).await?
+        } else {
+            let mut done: i64 = 0;
+            self.jobs.start_pass(job, 1).await?;
+            let end = self.walk(&pass, &source, &mut done).await?;
+            (end.single_pass_outcome(), done)
+        };
+        self.jobs.finish(job, &outcome, done).await?;
+        metrics::counter!("sync_jobs_total", "vendor" => V::KIND.as_str(), "type" => job.job_type.as_str(), "outcome" => match &outcome {
+            JobOutcome::Succeeded => "succeeded",
+            JobOutcome::Failed(_) => "failed",
+            JobOutcome::Canceled => "canceled",
+        })
+        .increment(1);
+        tracing::info!(?outcome, items = done, "sync job ended");
+        Ok(outcome)
+    }
+
+    /// A manual backfill: passes until one lists everything, the job is canceled or its quota is
+    /// spent, or the policy's passes run out. Returns the outcome and the last pass's items.
+    async fn backfill_until_complete(
+        &self,
+        pass: &Pass<'_>,
+        source: &V::Source,
+    ) -> Result<(JobOutcome, i64), sqlx::Error> {
+        let job = pass.job;
+        let policy = &self.settings.backfill;
+        let mut waits = backon::ExponentialBuilder::default()
+            .with_min_delay(policy.first_backoff)
+            .with_max_delay(policy.max_backoff)
+            .without_max_times()
+            .build();
+        let mut number = 0;
+        loop {
+            number += 1;
+            self.jobs.start_pass(job, number).await?;
+            let mut done: i64 = 0;
+            let end = self.walk(pass, source, &mut done).await?;
+            let reason = match end {
+                PassEnd::Complete => return Ok((JobOutcome::Succeeded, done)),
+                PassEnd::Final(outcome) => return Ok((outcome, done)),
+                PassEnd::Incomplete { reason, .. } => reason,
+            };
+            job.record_activity(
+                &self.pool,
+                "backfill_pass_incomplete",
+                serde_json::json!({ "pass": number, "items": done, "reason": reason }),
+            )
+            .await?;
+            if number >= i32::try_from(policy.max_passes.max(1)).unwrap_or(i32::MAX) {
+                return Ok((
+                    JobOutcome::Failed(format!(
+                        "backfill still incomplete after {number} passes: {reason}"
+                    )),
+                    done,
+                ));
+            }
+            let wait = waits.next().unwrap_or(policy.max_backoff);
+            tracing::info!(pass = number, ?wait, %reason, "backfill pass incomplete; another pass follows");
+            match self.wait_between_passes(job, done, wait).await? {
+                JobControl::Continue => {}
+                JobControl::Canceled => return Ok((JobOutcome::Canceled, done)),
+                JobControl::LostClaim => {
+                    return Ok((JobOutcome::Failed("lost the job's lease".into()), done));
+                }
+            }
+        }
+    }
+
+    /// Sleeps `wait`, heartbeating often enough to keep the lease and to stop soon after a cancel.
+    async fn wait_between_passes(
+        &self,
+        job: &ClaimedJob,
+        done: i64,
+        wait: Duration,
+    ) -> Result<JobControl, sqlx::Error> {
+        const TICK: Duration = Duration::from_millis(500);
+        let until = tokio::time::Instant::now() + wait;
+        loop {
+            let control = self.jobs.heartbeat(job, done, None).await?;
+            let now = tokio::time::Instant::now();
+            if control != JobControl::Continue || now >= until {
+                return Ok(control);
+            }
+            tokio::time::sleep(TICK.min(until - now)).await;
+        }
+    }
+
+    /// One pass over every scope the connection reaches.
+    async fn walk(
+        &self,
+        pass: &Pass<'_>,
+        source: &V::Source,
+        done: &mut i64,
+    ) -> Result<PassEnd, sqlx::Error> {
+        let job = pass.job;
+        let scopes = match self.vendor.scopes(pass, source).await? {
+            Ok(scopes) => scopes,
+            Err(e) => {
+                let reason = format!("listing {}: {e}", V::SCOPES);
+                return Ok(match e.stops() {
+                    ReadStop::Job(_) => PassEnd::Final(JobOutcome::Failed(reason)),
+                    _ => PassEnd::Incomplete {
+                        reason,
+                        failing: true,
+                    },
+                });
+            }
+        };
+        let reconciling = job.job_type == SyncJobType::Reconciliation;
+        let mut first_gap: Option<String> = None;
+        for mut scope in scopes.scopes {
+            self.vendor.before_scope(pass, source, &mut scope).await?;
+            if reconciling
+                && job.scheduled
+                && self
+                    .vendor
+                    .reconciled_within(pass, &scope, self.settings.reconcile_cooldown)
+                    .await?
+            {
+                tracing::info!(scope = %scope, "reconciled recently; the scheduled pass skips it");
+                continue;
+            }
+            let mut complete = true;
+            for &class in V::CLASSES {
+                let (stop, listed) = self
+                    .sync_class(pass, &mut scope, class, source, done)
+                    .await?;
+                match listed {
+                    Listed::Whole => {}
+                    Listed::Partial(reason) => {
+                        complete = false;
+                        first_gap.get_or_insert_with(|| {
+                            format!("{scope} {}: {reason}", V::class_name(class))
+                        });
+                    }
+                    Listed::Skipped => complete = false,
+                }
+                if let Some(end) = stop {
+                    return Ok(end);
+                }
+            }
+            if reconciling && complete {
+                self.vendor.mark_reconciled(pass, &scope).await?;
+            }
+        }
+        // A monitored scope the credentials cannot reach is a failure, never a quiet skip.
+        if let Some(reason) = scopes.unresolved {
+            return Ok(PassEnd::Incomplete {
+                reason,
+                failing: true,
+            });
+        }
+        Ok(match first_gap {
+            None => PassEnd::Complete,
+            Some(reason) => PassEnd::Incomplete {
+                reason,
+                failing: false,
+            },
+        })
+    }
+
+    /// Lists one class of one scope, writing each page, then applies the deletion gate.
+    #[tracing::instrument(skip_all, fields(scope = %scope, class = V::class_name(class)))]
+    async fn sync_class(
+        &self,
+        pass: &Pass<'_>,
+        scope: &mut V::Scope,
+        class: V::Class,
+        source: &V::Source,
+        done: &mut i64,
+    ) -> Result<(Option<PassEnd>, Listed), sqlx::Error> {
+        let job = pass.job;
+        // Deletion gate: candidates are the live rows before the listing starts.
+        let candidates = if job.job_type == SyncJobType::Reconciliation {
+            self.vendor.live_ids(pass, scope, class).await?
+        } else {
+            Vec::new()
+        };
+        let sweep = SweepPass::capture(job.job_type, candidates);
+        let mut listing =
+            UpstreamListing::with_total_count(self.settings.page_cap, V::total_count(class));
+        let mut after: Option<String> = None;
+        let mut stop: Option<PassEnd> = None;
+        loop {
+            // Cancel and lease checks per page.
+            match self.jobs.heartbeat(job, *done, None).await? {
+                JobControl::Continue => {}
+                JobControl::Canceled => {
+                    listing.record_fault(ListingFault::Cancelled);
+                    stop = Some(PassEnd::Final(JobOutcome::Canceled));
+                    break;
+                }
+                JobControl::LostClaim => {
+                    // Another replica holds the job now: write nothing more.
+                    return Ok((
+                        Some(PassEnd::lost_lease()),
+                        Listed::Partial("lost the job's lease".into()),
+                    ));
+                }
+            }
+            let page = match self
+                .vendor
+                .read_page(
+                    source,
+                    scope,
+                    class,
+                    after.as_deref(),
+                    self.settings.page_size,
+                )
+                .await
+            {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::warn!(error = %e, "page read failed; the listing is incomplete");
+                    listing.record_fault(e.fault());
+                    // Whatever stops every later read too ends the pass or the job; a
+                    // scope-level failure only ends this listing.
+                    stop = PassEnd::of_read_failure(e.stops());
+                    break;
+                }
+            };
+            if self.vendor.check_page(pass, scope, &page).await? == PageCheck::SkipScope {
+                return Ok((None, Listed::Skipped));
+            }
+            let applied = self.vendor.write_page(pass, scope, class, &page).await?;
+            let read = page.listing();
+            *done += read.ids.len() as i64;
+            metrics::counter!("sync_items_total", "vendor" => V::KIND.as_str(), "class" => V::class_name(class))
+                .increment(applied);
+            if page.errored() {
+                // Fail-closed: a vendor error anywhere leaves the listing incomplete.
+                listing.record_fault(ListingFault::GraphQlError);
+            }
+            match listing.accept_page(read) {
+                NextStep::FetchAfter(cursor) => after = Some(cursor),
+                NextStep::Finished => break,
+                NextStep::Stopped(reason) => {
+                    tracing::warn!(%reason, "listing stopped; nothing will be inferred from it");
+                    break;
+                }
+            }
+        }
+        let finished = listing.finish();
+        let listed = match &finished {
+            Ok(_) => Listed::Whole,
+            Err(reason) => Listed::Partial(reason.to_string()),
+        };
+        let decision = sweep.decide(finished, &self.settings.blast_radius);
+        self.apply_decision(pass, scope, class, decision).await?;
+        Ok((stop, listed))
+    }
+
+    /// Carries out the deletion gate's decision and records it as connection activity.
+    async fn apply_decision(
+        &self,
+        pass: &Pass<'_>,
+        scope: &V::Scope,
+        class: V::Class,
+        decision: SweepDecision<V::Id>,
+    ) -> Result<(), sqlx::Error> {
+        let job = pass.job;
+        let detail = |fields: serde_json::Value| {
+            let mut detail = serde_json::Map::new();
+            detail.insert("class".into(), V::class_name(class).into());
+            detail.extend(self.vendor.scope_detail(scope));
+            if let serde_json::Value::Object(fields) = fields {
+                detail.extend(fields);
+            }
+            serde_json::Value::Object(detail)
+        };
+        match decision {
+            SweepDecision::Tombstone(plan) => {
+                if plan.ids().is_empty() {
+                    return Ok(());
+                }
+                let n = self.vendor.tombstone(pass, scope, class, &plan).await?;
+                tracing::info!(
+                    tombstoned = n,
+                    "reconcile tombstoned items missing upstream"
+                );
+                job.record_activity(
+                    &self.pool,
+                    "tombstoned",
+                    detail(serde_json::json!({ "count": n })),
+                )
+                .await?;
+            }
+            SweepDecision::Hold(held) => {
+                metrics::counter!("sweeps_held_total", "vendor" => V::KIND.as_str(), "class" => V::class_name(class))
+                    .increment(1);
+                tracing::warn!(
+                    would_tombstone = held.would_tombstone(),
+                    class_size = held.class_size(),
+                    "sweep held for operator confirmation"
+                );
+                job.record_activity(
+                    &self.pool,
+                    "sweep_held",
+                    detail(serde_json::json!({
+                        "would_tombstone": held.would_tombstone(), "class_size": held.class_size(),
+                    })),
+                )
+                .await?;
+            }
+            SweepDecision::Skip(SkipReason::IncompleteListing(reason)) => {
+                if job.job_type == SyncJobType::Reconciliation {
+                    job.record_activity(
+                        &self.pool,
+                        "not_reconciled",
+                        detail(serde_json::json!({ "reason": reason.to_string() })),
+                    )
+                    .await?;
+                }
+            }
+            SweepDecision::Skip(SkipReason::NotReconciliation(_)) => {}
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,96 @@
+//! A sync service's job wiring in one call: the jobs and lifecycle consumers of its vendor's
+//! kind, and the schedules that queue its RECONCILIATION and BACKFILL jobs, on a
+//! `runtime::Service`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow};
+use bus::consumer::ConsumerSpec;
+use bus::{Bus, Stream};
+use lifecycle_core::subject;
+use runtime::{ScheduleRunner, Service};
+use sea_orm::DatabaseConnection;
+use store::entity::JobType;
+
+use crate::consumers::{JobHandler, LifecycleHandler, queue_scheduled};
+use crate::engine::Engine;
+use crate::vendor::Vendor;
+
+/// A cron schedule that queues one job type for every active connection of the vendor.
+#[derive(Debug, Clone, Copy)]
+pub struct JobSchedule<'a> {
+    pub job_type: JobType,
+    /// A croner expression with seconds, UTC; `off` disables the schedule.
+    pub cron: &'a str,
+    /// The setting it comes from, named when it is refused.
+    pub variable: &'static str,
+}
+
+/// How a sync service runs its vendor's jobs.
+pub struct SyncJobs<'a, V: Vendor> {
+    /// The service's name: its durable consumers are `<name>-jobs` and `<name>-lifecycle`.
+    pub service: &'static str,
+    pub engine: Engine<V>,
+    /// Jobs run at once by this replica.
+    pub concurrency: usize,
+    pub schedules: &'a [JobSchedule<'a>],
+}
+
+impl<V: Vendor> SyncJobs<'_, V> {
+    /// Declares the consumers on `service` and the schedules on `schedules`. A schedule of a
+    /// job type the vendor refuses is a configuration error.
+    pub fn register(
+        self,
+        service: &mut Service,
+        schedules: &mut ScheduleRunner,
+        bus: &Bus,
+        db: &DatabaseConnection,
+    ) -> anyhow::Result<()> {
+        let kind = V::KIND;
+        let jobs_spec = ConsumerSpec {
+            filter_subjects: vec![subject::jobs_filter(kind.as_str())],
+            concurrency: self.concurrency.max(1),
+            ack_wait: Duration::from_secs(60),
+            ..ConsumerSpec::new(Stream::Jobs, format!("{}-jobs", self.service))
+        };
+        let job_handler = Arc::new(JobHandler {
+            db: db.clone(),
+            engine: self.engine,
+        });
+        service.consumer(bus, db, jobs_spec, job_handler);
+        let lifecycle_spec = ConsumerSpec {
+            filter_subjects: vec![subject::lifecycle_filter(kind.as_str(), "activated")],
+            ..ConsumerSpec::new(Stream::Lifecycle, format!("{}-lifecycle", self.service))
+        };
+        let lifecycle_handler = Arc::new(LifecycleHandler { db: db.clone() });
+        service.consumer(bus, db, lifecycle_spec, lifecycle_handler);
+        for schedule in self.schedules {
+            if schedule.cron.trim() == "off" {
+                continue;
+            }
+            let job_type = schedule.job_type;
+            if let Some(refusal) = kind.jobs().refusal(job_type.into()) {
+                return Err(anyhow!("{}: {refusal}", schedule.variable));
+            }
+            let name = format!("{}-{}", kind.as_str(), job_type.as_str().to_lowercase());
+            let schedule_db = db.clone();
+            schedules
+                .add(&name, schedule.cron, Duration::from_secs(300), move |run| {
+                    let db = schedule_db.clone();
+                    async move {
+                        let queued = queue_scheduled(&db, kind, job_type, run.due_at).await?;
+                        tracing::info!(
+                            queued,
+                            vendor = kind.as_str(),
+                            job_type = job_type.as_str(),
+                            "scheduled jobs queued"
+                        );
+                        Ok(())
+                    }
+                })
+                .context(schedule.variable)?;
+        }
+        Ok(())
+    }
+}

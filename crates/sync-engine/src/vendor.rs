@@ -1,0 +1,192 @@
+//! What a vendor gives the engine: its connections' kind, a reader per connection, the scopes a
+//! connection monitors, its item classes, one page of a class read and written, the live ids a
+//! sweep may tombstone, and per-scope reconcile stamps. Everything else (claims, passes,
+//! backfill, the deletion gate, activity, metrics) is the engine's.
+
+use std::fmt;
+use std::time::Duration;
+
+use lifecycle_core::deletion::TombstonePlan;
+use lifecycle_core::listing::{ListingFault, ListingPage, TotalCount};
+use store::entity::{ConnectionKind, connection};
+use uuid::Uuid;
+
+use crate::jobs::ClaimedJob;
+
+/// One vendor's sync, as the engine drives it. See `docs/adding-a-vendor.md`.
+#[async_trait::async_trait]
+pub trait Vendor: Send + Sync + 'static {
+    /// Its connections' kind: jobs are claimed and queued only for it, and the job types it
+    /// refuses are that kind's declaration in lifecycle-core ([`ConnectionKind::jobs`]).
+    const KIND: ConnectionKind;
+    /// What its scopes are called in a job's error (`repositories`, `channels`).
+    const SCOPES: &'static str;
+    /// The item classes a scope holds, listed in this order.
+    const CLASSES: &'static [Self::Class];
+
+    /// A connection's reader, built once per job.
+    type Source: Send + Sync;
+    /// What a connection monitors (a repository, a project, a channel, a collection), as a pass
+    /// walks it; it may carry what the pass resolves on the way (the stored row). Its display
+    /// names it in logs and reasons.
+    type Scope: fmt::Display + Send + Sync;
+    /// An item class (issue, pull request, message, document).
+    type Class: Copy + Send + Sync + 'static;
+    /// A native id, as the deletion gate compares them.
+    type Id: Ord + Clone + Send + Sync + 'static;
+    /// One page of a class as read, waiting to be written.
+    type Page: Listed<Self::Id> + Send + Sync;
+    /// A failed read.
+    type Error: ReadError;
+
+    /// The class's name in logs, metrics and activity.
+    fn class_name(class: Self::Class) -> &'static str;
+
+    /// Whether the vendor reports a total count for a class's listing.
+    fn total_count(_class: Self::Class) -> TotalCount {
+        TotalCount::Required
+    }
+
+    /// The connection's reader; an error fails the job ("cannot reach <vendor> ...").
+    async fn source(&self, conn: &connection::Model) -> anyhow::Result<Self::Source>;
+
+    /// The scopes the connection's own credentials reach now, recorded as its monitors. What it
+    /// no longer reaches is the `unresolved` reason: the pass walks the rest, then fails.
+    async fn scopes(
+        &self,
+        pass: &Pass<'_>,
+        source: &Self::Source,
+    ) -> Result<Result<Scopes<Self::Scope>, Self::Error>, sqlx::Error>;
+
+    /// One page of `class` in `scope`, after `after`.
+    async fn read_page(
+        &self,
+        source: &Self::Source,
+        scope: &Self::Scope,
+        class: Self::Class,
+        after: Option<&str>,
+        page_size: u32,
+    ) -> Result<Self::Page, Self::Error>;
+
+    /// Writes a page forward-only; returns how many items changed the mirror.
+    async fn write_page(
+        &self,
+        pass: &Pass<'_>,
+        scope: &mut Self::Scope,
+        class: Self::Class,
+        page: &Self::Page,
+    ) -> Result<u64, sqlx::Error>;
+
+    /// The ids of the class's live rows in the scope: a RECONCILIATION's candidates, captured
+    /// before its listing starts.
+    async fn live_ids(
+        &self,
+        pass: &Pass<'_>,
+        scope: &mut Self::Scope,
+        class: Self::Class,
+    ) -> Result<Vec<Self::Id>, sqlx::Error>;
+
+    /// Tombstones what the deletion gate planned; returns how many rows it marked.
+    async fn tombstone(
+        &self,
+        pass: &Pass<'_>,
+        scope: &Self::Scope,
+        class: Self::Class,
+        plan: &TombstonePlan<Self::Id>,
+    ) -> Result<u64, sqlx::Error>;
+
+    /// The scope's fields in a sweep's activity detail (e.g. the stored row's id).
+    fn scope_detail(&self, scope: &Self::Scope) -> serde_json::Map<String, serde_json::Value>;
+
+    /// Whether the scope finished a complete reconcile within `cooldown` (a scheduled
+    /// RECONCILIATION skips it).
+    async fn reconciled_within(
+        &self,
+        pass: &Pass<'_>,
+        scope: &Self::Scope,
+        cooldown: Duration,
+    ) -> Result<bool, sqlx::Error>;
+
+    /// Stamps a complete reconcile of the scope.
+    async fn mark_reconciled(
+        &self,
+        pass: &Pass<'_>,
+        scope: &Self::Scope,
+    ) -> Result<(), sqlx::Error>;
+
+    /// Runs before a scope's listings in every pass (GitHub re-reads stale check runs here).
+    async fn before_scope(
+        &self,
+        _pass: &Pass<'_>,
+        _source: &Self::Source,
+        _scope: &mut Self::Scope,
+    ) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
+
+    /// Looks at each page before it is written: the scope's listing may end here, inferring
+    /// nothing (GitHub: the monitored name now belongs to another repository), and the scope may
+    /// learn what the page says of it (GitHub: the repository was renamed).
+    async fn check_page(
+        &self,
+        _pass: &Pass<'_>,
+        _scope: &mut Self::Scope,
+        _page: &Self::Page,
+    ) -> Result<PageCheck, sqlx::Error> {
+        Ok(PageCheck::Write)
+    }
+}
+
+/// The job a pass runs for, as a vendor sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Pass<'a> {
+    pub job: &'a ClaimedJob,
+    /// The vendor instance of the job's connection.
+    pub provider_instance_id: Uuid,
+}
+
+/// What [`Vendor::scopes`] found.
+#[derive(Debug, Clone)]
+pub struct Scopes<S> {
+    /// The scopes to walk, in order.
+    pub scopes: Vec<S>,
+    /// Why some monitored scopes no longer resolve with the connection's credentials; the pass
+    /// fails with it after walking the rest (never a quiet skip).
+    pub unresolved: Option<String>,
+}
+
+/// A page as the engine's listing sees it.
+pub trait Listed<Id> {
+    /// The ids, cursor and totals the listing checks.
+    fn listing(&self) -> ListingPage<Id>;
+    /// Whether the vendor reported an error in an otherwise usable page.
+    fn errored(&self) -> bool;
+}
+
+/// What [`Vendor::check_page`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageCheck {
+    Write,
+    /// Not this scope's data: its listing ends and decides nothing.
+    SkipScope,
+}
+
+/// A failed read, and how far it reaches.
+pub trait ReadError: fmt::Display + Send + Sync + 'static {
+    /// How the listing records it.
+    fn fault(&self) -> ListingFault;
+    /// What else it stops.
+    fn stops(&self) -> ReadStop;
+}
+
+/// How far a failed read reaches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadStop {
+    /// Only this listing (a scope-level failure such as a 404).
+    Listing,
+    /// The pass, failing with the reason (the vendor is failing; a backfill may pass again).
+    Pass(String),
+    /// The job, failing with the reason: quota or rate limit, which another pass would only
+    /// spend further.
+    Job(String),
+}

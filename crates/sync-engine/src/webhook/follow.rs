@@ -1,0 +1,97 @@
+//! A consumer that follows the monitors: its filters are the consumer subject math
+//! ([`filter_subjects`]) over what the vendor's connections monitor now, less the subjects a
+//! fixed consumer of the same stream already takes. When the monitors' filters change, the
+//! in-flight deliveries finish and the durable consumer is re-declared with the new filters.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bus::Bus;
+use bus::consumer::{self, ConsumerSpec, Handler};
+use lifecycle_core::subject::{Monitor, filter_covers, filter_subjects};
+use sea_orm::DatabaseConnection;
+use tokio_util::sync::CancellationToken;
+
+/// What the vendor's connections monitor now, as the consumer subject math sees it.
+pub trait Monitors: Send + Sync + 'static {
+    fn monitors(&self) -> impl Future<Output = Result<Vec<Monitor>, sqlx::Error>> + Send;
+}
+
+/// The filters a following consumer takes.
+pub struct Filters<M> {
+    pub monitors: M,
+    /// Filters another consumer of the stream takes (e.g. owner-level events): any monitor
+    /// filter one of them covers is left out, so no delivery is consumed twice.
+    pub excluded: Vec<String>,
+}
+
+impl<M: Monitors> Filters<M> {
+    /// The sorted, non-overlapping filters of the current monitors, less the excluded ones.
+    pub async fn current(&self) -> Result<Vec<String>, sqlx::Error> {
+        let monitors = self.monitors.monitors().await?;
+        Ok(filter_subjects(&monitors)
+            .into_iter()
+            .filter(|f| !self.excluded.iter().any(|x| filter_covers(x, f)))
+            .collect())
+    }
+}
+
+/// Runs the consumer `template` (its filters replaced by [`Filters::current`]) until
+/// `shutdown`, checking the monitors every `refresh` and re-declaring the consumer when its
+/// filters change. Without any monitor nothing is consumed. The gauge
+/// `webhook_consumer_filters{consumer}` counts the filters in force.
+pub async fn run<H: Handler, M: Monitors>(
+    bus: Bus,
+    db: DatabaseConnection,
+    template: ConsumerSpec,
+    handler: Arc<H>,
+    filters: Filters<M>,
+    refresh: Duration,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let gauge = metrics::gauge!("webhook_consumer_filters", "consumer" => template.durable.clone());
+    let mut current: Vec<String> = Vec::new();
+    while !shutdown.is_cancelled() {
+        match filters.current().await {
+            Ok(next) => current = next,
+            Err(e) => tracing::warn!(error = %e, "reading monitors for consumer filters failed"),
+        }
+        gauge.set(current.len() as f64);
+        if current.is_empty() {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(refresh) => continue,
+            }
+        }
+        tracing::info!(consumer = %template.durable, filters = current.len(), "consuming monitored webhooks");
+        let stop = shutdown.child_token();
+        let spec = ConsumerSpec {
+            filter_subjects: current.clone(),
+            ..template.clone()
+        };
+        let run = consumer::run(&bus, db.clone(), spec, handler.clone(), stop.clone());
+        tokio::pin!(run);
+        loop {
+            tokio::select! {
+                done = &mut run => {
+                    done?;
+                    break;
+                }
+                _ = tokio::time::sleep(refresh) => {
+                    match filters.current().await {
+                        Ok(next) if next != current => {
+                            // Monitors changed: finish in-flight work, then re-declare.
+                            stop.cancel();
+                            (&mut run).await?;
+                            break;
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(error = %e, "reading monitors for consumer filters failed"),
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}

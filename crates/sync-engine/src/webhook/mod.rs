@@ -1,0 +1,268 @@
+//! The webhook front half every vendor consumer shares. It takes a delivery as ingress published
+//! it, reads its stored body (inline or by reference), resolves the connection named on the
+//! message and that connection's provider instance, then hands the decoded payload to the
+//! vendor's [`WebhookApply`]. The vendor admits the delivery ([`Webhook::admit`], the shared rule
+//! of `store::admission`) inside the transaction that writes; the front half settles what it
+//! returns and counts it in `webhooks_total{vendor, event, outcome}`.
+//!
+//! How a delivery settles:
+//! - applied, unchanged, ignored (an event the vendor does not act on, or a connection that is
+//!   gone or of another kind: nothing of it may be written): acknowledged;
+//! - out of the delivering connection's scope: acknowledged, nothing written, counted in
+//!   `webhooks_rejected_total{vendor, reason="out_of_scope"}`;
+//! - invalid (malformed payload, no connection header, a body no longer stored): dead message;
+//! - database failure: redelivered with backoff.
+
+pub mod follow;
+
+use std::future::Future;
+
+use bus::consumer::{Delivery, Handler, HandlerError, Settle, headers};
+use bus::contracts::WebhookDelivery;
+use sqlx::{PgConnection, PgPool};
+use store::admission::{self, Admitted, Origin, Refusal, Scope};
+use store::entity::ConnectionKind;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// What applying a delivery came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The mirror changed (or an event was recorded).
+    Applied,
+    /// Older than the mirror, or already there: nothing changed.
+    Unchanged,
+    /// Not for us: an event or action we do not act on.
+    Ignored,
+}
+
+impl Outcome {
+    /// `Applied` when the delivery changed the mirror or recorded an event, else `Unchanged`.
+    pub fn of_change(changed: bool) -> Self {
+        if changed {
+            Outcome::Applied
+        } else {
+            Outcome::Unchanged
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Applied => "applied",
+            Outcome::Unchanged => "unchanged",
+            Outcome::Ignored => "ignored",
+        }
+    }
+
+    fn settle(self) -> Settle {
+        match self {
+            Outcome::Applied => Settle::Applied("webhook"),
+            Outcome::Unchanged => Settle::Unchanged("webhook"),
+            Outcome::Ignored => Settle::Ignored("webhook"),
+        }
+    }
+}
+
+/// Why a delivery was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    /// Can never succeed (malformed payload, missing routing header, body no longer stored):
+    /// recorded dead.
+    #[error("{0}")]
+    Invalid(String),
+    /// May succeed later (database unavailable): redelivered with backoff.
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    /// The same, through sea-orm.
+    #[error("database: {0}")]
+    Store(#[from] sea_orm::DbErr),
+    /// Outside what the delivering connection verifiably covers: acknowledged, counted, and
+    /// nothing written.
+    #[error("out of scope: {0}")]
+    OutOfScope(Refusal),
+}
+
+/// A delivery as a vendor's [`WebhookApply`] sees it.
+pub struct Webhook<'a> {
+    /// The vendor's event name (e.g. `X-GitHub-Event`).
+    pub event: &'a str,
+    pub body: &'a [u8],
+    /// The connection whose endpoint received it.
+    pub connection_id: Uuid,
+    /// That connection and ingress's record of the delivery: what admission decides on.
+    pub origin: Origin,
+    /// The provider instance of that connection.
+    pub provider_instance_id: Uuid,
+    /// When JetStream stored it (the NATS server's clock): the date of dated snapshots.
+    pub received_at: OffsetDateTime,
+}
+
+impl Webhook<'_> {
+    /// Admits the delivery for `scope` (see [`store::admission`]) in the caller's transaction,
+    /// which then holds the connection row until it commits. Call it before anything the
+    /// payload names is read or written; a refusal is [`WebhookError::OutOfScope`].
+    pub async fn admit(
+        &self,
+        conn: &mut PgConnection,
+        scope: Scope,
+    ) -> Result<Admitted, WebhookError> {
+        admission::admit(conn, &self.origin, scope)
+            .await?
+            .map_err(WebhookError::OutOfScope)
+    }
+}
+
+/// Parses a payload, or says which event it failed to be.
+pub fn parse<'a, T: serde::Deserialize<'a>>(hook: &Webhook<'a>) -> Result<T, WebhookError> {
+    serde_json::from_slice(hook.body)
+        .map_err(|e| WebhookError::Invalid(format!("malformed {} payload: {e}", hook.event)))
+}
+
+/// What a vendor implements to consume its webhooks: decode a payload, then apply it.
+pub trait WebhookApply: Send + Sync + 'static {
+    /// The connections whose deliveries this applies; also the `vendor` label of the metrics.
+    const KIND: ConnectionKind;
+    /// A payload decoded for its event.
+    type Payload: Send;
+
+    /// Decodes the delivery's body for its event (with [`parse`]); `None` for an event the
+    /// vendor does not act on. A malformed body is [`WebhookError::Invalid`].
+    fn decode(&self, hook: &Webhook<'_>) -> Result<Option<Self::Payload>, WebhookError>;
+
+    /// Applies a decoded payload in a transaction it opens, admitting the delivery
+    /// ([`Webhook::admit`]) in that transaction before it writes. A vendor that must read the
+    /// vendor's API first admits before the read and again in the transaction that writes.
+    fn apply(
+        &self,
+        hook: &Webhook<'_>,
+        payload: Self::Payload,
+    ) -> impl Future<Output = Result<Outcome, WebhookError>> + Send;
+}
+
+/// The front half: consumes a vendor's webhook deliveries and settles what its
+/// [`WebhookApply`] returns.
+pub struct WebhookConsumer<A> {
+    pool: PgPool,
+    vendor: A,
+}
+
+impl<A: WebhookApply> WebhookConsumer<A> {
+    pub fn new(pool: PgPool, vendor: A) -> Self {
+        WebhookConsumer { pool, vendor }
+    }
+
+    async fn consume(
+        &self,
+        message: WebhookDelivery,
+        delivery: &Delivery,
+    ) -> Result<Outcome, WebhookError> {
+        let connection_header = message.connection_id;
+        let delivery_id = message.delivery_id;
+        let event = message.event.clone();
+        let Some(body) = body(&self.pool, message, delivery).await? else {
+            // Erased with its connection, or past retention: it can never be applied.
+            return Err(WebhookError::Invalid(
+                "the delivery's body is no longer stored".into(),
+            ));
+        };
+        let connection_id = connection_header
+            .ok_or_else(|| WebhookError::Invalid("no connection header".into()))?;
+        let Some(provider_instance_id) =
+            provider_instance(&self.pool, connection_id, A::KIND).await?
+        else {
+            // The connection is gone (erased) or not this vendor's: nothing of it may be written.
+            return Ok(Outcome::Ignored);
+        };
+        let hook = Webhook {
+            event: &event,
+            body: &body,
+            connection_id,
+            origin: Origin {
+                connection_id,
+                delivery_id,
+            },
+            provider_instance_id,
+            received_at: delivery.stored_at(),
+        };
+        match self.vendor.decode(&hook)? {
+            Some(payload) => self.vendor.apply(&hook, payload).await,
+            None => Ok(Outcome::Ignored),
+        }
+    }
+}
+
+/// The delivery's body: inline, or by reference to the stored raw body (`None`: erased).
+async fn body(
+    pool: &PgPool,
+    message: WebhookDelivery,
+    delivery: &Delivery,
+) -> Result<Option<Vec<u8>>, WebhookError> {
+    let Some(reference) = delivery.header(store::headers::BODY_REF) else {
+        return Ok(Some(message.body));
+    };
+    let message_id = message
+        .body_ref
+        .ok_or_else(|| WebhookError::Invalid(format!("malformed body reference {reference:?}")))?;
+    Ok(store::inbound::stored_body(pool, message_id).await?)
+}
+
+/// The provider instance of `connection_id` when it is a connection of `kind`.
+async fn provider_instance(
+    pool: &PgPool,
+    connection_id: Uuid,
+    kind: ConnectionKind,
+) -> Result<Option<Uuid>, sqlx::Error> {
+    let row: Option<(Uuid,)> =
+        sqlx::query_as("SELECT provider_instance_id FROM connection WHERE id = $1 AND kind = $2")
+            .bind(connection_id)
+            .bind(kind.as_str())
+            .fetch_optional(pool)
+            .await?;
+    Ok(row.map(|(id,)| id))
+}
+
+impl<A: WebhookApply> Handler for WebhookConsumer<A> {
+    type Message = WebhookDelivery;
+
+    async fn handle(
+        &self,
+        message: WebhookDelivery,
+        delivery: &Delivery,
+    ) -> Result<Settle, HandlerError> {
+        let vendor = A::KIND.as_str();
+        let event = message.event.clone();
+        let counted = |outcome: &'static str| {
+            metrics::counter!("webhooks_total", "vendor" => vendor, "event" => event.clone(), "outcome" => outcome)
+                .increment(1);
+        };
+        match self.consume(message, delivery).await {
+            Ok(outcome) => {
+                counted(outcome.as_str());
+                tracing::debug!(vendor, %event, outcome = outcome.as_str(), "webhook handled");
+                Ok(outcome.settle())
+            }
+            Err(WebhookError::Invalid(reason)) => {
+                counted("invalid");
+                Err(HandlerError::Permanent(reason))
+            }
+            Err(WebhookError::OutOfScope(refusal)) => {
+                // Never retried: what the connection covers decides, and it was asked.
+                metrics::counter!("webhooks_rejected_total", "vendor" => vendor, "reason" => "out_of_scope")
+                    .increment(1);
+                counted("out_of_scope");
+                tracing::info!(
+                    vendor,
+                    %event,
+                    connection_id = delivery.header(headers::CONNECTION).unwrap_or_default(),
+                    delivery_id = delivery.header(headers::DELIVERY).unwrap_or_default(),
+                    reason = refusal.as_str(),
+                    "webhook out of the connection's scope; acknowledged, nothing written"
+                );
+                Ok(Settle::Ignored("out of the connection's scope"))
+            }
+            Err(e @ (WebhookError::Database(_) | WebhookError::Store(_))) => {
+                Err(HandlerError::transient(e))
+            }
+        }
+    }
+}

@@ -1,0 +1,1069 @@
+//! `cargo xtask chart`: lints `helm/forgesync` strictly with real Helm, renders it with the
+//! defaults (which must fail, naming a required value), `ci/minimal.yaml` and
+//! `ci/everything.yaml`, validates every rendered manifest with kubernetes-validate (strict)
+//! against Kubernetes 1.30 and the newest version it knows, then checks what the chart promises:
+//!
+//! - every binary under `services/` has a chart entry, a Dockerfile target and a compose service;
+//! - every pod meets the Pod Security "restricted" profile, plus our hardening;
+//! - every service gets exactly the secrets its flags read (those with hidden values);
+//! - terminationGracePeriodSeconds covers FORGESYNC_SHUTDOWN_GRACE and the preStop pause;
+//! - only ingress is routed publicly, on its webhook paths, with room for 25 MiB bodies;
+//! - KEDA scales each worker on the consumers its code declares;
+//! - alerts use only series some code exports.
+//!
+//! Helm (`helm-python-sdk`, Helm as a C library) and `kubernetes-validate` come from PyPI into
+//! the bin cache, like the servers; `chart.py` drives them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::Context as _;
+use serde_json::{Value, json};
+
+use crate::paths::Layout;
+use crate::pypi;
+
+/// The PyPI packages, pinned.
+const TOOLS: &[(&str, &str)] = &[
+    ("helm-python-sdk", "0.2.2"),
+    ("kubernetes-validate", "1.37.0"),
+];
+/// Drives Helm and kubernetes-validate; reads a JSON request, answers JSON.
+const DRIVER: &str = include_str!("chart.py");
+/// Kubernetes versions every manifest is validated against (`latest`: the newest the tool knows).
+const KUBE_VERSIONS: &[&str] = &["1.30.0", "latest"];
+/// Custom resources kubernetes-validate has no schema for: rendered and checked here, not
+/// validated against Kubernetes.
+const CRD_KINDS: &[&str] = &[
+    "HTTPRoute",
+    "PodMonitor",
+    "PrometheusRule",
+    "ScaledObject",
+    "ServiceMonitor",
+];
+const RELEASE: &str = "fs";
+const NAMESPACE: &str = "forgesync";
+/// The one service routed publicly, and the only paths routed to it.
+const PUBLIC_SERVICE: &str = "ingress";
+const PUBLIC_PATHS: &[&str] = &["/webhooks/", "/hooks/"];
+/// The largest webhook body ingress accepts (GitHub, GitLab): public routes must pass it.
+const MAX_WEBHOOK_BODY: u64 = 25 * 1024 * 1024;
+/// The binary the migration Job runs; the image must ship it.
+const ADMIN_BIN: &str = "forgesync-admin";
+/// Series alerts may use that no forgesync code exports, and who exports them.
+const EXTERNAL_SERIES: &[(&str, &str)] = &[
+    (
+        "nats_consumer_num_pending",
+        "prometheus-nats-exporter (the NATS chart's promExporter)",
+    ),
+    ("kube_pod_status_ready", "kube-state-metrics"),
+];
+
+/// The installed tools: directories to put on `PYTHONPATH`.
+pub struct Tools {
+    dirs: Vec<PathBuf>,
+}
+
+/// Installs the pinned tools into the bin cache unless they are there.
+pub fn ensure_tools(layout: &Layout) -> anyhow::Result<Tools> {
+    let dirs = TOOLS
+        .iter()
+        .map(|(package, version)| {
+            pypi::ensure_tool(
+                &layout.bin_cache(),
+                package,
+                version,
+                "`cargo xtask chart` runs Helm and kubernetes-validate from them; nothing else needs them",
+            )
+        })
+        .collect::<anyhow::Result<_>>()?;
+    Ok(Tools { dirs })
+}
+
+/// What the check reads: the workspace (services' sources, deploy/) and the chart.
+pub struct Inputs {
+    pub root: PathBuf,
+    pub chart: PathBuf,
+}
+
+impl Inputs {
+    pub fn of(root: &Path) -> Self {
+        Inputs {
+            root: root.to_path_buf(),
+            chart: root.join("helm/forgesync"),
+        }
+    }
+}
+
+/// `cargo xtask chart`.
+pub fn run(layout: &Layout) -> anyhow::Result<()> {
+    let tools = ensure_tools(layout)?;
+    let summary = check(&tools, &Inputs::of(&layout.workspace_root))?;
+    println!("{summary}");
+    Ok(())
+}
+
+/// Runs every check; the error lists every problem found.
+pub fn check(tools: &Tools, inputs: &Inputs) -> anyhow::Result<String> {
+    let compose = inputs.root.join("deploy/docker-compose.yml");
+    let renders = [
+        ("defaults", None),
+        ("minimal", Some(inputs.chart.join("ci/minimal.yaml"))),
+        ("everything", Some(inputs.chart.join("ci/everything.yaml"))),
+    ];
+    let request = json!({
+        "chart": inputs.chart,
+        "release": RELEASE,
+        "namespace": NAMESPACE,
+        "renders": renders.iter().map(|(name, values)| json!({"name": name, "values": values})).collect::<Vec<_>>(),
+        "kube_versions": KUBE_VERSIONS,
+        "skip_kinds": CRD_KINDS,
+        "yaml_files": [compose],
+    });
+    let answer = drive(tools, &request)?;
+    let mut problems = Vec::new();
+    let mut summary = Vec::new();
+    let sources = Sources::read(&inputs.root)?;
+    let binaries = service_binaries(&inputs.root.join("services"))?;
+    let fullname = format!("{RELEASE}-forgesync");
+
+    for render in answer["renders"]
+        .as_array()
+        .context("driver answer: renders")?
+    {
+        let name = render["name"].as_str().unwrap_or_default();
+        for message in render["lint"].as_array().into_iter().flatten() {
+            // Severity 1 is information ("icon is recommended"); warnings fail, as --strict does.
+            if message["severity"].as_i64().unwrap_or(3) >= 2 {
+                problems.push(format!(
+                    "{name}: helm lint: {}: {}",
+                    message["path"].as_str().unwrap_or_default(),
+                    message["error"].as_str().unwrap_or_default().trim()
+                ));
+            }
+        }
+        let error = render["error"].as_str();
+        if name == "defaults" {
+            // No database, key or issuer has a usable default: the install must say so.
+            match error {
+                Some(e) if e.contains("is required") => summary.push(format!(
+                    "defaults alone fail as they should: {}",
+                    e.lines().next().unwrap_or_default()
+                )),
+                Some(e) => problems.push(format!(
+                    "defaults: failed, but not naming a required value: {e}"
+                )),
+                None => problems.push("defaults: rendered without any required value set".into()),
+            }
+            continue;
+        }
+        if let Some(e) = error {
+            problems.push(format!("{name}: helm render failed: {e}"));
+            continue;
+        }
+        for invalid in render["invalid"].as_array().into_iter().flatten() {
+            problems.push(format!(
+                "{name}: kubernetes-validate: {}",
+                invalid.as_str().unwrap_or_default()
+            ));
+        }
+        let docs: Vec<&Value> = render["manifests"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| &m["doc"])
+            .collect();
+        let skipped: Vec<&str> = render["skipped"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        summary.push(format!(
+            "{name}: {} manifests rendered, lint clean, {} validated against Kubernetes {}; not validated (custom resources kubernetes-validate has no schema for, checked here only): {}",
+            docs.len(),
+            docs.len() - skipped.len(),
+            answer["kube_versions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" and "),
+            if skipped.is_empty() { "none".to_owned() } else { skipped.join(", ") },
+        ));
+        let mut found = Vec::new();
+        check_pods(&docs, &mut found);
+        check_secrets(&docs, &binaries, &sources, &mut found);
+        check_grace(&docs, &mut found);
+        check_public_routes(&docs, &fullname, &mut found);
+        check_consumers(&render["values"], &binaries, &sources, &mut found);
+        check_alert_series(&docs, &sources, &mut found);
+        if name == "minimal" {
+            let compose_doc = &answer["yaml"][compose.to_string_lossy().as_ref()][0];
+            let dockerfile = std::fs::read_to_string(inputs.root.join("deploy/Dockerfile"))
+                .context("reading deploy/Dockerfile")?;
+            check_coverage(&docs, &binaries, &dockerfile, compose_doc, &mut found);
+        }
+        if name == "everything" {
+            for kind in [
+                "Ingress",
+                "HTTPRoute",
+                "ScaledObject",
+                "PrometheusRule",
+                "NetworkPolicy",
+                "HorizontalPodAutoscaler",
+            ] {
+                if !docs.iter().any(|d| d["kind"] == kind) {
+                    found.push(format!(
+                        "ci/everything.yaml renders no {kind}: its checks would check nothing"
+                    ));
+                }
+            }
+        }
+        problems.extend(found.into_iter().map(|p| format!("{name}: {p}")));
+    }
+    if problems.is_empty() {
+        Ok(format!("chart: ok\n  {}", summary.join("\n  ")))
+    } else {
+        anyhow::bail!("the chart fails its checks:\n  {}", problems.join("\n  "))
+    }
+}
+
+/// Runs `chart.py` with the tools on `PYTHONPATH`.
+fn drive(tools: &Tools, request: &Value) -> anyhow::Result<Value> {
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(DRIVER)
+        .env("PYTHONPATH", std::env::join_paths(&tools.dirs)?)
+        .env("PYTHONNOUSERSITE", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("running python3 for the chart checks")?;
+    child
+        .stdin
+        .take()
+        .context("python3 stdin")?
+        .write_all(request.to_string().as_bytes())?;
+    let out = child.wait_with_output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "the chart driver (xtask/src/chart.py) failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).context("the chart driver's answer is not JSON")
+}
+
+/// Every Rust source of `crates/` and `services/`, read once.
+struct Sources {
+    root: PathBuf,
+    files: Vec<(PathBuf, String)>,
+}
+
+impl Sources {
+    fn read(root: &Path) -> anyhow::Result<Self> {
+        let mut files = Vec::new();
+        for top in ["crates", "services"] {
+            collect_rs(&root.join(top), &mut files)?;
+        }
+        Ok(Sources {
+            root: root.to_path_buf(),
+            files,
+        })
+    }
+
+    /// The sources of `services/<service>/src`.
+    fn of_service<'a>(&'a self, service: &str) -> impl Iterator<Item = &'a str> {
+        let dir = self.root.join("services").join(service).join("src");
+        self.files
+            .iter()
+            .filter(move |(path, _)| path.starts_with(&dir))
+            .map(|(_, text)| text.as_str())
+    }
+
+    /// Whether any source names `"series"` as a string literal (metrics are named so).
+    fn exports(&self, series: &str) -> bool {
+        let literal = format!("\"{series}\"");
+        self.files.iter().any(|(_, text)| text.contains(&literal))
+    }
+
+    /// The environment variables a service reads whose values clap hides: its secrets. Its own
+    /// flags plus the common ones every service flattens in (crates/runtime/src/config.rs).
+    fn secret_envs(&self, service: &str) -> BTreeSet<String> {
+        let common = self.root.join("crates/runtime/src/config.rs");
+        self.files
+            .iter()
+            .filter(|(path, _)| *path == common)
+            .map(|(_, text)| text.as_str())
+            .chain(self.of_service(service))
+            .flat_map(hidden_envs)
+            .collect()
+    }
+}
+
+fn collect_rs(dir: &Path, out: &mut Vec<(PathBuf, String)>) -> anyhow::Result<()> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for entry in entries {
+        let path = entry?.path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n != "target") {
+                collect_rs(&path, out)?;
+            }
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            out.push((path, text));
+        }
+    }
+    Ok(())
+}
+
+/// `env = "X"` of every `#[arg(...)]` that also says `hide_env_values = true`.
+fn hidden_envs(source: &str) -> BTreeSet<String> {
+    source
+        .split("#[arg(")
+        .skip(1)
+        .filter_map(|attr| {
+            let body = &attr[..attr.find(")]").unwrap_or(attr.len())];
+            if !body.contains("hide_env_values = true") {
+                return None;
+            }
+            let start = body.find("env = \"")? + "env = \"".len();
+            let len = body[start..].find('"')?;
+            Some(body[start..start + len].to_owned())
+        })
+        .collect()
+}
+
+/// The binaries under `services/`: `[[bin]]` names, else the package name when it has
+/// `src/main.rs`, plus `src/bin/*.rs`.
+fn service_binaries(services: &Path) -> anyhow::Result<Vec<String>> {
+    let mut binaries = BTreeSet::new();
+    for entry in std::fs::read_dir(services).context("reading services/")? {
+        let dir = entry?.path();
+        let Ok(manifest) = std::fs::read_to_string(dir.join("Cargo.toml")) else {
+            continue;
+        };
+        let mut section = String::new();
+        let mut package = None;
+        let mut bins = Vec::new();
+        for line in manifest.lines().map(str::trim) {
+            if line.starts_with('[') {
+                section = line.to_owned();
+            } else if let Some(value) = line.strip_prefix("name = ") {
+                let value = value.trim_matches('"').to_owned();
+                match section.as_str() {
+                    "[package]" => package = Some(value),
+                    "[[bin]]" => bins.push(value),
+                    _ => {}
+                }
+            }
+        }
+        if bins.is_empty() && dir.join("src/main.rs").is_file() {
+            bins.extend(package);
+        }
+        if let Ok(extra) = std::fs::read_dir(dir.join("src/bin")) {
+            for file in extra {
+                let path = file?.path();
+                if path.extension().is_some_and(|e| e == "rs")
+                    && let Some(stem) = path.file_stem()
+                {
+                    bins.push(stem.to_string_lossy().into_owned());
+                }
+            }
+        }
+        binaries.extend(bins);
+    }
+    Ok(binaries.into_iter().collect())
+}
+
+fn component(doc: &Value) -> &str {
+    doc["metadata"]["labels"]["app.kubernetes.io/component"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+fn name_of(doc: &Value) -> String {
+    format!(
+        "{} {}",
+        doc["kind"].as_str().unwrap_or_default(),
+        doc["metadata"]["name"].as_str().unwrap_or_default()
+    )
+}
+
+/// The pod spec of a workload, with the object's name.
+fn pod_specs<'a>(docs: &[&'a Value]) -> Vec<(String, &'a Value)> {
+    docs.iter()
+        .filter_map(|doc| match doc["kind"].as_str() {
+            Some("Deployment" | "Job" | "StatefulSet" | "DaemonSet") => {
+                Some((name_of(doc), &doc["spec"]["template"]["spec"]))
+            }
+            Some("Pod") => Some((name_of(doc), &doc["spec"])),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Pod Security "restricted" (every field it checks) plus our hardening: read-only root, no
+/// service-account token, no service links, requests and a memory limit.
+fn check_pods(docs: &[&Value], problems: &mut Vec<String>) {
+    for (name, pod) in pod_specs(docs) {
+        let mut fail = |what: &str| problems.push(format!("{name}: {what}"));
+        let pod_ctx = &pod["securityContext"];
+        for host in ["hostNetwork", "hostPID", "hostIPC"] {
+            if pod[host] == true {
+                fail(&format!("{host} is set"));
+            }
+        }
+        if pod["automountServiceAccountToken"] != false {
+            fail("automountServiceAccountToken is not false");
+        }
+        if pod["enableServiceLinks"] != false {
+            fail("enableServiceLinks is not false");
+        }
+        for volume in pod["volumes"].as_array().into_iter().flatten() {
+            let allowed = [
+                "name",
+                "configMap",
+                "csi",
+                "downwardAPI",
+                "emptyDir",
+                "ephemeral",
+                "persistentVolumeClaim",
+                "projected",
+                "secret",
+            ];
+            if let Some(obj) = volume.as_object()
+                && let Some(kind) = obj.keys().find(|k| !allowed.contains(&k.as_str()))
+            {
+                fail(&format!("volume type {kind} is not allowed"));
+            }
+        }
+        let containers = pod["containers"]
+            .as_array()
+            .into_iter()
+            .chain(pod["initContainers"].as_array())
+            .flatten();
+        for container in containers {
+            let c_name = container["name"].as_str().unwrap_or_default();
+            let ctx = &container["securityContext"];
+            let mut fail = |what: &str| problems.push(format!("{name} container {c_name}: {what}"));
+            if ctx["allowPrivilegeEscalation"] != false {
+                fail("allowPrivilegeEscalation is not false");
+            }
+            if ctx["privileged"] == true {
+                fail("privileged");
+            }
+            let drops_all = ctx["capabilities"]["drop"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|c| c == "ALL"));
+            if !drops_all {
+                fail("capabilities do not drop ALL");
+            }
+            if ctx["capabilities"]["add"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|c| c != "NET_BIND_SERVICE"))
+            {
+                fail("adds capabilities other than NET_BIND_SERVICE");
+            }
+            if ctx["runAsNonRoot"] != true && pod_ctx["runAsNonRoot"] != true {
+                fail("runAsNonRoot is not true");
+            }
+            if ctx["runAsUser"] == 0 || pod_ctx["runAsUser"] == 0 {
+                fail("runs as uid 0");
+            }
+            let seccomp = |c: &Value| {
+                matches!(
+                    c["seccompProfile"]["type"].as_str(),
+                    Some("RuntimeDefault" | "Localhost")
+                )
+            };
+            if !seccomp(ctx) && !seccomp(pod_ctx) {
+                fail("seccompProfile is not RuntimeDefault or Localhost");
+            }
+            if ctx["readOnlyRootFilesystem"] != true {
+                fail("readOnlyRootFilesystem is not true");
+            }
+            for port in container["ports"].as_array().into_iter().flatten() {
+                if port.get("hostPort").is_some() {
+                    fail("uses a hostPort");
+                }
+            }
+            let resources = &container["resources"];
+            if resources["requests"]["cpu"].is_null()
+                || resources["requests"]["memory"].is_null()
+                || resources["limits"]["memory"].is_null()
+            {
+                fail("lacks cpu/memory requests or a memory limit");
+            }
+        }
+    }
+}
+
+/// The env entries of a workload's first container.
+fn env_of(doc: &Value) -> &[Value] {
+    doc["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .map_or(&[], Vec::as_slice)
+}
+
+/// Each service's pods get exactly the secrets its flags read, from a Secret; the migration Job
+/// gets DATABASE_URL alone; no secret is ever a plain value.
+fn check_secrets(
+    docs: &[&Value],
+    binaries: &[String],
+    sources: &Sources,
+    problems: &mut Vec<String>,
+) {
+    let mut every_secret = BTreeSet::new();
+    let mut expected: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for binary in binaries {
+        let envs = sources.secret_envs(binary);
+        every_secret.extend(envs.iter().cloned());
+        expected.insert(binary.clone(), envs);
+    }
+    expected.insert(
+        "migrations".into(),
+        BTreeSet::from(["DATABASE_URL".to_owned()]),
+    );
+    for doc in docs
+        .iter()
+        .filter(|d| d["kind"] == "Deployment" || d["kind"] == "Job")
+    {
+        let name = name_of(doc);
+        let container = &doc["spec"]["template"]["spec"]["containers"][0];
+        if container.get("envFrom").is_some() {
+            problems.push(format!(
+                "{name}: envFrom would inject every key of a Secret"
+            ));
+        }
+        let mut from_secrets = BTreeSet::new();
+        for env in env_of(doc) {
+            let var = env["name"].as_str().unwrap_or_default().to_owned();
+            if !env["valueFrom"]["secretKeyRef"].is_null() {
+                from_secrets.insert(var);
+            } else if every_secret.contains(&var) {
+                problems.push(format!("{name}: the secret {var} is a plain value"));
+            }
+        }
+        match expected.get(component(doc)) {
+            Some(want) if *want != from_secrets => problems.push(format!(
+                "{name}: gets secrets {from_secrets:?}, its flags read {want:?}"
+            )),
+            Some(_) => {}
+            None => problems.push(format!("{name}: no service binary {:?}", component(doc))),
+        }
+    }
+}
+
+/// terminationGracePeriodSeconds = FORGESYNC_SHUTDOWN_GRACE + the preStop pause + a margin > 0.
+fn check_grace(docs: &[&Value], problems: &mut Vec<String>) {
+    for doc in docs.iter().filter(|d| d["kind"] == "Deployment") {
+        let name = name_of(doc);
+        let pod = &doc["spec"]["template"]["spec"];
+        let grace = env_of(doc)
+            .iter()
+            .find(|e| e["name"] == "FORGESYNC_SHUTDOWN_GRACE")
+            .and_then(|e| e["value"].as_str()?.parse::<u64>().ok());
+        let Some(grace) = grace else {
+            problems.push(format!(
+                "{name}: FORGESYNC_SHUTDOWN_GRACE is not set to a number"
+            ));
+            continue;
+        };
+        let pause = pod["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"]
+            .as_u64()
+            .unwrap_or(0);
+        match pod["terminationGracePeriodSeconds"].as_u64() {
+            Some(total) if total > grace + pause => {}
+            total => problems.push(format!(
+                "{name}: terminationGracePeriodSeconds {total:?} leaves no margin over FORGESYNC_SHUTDOWN_GRACE {grace} + preStop {pause}"
+            )),
+        }
+    }
+}
+
+/// `25m`, `26214400`, `32Mi`... in bytes.
+fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let number: u64 = text[..digits].parse().ok()?;
+    let unit = match text[digits..].to_ascii_lowercase().as_str() {
+        "" => 1,
+        "k" | "ki" => 1 << 10,
+        "m" | "mi" => 1 << 20,
+        "g" | "gi" => 1 << 30,
+        _ => return None,
+    };
+    Some(number * unit)
+}
+
+/// Only ingress's Service is routed, on its API port, for the webhook paths; no Service is
+/// exposed outside the cluster by itself.
+fn check_public_routes(docs: &[&Value], fullname: &str, problems: &mut Vec<String>) {
+    let backend = format!("{fullname}-{PUBLIC_SERVICE}");
+    let http_port = docs
+        .iter()
+        .find(|d| d["kind"] == "Service" && d["metadata"]["name"] == backend.as_str())
+        .and_then(|svc| {
+            svc["spec"]["ports"]
+                .as_array()?
+                .iter()
+                .find(|p| p["name"] == "http")?["port"]
+                .as_u64()
+        });
+    for doc in docs {
+        let name = name_of(doc);
+        match doc["kind"].as_str() {
+            Some("Service")
+                if !matches!(doc["spec"]["type"].as_str(), None | Some("ClusterIP")) =>
+            {
+                problems.push(format!(
+                    "{name}: type {} exposes it outside the cluster",
+                    doc["spec"]["type"]
+                ));
+            }
+            Some("Ingress") => {
+                let size =
+                    doc["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-body-size"]
+                        .as_str()
+                        .and_then(parse_size);
+                if size.is_none_or(|s| s < MAX_WEBHOOK_BODY) {
+                    problems.push(format!(
+                        "{name}: proxy-body-size {size:?} is below the 25 MiB webhook limit"
+                    ));
+                }
+                if doc["spec"].get("defaultBackend").is_some() {
+                    problems.push(format!("{name}: a defaultBackend routes every path"));
+                }
+                for rule in doc["spec"]["rules"].as_array().into_iter().flatten() {
+                    for path in rule["http"]["paths"].as_array().into_iter().flatten() {
+                        let service = &path["backend"]["service"];
+                        if service["name"] != backend.as_str() || service["port"]["name"] != "http"
+                        {
+                            problems.push(format!(
+                                "{name}: routes to {service} (only {backend} port http is public)"
+                            ));
+                        }
+                        if !PUBLIC_PATHS.contains(&path["path"].as_str().unwrap_or_default()) {
+                            problems.push(format!(
+                                "{name}: routes path {} (only {PUBLIC_PATHS:?})",
+                                path["path"]
+                            ));
+                        }
+                    }
+                }
+            }
+            Some("HTTPRoute") => {
+                for rule in doc["spec"]["rules"].as_array().into_iter().flatten() {
+                    for target in rule["backendRefs"].as_array().into_iter().flatten() {
+                        if target["name"] != backend.as_str()
+                            || target["port"].as_u64() != http_port
+                        {
+                            problems.push(format!("{name}: routes to {target} (only {backend} port {http_port:?} is public)"));
+                        }
+                    }
+                    let matches = rule["matches"].as_array().map_or(&[][..], Vec::as_slice);
+                    if matches.is_empty() {
+                        problems.push(format!("{name}: a rule without matches routes every path"));
+                    }
+                    for m in matches {
+                        let path = &m["path"];
+                        if path["type"] != "PathPrefix"
+                            || !PUBLIC_PATHS.contains(&path["value"].as_str().unwrap_or_default())
+                        {
+                            problems
+                                .push(format!("{name}: matches {path} (only {PUBLIC_PATHS:?})"));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `ConsumerSpec::new(Stream::X, "durable")` in a service's sources, as (STREAM, durable).
+fn declared_consumers<'a>(sources: impl Iterator<Item = &'a str>) -> BTreeSet<(String, String)> {
+    let mut found = BTreeSet::new();
+    for text in sources {
+        for call in text.split("ConsumerSpec::new(Stream::").skip(1) {
+            let Some((variant, rest)) = call.split_once(',') else {
+                continue;
+            };
+            let Some(durable) = rest
+                .trim_start()
+                .strip_prefix('"')
+                .and_then(|r| r.split('"').next())
+            else {
+                continue;
+            };
+            // Stream::WebhooksGithub is the stream WEBHOOKS_GITHUB.
+            let mut stream = String::new();
+            for (i, c) in variant.trim().chars().enumerate() {
+                if c.is_uppercase() && i > 0 {
+                    stream.push('_');
+                }
+                stream.push(c.to_ascii_uppercase());
+            }
+            found.insert((stream, durable.to_owned()));
+        }
+    }
+    found
+}
+
+/// KEDA scales each service on exactly the consumers its code declares.
+fn check_consumers(
+    values: &Value,
+    binaries: &[String],
+    sources: &Sources,
+    problems: &mut Vec<String>,
+) {
+    for binary in binaries {
+        let declared = declared_consumers(sources.of_service(binary));
+        let listed: BTreeSet<(String, String)> = values["services"][binary]["keda"]["consumers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                (
+                    c["stream"].as_str().unwrap_or_default().to_owned(),
+                    c["consumer"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        if declared != listed {
+            problems.push(format!(
+                "services.{binary}.keda.consumers lists {listed:?}; its code declares {declared:?}"
+            ));
+        }
+    }
+}
+
+/// Metric names in a PromQL expression: identifiers directly followed by `{`.
+fn series_in(expr: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let bytes = expr.as_bytes();
+    for (i, b) in bytes.iter().enumerate() {
+        if *b != b'{' {
+            continue;
+        }
+        let end = expr[..i].trim_end().len();
+        let start = expr[..end]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+            .map_or(0, |p| p + 1);
+        if start < end {
+            found.insert(expr[start..end].to_owned());
+        }
+    }
+    found
+}
+
+/// Every series an alert reads is exported by some code of ours, or is a known external one.
+fn check_alert_series(docs: &[&Value], sources: &Sources, problems: &mut Vec<String>) {
+    for doc in docs.iter().filter(|d| d["kind"] == "PrometheusRule") {
+        for group in doc["spec"]["groups"].as_array().into_iter().flatten() {
+            for rule in group["rules"].as_array().into_iter().flatten() {
+                let expr = rule["expr"].as_str().unwrap_or_default();
+                for series in series_in(expr) {
+                    let external = EXTERNAL_SERIES.iter().any(|(s, _)| *s == series);
+                    if !external && !sources.exports(&series) {
+                        problems.push(format!(
+                            "alert {}: no code exports the series {series}",
+                            rule["alert"]
+                        ));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Every service binary has a Deployment, a Dockerfile target and a compose service; no
+/// Deployment runs a binary that does not exist.
+fn check_coverage(
+    docs: &[&Value],
+    binaries: &[String],
+    dockerfile: &str,
+    compose: &Value,
+    problems: &mut Vec<String>,
+) {
+    let deployed: BTreeSet<&str> = docs
+        .iter()
+        .filter(|d| d["kind"] == "Deployment")
+        .map(|d| component(d))
+        .collect();
+    let image = dockerfile_binaries(dockerfile);
+    for binary in binaries {
+        if !deployed.contains(binary.as_str()) {
+            problems.push(format!("services/ has the binary {binary} but the chart has no enabled services.{binary} entry"));
+        }
+        if !image.contains(binary) {
+            problems.push(format!(
+                "deploy/Dockerfile's SERVICE_BINARIES does not build {binary}"
+            ));
+        }
+        if compose["services"][binary].is_null() {
+            problems.push(format!("deploy/docker-compose.yml has no service {binary}"));
+        }
+    }
+    for name in deployed {
+        if !binaries.iter().any(|b| b == name) {
+            problems.push(format!(
+                "the chart deploys {name}, which no binary under services/ is"
+            ));
+        }
+    }
+    if !dockerfile.contains(ADMIN_BIN) {
+        problems.push(format!(
+            "deploy/Dockerfile does not ship {ADMIN_BIN}, which the migration Job runs"
+        ));
+    }
+}
+
+/// The words of the Dockerfile's `ARG SERVICE_BINARIES="..."`.
+fn dockerfile_binaries(dockerfile: &str) -> BTreeSet<String> {
+    dockerfile
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("ARG SERVICE_BINARIES="))
+        .map(|list| {
+            list.trim_matches('"')
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A copy of the chart in a temporary directory, removed on drop.
+    struct ChartCopy {
+        dir: PathBuf,
+        inputs: Inputs,
+    }
+
+    impl ChartCopy {
+        fn new(test: &str) -> Self {
+            let root = Layout::discover().unwrap().workspace_root;
+            let dir =
+                std::env::temp_dir().join(format!("xtask-chart-{test}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            copy_dir(&root.join("helm/forgesync"), &dir).unwrap();
+            let inputs = Inputs {
+                root,
+                chart: dir.clone(),
+            };
+            ChartCopy { dir, inputs }
+        }
+
+        fn edit(&self, file: &str, edit: impl FnOnce(String) -> String) {
+            let path = self.dir.join(file);
+            let text = std::fs::read_to_string(&path).unwrap();
+            let edited = edit(text.clone());
+            assert_ne!(text, edited, "the edit of {file} changed nothing");
+            std::fs::write(path, edited).unwrap();
+        }
+
+        fn check(&self) -> anyhow::Result<String> {
+            check(&tools(), &self.inputs)
+        }
+    }
+
+    impl Drop for ChartCopy {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(to)?;
+        for entry in std::fs::read_dir(from)? {
+            let entry = entry?;
+            let target = to.join(entry.file_name());
+            if entry.file_type()?.is_dir() {
+                copy_dir(&entry.path(), &target)?;
+            } else {
+                std::fs::copy(entry.path(), target)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn tools() -> Tools {
+        ensure_tools(&Layout::discover().unwrap()).unwrap()
+    }
+
+    fn failure(copy: &ChartCopy) -> String {
+        format!("{:#}", copy.check().expect_err("the broken chart passed"))
+    }
+
+    #[test]
+    fn the_chart_passes_every_check() {
+        let summary = ChartCopy::new("pass").check().unwrap();
+        assert!(
+            summary.contains("defaults alone fail as they should"),
+            "{summary}"
+        );
+    }
+
+    #[test]
+    fn a_broken_template_fails() {
+        let copy = ChartCopy::new("template");
+        copy.edit("templates/service.yaml", |t| {
+            t.replace("{{- end }}\n{{- end }}", "{{- end }}")
+        });
+        let err = failure(&copy);
+        assert!(err.contains("helm"), "{err}");
+    }
+
+    #[test]
+    fn a_schema_invalid_value_fails() {
+        let copy = ChartCopy::new("schema");
+        copy.edit("ci/minimal.yaml", |t| {
+            t.replace("services:\n", "services:\n  ingress:\n    replicaz: 3\n")
+        });
+        let err = failure(&copy);
+        assert!(
+            err.contains("additional properties 'replicaz' not allowed"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_service_without_a_chart_entry_fails() {
+        let copy = ChartCopy::new("entry");
+        copy.edit("values.yaml", |t| {
+            // Drop the github-sync entry: its line and the indented lines under it.
+            let mut out = Vec::new();
+            let mut skipping = false;
+            for line in t.lines() {
+                if line == "  github-sync:" {
+                    skipping = true;
+                    continue;
+                }
+                if skipping && (line.starts_with("    ") || line.is_empty()) {
+                    continue;
+                }
+                skipping = false;
+                out.push(line);
+            }
+            out.join("\n") + "\n"
+        });
+        let err = failure(&copy);
+        assert!(
+            err.contains(
+                "has the binary github-sync but the chart has no enabled services.github-sync entry"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_secret_given_to_a_service_that_does_not_read_it_fails() {
+        let copy = ChartCopy::new("secrets");
+        copy.edit("values.yaml", |t| {
+            t.replace(
+                "      optional: [FORGESYNC_NATS_NKEY, FORGESYNC_WEBHOOK_ROUTING_KEYS]",
+                "      optional: [FORGESYNC_NATS_NKEY, FORGESYNC_WEBHOOK_ROUTING_KEYS, FORGESYNC_JWT_SECRET]",
+            )
+        });
+        let err = failure(&copy);
+        assert!(
+            err.contains("Deployment fs-forgesync-ingress: gets secrets"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_pod_that_may_escalate_fails() {
+        let copy = ChartCopy::new("restricted");
+        copy.edit("templates/_helpers.tpl", |t| {
+            t.replace(
+                "allowPrivilegeEscalation: false",
+                "allowPrivilegeEscalation: true",
+            )
+        });
+        let err = failure(&copy);
+        assert!(
+            err.contains("allowPrivilegeEscalation is not false"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn grace_without_margin_fails() {
+        let copy = ChartCopy::new("grace");
+        copy.edit("values.yaml", |t| {
+            t.replace("    marginSeconds: 5", "    marginSeconds: 0")
+        });
+        let err = failure(&copy);
+        assert!(err.contains("leaves no margin"), "{err}");
+    }
+
+    #[test]
+    fn routing_the_health_port_or_another_path_fails() {
+        let copy = ChartCopy::new("routes");
+        copy.edit("templates/public-routes.yaml", |t| {
+            t.replace("port: { name: http }", "port: { name: health }")
+        });
+        copy.edit("ci/everything.yaml", |t| {
+            t.replace(
+                "publicRoutes:\n",
+                "publicRoutes:\n  paths: [/webhooks/, /metrics/]\n",
+            )
+        });
+        let err = failure(&copy);
+        assert!(
+            err.contains("only fs-forgesync-ingress port http is public"),
+            "{err}"
+        );
+        assert!(err.contains("routes path \"/metrics/\""), "{err}");
+    }
+
+    #[test]
+    fn parses_hidden_envs_and_series() {
+        let source = r#"
+            #[arg(long, env = "PLAIN", value_name = "PLAIN")]
+            #[arg(
+                long,
+                env = "SECRET",
+                hide_env_values = true
+            )]
+            #[arg(long, env = "RANGED", value_parser = clap::value_parser!(u32).range(1..=100))]
+        "#;
+        assert_eq!(hidden_envs(source), BTreeSet::from(["SECRET".to_owned()]));
+        assert_eq!(
+            series_in(
+                r#"sum by (c) (increase(bus_messages_total{ns="x", outcome="dead"}[5m])) > max(up {a="b"})"#
+            ),
+            BTreeSet::from(["bus_messages_total".to_owned(), "up".to_owned()])
+        );
+        assert_eq!(parse_size("25m"), Some(25 << 20));
+        assert_eq!(parse_size("26214400"), Some(26214400));
+        assert_eq!(parse_size("1x"), None);
+    }
+
+    #[test]
+    fn finds_declared_consumers() {
+        let source = r#"..ConsumerSpec::new(Stream::WebhooksGithub, "a-b"), ConsumerSpec::new(Stream::Jobs,
+            "jobs")"#;
+        assert_eq!(
+            declared_consumers([source].into_iter()),
+            BTreeSet::from([
+                ("JOBS".to_owned(), "jobs".to_owned()),
+                ("WEBHOOKS_GITHUB".to_owned(), "a-b".to_owned())
+            ])
+        );
+    }
+}
