@@ -277,8 +277,13 @@ impl Sources {
     }
 
     /// The sources of `services/<service>/src`.
-    fn of_service<'a>(&'a self, service: &str) -> impl Iterator<Item = &'a str> {
-        let dir = self.root.join("services").join(service).join("src");
+    fn of_service<'a>(&'a self, service: &str) -> impl Iterator<Item = &'a str> + use<'a> {
+        self.of_dir(&format!("services/{service}/src"))
+    }
+
+    /// The sources under `dir` (relative to the workspace root).
+    fn of_dir<'a>(&'a self, dir: &str) -> impl Iterator<Item = &'a str> + use<'a> {
+        let dir = self.root.join(dir);
         self.files
             .iter()
             .filter(move |(path, _)| path.starts_with(&dir))
@@ -699,11 +704,11 @@ fn declared_consumers<'a>(sources: impl Iterator<Item = &'a str>) -> BTreeSet<(S
             let Some((variant, rest)) = call.split_once(',') else {
                 continue;
             };
-            let Some(durable) = rest
-                .trim_start()
-                .strip_prefix('"')
-                .and_then(|r| r.split('"').next())
-            else {
+            // A literal durable name, or the sync engine's `format!("{}-jobs", self.service)`,
+            // kept as the template `{}-jobs`.
+            let rest = rest.trim_start();
+            let rest = rest.strip_prefix("format!(").unwrap_or(rest);
+            let Some(durable) = rest.strip_prefix('"').and_then(|r| r.split('"').next()) else {
                 continue;
             };
             // Stream::WebhooksGithub is the stream WEBHOOKS_GITHUB.
@@ -727,8 +732,20 @@ fn check_consumers(
     sources: &Sources,
     problems: &mut Vec<String>,
 ) {
+    // The consumers a service gets by registering the sync engine's `SyncJobs`, named after it.
+    let engine = declared_consumers(sources.of_dir("crates/sync-engine/src"));
     for binary in binaries {
-        let declared = declared_consumers(sources.of_service(binary));
+        let mut declared = declared_consumers(sources.of_service(binary));
+        if sources
+            .of_service(binary)
+            .any(|text| text.contains("SyncJobs {"))
+        {
+            declared.extend(
+                engine
+                    .iter()
+                    .map(|(stream, durable)| (stream.clone(), durable.replace("{}", binary))),
+            );
+        }
         let listed: BTreeSet<(String, String)> = values["services"][binary]["keda"]["consumers"]
             .as_array()
             .into_iter()
@@ -1064,6 +1081,12 @@ mod tests {
                 ("JOBS".to_owned(), "jobs".to_owned()),
                 ("WEBHOOKS_GITHUB".to_owned(), "a-b".to_owned())
             ])
+        );
+        let engine =
+            r#"..ConsumerSpec::new(Stream::Lifecycle, format!("{}-lifecycle", self.service))"#;
+        assert_eq!(
+            declared_consumers([engine].into_iter()),
+            BTreeSet::from([("LIFECYCLE".to_owned(), "{}-lifecycle".to_owned())])
         );
     }
 }
