@@ -468,3 +468,34 @@ async fn a_genuine_rename_binds_no_other_connections_name_only_monitor() -> Resu
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paused_connections_own_delivery_writes_nothing() -> Result<()> {
+    let stack = LiveStack::start(scenario()).await?;
+    let target = stack.repositories[0];
+    let (number, native) = first_issue(&stack, target);
+    let row_before = issue_row(&stack, native).await?;
+
+    // A pauses: its mirror stays readable, but nothing writes to it any more.
+    sqlx::query("UPDATE connection SET status = 'paused' WHERE id = $1")
+        .bind(stack.conn.parse::<Uuid>()?)
+        .execute(&stack.pool)
+        .await?;
+    let genuine = stack.sim.model(|m| {
+        m.update_issue(target, number, |i| {
+            i.title = "edited while paused".into();
+            i.updated_at += time::Duration::HOUR;
+        });
+        let r = m.repository(target).expect("repository exists");
+        issues_payload(m, "edited", r, r.issue(number).expect("issue exists"))
+    });
+    stack.deliver("issues", &genuine).await?;
+    stack.settle().await?;
+
+    assert_eq!(
+        issue_row(&stack, native).await?,
+        row_before,
+        "a paused connection's webhook wrote"
+    );
+    Ok(())
+}
