@@ -206,6 +206,11 @@ pub fn lifecycle_filter(kind: &str, transition: &str) -> String {
     ])
 }
 
+/// One `transition` of every connection of every kind (`lifecycle.<kind>.<connectionId>.<transition>`).
+pub fn lifecycle_any_kind_filter(transition: &str) -> String {
+    join(&["lifecycle", "*", "*", &encode_token(transition)])
+}
+
 fn join(tokens: &[&str]) -> String {
     tokens.join(".")
 }
@@ -519,6 +524,16 @@ mod tests {
         assert!(!filter_covers(
             &jobs_filter("slack"),
             &jobs("github", "c1", "BACKFILL")
+        ));
+        let disconnected = lifecycle_any_kind_filter("disconnected");
+        assert_eq!(disconnected, "lifecycle.*.*.disconnected");
+        assert!(filter_covers(
+            &disconnected,
+            &lifecycle("gitlab", "c1", "disconnected")
+        ));
+        assert!(!filter_covers(
+            &disconnected,
+            &lifecycle("gitlab", "c1", "activated")
         ));
         let activated = lifecycle_filter("github", "activated");
         assert_eq!(activated, "lifecycle.github.*.activated");

@@ -20,6 +20,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use bus::Stream;
 use bus::consumer::ConsumerSpec;
+use lifecycle_core::subject;
 use store::erasure::Erasable;
 use tokio_util::sync::CancellationToken;
 
@@ -112,53 +113,44 @@ pub async fn run(
         holders: HOLDERS,
     };
     let mut service = runtime::Service::new("eraser", &config.common, &shutdown);
-    let disconnections = ConsumerSpec {
-        filter_subjects: vec!["lifecycle.*.*.disconnected".into()],
+    // The eraser's three lifecycle consumers differ only in their filter and durable name (named
+    // literally at each call: the chart check reads them from here).
+    let spec = |filter: String, base: ConsumerSpec| ConsumerSpec {
+        filter_subjects: vec![filter],
         concurrency: config.concurrency.max(1),
         ack_wait: Duration::from_secs(config.ack_wait_secs),
         max_deliveries: MAX_DELIVERIES,
-        ..ConsumerSpec::new(Stream::Lifecycle, "eraser-disconnections")
+        ..base
     };
     service.consumer(
         &bus,
         &db,
-        disconnections,
+        spec(
+            subject::lifecycle_any_kind_filter("disconnected"),
+            ConsumerSpec::new(Stream::Lifecycle, "eraser-disconnections"),
+        ),
         Arc::new(handlers::DisconnectHandler {
             eraser: eraser.clone(),
         }),
     );
-    let purges = ConsumerSpec {
-        filter_subjects: vec![format!(
-            "lifecycle.workspace.*.{}",
-            bus::contracts::WorkspacePurged::TRANSITION
-        )],
-        concurrency: config.concurrency.max(1),
-        ack_wait: Duration::from_secs(config.ack_wait_secs),
-        max_deliveries: MAX_DELIVERIES,
-        ..ConsumerSpec::new(Stream::Lifecycle, "eraser-purges")
-    };
     service.consumer(
         &bus,
         &db,
-        purges,
+        spec(
+            subject::lifecycle_filter("workspace", bus::contracts::WorkspacePurged::TRANSITION),
+            ConsumerSpec::new(Stream::Lifecycle, "eraser-purges"),
+        ),
         Arc::new(handlers::PurgeHandler {
             eraser: eraser.clone(),
         }),
     );
-    let releases = ConsumerSpec {
-        filter_subjects: vec![format!(
-            "lifecycle.*.*.{}",
-            bus::contracts::RepositoriesReleased::TRANSITION
-        )],
-        concurrency: config.concurrency.max(1),
-        ack_wait: Duration::from_secs(config.ack_wait_secs),
-        max_deliveries: MAX_DELIVERIES,
-        ..ConsumerSpec::new(Stream::Lifecycle, "eraser-releases")
-    };
     service.consumer(
         &bus,
         &db,
-        releases,
+        spec(
+            subject::lifecycle_any_kind_filter(bus::contracts::RepositoriesReleased::TRANSITION),
+            ConsumerSpec::new(Stream::Lifecycle, "eraser-releases"),
+        ),
         Arc::new(handlers::ReleaseHandler {
             eraser: eraser.clone(),
         }),
