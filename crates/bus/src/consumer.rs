@@ -354,6 +354,46 @@ async fn handle_one<H: Handler>(handler: &H, delivery: Delivery) {
     }
 }
 
+/// The durable's configuration: explicit acks, redelivery after `ack_wait`, no server-side
+/// delivery limit (the dead-message budget is ours), `filters` already namespaced.
+fn durable_config(spec: &ConsumerSpec, durable: String, filters: Vec<String>) -> pull::Config {
+    pull::Config {
+        durable_name: Some(durable),
+        filter_subjects: filters,
+        ack_policy: jetstream::consumer::AckPolicy::Explicit,
+        ack_wait: spec.ack_wait,
+        max_deliver: -1,
+        max_ack_pending: i64::try_from(spec.concurrency * 4).unwrap_or(1000),
+        ..Default::default()
+    }
+}
+
+/// Declares the durable of `spec` with a filter no published subject matches (`<root>.%`: a
+/// lone `%` is never an encoded token, and no subject of the stream has two levels), so a
+/// consumer with nothing to take keeps its position but stops counting deliveries of subjects
+/// it used to take as pending work: an autoscaler reading its pending count sees none, and the
+/// durable is not left holding a backlog nobody will pull.
+pub async fn park(bus: &Bus, spec: &ConsumerSpec) -> Result<(), BusError> {
+    let ns = bus.namespace();
+    let consumer_name = ns.name(&spec.durable);
+    let err = |message: String| BusError::Consumer {
+        consumer: consumer_name.clone(),
+        message,
+    };
+    let stream_name = ns.name(spec.stream.name());
+    let stream = bus
+        .jetstream()
+        .get_stream(&stream_name)
+        .await
+        .map_err(|e| err(format!("stream {stream_name}: {e}")))?;
+    let idle = ns.subject(&format!("{}.%", spec.stream.root_token()));
+    stream
+        .create_consumer(durable_config(spec, consumer_name.clone(), vec![idle]))
+        .await
+        .map_err(|e| err(format!("park: {e}")))?;
+    Ok(())
+}
+
 /// Runs a durable consumer until `shutdown`: stops pulling, then waits for in-flight handlers.
 pub async fn run<H: Handler>(
     bus: &Bus,
@@ -376,15 +416,7 @@ pub async fn run<H: Handler>(
         .map_err(|e| err(format!("stream {stream_name}: {e}")))?;
     let filters: Vec<String> = spec.filter_subjects.iter().map(|s| ns.subject(s)).collect();
     let consumer = stream
-        .create_consumer(pull::Config {
-            durable_name: Some(consumer_name.clone()),
-            filter_subjects: filters,
-            ack_policy: jetstream::consumer::AckPolicy::Explicit,
-            ack_wait: spec.ack_wait,
-            max_deliver: -1,
-            max_ack_pending: i64::try_from(spec.concurrency * 4).unwrap_or(1000),
-            ..Default::default()
-        })
+        .create_consumer(durable_config(&spec, consumer_name.clone(), filters))
         .await
         .map_err(|e| err(format!("create: {e}")))?;
     let mut messages = consumer

@@ -415,6 +415,44 @@ impl World {
         }
     }
 
+    /// The durable's state on the server: (pending, unacknowledged, logical filters).
+    async fn durable(&self) -> Result<(u64, usize, Vec<String>)> {
+        let ns = self.bus.namespace();
+        let stream = self
+            .bus
+            .jetstream()
+            .get_stream(ns.name(Stream::WebhooksGitlab.name()))
+            .await?;
+        let info = stream.consumer_info(ns.name(DURABLE)).await?;
+        let config = &info.config;
+        let filters = config
+            .filter_subjects
+            .iter()
+            .chain(std::iter::once(&config.filter_subject))
+            .filter_map(|f| ns.strip(f))
+            .filter(|f| !f.is_empty())
+            .map(str::to_owned)
+            .collect();
+        Ok((info.num_pending, info.num_ack_pending, filters))
+    }
+
+    /// Waits until the consumer's filters take no project any more.
+    async fn parked(&self) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let probe = subject::gitlab_project(ACME.0, ACME.1, "item")?;
+        loop {
+            let (_, _, filters) = self.durable().await?;
+            if !filters.is_empty() && !filters.iter().any(|f| subject::filter_covers(f, &probe)) {
+                return Ok(());
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the consumer never parked (filters {filters:?})"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The stored items of a project: (item, title, version).
     async fn items(&self, native_id: i64) -> Result<Vec<(i64, String, i64)>> {
         Ok(sqlx::query_as(
@@ -640,6 +678,60 @@ async fn a_new_monitor_widens_the_consumers_filters() -> Result<()> {
         .await?;
     w.settle().await?;
     assert_eq!(w.items(9).await?, vec![(1, "gizmo".into(), 1)]);
+    w.stop().await;
+    Ok(())
+}
+
+/// When the last monitoring connection pauses, the consumer parks: a delivery for a project it
+/// used to take is neither written nor counted as its pending work (an autoscaler reading the
+/// durable's pending count would otherwise keep workers up for a backlog nobody pulls). Once a
+/// connection is active again the project's filters come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_with_nothing_monitored_holds_no_backlog() -> Result<()> {
+    let (w, a, _) = World::start().await?;
+    w.filtering(ACME).await?;
+    sqlx::query("UPDATE connection SET status = 'paused' WHERE kind = 'gitlab'")
+        .execute(&w.pool)
+        .await?;
+    w.parked().await?;
+    w.deliver(
+        a,
+        ACME,
+        "item",
+        item(7, 1, "while paused", 1),
+        Stored::default(),
+    )
+    .await?;
+    w.settle().await?;
+    assert_eq!(
+        w.items(7).await?,
+        vec![],
+        "a paused connection's delivery wrote"
+    );
+    let (pending, unacked, _) = w.durable().await?;
+    assert_eq!(
+        (pending, unacked),
+        (0, 0),
+        "the parked durable holds the paused project's delivery as pending"
+    );
+
+    sqlx::query("UPDATE connection SET status = 'active' WHERE kind = 'gitlab'")
+        .execute(&w.pool)
+        .await?;
+    w.filtering(ACME).await?;
+    w.deliver(
+        a,
+        ACME,
+        "item",
+        item(7, 2, "after resume", 1),
+        Stored::default(),
+    )
+    .await?;
+    w.settle().await?;
+    assert!(
+        w.items(7).await?.contains(&(2, "after resume".into(), 1)),
+        "a delivery after the resume was not applied"
+    );
     w.stop().await;
     Ok(())
 }

@@ -39,7 +39,8 @@ impl<M: Monitors> Filters<M> {
 
 /// Runs the consumer `template` (its filters replaced by [`Filters::current`]) until
 /// `shutdown`, checking the monitors every `refresh` and re-declaring the consumer when its
-/// filters change. Without any monitor nothing is consumed. The gauge
+/// filters change. Without any monitor nothing is consumed and the durable is parked
+/// ([`consumer::park`]). The gauge
 /// `webhook_consumer_filters{consumer}` counts the filters in force.
 pub async fn run<H: Handler, M: Monitors>(
     bus: Bus,
@@ -52,6 +53,7 @@ pub async fn run<H: Handler, M: Monitors>(
 ) -> anyhow::Result<()> {
     let gauge = metrics::gauge!("webhook_consumer_filters", "consumer" => template.durable.clone());
     let mut current: Vec<String> = Vec::new();
+    let mut parked = false;
     while !shutdown.is_cancelled() {
         match filters.current().await {
             Ok(next) => current = next,
@@ -59,11 +61,23 @@ pub async fn run<H: Handler, M: Monitors>(
         }
         gauge.set(current.len() as f64);
         if current.is_empty() {
+            // Nothing monitored (the last connection paused or left): the durable keeps its
+            // place but stops holding the old filters' deliveries as pending.
+            if !parked {
+                match consumer::park(&bus, &template).await {
+                    Ok(()) => {
+                        parked = true;
+                        tracing::info!(consumer = %template.durable, "nothing monitored; consumer parked");
+                    }
+                    Err(e) => tracing::warn!(error = %e, "parking the consumer failed"),
+                }
+            }
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep(refresh) => continue,
             }
         }
+        parked = false;
         tracing::info!(consumer = %template.durable, filters = current.len(), "consuming monitored webhooks");
         let stop = shutdown.child_token();
         let spec = ConsumerSpec {
