@@ -9,7 +9,11 @@
 //! - terminationGracePeriodSeconds covers FORGESYNC_SHUTDOWN_GRACE and the preStop pause;
 //! - only ingress is routed publicly, on its webhook paths, with room for 25 MiB bodies;
 //! - KEDA scales each worker on the consumers its code declares;
-//! - alerts use only series some code exports.
+//! - alerts use only series some code exports, and each has its runbook section;
+//! - a digest pins every workload's image;
+//! - NetworkPolicies admit webhooks from the ingress controller only, the API from its configured
+//!   namespaces only, and let out DNS, Postgres, NATS, OTLP and (where a service calls them)
+//!   vendor APIs only.
 //!
 //! Helm (`helm-python-sdk`, Helm as a C library) and `kubernetes-validate` come from PyPI into
 //! the bin cache, like the servers; `chart.py` drives them.
@@ -82,17 +86,38 @@ pub fn ensure_tools(layout: &Layout) -> anyhow::Result<Tools> {
     Ok(Tools { dirs })
 }
 
-/// What the check reads: the workspace (services' sources, deploy/) and the chart.
+/// What the check reads: the workspace's sources (crates/, services/), the chart, the image
+/// and compose definitions, and the runbook.
 pub struct Inputs {
     pub root: PathBuf,
     pub chart: PathBuf,
+    pub dockerfile: PathBuf,
+    pub compose: PathBuf,
+    pub runbook: PathBuf,
 }
+
+/// Where each input lives in the workspace (tests copy them elsewhere to break them).
+const INPUT_PATHS: [&str; 4] = [
+    "helm/forgesync",
+    "deploy/Dockerfile",
+    "deploy/docker-compose.yml",
+    "docs/operations.md",
+];
 
 impl Inputs {
     pub fn of(root: &Path) -> Self {
+        Self::with_copies(root, root)
+    }
+
+    /// The sources of `root` with the other inputs under `copies`, at their workspace paths.
+    fn with_copies(root: &Path, copies: &Path) -> Self {
+        let [chart, dockerfile, compose, runbook] = INPUT_PATHS.map(|p| copies.join(p));
         Inputs {
             root: root.to_path_buf(),
-            chart: root.join("helm/forgesync"),
+            chart,
+            dockerfile,
+            compose,
+            runbook,
         }
     }
 }
@@ -107,7 +132,7 @@ pub fn run(layout: &Layout) -> anyhow::Result<()> {
 
 /// Runs every check; the error lists every problem found.
 pub fn check(tools: &Tools, inputs: &Inputs) -> anyhow::Result<String> {
-    let compose = inputs.root.join("deploy/docker-compose.yml");
+    let compose = &inputs.compose;
     let renders = [
         ("defaults", None),
         ("minimal", Some(inputs.chart.join("ci/minimal.yaml"))),
@@ -128,6 +153,8 @@ pub fn check(tools: &Tools, inputs: &Inputs) -> anyhow::Result<String> {
     let sources = Sources::read(&inputs.root)?;
     let binaries = service_binaries(&inputs.root.join("services"))?;
     let fullname = format!("{RELEASE}-forgesync");
+    let runbook = std::fs::read_to_string(&inputs.runbook)
+        .with_context(|| format!("reading {}", inputs.runbook.display()))?;
 
     for render in answer["renders"]
         .as_array()
@@ -201,10 +228,13 @@ pub fn check(tools: &Tools, inputs: &Inputs) -> anyhow::Result<String> {
         check_public_routes(&docs, &fullname, &mut found);
         check_consumers(&render["values"], &binaries, &sources, &mut found);
         check_alert_series(&docs, &sources, &mut found);
+        check_runbooks(&docs, &runbook, &mut found);
+        check_image(&docs, &render["values"], &mut found);
+        check_network_policies(&docs, &render["values"], &mut found);
         if name == "minimal" {
             let compose_doc = &answer["yaml"][compose.to_string_lossy().as_ref()][0];
-            let dockerfile = std::fs::read_to_string(inputs.root.join("deploy/Dockerfile"))
-                .context("reading deploy/Dockerfile")?;
+            let dockerfile = std::fs::read_to_string(&inputs.dockerfile)
+                .with_context(|| format!("reading {}", inputs.dockerfile.display()))?;
             check_coverage(&docs, &binaries, &dockerfile, compose_doc, &mut found);
         }
         if name == "everything" {
@@ -804,6 +834,206 @@ fn check_alert_series(docs: &[&Value], sources: &Sources, problems: &mut Vec<Str
     }
 }
 
+/// The anchor GitHub gives a Markdown heading: lower case, spaces as `-`, other punctuation
+/// dropped.
+fn heading_anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every alert's `runbook_url` ends in `#<anchor>` of its own name, and the runbook has that
+/// section.
+fn check_runbooks(docs: &[&Value], runbook: &str, problems: &mut Vec<String>) {
+    let sections: BTreeSet<String> = runbook
+        .lines()
+        .filter_map(|line| line.strip_prefix("## "))
+        .map(heading_anchor)
+        .collect();
+    for doc in docs.iter().filter(|d| d["kind"] == "PrometheusRule") {
+        for group in doc["spec"]["groups"].as_array().into_iter().flatten() {
+            for rule in group["rules"].as_array().into_iter().flatten() {
+                let Some(alert) = rule["alert"].as_str() else {
+                    continue;
+                };
+                let url = rule["annotations"]["runbook_url"]
+                    .as_str()
+                    .unwrap_or_default();
+                let own = heading_anchor(alert);
+                match url.rsplit_once('#') {
+                    Some((_, anchor)) if anchor == own && sections.contains(anchor) => {}
+                    Some((_, anchor)) if anchor == own => problems.push(format!(
+                        "alert {alert}: docs/operations.md has no section \"## {alert}\" for its runbook_url {url}"
+                    )),
+                    _ => problems.push(format!(
+                        "alert {alert}: runbook_url {url:?} does not end in #{own}, its section of docs/operations.md"
+                    )),
+                }
+            }
+        }
+    }
+}
+
+/// With `image.digest` set, every workload runs `repository@digest`.
+fn check_image(docs: &[&Value], values: &Value, problems: &mut Vec<String>) {
+    let Some(digest) = values["image"]["digest"].as_str().filter(|d| !d.is_empty()) else {
+        return;
+    };
+    let want = format!(
+        "{}@{digest}",
+        values["image"]["repository"].as_str().unwrap_or_default()
+    );
+    for doc in docs
+        .iter()
+        .filter(|d| d["kind"] == "Deployment" || d["kind"] == "Job")
+    {
+        let pod = &doc["spec"]["template"]["spec"];
+        for container in pod["containers"].as_array().into_iter().flatten() {
+            if container["image"] != want.as_str() {
+                problems.push(format!(
+                    "{}: runs image {}, not the pinned {want}",
+                    name_of(doc),
+                    container["image"]
+                ));
+            }
+        }
+    }
+}
+
+/// The egress rule to the NetworkPolicy `peers` on TCP `ports`; none without peers (an empty
+/// `to` would let out everything).
+fn policy_rule(peers: &Value, ports: &Value) -> Option<Value> {
+    peers.as_array().filter(|p| !p.is_empty())?;
+    let ports: Vec<Value> = ports
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| json!({"protocol": "TCP", "port": p}))
+        .collect();
+    Some(canonical(&json!({"to": peers, "ports": ports})))
+}
+
+/// `v` with every number as a float, so that `5432` from a template equals `5432.0` from merged
+/// values.
+fn canonical(v: &Value) -> Value {
+    match v {
+        Value::Number(n) => n
+            .as_f64()
+            .and_then(serde_json::Number::from_f64)
+            .map_or(Value::Null, Value::Number),
+        Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
+        Value::Object(map) => {
+            Value::Object(map.iter().map(|(k, v)| (k.clone(), canonical(v))).collect())
+        }
+        other => other.clone(),
+    }
+}
+
+/// Each Deployment's pods are selected by a NetworkPolicy that admits, besides the health port,
+/// only ingress's webhooks from the ingress controller's namespaces and control-api's calls from
+/// its configured ones; and lets out only DNS, Postgres, NATS, OTLP (when set) and vendor APIs
+/// (for a service that calls them).
+fn check_network_policies(docs: &[&Value], values: &Value, problems: &mut Vec<String>) {
+    let np = &values["networkPolicy"];
+    if np["enabled"] != true {
+        return;
+    }
+    let policies: Vec<&&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "NetworkPolicy")
+        .collect();
+    let namespaces = |selector: &str| json!([{"namespaceSelector": {"matchLabels": np[selector]}}]);
+    for deployment in docs.iter().filter(|d| d["kind"] == "Deployment") {
+        let name = name_of(deployment);
+        let service = component(deployment);
+        let selector = &deployment["spec"]["selector"]["matchLabels"];
+        let Some(policy) = policies
+            .iter()
+            .find(|p| p["spec"]["podSelector"]["matchLabels"] == *selector)
+        else {
+            problems.push(format!("{name}: no NetworkPolicy selects its pods"));
+            continue;
+        };
+        let policy_name = name_of(policy);
+        let mut fail = |what: String| problems.push(format!("{policy_name}: {what}"));
+        let types = &policy["spec"]["policyTypes"];
+        if *types != json!(["Ingress", "Egress"]) {
+            fail(format!(
+                "policyTypes {types} do not restrict both directions"
+            ));
+        }
+        // Who may call the API port: nobody but these.
+        let api_callers = match service {
+            PUBLIC_SERVICE => Some(namespaces("ingressControllerNamespaceSelector")),
+            "control-api" => Some(namespaces("controlApiNamespaceSelector")),
+            _ => None,
+        };
+        for rule in policy["spec"]["ingress"].as_array().into_iter().flatten() {
+            let ports = rule["ports"].as_array().map_or(&[][..], Vec::as_slice);
+            if ports.is_empty() {
+                fail(format!("ingress rule {rule} opens every port"));
+            }
+            if rule["from"].as_array().is_none_or(Vec::is_empty) {
+                fail(format!("ingress rule {rule} admits every peer"));
+            }
+            if ports.iter().all(|p| p["port"] == "health") {
+                continue;
+            }
+            match &api_callers {
+                Some(callers)
+                    if rule["from"] == *callers && ports.iter().all(|p| p["port"] == "http") => {}
+                Some(callers) => fail(format!(
+                    "ingress rule {rule}: only {callers} may reach its http port"
+                )),
+                None => fail(format!(
+                    "ingress rule {rule}: {service} serves nobody on its API port"
+                )),
+            }
+        }
+        let dns = canonical(
+            &json!({"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}),
+        );
+        let peer = |key: &str| policy_rule(&np[key]["to"], &np[key]["ports"]);
+        let otlp_set = values["otlpEndpoint"]
+            .as_str()
+            .is_some_and(|e| !e.is_empty());
+        let calls_vendors = values["services"][service]["networkPolicy"]["vendorApis"]
+            .as_bool()
+            .or(values["serviceDefaults"]["networkPolicy"]["vendorApis"].as_bool())
+            == Some(true);
+        let allowed: Vec<(&str, Value)> = [
+            ("DNS", Some(dns)),
+            ("Postgres", peer("postgres")),
+            ("NATS", peer("nats")),
+            ("OTLP", peer("otlp").filter(|_| otlp_set)),
+            ("vendor APIs", peer("vendorApis").filter(|_| calls_vendors)),
+        ]
+        .into_iter()
+        .filter_map(|(what, rule)| Some((what, rule?)))
+        .collect();
+        for rule in policy["spec"]["egress"].as_array().into_iter().flatten() {
+            let rule = canonical(rule);
+            if !allowed.iter().any(|(_, a)| *a == rule) {
+                fail(format!(
+                    "egress rule {rule} is none of {}",
+                    allowed
+                        .iter()
+                        .map(|(what, _)| *what)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
+    }
+}
+
 /// Every service binary has a Deployment, a Dockerfile target and a compose service; no
 /// Deployment runs a binary that does not exist.
 fn check_coverage(
@@ -864,7 +1094,8 @@ fn dockerfile_binaries(dockerfile: &str) -> BTreeSet<String> {
 mod tests {
     use super::*;
 
-    /// A copy of the chart in a temporary directory, removed on drop.
+    /// A copy of the chart, the Dockerfile, the compose file and the runbook in a temporary
+    /// directory (at their workspace paths), removed on drop.
     struct ChartCopy {
         dir: PathBuf,
         inputs: Inputs,
@@ -876,14 +1107,20 @@ mod tests {
             let dir =
                 std::env::temp_dir().join(format!("xtask-chart-{test}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);
-            copy_dir(&root.join("helm/forgesync"), &dir).unwrap();
-            let inputs = Inputs {
-                root,
-                chart: dir.clone(),
-            };
+            for input in INPUT_PATHS {
+                let (from, to) = (root.join(input), dir.join(input));
+                if from.is_dir() {
+                    copy_dir(&from, &to).unwrap();
+                } else {
+                    std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+                    std::fs::copy(from, to).unwrap();
+                }
+            }
+            let inputs = Inputs::with_copies(&root, &dir);
             ChartCopy { dir, inputs }
         }
 
+        /// Edits the copy of `file` (a workspace path).
         fn edit(&self, file: &str, edit: impl FnOnce(String) -> String) {
             let path = self.dir.join(file);
             let text = std::fs::read_to_string(&path).unwrap();
@@ -937,17 +1174,35 @@ mod tests {
     #[test]
     fn a_broken_template_fails() {
         let copy = ChartCopy::new("template");
-        copy.edit("templates/service.yaml", |t| {
+        copy.edit("helm/forgesync/templates/service.yaml", |t| {
             t.replace("{{- end }}\n{{- end }}", "{{- end }}")
         });
         let err = failure(&copy);
-        assert!(err.contains("helm"), "{err}");
+        // Both the strict lint and the render name the template and what is wrong with it: the
+        // `range` left open runs into the end of the file.
+        let template =
+            std::fs::read_to_string(copy.dir.join("helm/forgesync/templates/service.yaml"))
+                .unwrap();
+        let parse_error = format!(
+            "parse error at (forgesync/templates/service.yaml:{}): unexpected EOF",
+            template.lines().count() + 1
+        );
+        for render in ["minimal", "everything"] {
+            assert!(
+                err.contains(&format!("{render}: helm lint: templates/: {parse_error}")),
+                "{err}"
+            );
+            assert!(
+                err.contains(&format!("{render}: helm render failed: {parse_error}")),
+                "{err}"
+            );
+        }
     }
 
     #[test]
     fn a_schema_invalid_value_fails() {
         let copy = ChartCopy::new("schema");
-        copy.edit("ci/minimal.yaml", |t| {
+        copy.edit("helm/forgesync/ci/minimal.yaml", |t| {
             t.replace("services:\n", "services:\n  ingress:\n    replicaz: 3\n")
         });
         let err = failure(&copy);
@@ -960,7 +1215,7 @@ mod tests {
     #[test]
     fn a_service_without_a_chart_entry_fails() {
         let copy = ChartCopy::new("entry");
-        copy.edit("values.yaml", |t| {
+        copy.edit("helm/forgesync/values.yaml", |t| {
             // Drop the github-sync entry: its line and the indented lines under it.
             let mut out = Vec::new();
             let mut skipping = false;
@@ -987,9 +1242,123 @@ mod tests {
     }
 
     #[test]
+    fn a_service_without_a_dockerfile_target_fails() {
+        let copy = ChartCopy::new("dockerfile");
+        copy.edit("deploy/Dockerfile", |t| {
+            t.replace(
+                "ARG SERVICE_BINARIES=\"control-api eraser github-sync ingress\"",
+                "ARG SERVICE_BINARIES=\"control-api github-sync ingress\"",
+            )
+        });
+        let err = failure(&copy);
+        assert!(
+            err.contains("deploy/Dockerfile's SERVICE_BINARIES does not build eraser"),
+            "{err}"
+        );
+        assert!(!err.contains("build github-sync"), "{err}");
+    }
+
+    #[test]
+    fn a_service_without_a_compose_service_fails() {
+        let copy = ChartCopy::new("compose");
+        copy.edit("deploy/docker-compose.yml", |t| {
+            t.replace(
+                "  eraser:\n    <<: *forgesync\n    command: [\"eraser\"]\n    environment:\n      <<: *env\n",
+                "",
+            )
+        });
+        let err = failure(&copy);
+        assert!(
+            err.contains("deploy/docker-compose.yml has no service eraser"),
+            "{err}"
+        );
+        assert!(!err.contains("has no service github-sync"), "{err}");
+    }
+
+    #[test]
+    fn an_alert_without_its_runbook_section_fails() {
+        let copy = ChartCopy::new("runbook");
+        copy.edit("docs/operations.md", |t| {
+            t.replace("## ForgesyncSweepsHeld\n", "## Sweeps held\n")
+        });
+        let err = failure(&copy);
+        assert!(
+            err.contains(
+                "alert ForgesyncSweepsHeld: docs/operations.md has no section \"## ForgesyncSweepsHeld\""
+            ),
+            "{err}"
+        );
+        assert!(!err.contains("alert ForgesyncRelayBacklog"), "{err}");
+    }
+
+    #[test]
+    fn an_alert_pointing_at_another_section_fails() {
+        let copy = ChartCopy::new("runbook-url");
+        copy.edit("helm/forgesync/templates/monitoring.yaml", |t| {
+            t.replace("#forgesyncrelaybacklog", "#forgesyncoutboxparked")
+        });
+        let err = failure(&copy);
+        assert!(
+            err.contains(
+                "alert ForgesyncRelayBacklog: runbook_url \"docs/operations.md#forgesyncoutboxparked\" does not end in #forgesyncrelaybacklog"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_image_not_pinned_by_its_digest_fails() {
+        let copy = ChartCopy::new("digest");
+        copy.edit("helm/forgesync/templates/migrations.yaml", |t| {
+            t.replace(
+                "image: {{ include \"forgesync.image\" . | quote }}",
+                "image: {{ printf \"%s:latest\" .Values.image.repository | quote }}",
+            )
+        });
+        let err = failure(&copy);
+        assert!(
+            err.contains(
+                "Job fs-forgesync-migrations: runs image \"ghcr.io/forgesync/forgesync:latest\", not the pinned ghcr.io/forgesync/forgesync@sha256:0123"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_network_policy_letting_more_in_or_out_fails() {
+        let copy = ChartCopy::new("netpol");
+        copy.edit("helm/forgesync/templates/networkpolicy.yaml", |t| {
+            t.replace(
+                "{{- toYaml $np.ingressControllerNamespaceSelector | nindent 14 }}",
+                "{{- toYaml $np.ingressControllerNamespaceSelector | nindent 14 }}\n        - namespaceSelector: {}",
+            )
+            .replace(
+                "{{- if $svc.networkPolicy.vendorApis }}",
+                "{{- if true }}",
+            )
+        });
+        let err = failure(&copy);
+        assert!(
+            err.contains("NetworkPolicy fs-forgesync-ingress: ingress rule")
+                && err.contains("only [{\"namespaceSelector\":{\"matchLabels\":{\"kubernetes.io/metadata.name\":\"ingress-nginx\"}}}] may reach its http port"),
+            "{err}"
+        );
+        // Vendor APIs for a service that calls none: the eraser.
+        assert!(
+            err.contains("NetworkPolicy fs-forgesync-eraser: egress rule")
+                && err.contains("is none of DNS, Postgres, NATS, OTLP"),
+            "{err}"
+        );
+        assert!(
+            !err.contains("NetworkPolicy fs-forgesync-github-sync: egress"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn a_secret_given_to_a_service_that_does_not_read_it_fails() {
         let copy = ChartCopy::new("secrets");
-        copy.edit("values.yaml", |t| {
+        copy.edit("helm/forgesync/values.yaml", |t| {
             t.replace(
                 "      optional: [FORGESYNC_NATS_NKEY, FORGESYNC_WEBHOOK_ROUTING_KEYS]",
                 "      optional: [FORGESYNC_NATS_NKEY, FORGESYNC_WEBHOOK_ROUTING_KEYS, FORGESYNC_JWT_SECRET]",
@@ -1005,7 +1374,7 @@ mod tests {
     #[test]
     fn a_pod_that_may_escalate_fails() {
         let copy = ChartCopy::new("restricted");
-        copy.edit("templates/_helpers.tpl", |t| {
+        copy.edit("helm/forgesync/templates/_helpers.tpl", |t| {
             t.replace(
                 "allowPrivilegeEscalation: false",
                 "allowPrivilegeEscalation: true",
@@ -1021,7 +1390,7 @@ mod tests {
     #[test]
     fn grace_without_margin_fails() {
         let copy = ChartCopy::new("grace");
-        copy.edit("values.yaml", |t| {
+        copy.edit("helm/forgesync/values.yaml", |t| {
             t.replace("    marginSeconds: 5", "    marginSeconds: 0")
         });
         let err = failure(&copy);
@@ -1031,10 +1400,10 @@ mod tests {
     #[test]
     fn routing_the_health_port_or_another_path_fails() {
         let copy = ChartCopy::new("routes");
-        copy.edit("templates/public-routes.yaml", |t| {
+        copy.edit("helm/forgesync/templates/public-routes.yaml", |t| {
             t.replace("port: { name: http }", "port: { name: health }")
         });
-        copy.edit("ci/everything.yaml", |t| {
+        copy.edit("helm/forgesync/ci/everything.yaml", |t| {
             t.replace(
                 "publicRoutes:\n",
                 "publicRoutes:\n  paths: [/webhooks/, /metrics/]\n",
