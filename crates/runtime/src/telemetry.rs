@@ -80,16 +80,7 @@ pub fn init(
 
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,sea_orm_migration=warn"));
-    let fmt_layer: Box<dyn Layer<_> + Send + Sync> = match format {
-        LogFormat::Json => Box::new(
-            tracing_subscriber::fmt::layer()
-                .json()
-                .flatten_event(true)
-                .with_current_span(true)
-                .with_span_list(false),
-        ),
-        LogFormat::Pretty => Box::new(tracing_subscriber::fmt::layer()),
-    };
+    let fmt_layer = log_layer(format, std::io::stdout);
 
     let provider = match otlp_endpoint.filter(|e| !e.trim().is_empty()) {
         Some(endpoint) => Some(tracer_provider(service, endpoint)?),
@@ -116,6 +107,26 @@ pub fn init(
     }
     tracing::debug!(service, otlp = provider.is_some(), "telemetry initialised");
     Ok(TelemetryGuard { provider })
+}
+
+/// The log lines of a service in `format`, written to `writer`: stdout in a service, a buffer in
+/// a test that reads back what the services logged.
+pub fn log_layer<S, W>(format: LogFormat, writer: W) -> Box<dyn Layer<S> + Send + Sync>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    match format {
+        LogFormat::Json => Box::new(
+            tracing_subscriber::fmt::layer()
+                .json()
+                .flatten_event(true)
+                .with_current_span(true)
+                .with_span_list(false)
+                .with_writer(writer),
+        ),
+        LogFormat::Pretty => Box::new(tracing_subscriber::fmt::layer().with_writer(writer)),
+    }
 }
 
 fn tracer_provider(service: &str, endpoint: &str) -> anyhow::Result<SdkTracerProvider> {

@@ -502,3 +502,48 @@ mod tests {
         assert_eq!(with_database("postgres://h:1", "x"), "postgres://h:1/x");
     }
 }
+
+/// Everything logged in this test process from the call on (the services it runs in-process
+/// included), as services format it for collectors (JSON lines), at the levels `filter` names
+/// (`RUST_LOG` syntax). It installs the process's subscriber, so call it first in the test
+/// (nextest runs every test in a process of its own); a second call fails.
+pub fn capture_logs(filter: &str) -> Result<LogCapture> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let capture = LogCapture::default();
+    let lines = capture.clone();
+    tracing_subscriber::registry()
+        .with(tracing_subscriber::EnvFilter::try_new(filter)?)
+        .with(runtime::telemetry::log_layer(
+            runtime::LogFormat::Json,
+            move || lines.clone(),
+        ))
+        .try_init()
+        .context("a log subscriber is already installed in this process")?;
+    Ok(capture)
+}
+
+/// The log text [`capture_logs`] collects.
+#[derive(Clone, Default)]
+pub struct LogCapture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl LogCapture {
+    /// What was logged so far.
+    pub fn text(&self) -> String {
+        let bytes = self.0.lock().map(|b| b.clone()).unwrap_or_default();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+impl std::io::Write for LogCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut lines) = self.0.lock() {
+            lines.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

@@ -63,6 +63,8 @@ fn place(scan: &Value, name: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn disconnect_then_purge_leave_nothing_and_spare_what_others_monitor() -> Result<()> {
+    // Every service's log from here on (ingress, control-api, the relays, the eraser), at debug.
+    let logs = testkit::capture_logs("debug")?;
     let o = overlap().await?;
     let w = &o.world;
     let eraser = testkit::spawn(w.eraser_config()).await?;
@@ -78,6 +80,10 @@ async fn disconnect_then_purge_leave_nothing_and_spare_what_others_monitor() -> 
     assert!(place(&before, "table:dead_message") > 0);
     let b_repos = [o.shared[0], o.shared[1], o.b_only];
     let b_before = w.snapshot(&o.b, &b_repos).await?;
+    let a_messages = w.ledgered_of(&o.a).await?;
+    let b_messages = w.ledgered_of(&o.b).await?;
+    assert_eq!(a_messages.len(), 3 * (WEBHOOKS + EVENTS), "{a_messages:?}");
+    assert_eq!(b_messages.len(), 3 * (WEBHOOKS + EVENTS), "{b_messages:?}");
 
     // Disconnect A.
     let (status, body) = w
@@ -101,6 +107,19 @@ async fn disconnect_then_purge_leave_nothing_and_spare_what_others_monitor() -> 
     assert!(!w.exists(o.a_only).await?);
     assert!(w.exists(o.b_only).await?);
     assert_eq!(w.snapshot(&o.b, &b_repos).await?, b_before);
+    // The server itself no longer holds A's stream copies; it still holds every one of B's.
+    for (stream, sequence) in &a_messages {
+        assert!(
+            w.stored(stream, *sequence).await?.is_none(),
+            "A's message {sequence} is still on {stream}"
+        );
+    }
+    for (stream, sequence) in &b_messages {
+        assert!(
+            w.stored(stream, *sequence).await?.is_some(),
+            "B's message {sequence} left {stream}"
+        );
+    }
     // Tombstoned rows went with the rest: nothing of A's repository is left at all.
     assert_eq!(
         count(
@@ -159,7 +178,23 @@ async fn disconnect_then_purge_leave_nothing_and_spare_what_others_monitor() -> 
         .await?;
         assert!(audit >= 3, "audit rows of {} remain: {audit}", t.connection);
     }
-    eraser.stop().await
+    // And B's stream copies are gone from the server too.
+    for (stream, sequence) in &b_messages {
+        assert!(
+            w.stored(stream, *sequence).await?.is_none(),
+            "B's message {sequence} is still on {stream}"
+        );
+    }
+    eraser.stop().await?;
+
+    // Logs carry ids and counts, never the content that passed through: the capture holds what
+    // ingress accepted and what the eraser did, and no fixture title, body or payload.
+    let text = logs.text();
+    for expected in ["connection erased", "workspace purged"] {
+        assert!(text.contains(expected), "the capture misses {expected:?}");
+    }
+    support::assert_no_content(&text, "the services' logs");
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -16,6 +16,18 @@ use uuid::Uuid;
 /// The text every piece of fixture content carries, so a scan of logs can look for it.
 pub const MARKER: &str = "fixture-secret";
 
+/// Fails with the offending lines when `log` (named `source`) carries fixture content: logs hold
+/// ids and counts, never titles, bodies or payloads.
+pub fn assert_no_content(log: &str, source: &str) {
+    let leaked: Vec<&str> = log.lines().filter(|l| l.contains(MARKER)).collect();
+    assert!(
+        leaked.is_empty(),
+        "{source} carries third-party content in {} lines, first: {}",
+        leaked.len(),
+        leaked.first().copied().unwrap_or_default()
+    );
+}
+
 /// One workspace with one GitHub connection and its webhook endpoint.
 #[derive(Debug, Clone)]
 pub struct Tenant {
@@ -423,7 +435,24 @@ impl World {
             out.push_str(&format!("{table}: {rows}\n"));
         }
         // The stream copies themselves, by the sequences the ledger names.
-        let ledger: Vec<(String, i64)> = sqlx::query_as(
+        for (stream, sequence) in self.ledgered_of(tenant).await? {
+            let m = self
+                .stored(&stream, sequence)
+                .await?
+                .with_context(|| format!("{stream} {sequence} is ledgered but not stored"))?;
+            out.push_str(&format!(
+                "{stream} {sequence} {}: {}\n",
+                m.subject,
+                String::from_utf8_lossy(&m.payload)
+            ));
+        }
+        Ok(out)
+    }
+
+    /// The content messages (webhooks, item events) the stream ledger records for `tenant`'s
+    /// connection or workspace: (stream, sequence).
+    pub async fn ledgered_of(&self, tenant: &Tenant) -> Result<Vec<(String, i64)>> {
+        Ok(sqlx::query_as(
             "SELECT stream, sequence FROM stream_message
               WHERE (connection_id = $2 OR workspace_id = $1)
                 AND stream IN ('WEBHOOKS_GITHUB', 'EVENTS')
@@ -432,22 +461,28 @@ impl World {
         .bind(tenant.workspace)
         .bind(tenant.connection)
         .fetch_all(&self.pool)
-        .await?;
-        for (stream, sequence) in ledger {
-            let handle = self
-                .env
-                .bus
-                .jetstream()
-                .get_stream(self.env.bus.namespace().name(&stream))
-                .await?;
-            let m = handle.get_raw_message(sequence as u64).await?;
-            out.push_str(&format!(
-                "{stream} {sequence} {}: {}\n",
-                m.subject,
-                String::from_utf8_lossy(&m.payload)
-            ));
+        .await?)
+    }
+
+    /// The message the JetStream server holds at `sequence` of `stream`, `None` when it holds
+    /// none there (deleted, or never stored).
+    pub async fn stored(
+        &self,
+        stream: &str,
+        sequence: i64,
+    ) -> Result<Option<async_nats::jetstream::message::StreamMessage>> {
+        use async_nats::jetstream::stream::RawMessageErrorKind;
+        let handle = self
+            .env
+            .bus
+            .jetstream()
+            .get_stream(self.env.bus.namespace().name(stream))
+            .await?;
+        match handle.get_raw_message(u64::try_from(sequence)?).await {
+            Ok(m) => Ok(Some(m)),
+            Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(e) => Err(e.into()),
         }
-        Ok(out)
     }
 
     pub async fn exists(&self, repo: Repo) -> Result<bool> {
