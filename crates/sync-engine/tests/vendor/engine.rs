@@ -1,0 +1,357 @@
+//! The engine driven by a vendor that exists only here (`scripted`): one scope, one item class,
+//! string ids. Each test proves one processing rule; none needed an engine change for this vendor.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use store::entity::ConnectionKind;
+use sync_engine::{JobOutcome, Jobs};
+
+use crate::scripted::{self, Fault, Fixture, Gitlab, Hook, Outline, ScriptedSource, item};
+
+async fn fixture() -> Result<Fixture> {
+    Fixture::new(ConnectionKind::Gitlab).await
+}
+
+#[tokio::test]
+async fn initial_writes_every_item_and_never_tombstones() -> Result<()> {
+    let f = fixture().await?;
+    let source = ScriptedSource::new(35);
+    assert_eq!(
+        f.run::<Gitlab>("INITIAL", "lifecycle", &source).await?,
+        JobOutcome::Succeeded
+    );
+    assert_eq!(f.live().await?, 35);
+    assert_eq!(source.calls(), 4, "four pages of ten");
+    let (done, status): (i64, String) =
+        sqlx::query_as("SELECT progress_done, status FROM sync_job")
+            .fetch_one(&f.pool)
+            .await?;
+    assert_eq!((done, status.as_str()), (35, "succeeded"));
+
+    // Absence upstream is no deletion for INITIAL.
+    source.with(|s| s.items.truncate(20));
+    f.run::<Gitlab>("INITIAL", "lifecycle", &source).await?;
+    assert!(f.tombstoned().await?.is_empty());
+    assert!(f.activities("not_reconciled").await?.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_complete_reconciliation_tombstones_exactly_what_vanished() -> Result<()> {
+    let f = fixture().await?;
+    let source = ScriptedSource::new(30);
+    f.run::<Gitlab>("INITIAL", "lifecycle", &source).await?;
+    source.with(|s| {
+        s.items
+            .retain(|i| i.id != "note-0004" && i.id != "note-0017")
+    });
+    assert_eq!(
+        f.run::<Gitlab>("RECONCILIATION", "manual", &source).await?,
+        JobOutcome::Succeeded
+    );
+    assert_eq!(f.tombstoned().await?, ["note-0004", "note-0017"]);
+    let recorded = f.activities("tombstoned").await?;
+    assert_eq!(recorded.len(), 1);
+    assert_eq!(recorded[0]["count"], 2);
+    assert_eq!(recorded[0]["class"], "note");
+    assert_eq!(recorded[0]["scope"], scripted::SCOPE);
+
+    // A reappearance is written back.
+    source.with(|s| s.items.push(item(4)));
+    f.run::<Gitlab>("RECONCILIATION", "manual", &source).await?;
+    assert_eq!(f.tombstoned().await?, ["note-0017"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_incomplete_reconciliation_tombstones_nothing_and_says_so() -> Result<()> {
+    for fault in [
+        Fault::Unavailable,
+        Fault::Gone,
+        Fault::Errored,
+        Fault::LyingNoNextPage,
+        Fault::WrongTotal,
+    ] {
+        let f = fixture().await?;
+        let source = ScriptedSource::new(30);
+        f.run::<Gitlab>("INITIAL", "lifecycle", &source).await?;
+        source.with(|s| {
+            s.items.retain(|i| i.id != "note-0009");
+            s.faults = vec![(s.calls + 1, fault.clone())];
+        });
+        f.run::<Gitlab>("RECONCILIATION", "manual", &source).await?;
+        assert!(
+            f.tombstoned().await?.is_empty(),
+            "{fault:?} must tombstone nothing"
+        );
+        let skipped = f.activities("not_reconciled").await?;
+        assert_eq!(skipped.len(), 1, "{fault:?}: the skipped sweep is recorded");
+        assert_eq!(skipped[0]["scope"], scripted::SCOPE);
+        let stamped = f
+            .count("SELECT count(*) FROM scripted_scope WHERE reconciled_at IS NOT NULL")
+            .await?;
+        assert_eq!(
+            stamped, 0,
+            "{fault:?}: an incomplete reconcile is not stamped"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_vendor_failure_fails_a_reconciliation_and_a_spent_quota_ends_it() -> Result<()> {
+    let f = fixture().await?;
+    let source = ScriptedSource::new(30);
+    f.run::<Gitlab>("INITIAL", "lifecycle", &source).await?;
+    source.with(|s| s.faults = vec![(s.calls + 1, Fault::Unavailable)]);
+    let outcome = f.run::<Gitlab>("RECONCILIATION", "manual", &source).await?;
+    assert!(
+        matches!(&outcome, JobOutcome::Failed(r) if r.starts_with("failing:")),
+        "{outcome:?}"
+    );
+    source.with(|s| s.faults = vec![(s.calls + 1, Fault::Quota)]);
+    let outcome = f.run::<Gitlab>("RECONCILIATION", "manual", &source).await?;
+    assert!(
+        matches!(&outcome, JobOutcome::Failed(r) if r.starts_with("quota:")),
+        "{outcome:?}"
+    );
+    // A scope-level failure ends only its listing: the job itself succeeds.
+    source.with(|s| s.faults = vec![(s.calls + 1, Fault::Gone)]);
+    assert_eq!(
+        f.run::<Gitlab>("RECONCILIATION", "manual", &source).await?,
+        JobOutcome::Succeeded
+    );
+    assert!(f.tombstoned().await?.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_blast_radius_holds_an_implausible_sweep_for_an_operator() -> Result<()> {
+    let f = fixture().await?;
+    let source = ScriptedSource::new(150);
+    f.run::<Gitlab>("INITIAL", "lifecycle", &source).await?;
+    // A complete listing that lost 120 of 150 rows (a lost permission lists complete but empty).
+    source.with(|s| s.items.truncate(30));
+    assert_eq!(
+        f.run::<Gitlab>("RECONCILIATION", "manual", &source).await?,
+        JobOutcome::Succeeded
+    );
+    assert!(
+        f.tombstoned().await?.is_empty(),
+        "the plan is held, not run"
+    );
+    let held = f.activities("sweep_held").await?;
+    assert_eq!(held.len(), 1);
+    assert_eq!(
+        (
+            held[0]["would_tombstone"].as_u64(),
+            held[0]["class_size"].as_u64()
+        ),
+        (Some(120), Some(150))
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_manual_backfill_passes_again_with_backoff_until_complete() -> Result<()> {
+    let f = fixture().await?;
+    let source = ScriptedSource::new(30);
+    // The first pass's second page disagrees on the total, the second pass fails at its first
+    // page; the third pass is clean.
+    source.with(|s| s.faults = vec![(1, Fault::WrongTotal), (2, Fault::Unavailable)]);
+    let started = Instant::now();
+    assert_eq!(
+        f.run::<Gitlab>("BACKFILL", "manual", &source).await?,
+        JobOutcome::Succeeded
+    );
+    let waited = started.elapsed();
+    let settings = scripted::settings().backfill;
+    assert!(
+        waited >= settings.first_backoff * 3,
+        "two waits, the second longer: {waited:?}"
+    );
+    let (passes,): (i32,) = sqlx::query_as("SELECT passes FROM sync_job")
+        .fetch_one(&f.pool)
+        .await?;
+    assert_eq!(passes, 3);
+    let incomplete = f.activities("backfill_pass_incomplete").await?;
+    assert_eq!(incomplete.len(), 2);
+    assert!(
+        incomplete[1]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("failing:"),
+        "{incomplete:?}"
+    );
+    assert_eq!(f.live().await?, 30);
+    assert!(f.tombstoned().await?.is_empty(), "a backfill never sweeps");
+
+    // Out of passes, it fails with the last pass's reason.
+    let f = fixture().await?;
+    let source = ScriptedSource::new(30);
+    source.with(|s| s.faults = (0..100).map(|c| (c, Fault::LyingNoNextPage)).collect());
+    let outcome = f.run::<Gitlab>("BACKFILL", "manual", &source).await?;
+    assert!(
+        matches!(&outcome, JobOutcome::Failed(r) if r.contains("after 3 passes")),
+        "{outcome:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_cancel_stops_the_job_at_the_next_page() -> Result<()> {
+    let f = fixture().await?;
+    let source = ScriptedSource::new(50);
+    let id = f.queue("BACKFILL", "manual").await?;
+    // An operator cancels while the second page is read.
+    let pool = f.pool.clone();
+    let cancel: Hook = Box::new(move || {
+        let pool = pool.clone();
+        Box::pin(async move {
+            sqlx::query("UPDATE sync_job SET status = 'canceled' WHERE id = $1")
+                .bind(id)
+                .execute(&pool)
+                .await
+                .unwrap();
+        })
+    });
+    source.with(|s| s.during = vec![(1, Arc::new(cancel))]);
+    let engine = f.engine::<Gitlab>(&source, "replica-a", Duration::from_secs(30));
+    let job = engine.jobs.claim(id).await?.expect("claimable");
+    let outcome = engine
+        .run(&job, f.provider_instance_id, source.clone())
+        .await?;
+    assert_eq!(outcome, JobOutcome::Canceled);
+    assert_eq!(source.calls(), 2, "no page is read after the cancel");
+    assert_eq!(f.live().await?, 20, "the page in hand was written");
+    let (status, finished): (String, bool) =
+        sqlx::query_as("SELECT status, finished_at IS NOT NULL FROM sync_job")
+            .fetch_one(&f.pool)
+            .await?;
+    assert_eq!((status.as_str(), finished), ("canceled", true));
+    assert!(
+        f.activities("backfill_pass_incomplete").await?.is_empty(),
+        "a canceled backfill does not pass again"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_lapsed_lease_is_taken_over_and_the_first_replica_writes_nothing_more() -> Result<()> {
+    let f = fixture().await?;
+    let source = ScriptedSource::new(50);
+    f.run::<Gitlab>("INITIAL", "lifecycle", &source).await?;
+    source.with(|s| {
+        s.items.truncate(40);
+        s.calls = 0;
+    });
+    let id = f.queue("RECONCILIATION", "manual").await?;
+    let a = f.engine::<Gitlab>(&source, "replica-a", Duration::from_millis(300));
+    let b = Jobs::new(
+        ConnectionKind::Gitlab,
+        f.pool.clone(),
+        "replica-b",
+        Duration::from_secs(30),
+    );
+    let job = a.jobs.claim(id).await?.expect("a claims");
+    assert!(b.claim(id).await?.is_none(), "a live claim is not taken");
+    // Replica a stalls in its second page past its lease; b takes the job over meanwhile.
+    let taken = {
+        let b = b.clone();
+        let hook: Hook = Box::new(move || {
+            let b = b.clone();
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(600)).await;
+                assert!(b.claim(id).await.unwrap().is_some(), "b takes over");
+            })
+        });
+        Arc::new(hook)
+    };
+    source.with(|s| s.during = vec![(1, taken)]);
+    let outcome = a.run(&job, f.provider_instance_id, source.clone()).await?;
+    assert_eq!(
+        outcome,
+        JobOutcome::Failed("lost the job's lease".into()),
+        "a learns at its next heartbeat"
+    );
+    assert_eq!(source.calls(), 2, "a reads no page after losing the lease");
+    assert!(
+        f.tombstoned().await?.is_empty(),
+        "a decides no sweep for a job it no longer holds"
+    );
+    assert!(f.activities("not_reconciled").await?.is_empty());
+    let (status, claimed_by): (String, String) =
+        sqlx::query_as("SELECT status, claimed_by FROM sync_job WHERE id = $1")
+            .bind(id)
+            .fetch_one(&f.pool)
+            .await?;
+    assert_eq!(
+        (status.as_str(), claimed_by.as_str()),
+        ("running", "replica-b"),
+        "a's finish does not overwrite b's claim"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_replica_claims_only_its_vendors_jobs() -> Result<()> {
+    let f = fixture().await?;
+    let id = f.queue("RECONCILIATION", "manual").await?;
+    let other = Jobs::new(
+        ConnectionKind::Slack,
+        f.pool.clone(),
+        "replica-slack",
+        Duration::from_secs(30),
+    );
+    assert!(other.claim(id).await?.is_none());
+    let own = Jobs::new(
+        ConnectionKind::Gitlab,
+        f.pool.clone(),
+        "replica-gitlab",
+        Duration::from_secs(30),
+    );
+    assert!(own.claim(id).await?.is_some());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_job_type_the_vendor_refuses_fails_with_its_reason_and_reads_nothing() -> Result<()> {
+    let f = Fixture::new(ConnectionKind::Outline).await?;
+    let source = ScriptedSource::new(10);
+    let outcome = f.run::<Outline>("BACKFILL", "manual", &source).await?;
+    assert!(
+        matches!(&outcome, JobOutcome::Failed(r) if r.starts_with("Outline connections do not backfill: ")),
+        "{outcome:?}"
+    );
+    assert_eq!(source.calls(), 0);
+    assert_eq!(f.live().await?, 0);
+    // What it runs, it runs.
+    assert_eq!(
+        f.run::<Outline>("RECONCILIATION", "manual", &source)
+            .await?,
+        JobOutcome::Succeeded
+    );
+    assert_eq!(f.live().await?, 10);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_scheduled_reconciliation_skips_a_scope_within_its_cooldown() -> Result<()> {
+    let f = fixture().await?;
+    let source = ScriptedSource::new(20);
+    f.run::<Gitlab>("RECONCILIATION", "manual", &source).await?;
+    let calls = source.calls();
+    source.with(|s| s.items.truncate(15));
+    f.run::<Gitlab>("RECONCILIATION", "scheduled", &source)
+        .await?;
+    assert_eq!(source.calls(), calls, "the scheduled pass read nothing");
+    f.run::<Gitlab>("RECONCILIATION", "manual", &source).await?;
+    assert_eq!(
+        f.tombstoned().await?.len(),
+        5,
+        "an operator's reconcile runs"
+    );
+    Ok(())
+}
