@@ -768,11 +768,11 @@ impl Mirror {
         .await?)
     }
 
-    /// The stored notes of a project: (id, title, version).
+    /// The live notes of a project: (id, title, version).
     pub async fn items(&self, project: i64) -> Result<Vec<(String, String, i64)>> {
         Ok(sqlx::query_as(
-            "SELECT native_id, title, version FROM scripted_item WHERE project = $1
-              ORDER BY native_id",
+            "SELECT native_id, title, version FROM scripted_item
+              WHERE project = $1 AND deleted_at IS NULL ORDER BY native_id",
         )
         .bind(project)
         .fetch_all(&self.pool)
