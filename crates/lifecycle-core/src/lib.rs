@@ -39,9 +39,5 @@ pub mod source_key;
 pub mod subject;
 pub mod tombstone;
 
-// Old path of `gitlab::route_credential`, kept while ingress's routes (edited on other
-// branches right now) still import it from here.
-pub use gitlab::route_credential;
-
 /// A point in time as the rules compare it: provider dates, JetStream store times, request times.
 pub type Timestamp = time::OffsetDateTime;

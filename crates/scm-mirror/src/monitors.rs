@@ -10,6 +10,39 @@ use uuid::Uuid;
 
 use crate::repository::RepoRef;
 
+/// A mirrored repository's stored name.
+#[derive(sqlx::FromRow)]
+struct RepoName {
+    owner: String,
+    name: String,
+}
+
+/// A monitor a re-key may move.
+#[derive(sqlx::FromRow)]
+struct MonitorRow {
+    id: Uuid,
+    connection_id: Uuid,
+    owner: String,
+    name: String,
+    native_id: Option<i64>,
+}
+
+/// Another monitor of the connection holding a name.
+#[derive(sqlx::FromRow)]
+struct Holder {
+    id: Uuid,
+    native_id: Option<i64>,
+}
+
+/// A mirrored repository a removed monitor was bound to, with the connection's workspace and
+/// kind.
+#[derive(Clone, sqlx::FromRow)]
+struct Released {
+    repository_id: Uuid,
+    workspace_id: Uuid,
+    kind: String,
+}
+
 /// What a re-key did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Rekeyed {
@@ -37,7 +70,7 @@ pub async fn rekey(
     name: &str,
     previous: &[(&str, &str)],
 ) -> Result<Rekeyed, sqlx::Error> {
-    let stored: Option<(String, String)> = sqlx::query_as(
+    let stored: Option<RepoName> = sqlx::query_as(
         "SELECT owner, name FROM repository
           WHERE provider_instance_id = $1 AND native_id = $2 FOR UPDATE",
     )
@@ -61,12 +94,12 @@ pub async fn rekey(
     for (o, n) in previous
         .iter()
         .copied()
-        .chain(stored.as_ref().map(|(o, n)| (o.as_str(), n.as_str())))
+        .chain(stored.as_ref().map(|r| (r.owner.as_str(), r.name.as_str())))
     {
         owners.push(o.to_lowercase());
         names.push(n.to_lowercase());
     }
-    let monitors: Vec<(Uuid, Uuid, String, String, Option<i64>)> = sqlx::query_as(
+    let monitors: Vec<MonitorRow> = sqlx::query_as(
         "SELECT m.id, m.connection_id, m.owner, m.name, m.native_id
            FROM repository_to_monitor m
            JOIN connection c ON c.id = m.connection_id
@@ -84,15 +117,18 @@ pub async fn rekey(
     .fetch_all(&mut *conn)
     .await?;
     let mut done = Rekeyed::default();
-    for (id, connection_id, m_owner, m_name, m_native) in monitors {
-        if m_native == Some(native_id) && m_owner == owner && m_name == name {
+    for monitor in monitors {
+        let MonitorRow {
+            id, connection_id, ..
+        } = monitor;
+        if monitor.native_id == Some(native_id) && monitor.owner == owner && monitor.name == name {
             continue;
         }
         // A bound native id admits writes: only the connection that verified it gets one.
-        if m_native.is_none() && connection_id != verified_by {
+        if monitor.native_id.is_none() && connection_id != verified_by {
             continue;
         }
-        let holder: Option<(Uuid, Option<i64>)> = sqlx::query_as(
+        let holder: Option<Holder> = sqlx::query_as(
             "SELECT id, native_id FROM repository_to_monitor
               WHERE connection_id = $1 AND lower(owner) = lower($2) AND lower(name) = lower($3)
                 AND id <> $4
@@ -106,7 +142,10 @@ pub async fn rekey(
         .await?;
         match holder {
             // The connection already monitors the repository under its new name.
-            Some((_, Some(held))) if held == native_id => {
+            Some(Holder {
+                native_id: Some(held),
+                ..
+            }) if held == native_id => {
                 sqlx::query("DELETE FROM repository_to_monitor WHERE id = $1")
                     .bind(id)
                     .execute(&mut *conn)
@@ -116,13 +155,19 @@ pub async fn rekey(
             }
             // A monitor of another repository holds the name: that one is stale, and the next
             // reconcile's listing moves it; this one keeps its name until then.
-            Some((holder, Some(held))) => {
+            Some(Holder {
+                id: holder,
+                native_id: Some(held),
+            }) => {
                 tracing::warn!(monitor = %id, %holder, native_id, held, "monitor not re-keyed: its new name is held by a monitor of another repository");
                 done.blocked += 1;
                 continue;
             }
             // A monitor by the new name without an id means this repository: one is enough.
-            Some((holder, None)) => {
+            Some(Holder {
+                id: holder,
+                native_id: None,
+            }) => {
                 sqlx::query("DELETE FROM repository_to_monitor WHERE id = $1")
                     .bind(holder)
                     .execute(&mut *conn)
@@ -258,8 +303,8 @@ async fn release(
     if native_ids.is_empty() {
         return Ok(());
     }
-    let bound: Vec<(Uuid, Uuid, String)> = sqlx::query_as(
-        "SELECT r.id, c.workspace_id, c.kind FROM repository r
+    let bound: Vec<Released> = sqlx::query_as(
+        "SELECT r.id AS repository_id, c.workspace_id, c.kind FROM repository r
            JOIN connection c ON c.id = $1 AND c.provider_instance_id = r.provider_instance_id
           WHERE r.native_id = ANY($2) ORDER BY r.id",
     )
@@ -267,14 +312,17 @@ async fn release(
     .bind(&native_ids)
     .fetch_all(&mut *conn)
     .await?;
-    let Some((_, workspace_id, kind)) = bound.first().cloned() else {
+    let Some(Released {
+        workspace_id, kind, ..
+    }) = bound.first().cloned()
+    else {
         return Ok(());
     };
     let message = store::contracts::RepositoriesReleased {
         connection_id,
         workspace_id,
         kind,
-        repository_ids: bound.into_iter().map(|(id, _, _)| id).collect(),
+        repository_ids: bound.into_iter().map(|r| r.repository_id).collect(),
     };
     store::outbox::enqueue_contract(&mut *conn, &message).await?;
     Ok(())

@@ -8,10 +8,11 @@ use uuid::Uuid;
 use crate::upsert::{OnConflict, Upsert};
 
 /// A review's stored row, read locked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct StoredReview {
     /// The state as stored (the vendor's text).
     pub state: String,
+    #[sqlx(rename = "upstream_updated_at")]
     pub updated_at: OffsetDateTime,
 }
 
@@ -38,15 +39,14 @@ impl Review<'_> {
         pull_request_id: Uuid,
         native_id: i64,
     ) -> Result<Option<StoredReview>, sqlx::Error> {
-        let row: Option<(String, OffsetDateTime)> = sqlx::query_as(
+        sqlx::query_as(
             "SELECT state, upstream_updated_at FROM review
               WHERE pull_request_id = $1 AND native_id = $2 FOR UPDATE",
         )
         .bind(pull_request_id)
         .bind(native_id)
         .fetch_optional(&mut *txn)
-        .await?;
-        Ok(row.map(|(state, updated_at)| StoredReview { state, updated_at }))
+        .await
     }
 
     /// Writes the review over its locked row (the caller applied the vendor's state rule).
@@ -75,7 +75,7 @@ impl Review<'_> {
 }
 
 /// A review thread's stored row, read locked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
 pub struct StoredThread {
     pub id: Uuid,
     pub resolved: Option<bool>,
@@ -104,21 +104,14 @@ impl Thread<'_> {
         pull_request_id: Uuid,
         node_id: &str,
     ) -> Result<Option<StoredThread>, sqlx::Error> {
-        let row: Option<(Uuid, Option<bool>, Option<OffsetDateTime>)> = sqlx::query_as(
+        sqlx::query_as(
             "SELECT id, resolved, resolution_received_at FROM review_thread
               WHERE pull_request_id = $1 AND node_id = $2 FOR UPDATE",
         )
         .bind(pull_request_id)
         .bind(node_id)
         .fetch_optional(&mut *txn)
-        .await?;
-        Ok(
-            row.map(|(id, resolved, resolution_received_at)| StoredThread {
-                id,
-                resolved,
-                resolution_received_at,
-            }),
-        )
+        .await
     }
 
     /// Writes the thread over its locked row (the caller compared the dates); a resolution

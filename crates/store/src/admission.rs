@@ -77,6 +77,14 @@ impl Refusal {
     }
 }
 
+/// The delivering connection as admission reads it.
+#[derive(sqlx::FromRow)]
+struct Delivering {
+    workspace_id: Uuid,
+    provider_instance_id: Uuid,
+    status: String,
+}
+
 /// Decides whether the delivery from `origin` may write to `scope`. Runs in the caller's
 /// transaction and holds the connection row (`FOR SHARE`) until it commits, so a disconnect
 /// cannot slip between the decision and the writes.
@@ -85,7 +93,7 @@ pub async fn admit(
     origin: &Origin,
     scope: Scope,
 ) -> Result<Result<Admitted, Refusal>, sqlx::Error> {
-    let row: Option<(Uuid, Uuid, String)> = sqlx::query_as(
+    let row: Option<Delivering> = sqlx::query_as(
         "SELECT workspace_id, provider_instance_id, status FROM connection
           WHERE id = $1 AND kind = $2 FOR SHARE",
     )
@@ -93,7 +101,12 @@ pub async fn admit(
     .bind(scope.kind())
     .fetch_optional(&mut *conn)
     .await?;
-    let Some((workspace_id, provider_instance_id, status)) = row else {
+    let Some(Delivering {
+        workspace_id,
+        provider_instance_id,
+        status,
+    }) = row
+    else {
         return Ok(Err(Refusal::NoConnection));
     };
     let admitted = Admitted {

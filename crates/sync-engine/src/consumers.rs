@@ -25,8 +25,18 @@ impl<V: Vendor> Handler for JobHandler<V> {
         let jobs = &self.engine.jobs;
         let job = match jobs.claim(msg.job_id).await {
             Ok(Some(job)) => job,
-            // Finished, canceled, or held by a live replica: nothing to do.
-            Ok(None) => return Ok(Settle::Ignored("job not claimable")),
+            Ok(None) => {
+                // Lease takeover: a replica holding the job may die with it (this message came
+                // back because one stopped), so the message returns until the lease lapses or
+                // the job ends; a finished or canceled job needs nothing.
+                return match jobs.held(msg.job_id).await {
+                    Ok(true) => Err(HandlerError::transient(
+                        "job held by a replica whose lease is live; retried until it lapses",
+                    )),
+                    Ok(false) => Ok(Settle::Ignored("job not claimable")),
+                    Err(e) => Err(HandlerError::transient(format!("reading job: {e}"))),
+                };
+            }
             Err(e) => return Err(HandlerError::transient(format!("claiming job: {e}"))),
         };
         let conn = match connection::Entity::find_by_id(job.connection_id)

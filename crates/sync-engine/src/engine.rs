@@ -18,7 +18,8 @@ use uuid::Uuid;
 use crate::jobs::{ClaimedJob, JobControl, JobOutcome, Jobs};
 use crate::vendor::{Listed as _, PageCheck, Pass, ReadError as _, ReadStop, Vendor};
 
-/// Tunables of a pass.
+/// Tunables of a pass. Their defaults are the service's flags (e.g. github-sync's `Config`),
+/// nowhere else.
 #[derive(Debug, Clone)]
 pub struct SyncSettings {
     /// Nodes per page.
@@ -40,28 +41,6 @@ pub struct BackfillPolicy {
     pub first_backoff: Duration,
     /// The longest wait between two passes.
     pub max_backoff: Duration,
-}
-
-impl Default for BackfillPolicy {
-    fn default() -> Self {
-        BackfillPolicy {
-            max_passes: 10,
-            first_backoff: Duration::from_secs(5),
-            max_backoff: Duration::from_secs(300),
-        }
-    }
-}
-
-impl Default for SyncSettings {
-    fn default() -> Self {
-        SyncSettings {
-            page_size: 100,
-            page_cap: 10_000,
-            blast_radius: BlastRadius::default(),
-            reconcile_cooldown: Duration::from_secs(12 * 3600),
-            backfill: BackfillPolicy::default(),
-        }
-    }
 }
 
 /// Runs one vendor's jobs; shared by every handler of a replica.

@@ -40,6 +40,16 @@ impl ClaimedJob {
     }
 }
 
+/// A `sync_job` row as a claim returns it.
+#[derive(sqlx::FromRow)]
+struct ClaimedRow {
+    id: Uuid,
+    connection_id: Uuid,
+    workspace_id: Uuid,
+    job_type: String,
+    trigger: String,
+}
+
 /// What the job should do after a heartbeat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobControl {
@@ -83,6 +93,11 @@ impl Jobs {
         }
     }
 
+    /// How long a claim lasts without a heartbeat.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
     fn lease_secs(&self) -> f64 {
         self.lease.as_secs_f64()
     }
@@ -90,7 +105,7 @@ impl Jobs {
     /// Claims a queued job, or a running one whose lease expired (its replica died). `None` when
     /// the job is finished, canceled, or running elsewhere.
     pub async fn claim(&self, job_id: Uuid) -> Result<Option<ClaimedJob>, sqlx::Error> {
-        let row: Option<(Uuid, Uuid, Uuid, String, String)> = sqlx::query_as(
+        let row: Option<ClaimedRow> = sqlx::query_as(
             "UPDATE sync_job SET status = 'running', claimed_by = $2,
                     lease_until = now() + make_interval(secs => $3),
                     started_at = coalesce(started_at, now()), updated_at = now()
@@ -104,17 +119,26 @@ impl Jobs {
         .bind(self.kind.as_str())
         .fetch_optional(&self.pool)
         .await?;
-        Ok(
-            row.and_then(|(id, connection_id, workspace_id, job_type, trigger)| {
-                Some(ClaimedJob {
-                    id,
-                    connection_id,
-                    workspace_id,
-                    job_type: job_type.parse().ok()?,
-                    scheduled: trigger == "scheduled",
-                })
-            }),
+        Ok(row.and_then(|row| {
+            Some(ClaimedJob {
+                id: row.id,
+                connection_id: row.connection_id,
+                workspace_id: row.workspace_id,
+                job_type: row.job_type.parse().ok()?,
+                scheduled: row.trigger == "scheduled",
+            })
+        }))
+    }
+
+    /// Whether the job runs on a replica whose lease is still live (this one included).
+    pub async fn held(&self, job_id: Uuid) -> Result<bool, sqlx::Error> {
+        sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM sync_job
+                             WHERE id = $1 AND status = 'running' AND lease_until >= now())",
         )
+        .bind(job_id)
+        .fetch_one(&self.pool)
+        .await
     }
 
     /// Extends the lease and records progress; tells the job whether to go on.

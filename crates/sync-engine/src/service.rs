@@ -51,7 +51,9 @@ impl<V: Vendor> SyncJobs<'_, V> {
         let jobs_spec = ConsumerSpec {
             filter_subjects: vec![subject::jobs_filter(kind.as_str())],
             concurrency: self.concurrency.max(1),
-            ack_wait: Duration::from_secs(60),
+            // Lease takeover: the message of a replica that dies mid-job comes back about when
+            // its lease lapses (the handler retries one that finds the lease still live).
+            ack_wait: self.engine.jobs.lease(),
             ..ConsumerSpec::new(Stream::Jobs, format!("{}-jobs", self.service))
         };
         let job_handler = Arc::new(JobHandler {

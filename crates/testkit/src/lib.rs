@@ -109,6 +109,12 @@ impl TestDb {
 }
 
 impl TestDb {
+    /// Service flags pointed at this database and the shared NATS server, in no namespace of
+    /// their own: for tests that parse a service's config (its defaults) and start nothing.
+    pub fn common_args(&self) -> Result<runtime::CommonArgs> {
+        Ok(common_args(&self.url, &env_url("NATS_URL")?, None))
+    }
+
     /// A fresh database without any migration applied (for migration and readiness tests).
     pub async fn empty() -> Result<TestDb> {
         let admin_url = env_url("DATABASE_URL")?;

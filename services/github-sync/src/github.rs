@@ -256,6 +256,46 @@ fn resolved(r: &queries::RepositoryRef) -> Result<RepoRef, SourceError> {
     })
 }
 
+/// What an issue node and a pull request node share (two generated types with the same
+/// fields), as the mirror stores it; `None` for a node without a native id.
+macro_rules! item_fields {
+    ($node:expr) => {{
+        let n = $node;
+        n.database_id.map(|id| ItemFields {
+            native_id: i64::from(id),
+            node_id: n.id.inner().to_owned(),
+            number: n.number,
+            title: n.title.clone(),
+            body: n.body.clone(),
+            state: lower(&n.state),
+            author: n.author.as_ref().map(|a| a.login.clone()),
+            locked: Some(n.locked),
+            lock_reason: n.active_lock_reason.as_ref().map(lower),
+            comment_count: Some(n.comments.total_count),
+            created_at: n.created_at.0,
+            updated_at: n.updated_at.0,
+            closed_at: n.closed_at.as_ref().map(|t| t.0),
+        })
+    }};
+}
+
+/// A listing page as the engine reads it, each node mapped by `node` (a node it cannot map is
+/// left out, as GitHub's failed nodes are).
+fn listing_page<T, N>(
+    read: github_client::Page<T>,
+    node: impl Fn(&T) -> Option<N>,
+) -> Result<Page<N>, SourceError> {
+    Ok(Page {
+        repository: header(&read.repository)?,
+        nodes: read.nodes.iter().flatten().filter_map(node).collect(),
+        total_count: Some(u64::from(read.total_count)),
+        has_next_page: read.page_info.has_next_page,
+        end_cursor: read.page_info.end_cursor.clone(),
+        error_paths: read.errors.iter().map(|e| path(&e.path)).collect(),
+        cost: read.rate_limit.map_or(0, |r| r.cost),
+    })
+}
+
 fn lower<T: std::fmt::Debug>(v: &T) -> String {
     // Enum names as stored: `Open` → `open`, `NotPlanned` → `not_planned`, `Other("X")` → `x`.
     let raw = format!("{v:?}");
@@ -493,44 +533,16 @@ impl GithubSource for ClientSource {
         first: u32,
         after: Option<&str>,
     ) -> Result<Page<IssueNode>, SourceError> {
-        let page = self
+        let read = self
             .client
             .issues_page(&repo.owner, &repo.name, first, after)
             .await
             .map_err(source_error)?;
-        let nodes = page
-            .nodes
-            .iter()
-            .flatten()
-            .filter_map(|n| {
-                Some(IssueNode {
-                    fields: ItemFields {
-                        native_id: i64::from(n.database_id?),
-                        node_id: n.id.inner().to_owned(),
-                        number: n.number,
-                        title: n.title.clone(),
-                        body: n.body.clone(),
-                        state: lower(&n.state),
-                        author: n.author.as_ref().map(|a| a.login.clone()),
-                        locked: Some(n.locked),
-                        lock_reason: n.active_lock_reason.as_ref().map(lower),
-                        comment_count: Some(n.comments.total_count),
-                        created_at: n.created_at.0,
-                        updated_at: n.updated_at.0,
-                        closed_at: n.closed_at.as_ref().map(|t| t.0),
-                    },
-                    state_reason: n.state_reason.as_ref().map(lower),
-                })
+        listing_page(read, |n| {
+            Some(IssueNode {
+                fields: item_fields!(n)?,
+                state_reason: n.state_reason.as_ref().map(lower),
             })
-            .collect();
-        Ok(Page {
-            repository: header(&page.repository)?,
-            nodes,
-            total_count: Some(u64::from(page.total_count)),
-            has_next_page: page.page_info.has_next_page,
-            end_cursor: page.page_info.end_cursor.clone(),
-            error_paths: page.errors.iter().map(|e| path(&e.path)).collect(),
-            cost: page.rate_limit.map_or(0, |r| r.cost),
         })
     }
 
@@ -540,49 +552,21 @@ impl GithubSource for ClientSource {
         first: u32,
         after: Option<&str>,
     ) -> Result<Page<PullRequestNode>, SourceError> {
-        let page = self
+        let read = self
             .client
             .pull_requests_page(&repo.owner, &repo.name, first, after)
             .await
             .map_err(source_error)?;
-        let nodes = page
-            .nodes
-            .iter()
-            .flatten()
-            .filter_map(|n| {
-                Some(PullRequestNode {
-                    fields: ItemFields {
-                        native_id: i64::from(n.database_id?),
-                        node_id: n.id.inner().to_owned(),
-                        number: n.number,
-                        title: n.title.clone(),
-                        body: n.body.clone(),
-                        state: lower(&n.state),
-                        author: n.author.as_ref().map(|a| a.login.clone()),
-                        locked: Some(n.locked),
-                        lock_reason: n.active_lock_reason.as_ref().map(lower),
-                        comment_count: Some(n.comments.total_count),
-                        created_at: n.created_at.0,
-                        updated_at: n.updated_at.0,
-                        closed_at: n.closed_at.as_ref().map(|t| t.0),
-                    },
-                    draft: Some(n.is_draft),
-                    review_count: n.reviews.as_ref().map(|r| r.total_count),
-                    head_ref: Some(n.head_ref_name.clone()),
-                    head_sha: Some(n.head_ref_oid.0.clone()),
-                    base_ref: Some(n.base_ref_name.clone()),
-                    merged_at: n.merged_at.as_ref().map(|t| t.0),
-                })
+        listing_page(read, |n| {
+            Some(PullRequestNode {
+                fields: item_fields!(n)?,
+                draft: Some(n.is_draft),
+                review_count: n.reviews.as_ref().map(|r| r.total_count),
+                head_ref: Some(n.head_ref_name.clone()),
+                head_sha: Some(n.head_ref_oid.0.clone()),
+                base_ref: Some(n.base_ref_name.clone()),
+                merged_at: n.merged_at.as_ref().map(|t| t.0),
             })
-            .collect();
-        Ok(Page {
-            repository: header(&page.repository)?,
-            nodes,
-            total_count: Some(u64::from(page.total_count)),
-            has_next_page: page.page_info.has_next_page,
-            end_cursor: page.page_info.end_cursor.clone(),
-            error_paths: page.errors.iter().map(|e| path(&e.path)).collect(),
-            cost: page.rate_limit.map_or(0, |r| r.cost),
         })
     }
 }

@@ -20,6 +20,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use bus::Stream;
 use bus::consumer::ConsumerSpec;
+use lifecycle_core::deletion::BlastRadius;
 use lifecycle_core::subject;
 use store::entity::{JobType, connection};
 use sync_engine::webhook::{WebhookConsumer, follow};
@@ -171,6 +172,24 @@ pub struct Config {
     pub job_lease_secs: u64,
 }
 
+impl Config {
+    /// The engine's tunables, as the flags set them.
+    pub fn sync_settings(&self) -> SyncSettings {
+        let first_backoff = Duration::from_millis(self.backfill_backoff_ms);
+        SyncSettings {
+            page_size: self.page_size,
+            page_cap: self.page_cap,
+            blast_radius: BlastRadius::default(),
+            reconcile_cooldown: Duration::from_secs(self.reconcile_cooldown_secs),
+            backfill: BackfillPolicy {
+                max_passes: self.backfill_max_passes,
+                first_backoff,
+                max_backoff: first_backoff.max(Duration::from_secs(300)),
+            },
+        }
+    }
+}
+
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")
@@ -210,18 +229,7 @@ pub async fn run(
         db.get_postgres_connection_pool().clone(),
         replica.clone(),
         Duration::from_secs(config.job_lease_secs),
-        SyncSettings {
-            page_size: config.page_size,
-            page_cap: config.page_cap,
-            reconcile_cooldown: Duration::from_secs(config.reconcile_cooldown_secs),
-            backfill: BackfillPolicy {
-                max_passes: config.backfill_max_passes,
-                first_backoff: Duration::from_millis(config.backfill_backoff_ms),
-                max_backoff: Duration::from_millis(config.backfill_backoff_ms)
-                    .max(Duration::from_secs(300)),
-            },
-            ..Default::default()
-        },
+        config.sync_settings(),
     );
 
     let name = <Config as runtime::Launch>::NAME;

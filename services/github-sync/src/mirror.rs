@@ -32,48 +32,43 @@ pub struct Written {
 pub trait ListedNode: ItemNode {
     /// The GraphQL connection field the nodes come from.
     const CONNECTION: &'static str;
-    /// The node's counts, each unknown where GitHub reported an error at its path.
-    fn counts(&self, page_errors: &[Vec<PathSegment>], index: usize) -> Counts;
+    /// The node's review count as read; `None` for a class without reviews.
+    fn review_count(&self) -> Option<Option<i32>>;
     /// The item a stored row id names.
     fn item(id: Uuid, repository_id: Uuid) -> Item;
     /// The change a sync records after storing the node over `prior`.
     fn stored_change(&self, prior: Option<&StoredItem>) -> Option<LifecycleChange<'static>>;
 }
 
-/// A count field of node `index`: unknown when the vendor reported an error at its path.
-fn count_field<N: ListedNode>(
-    page_errors: &[Vec<PathSegment>],
-    index: usize,
-    field: &str,
-    value: Option<i32>,
-) -> Field<Option<i32>> {
-    let path = [
-        PathSegment::Key("repository".into()),
-        PathSegment::Key(N::CONNECTION.into()),
-        PathSegment::Key("nodes".into()),
-        PathSegment::Index(index),
-        PathSegment::Key(field.into()),
-    ];
-    // Partial metadata: an errored or missing count is unknown, never zero.
-    match value {
-        Some(v) if !field_errored(page_errors, &path) => Field::Known(Some(v)),
-        _ => Field::Unknown,
+/// Node `index`'s counts, each unknown where GitHub reported an error at its path.
+fn counts<N: ListedNode>(node: &N, page_errors: &[Vec<PathSegment>], index: usize) -> Counts {
+    let field = |name: &str, value: Option<i32>| {
+        let path = [
+            PathSegment::Key("repository".into()),
+            PathSegment::Key(N::CONNECTION.into()),
+            PathSegment::Key("nodes".into()),
+            PathSegment::Index(index),
+            PathSegment::Key(name.into()),
+        ];
+        // Partial metadata: an errored or missing count is unknown, never zero.
+        match value {
+            Some(v) if !field_errored(page_errors, &path) => Field::Known(Some(v)),
+            _ => Field::Unknown,
+        }
+    };
+    Counts {
+        comments: field("comments", node.fields().comment_count),
+        reviews: node
+            .review_count()
+            .map_or(Field::Absent, |reviews| field("reviews", reviews)),
     }
 }
 
 impl ListedNode for IssueNode {
     const CONNECTION: &'static str = "issues";
 
-    fn counts(&self, page_errors: &[Vec<PathSegment>], index: usize) -> Counts {
-        Counts {
-            comments: count_field::<Self>(
-                page_errors,
-                index,
-                "comments",
-                self.fields.comment_count,
-            ),
-            reviews: Field::Absent,
-        }
+    fn review_count(&self) -> Option<Option<i32>> {
+        None
     }
 
     fn item(id: Uuid, repository_id: Uuid) -> Item {
@@ -90,16 +85,8 @@ impl ListedNode for IssueNode {
 impl ListedNode for PullRequestNode {
     const CONNECTION: &'static str = "pullRequests";
 
-    fn counts(&self, page_errors: &[Vec<PathSegment>], index: usize) -> Counts {
-        Counts {
-            comments: count_field::<Self>(
-                page_errors,
-                index,
-                "comments",
-                self.fields.comment_count,
-            ),
-            reviews: count_field::<Self>(page_errors, index, "reviews", self.review_count),
-        }
+    fn review_count(&self) -> Option<Option<i32>> {
+        Some(self.review_count)
     }
 
     fn item(id: Uuid, repository_id: Uuid) -> Item {
@@ -141,7 +128,7 @@ pub async fn upsert_page<N: ListedNode>(
             continue;
         }
         let prior = stored.get(&key.native_id);
-        let counts = n.counts(&page.error_paths, i);
+        let counts = counts(n, &page.error_paths, i);
         let step = compare_write(&mut txn, repository_id, n, counts, prior, None).await?;
         if step.freshness == Freshness::Stale {
             written.stale += 1;

@@ -36,15 +36,17 @@ pub struct GithubVendor {
 }
 
 /// A monitor as a pass walks it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Monitor {
     id: Uuid,
     owner: String,
     name: String,
     native_id: Option<i64>,
     /// The mirrored repository row, once the pass knows it.
+    #[sqlx(skip)]
     repository_id: Option<Uuid>,
     /// Whether this pass already re-keyed the monitor to the repository's current name.
+    #[sqlx(skip)]
     healed: bool,
 }
 
@@ -242,7 +244,7 @@ impl Vendor for GithubVendor {
             )
             .await?;
         }
-        let rows: Vec<(Uuid, String, String, Option<i64>)> = sqlx::query_as(
+        let monitors: Vec<Monitor> = sqlx::query_as(
             "SELECT id, owner, name, native_id FROM repository_to_monitor
               WHERE connection_id = $1 ORDER BY lower(owner), lower(name)",
         )
@@ -256,17 +258,7 @@ impl Vendor for GithubVendor {
             )
         });
         Ok(Ok(Scopes {
-            scopes: rows
-                .into_iter()
-                .map(|(id, owner, name, native_id)| Monitor {
-                    id,
-                    owner,
-                    name,
-                    native_id,
-                    repository_id: None,
-                    healed: false,
-                })
-                .collect(),
+            scopes: monitors,
             unresolved,
         }))
     }

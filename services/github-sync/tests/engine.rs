@@ -237,6 +237,8 @@ impl SourceFactory for NoFactory {
 
 struct Fixture {
     _db: testkit::TestDb,
+    /// github-sync's config as its flags parse it.
+    config: github_sync::Config,
     pool: PgPool,
     connection_id: Uuid,
     workspace_id: Uuid,
@@ -259,6 +261,7 @@ async fn fixture() -> Result<Fixture> {
     sqlx::query("INSERT INTO connection (id, workspace_id, kind, status, provider_instance_id) VALUES ($1, $2, 'github', 'active', $3)")
         .bind(connection_id).bind(workspace_id).bind(provider_instance_id).execute(&pool).await?;
     Ok(Fixture {
+        config: testkit::github_sync_config(db.common_args()?),
         _db: db,
         pool,
         connection_id,
@@ -288,7 +291,8 @@ impl Fixture {
                     first_backoff: Duration::from_millis(10),
                     max_backoff: Duration::from_millis(40),
                 },
-                ..Default::default()
+                // The rest as github-sync's flags default them.
+                ..self.config.sync_settings()
             },
         }
     }

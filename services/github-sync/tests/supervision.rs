@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use bus::Stream;
+use bus::contracts::Contract as _;
 use sqlx::PgPool;
 use testkit::TestEnv;
 use tokio::time::Instant;
@@ -234,7 +235,7 @@ async fn activate(env: &TestEnv, ws: Uuid, conn: Uuid, generation: i64) -> Resul
     };
     env.bus
         .publish(
-            &format!("lifecycle.github.{ws}.activated"),
+            &transition.subject(),
             &format!("activated:{conn}:{generation}"),
             async_nats::HeaderMap::new(),
             serde_json::to_vec(&transition)?.into(),

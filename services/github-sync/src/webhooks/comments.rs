@@ -36,7 +36,7 @@ async fn parent(
               ORDER BY deleted_at NULLS FIRST, native_id LIMIT 1 FOR UPDATE",
         )
         .bind(repository_id)
-        .bind(issue.number)
+        .bind(issue.item.number)
         .fetch_optional(&mut *txn)
         .await?;
         return Ok(row.map(|id| Item::pull_request(VENDOR, id, repository_id)));
@@ -66,8 +66,8 @@ pub async fn issue_comment(
             ItemClass::Issue,
             hook,
             repository_id,
-            event.issue.id,
-            event.issue.number,
+            event.issue.item.id,
+            event.issue.item.number,
         );
         if let Some(skipped) = misfiled.await? {
             return Ok(skipped);
@@ -78,7 +78,7 @@ pub async fn issue_comment(
             .increment(1);
         tracing::warn!(
             %repository_id,
-            number = event.issue.number,
+            number = event.issue.item.number,
             comment = event.comment.id,
             "a comment on a pull request that is not mirrored yet was skipped; the sync brings it"
         );
@@ -88,7 +88,7 @@ pub async fn issue_comment(
         parent: item,
         fields: event.comment.fields(),
     };
-    let version = event.issue.updated_at;
+    let version = event.issue.item.updated_at;
     let deleted_at = super::micros(hook.received_at);
     let changed = comments::apply(&mut txn, &item, action, &comment, version, deleted_at).await?;
     txn.commit().await?;

@@ -45,7 +45,7 @@ pub async fn refile(
     number: i32,
 ) -> Result<Option<Outcome>, sqlx::Error> {
     let table = class.table();
-    let misfiled: Vec<(Uuid, Uuid)> = sqlx::query_as(AssertSqlSafe(format!(
+    let misfiled: Vec<Misfiled> = sqlx::query_as(AssertSqlSafe(format!(
         "SELECT i.id, i.repository_id FROM {table} i
            JOIN repository r ON r.id = i.repository_id
           WHERE r.provider_instance_id = $1 AND i.native_id = $2 AND i.repository_id <> $3
@@ -56,7 +56,11 @@ pub async fn refile(
     .bind(repository_id)
     .fetch_all(&mut *txn)
     .await?;
-    for (row_id, holding_repository_id) in misfiled {
+    for Misfiled {
+        id: row_id,
+        repository_id: holding_repository_id,
+    } in misfiled
+    {
         let reason = skip_reason(txn, class, row_id, repository_id, native_id, number).await?;
         if reason.is_none() {
             move_row(txn, class, row_id, repository_id).await?;
@@ -132,6 +136,21 @@ pub async fn refile_admitted(
 
 /// The sync's side: before a page of `class` (`(native id, number)` per node) is written under
 /// `repository_id`, refiles each node misfiled under another repository row of its instance.
+/// An item row filed under another repository than the one reported.
+#[derive(sqlx::FromRow)]
+struct Misfiled {
+    id: Uuid,
+    /// The repository holding it.
+    repository_id: Uuid,
+}
+
+/// A native id of a page that some other repository row of the same instance holds.
+#[derive(sqlx::FromRow)]
+struct Filed {
+    native_id: i64,
+    provider_instance_id: Uuid,
+}
+
 /// Returns the native ids skipped: the page leaves them alone and the rest of it is written.
 pub async fn refile_page(
     txn: &mut PgConnection,
@@ -140,7 +159,7 @@ pub async fn refile_page(
     nodes: &[(i64, i32)],
 ) -> Result<HashSet<i64>, sqlx::Error> {
     let native_ids: Vec<i64> = nodes.iter().map(|(id, _)| *id).collect();
-    let found: Vec<(i64, Uuid)> = sqlx::query_as(AssertSqlSafe(format!(
+    let found: Vec<Filed> = sqlx::query_as(AssertSqlSafe(format!(
         "SELECT DISTINCT i.native_id, reported.provider_instance_id FROM {} i
            JOIN repository r ON r.id = i.repository_id
            JOIN repository reported ON reported.id = $1
@@ -153,7 +172,11 @@ pub async fn refile_page(
     .fetch_all(&mut *txn)
     .await?;
     let mut skipped = HashSet::new();
-    for (native_id, provider_instance_id) in found {
+    for Filed {
+        native_id,
+        provider_instance_id,
+    } in found
+    {
         let Some(&(_, number)) = nodes.iter().find(|(id, _)| *id == native_id) else {
             continue;
         };

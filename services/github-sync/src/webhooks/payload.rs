@@ -35,8 +35,9 @@ impl Repository {
     }
 }
 
+/// What an issue and a pull request object share.
 #[derive(Debug, Clone, Deserialize)]
-pub struct Issue {
+pub struct Item {
     pub id: i64,
     pub node_id: String,
     pub number: i32,
@@ -44,8 +45,6 @@ pub struct Issue {
     #[serde(default)]
     pub body: Option<String>,
     pub state: String,
-    #[serde(default)]
-    pub state_reason: Option<String>,
     #[serde(default)]
     pub user: Option<Account>,
     #[serde(default)]
@@ -60,6 +59,14 @@ pub struct Issue {
     pub updated_at: OffsetDateTime,
     #[serde(default, with = "time::serde::rfc3339::option")]
     pub closed_at: Option<OffsetDateTime>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Issue {
+    #[serde(flatten)]
+    pub item: Item,
+    #[serde(default)]
+    pub state_reason: Option<String>,
     /// Present when the issue is a pull request's conversation (`issue_comment` on a pull
     /// request): the issue's `id` is then not the pull request's.
     #[serde(default)]
@@ -82,31 +89,12 @@ pub struct Branch {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct PullRequest {
-    pub id: i64,
-    pub node_id: String,
-    pub number: i32,
-    pub title: String,
-    #[serde(default)]
-    pub body: Option<String>,
-    pub state: String,
+    #[serde(flatten)]
+    pub item: Item,
     #[serde(default)]
     pub draft: Option<bool>,
-    #[serde(default)]
-    pub user: Option<Account>,
-    #[serde(default)]
-    pub locked: Option<bool>,
-    #[serde(default)]
-    pub active_lock_reason: Option<String>,
-    #[serde(default)]
-    pub comments: Option<i32>,
     pub head: Branch,
     pub base: Branch,
-    #[serde(with = "time::serde::rfc3339")]
-    pub created_at: OffsetDateTime,
-    #[serde(with = "time::serde::rfc3339")]
-    pub updated_at: OffsetDateTime,
-    #[serde(default, with = "time::serde::rfc3339::option")]
-    pub closed_at: Option<OffsetDateTime>,
     #[serde(default, with = "time::serde::rfc3339::option")]
     pub merged_at: Option<OffsetDateTime>,
     /// The people asked for a review; absent from payloads that do not carry the lists.
@@ -203,24 +191,31 @@ impl Comment {
     }
 }
 
+impl Item {
+    /// The item as the mirror stores it, in the state the sync stores.
+    fn fields(&self, state: String) -> ItemFields {
+        ItemFields {
+            native_id: self.id,
+            node_id: self.node_id.clone(),
+            number: self.number,
+            title: self.title.clone(),
+            body: self.body.clone().unwrap_or_default(),
+            state,
+            author: self.user.as_ref().map(|u| u.login.clone()),
+            locked: self.locked,
+            lock_reason: lock_reason(self.active_lock_reason.as_deref()),
+            comment_count: self.comments,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            closed_at: self.closed_at,
+        }
+    }
+}
+
 impl Issue {
     pub fn node(&self) -> IssueNode {
         IssueNode {
-            fields: ItemFields {
-                native_id: self.id,
-                node_id: self.node_id.clone(),
-                number: self.number,
-                title: self.title.clone(),
-                body: self.body.clone().unwrap_or_default(),
-                state: self.state.clone(),
-                author: self.user.as_ref().map(|u| u.login.clone()),
-                locked: self.locked,
-                lock_reason: lock_reason(self.active_lock_reason.as_deref()),
-                comment_count: self.comments,
-                created_at: self.created_at,
-                updated_at: self.updated_at,
-                closed_at: self.closed_at,
-            },
+            fields: self.item.fields(self.item.state.clone()),
             state_reason: self.state_reason.clone(),
         }
     }
@@ -229,26 +224,12 @@ impl Issue {
 impl PullRequest {
     pub fn node(&self) -> PullRequestNode {
         // REST has no merged state: a merged pull request is closed with `merged_at`.
-        let state = match (&*self.state, self.merged_at) {
+        let state = match (&*self.item.state, self.merged_at) {
             ("closed", Some(_)) => "merged".to_owned(),
             (state, _) => state.to_owned(),
         };
         PullRequestNode {
-            fields: ItemFields {
-                native_id: self.id,
-                node_id: self.node_id.clone(),
-                number: self.number,
-                title: self.title.clone(),
-                body: self.body.clone().unwrap_or_default(),
-                state,
-                author: self.user.as_ref().map(|u| u.login.clone()),
-                locked: self.locked,
-                lock_reason: lock_reason(self.active_lock_reason.as_deref()),
-                comment_count: self.comments,
-                created_at: self.created_at,
-                updated_at: self.updated_at,
-                closed_at: self.closed_at,
-            },
+            fields: self.item.fields(state),
             draft: self.draft,
             // Webhooks carry no review count: unknown, the stored one stays.
             review_count: None,

@@ -40,6 +40,13 @@ pub fn read(pr: &payload::PullRequest) -> Option<ListRead<Reviewer>> {
     Some(ListRead::Whole(entries))
 }
 
+/// A pull request's stored reviewer list and when it was received.
+#[derive(sqlx::FromRow)]
+struct StoredReviewers {
+    requested_reviewers: Option<serde_json::Value>,
+    requested_reviewers_received_at: Option<OffsetDateTime>,
+}
+
 /// Applies a list received at `received_at` to the pull request `pull_request_id`, with its row
 /// locked, inside the caller's transaction.
 pub async fn apply(
@@ -50,19 +57,20 @@ pub async fn apply(
 ) -> Result<SnapshotOutcome, sqlx::Error> {
     // Stored with microsecond precision: compare at the precision the row keeps.
     let received_at = super::micros(received_at);
-    let row: Option<(Option<serde_json::Value>, Option<OffsetDateTime>)> = sqlx::query_as(
+    let row: Option<StoredReviewers> = sqlx::query_as(
         "SELECT requested_reviewers, requested_reviewers_received_at FROM pull_request
           WHERE id = $1 FOR UPDATE",
     )
     .bind(pull_request_id)
     .fetch_optional(&mut *txn)
     .await?;
-    let Some((entries, stored_at)) = row else {
+    let Some(row) = row else {
         return Ok(SnapshotOutcome::Stale);
     };
-    let mut stored = stored_at.map(|at| DatedSnapshot {
+    let mut stored = row.requested_reviewers_received_at.map(|at| DatedSnapshot {
         received_at: at,
-        entries: entries
+        entries: row
+            .requested_reviewers
             .and_then(|e| serde_json::from_value::<Vec<Reviewer>>(e).ok())
             .unwrap_or_default(),
     });

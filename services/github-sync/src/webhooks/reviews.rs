@@ -103,7 +103,7 @@ pub async fn review(
     let updated_at = r
         .updated_at
         .or(r.submitted_at)
-        .unwrap_or(event.pull_request.updated_at);
+        .unwrap_or(event.pull_request.item.updated_at);
     let mut txn = pool.begin().await?;
     let item = parent(&mut txn, hook, &event.repository, &event.pull_request).await?;
     let stored = Review::lock(&mut txn, item.id, r.id).await?;
@@ -145,7 +145,7 @@ pub async fn review(
             review: &review,
             review_updated_at: updated_at,
         };
-        let version = event.pull_request.updated_at;
+        let version = event.pull_request.item.updated_at;
         events::record(&mut txn, &item, &change, version, Origin::Webhook).await?;
     }
     txn.commit().await?;
@@ -164,7 +164,7 @@ pub async fn review_comment(
     let mut txn = pool.begin().await?;
     let item = parent(&mut txn, hook, &event.repository, &event.pull_request).await?;
     let comment = review_comment_row(item.id, &event.comment, None);
-    let version = event.pull_request.updated_at;
+    let version = event.pull_request.item.updated_at;
     let deleted_at = micros(hook.received_at);
     let changed = comments::apply(&mut txn, &item, action, &comment, version, deleted_at).await?;
     txn.commit().await?;
@@ -250,7 +250,7 @@ pub async fn thread(
             thread: &event.thread.node_id,
             resolved_at: received_at,
         };
-        let version = event.pull_request.updated_at;
+        let version = event.pull_request.item.updated_at;
         events::record(&mut txn, &item, &change, version, Origin::Webhook).await?;
     }
     txn.commit().await?;

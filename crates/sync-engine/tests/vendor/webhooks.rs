@@ -1,10 +1,9 @@
-//! The shared webhook front half with a second vendor that exists only here: a scripted vendor
-//! on GitLab connections (no consumer of this test claims that kind) with one item class in its
-//! own table. Deliveries are stored as ingress stores them (`store::inbound::record`), relayed to
-//! real JetStream and consumed by the engine's monitor-following consumer over real Postgres.
+//! The shared webhook front half with the scripted vendor (`scripted`) on GitLab connections (no
+//! consumer of this test claims that kind), its notes in the table its job side writes too.
+//! Deliveries are stored as ingress stores them (`store::inbound::record`), relayed to real
+//! JetStream and consumed by the engine's monitor-following consumer over real Postgres.
 //! Nothing in the engine knows this vendor: its `WebhookApply` and `Monitors` are enough.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,106 +11,18 @@ use anyhow::Result;
 use bus::consumer::ConsumerSpec;
 use bus::relay::{Relay, RelayConfig};
 use bus::{Bus, Stream};
-use lifecycle_core::subject::{self, Monitor};
-use sea_orm::{DatabaseConnection, EntityTrait, TransactionTrait};
-use serde::Deserialize;
-use sqlx::PgPool;
-use store::admission::Scope;
-use store::entity::inbound_endpoint::Registration;
+use lifecycle_core::subject;
+use sea_orm::EntityTrait;
 use store::entity::{ConnectionKind, dead_message};
-use store::inbound::{Dedup, EndpointIds, NewEndpoint, NewMessage, Recorded};
-use store::secrets::Keyring;
-use sync_engine::webhook::follow::{self, Filters, Monitors};
-use sync_engine::webhook::{Outcome, Webhook, WebhookApply, WebhookConsumer, WebhookError, parse};
+use store::inbound::EndpointIds;
+use sync_engine::webhook::WebhookConsumer;
+use sync_engine::webhook::follow::{self, Filters};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-/// The scripted vendor's one item class, as its webhook reports an item.
-#[derive(Debug, Deserialize)]
-struct ItemEvent {
-    /// The project (the vendor's scope) by native id.
-    project: i64,
-    item: i64,
-    title: String,
-    /// Moves forward only.
-    version: i64,
-}
-
-/// The scripted vendor's webhook side: `item` events write `scripted_item`, forward only.
-struct Scripted {
-    pool: PgPool,
-}
-
-impl WebhookApply for Scripted {
-    const KIND: ConnectionKind = ConnectionKind::Gitlab;
-    type Payload = ItemEvent;
-
-    fn decode(&self, hook: &Webhook<'_>) -> Result<Option<ItemEvent>, WebhookError> {
-        match hook.event {
-            "item" => parse(hook).map(Some),
-            _ => Ok(None),
-        }
-    }
-
-    async fn apply(&self, hook: &Webhook<'_>, event: ItemEvent) -> Result<Outcome, WebhookError> {
-        let mut txn = self.pool.begin().await?;
-        hook.admit(
-            &mut txn,
-            Scope::GitlabProject {
-                native_id: event.project,
-            },
-        )
-        .await?;
-        let stored: Option<(i64,)> = sqlx::query_as(
-            "SELECT version FROM scripted_item
-              WHERE provider_instance_id = $1 AND project = $2 AND item = $3 FOR UPDATE",
-        )
-        .bind(hook.provider_instance_id)
-        .bind(event.project)
-        .bind(event.item)
-        .fetch_optional(&mut *txn)
-        .await?;
-        if stored.is_some_and(|(version,)| version >= event.version) {
-            return Ok(Outcome::Unchanged);
-        }
-        sqlx::query(
-            "INSERT INTO scripted_item (provider_instance_id, project, item, title, version)
-             VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT (provider_instance_id, project, item)
-             DO UPDATE SET title = EXCLUDED.title, version = EXCLUDED.version",
-        )
-        .bind(hook.provider_instance_id)
-        .bind(event.project)
-        .bind(event.item)
-        .bind(&event.title)
-        .bind(event.version)
-        .execute(&mut *txn)
-        .await?;
-        txn.commit().await?;
-        Ok(Outcome::Applied)
-    }
-}
-
-/// The projects monitored by the vendor's connections, for the consumer subject math.
-struct ScriptedMonitors {
-    pool: PgPool,
-}
-
-impl Monitors for ScriptedMonitors {
-    async fn monitors(&self) -> Result<Vec<Monitor>, sqlx::Error> {
-        let rows: Vec<(String, String)> = sqlx::query_as(
-            "SELECT DISTINCT m.owner, m.name FROM repository_to_monitor m
-               JOIN connection c ON c.id = m.connection_id
-              WHERE c.kind = 'gitlab' AND c.status = 'active'",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(namespace, project)| Monitor::GitlabProject { namespace, project })
-            .collect())
-    }
-}
+use crate::scripted::{
+    self, Gitlab, Mirror, Project, Scripted, ScriptedSource, Stored, item_event as item, row,
+};
 
 const DURABLE: &str = "scripted-webhooks";
 
@@ -119,35 +30,28 @@ const DURABLE: &str = "scripted-webhooks";
 const ACME: Project = ("acme", "widgets", 7);
 const GLOBEX: Project = ("globex", "gadgets", 8);
 
-type Project = (&'static str, &'static str, i64);
-
 /// A connection and the endpoint its deliveries arrive on.
 #[derive(Clone, Copy)]
 struct Tenant {
+    tenant: scripted::Tenant,
     endpoint: EndpointIds,
-}
-
-/// How a delivery is stored.
-#[derive(Default)]
-struct Stored {
-    /// Published by reference to its stored body, not inline.
-    by_reference: bool,
-    /// An operator's replay of this earlier delivery (the same body again).
-    replay_of: Option<Uuid>,
-    /// The connection's raw bodies erased before the delivery is consumed.
-    erased: bool,
 }
 
 /// Real Postgres and JetStream with the relay and the scripted vendor's consumer running.
 struct World {
     _db: testkit::TestDb,
-    db: DatabaseConnection,
-    pool: PgPool,
+    mirror: Mirror,
     bus: Bus,
-    keyring: Keyring,
-    instance: Uuid,
     stop: CancellationToken,
     tasks: tokio::task::JoinSet<()>,
+}
+
+impl std::ops::Deref for World {
+    type Target = Mirror;
+
+    fn deref(&self) -> &Mirror {
+        &self.mirror
+    }
 }
 
 impl World {
@@ -156,31 +60,10 @@ impl World {
     async fn start() -> Result<(World, Tenant, Tenant)> {
         runtime::install_crypto_provider();
         let test_db = testkit::TestDb::new().await?;
-        let db = test_db.db.clone();
-        let pool = db.get_postgres_connection_pool().clone();
-        sqlx::query(
-            "CREATE TABLE scripted_item (
-                provider_instance_id uuid NOT NULL,
-                project bigint NOT NULL,
-                item bigint NOT NULL,
-                title text NOT NULL,
-                version bigint NOT NULL,
-                PRIMARY KEY (provider_instance_id, project, item))",
-        )
-        .execute(&pool)
-        .await?;
-        let instance = Uuid::now_v7();
-        sqlx::query("INSERT INTO provider_instance (id, kind) VALUES ($1, 'gitlab')")
-            .bind(instance)
-            .execute(&pool)
-            .await?;
         let mut world = World {
+            mirror: Mirror::new(&test_db.db, ConnectionKind::Gitlab).await?,
             _db: test_db,
-            db,
-            pool,
             bus: testkit::test_bus().await?,
-            keyring: Keyring::parse(&testkit::secret_key())?,
-            instance,
             stop: CancellationToken::new(),
             tasks: tokio::task::JoinSet::new(),
         };
@@ -194,71 +77,16 @@ impl World {
 
     /// A workspace with an active connection of `kind` and an endpoint of it.
     async fn tenant(&self, kind: ConnectionKind) -> Result<Tenant> {
-        let (ws, conn) = (Uuid::now_v7(), Uuid::now_v7());
-        sqlx::query("INSERT INTO workspace (id, name) VALUES ($1, 'w')")
-            .bind(ws)
-            .execute(&self.pool)
-            .await?;
-        let instance = if kind == ConnectionKind::Gitlab {
-            self.instance
-        } else {
-            let other = Uuid::now_v7();
-            sqlx::query("INSERT INTO provider_instance (id, kind) VALUES ($1, $2)")
-                .bind(other)
-                .bind(kind.as_str())
-                .execute(&self.pool)
-                .await?;
-            other
-        };
-        sqlx::query(
-            "INSERT INTO connection (id, workspace_id, kind, status, provider_instance_id)
-             VALUES ($1, $2, $3, 'active', $4)",
-        )
-        .bind(conn)
-        .bind(ws)
-        .bind(kind.as_str())
-        .bind(instance)
-        .execute(&self.pool)
-        .await?;
-        let endpoint = store::inbound::create_endpoint(
-            &self.db,
-            &self.keyring,
-            NewEndpoint {
-                workspace_id: ws,
-                connection_id: conn,
-                kind,
-                registration: Registration::Registered,
-                provider_ref: None,
-                address_token: Some(Uuid::now_v7().simple().to_string()),
-            },
-            b"scripted-secret",
-        )
-        .await?;
+        let tenant = self.mirror.tenant(kind, "active").await?;
         Ok(Tenant {
-            endpoint: EndpointIds {
-                endpoint_id: endpoint.id,
-                workspace_id: ws,
-                connection_id: conn,
-                kind,
-            },
+            tenant,
+            endpoint: self.mirror.endpoint(tenant).await?,
         })
     }
 
     /// A monitor of `tenant`'s connection bound to the project's native id.
-    async fn monitor(&self, tenant: Tenant, (owner, name, native_id): Project) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO repository_to_monitor (id, workspace_id, connection_id, owner, name, native_id)
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(Uuid::now_v7())
-        .bind(tenant.endpoint.workspace_id)
-        .bind(tenant.endpoint.connection_id)
-        .bind(owner)
-        .bind(name)
-        .bind(native_id)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+    async fn monitor(&self, tenant: Tenant, project: Project) -> Result<()> {
+        self.mirror.monitor(tenant.tenant, project).await
     }
 
     /// The relay and the scripted vendor's monitor-following consumer.
@@ -273,21 +101,16 @@ impl World {
         );
         let stop = self.stop.clone();
         self.tasks.spawn(async move { relay.run(stop).await });
-        let consumer = Arc::new(WebhookConsumer::new(
-            self.pool.clone(),
-            Scripted {
-                pool: self.pool.clone(),
-            },
-        ));
+        // Only its webhook side runs here: the script serves no page.
+        let scripted = Scripted::<Gitlab>::new(self.pool.clone(), ScriptedSource::new(0));
+        let consumer = Arc::new(WebhookConsumer::new(self.pool.clone(), scripted.clone()));
         let spec = ConsumerSpec {
             ack_wait: Duration::from_secs(10),
             backoff: vec![Duration::from_millis(100)],
             ..ConsumerSpec::new(Stream::WebhooksGitlab, DURABLE)
         };
         let filters = Filters {
-            monitors: ScriptedMonitors {
-                pool: self.pool.clone(),
-            },
+            monitors: scripted,
             excluded: Vec::new(),
         };
         let (bus, db, stop) = (self.bus.clone(), self.db.clone(), self.stop.clone());
@@ -311,76 +134,19 @@ impl World {
     async fn deliver(
         &self,
         tenant: Tenant,
-        (owner, name, _): Project,
+        project: Project,
         event: &str,
         body: Vec<u8>,
         how: Stored,
     ) -> Result<Uuid> {
-        let dedup = match how.replay_of {
-            Some(of) => Dedup::Replay { of },
-            None => Dedup::Keys {
-                event_id: Some(Uuid::now_v7().to_string()),
-                digest_window: Duration::from_secs(3600),
-                verified_by: None,
-            },
-        };
-        let txn = self.db.begin().await?;
-        let recorded = store::inbound::record(
-            &txn,
-            NewMessage {
-                endpoint: tenant.endpoint,
-                verification: "token".into(),
-                headers: BTreeMap::new(),
-                body,
-                event: event.into(),
-                subject: subject::gitlab_project(owner, name, event)?,
-                dedup,
-                retention: Duration::from_secs(24 * 3600),
-                inline_body_max: if how.by_reference { 0 } else { usize::MAX },
-                relay_hold: Duration::ZERO,
-            },
-        )
-        .await?;
-        let Recorded::Accepted(accepted) = recorded else {
-            panic!("the delivery was not stored: {recorded:?}");
-        };
-        if how.erased {
-            // Erasure of the connection's raw bodies, before its consumer reads this one.
-            store::inbound::erase_bodies(&txn, tenant.endpoint.connection_id).await?;
-        }
-        txn.commit().await?;
-        Ok(accepted.message_id)
+        self.mirror
+            .deliver(tenant.endpoint, project, event, body, how)
+            .await
     }
 
-    /// Waits until every stored delivery is published and the consumer has settled all of them
-    /// (nothing pending or unacknowledged, three times in a row).
+    /// Waits until every stored delivery is published and the consumer has settled all of them.
     async fn settle(&self) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        let mut quiet = 0;
-        while quiet < 3 {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the consumer did not settle"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            let (unpublished,): (i64,) = sqlx::query_as("SELECT count(*) FROM outbox")
-                .fetch_one(&self.pool)
-                .await?;
-            let ns = self.bus.namespace();
-            let mut stream = self
-                .bus
-                .jetstream()
-                .get_stream(ns.name(Stream::WebhooksGitlab.name()))
-                .await?;
-            let stored = stream.info().await?.state.messages;
-            let busy = unpublished > 0
-                || match stream.consumer_info(ns.name(DURABLE)).await {
-                    Ok(info) => info.num_pending > 0 || info.num_ack_pending > 0,
-                    Err(_) => stored > 0,
-                };
-            quiet = if busy { 0 } else { quiet + 1 };
-        }
-        Ok(())
+        scripted::settle(&self.bus, &self.pool, Stream::WebhooksGitlab, DURABLE).await
     }
 
     /// Waits until the consumer's filters take `project`'s subjects.
@@ -453,16 +219,6 @@ impl World {
         }
     }
 
-    /// The stored items of a project: (item, title, version).
-    async fn items(&self, native_id: i64) -> Result<Vec<(i64, String, i64)>> {
-        Ok(sqlx::query_as(
-            "SELECT item, title, version FROM scripted_item WHERE project = $1 ORDER BY item",
-        )
-        .bind(native_id)
-        .fetch_all(&self.pool)
-        .await?)
-    }
-
     /// The reasons of the dead messages recorded so far.
     async fn dead(&self) -> Result<Vec<String>> {
         Ok(dead_message::Entity::find()
@@ -477,13 +233,6 @@ impl World {
         self.stop.cancel();
         while self.tasks.join_next().await.is_some() {}
     }
-}
-
-fn item(project: i64, item: i64, title: &str, version: i64) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({
-        "project": project, "item": item, "title": title, "version": version,
-    }))
-    .expect("JSON")
 }
 
 /// The vendor's counters in the process's metrics: `webhooks_total{vendor="gitlab"}` by
@@ -511,7 +260,7 @@ async fn a_delivery_applies_and_its_redelivery_changes_nothing() -> Result<()> {
         .deliver(a, ACME, "item", item(7, 1, "first", 2), Stored::default())
         .await?;
     w.settle().await?;
-    assert_eq!(w.items(7).await?, vec![(1, "first".into(), 2)]);
+    assert_eq!(w.items(7).await?, vec![row(1, "first", 2)]);
     assert_eq!(counted("applied"), 1);
 
     // The same delivery again (an operator's replay), and an older copy: nothing moves.
@@ -524,7 +273,7 @@ async fn a_delivery_applies_and_its_redelivery_changes_nothing() -> Result<()> {
     w.deliver(a, ACME, "item", item(7, 1, "stale", 1), Stored::default())
         .await?;
     w.settle().await?;
-    assert_eq!(w.items(7).await?, vec![(1, "first".into(), 2)]);
+    assert_eq!(w.items(7).await?, vec![row(1, "first", 2)]);
     assert_eq!(counted("unchanged"), 2);
     // An event the vendor does not act on is acknowledged as ignored.
     w.deliver(a, ACME, "comment", b"{}".to_vec(), Stored::default())
@@ -548,7 +297,7 @@ async fn a_body_by_reference_is_read_from_its_stored_copy() -> Result<()> {
         .deliver(a, ACME, "item", item(7, 3, "large", 1), by_reference)
         .await?;
     w.settle().await?;
-    assert_eq!(w.items(7).await?, vec![(3, "large".into(), 1)]);
+    assert_eq!(w.items(7).await?, vec![row(3, "large", 1)]);
     // Acknowledged after it applied: retention may now delete the stored body.
     let (consumed,): (bool,) = sqlx::query_as(
         "SELECT consumed_at IS NOT NULL FROM inbound_message_body WHERE message_id = $1",
@@ -639,8 +388,8 @@ async fn attack_another_workspaces_project_through_ones_own_endpoint_changes_not
     )
     .await?;
     w.settle().await?;
-    assert_eq!(w.items(7).await?, vec![(1, "A's own".into(), 1)]);
-    assert_eq!(w.items(8).await?, vec![(1, "B's own".into(), 1)]);
+    assert_eq!(w.items(7).await?, vec![row(1, "A's own", 1)]);
+    assert_eq!(w.items(8).await?, vec![row(1, "B's own", 1)]);
     assert_eq!(counted("rejected"), 2);
     assert_eq!(counted("out_of_scope"), 2);
     assert!(w.dead().await?.is_empty());
@@ -658,7 +407,7 @@ async fn attack_another_workspaces_project_through_ones_own_endpoint_changes_not
     )
     .await?;
     w.settle().await?;
-    assert_eq!(w.items(7).await?, vec![(1, "A's own".into(), 1)]);
+    assert_eq!(w.items(7).await?, vec![row(1, "A's own", 1)]);
     assert_eq!(counted("ignored"), 1);
     assert!(w.dead().await?.is_empty());
     w.stop().await;
@@ -677,7 +426,7 @@ async fn a_new_monitor_widens_the_consumers_filters() -> Result<()> {
     w.deliver(a, later, "item", item(9, 1, "gizmo", 1), Stored::default())
         .await?;
     w.settle().await?;
-    assert_eq!(w.items(9).await?, vec![(1, "gizmo".into(), 1)]);
+    assert_eq!(w.items(9).await?, vec![row(1, "gizmo", 1)]);
     w.stop().await;
     Ok(())
 }
@@ -729,7 +478,7 @@ async fn a_consumer_with_nothing_monitored_holds_no_backlog() -> Result<()> {
     .await?;
     w.settle().await?;
     assert!(
-        w.items(7).await?.contains(&(2, "after resume".into(), 1)),
+        w.items(7).await?.contains(&row(2, "after resume", 1)),
         "a delivery after the resume was not applied"
     );
     w.stop().await;

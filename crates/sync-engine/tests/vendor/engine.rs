@@ -1,15 +1,14 @@
 //! The engine driven by a vendor that exists only here (`scripted`): one scope, one item class,
 //! string ids. Each test proves one processing rule; none needed an engine change for this vendor.
 
-mod scripted;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use scripted::{Fault, Fixture, Gitlab, Hook, Outline, ScriptedSource, item};
 use store::entity::ConnectionKind;
 use sync_engine::{JobOutcome, Jobs};
+
+use crate::scripted::{self, Fault, Fixture, Gitlab, Hook, Outline, ScriptedSource, item};
 
 async fn fixture() -> Result<Fixture> {
     Fixture::new(ConnectionKind::Gitlab).await
@@ -168,7 +167,7 @@ async fn a_manual_backfill_passes_again_with_backoff_until_complete() -> Result<
         JobOutcome::Succeeded
     );
     let waited = started.elapsed();
-    let settings = Fixture::settings().backfill;
+    let settings = scripted::settings().backfill;
     assert!(
         waited >= settings.first_backoff * 3,
         "two waits, the second longer: {waited:?}"
