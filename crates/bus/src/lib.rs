@@ -89,6 +89,32 @@ pub enum BusError {
         #[source]
         source: store::headers::HeaderError,
     },
+    /// The server cannot carry our streams as configured.
+    #[error(transparent)]
+    Unmet(#[from] Unmet),
+}
+
+/// A NATS prerequisite the server does not meet (docs/deploy.md, "NATS prerequisites"). Each
+/// names its fix: no retry helps until the server or the setting changes.
+#[derive(Debug, thiserror::Error)]
+pub enum Unmet {
+    #[error(
+        "JetStream is not enabled on the NATS server {server}: start nats-server with `-js` or \
+         give its config a `jetstream {{}}` block (docs/deploy.md, NATS prerequisites)"
+    )]
+    JetStreamOff { server: String },
+    #[error(
+        "FORGESYNC_STREAM_REPLICAS is {wanted}, but the NATS server {server} cannot place \
+         {wanted} replicas of stream {stream} ({detail}): run at least {wanted} JetStream servers \
+         in one cluster, or set FORGESYNC_STREAM_REPLICAS (the chart's `nats.streamReplicas`) \
+         to the number it has"
+    )]
+    Replicas {
+        wanted: usize,
+        server: String,
+        stream: String,
+        detail: String,
+    },
 }
 
 impl BusError {
@@ -236,12 +262,53 @@ impl Bus {
         }
     }
 
-    /// Declares every stream of DESIGN.md; safe to call from every replica at every start.
+    /// Declares every stream of DESIGN.md; safe to call from every replica at every start. A
+    /// server without JetStream, or one that cannot place the configured replicas, is reported
+    /// as [`BusError::Unmet`] naming the fix.
     pub async fn declare_streams(&self) -> Result<(), BusError> {
+        self.check_jetstream().await?;
         for stream in Stream::ALL {
-            streams::declare(&self.js, &self.namespace, &self.settings, stream).await?;
+            streams::declare(&self.js, &self.namespace, &self.settings, stream)
+                .await
+                .map_err(|e| e.into_bus_error(&self.settings, &self.server_name()))?;
         }
         Ok(())
+    }
+
+    /// The connected server's name, for messages that must say which server is wrong.
+    fn server_name(&self) -> String {
+        let info = self.client.server_info();
+        match info.server_name.as_str() {
+            "" => format!("at {}:{}", info.host, info.port),
+            name => format!("`{name}`"),
+        }
+    }
+
+    /// JetStream answers on this account: asked before anything is declared, so a server
+    /// running without it is named as such rather than as a failed stream.
+    async fn check_jetstream(&self) -> Result<(), BusError> {
+        use async_nats::jetstream::ErrorCode;
+        use async_nats::jetstream::context::AccountErrorKind as K;
+        let off = || Unmet::JetStreamOff {
+            server: self.server_name(),
+        };
+        match self.js.query_account().await {
+            Ok(_) => Ok(()),
+            Err(e) => match e.kind() {
+                // Nothing answers the JetStream API: the server runs without it.
+                K::JetStreamUnavailable => Err(off().into()),
+                K::JetStream(js)
+                    if js.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED
+                        || js.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED_FOR_ACCOUNT =>
+                {
+                    Err(off().into())
+                }
+                _ => Err(BusError::Declare {
+                    stream: "(account information)".to_owned(),
+                    message: e.to_string(),
+                }),
+            },
+        }
     }
 
     /// Declares every stream, retrying with backoff (1 s doubling to 30 s) until it succeeds or
@@ -255,6 +322,10 @@ impl Bus {
         loop {
             match self.declare_streams().await {
                 Ok(()) => return true,
+                // The server must change first: said loudly, and retried in case it does.
+                Err(e @ BusError::Unmet(_)) => {
+                    tracing::error!(error = %e, retry_in = ?wait, "NATS does not meet forgesync's prerequisites; retrying");
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, retry_in = ?wait, "declaring JetStream streams failed; retrying");
                 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
 
-use crate::{BusError, Namespace};
+use crate::{BusError, Namespace, Unmet};
 
 /// One JetStream stream and the subjects it captures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -83,13 +83,63 @@ impl Default for StreamSettings {
     }
 }
 
+/// Why a stream could not be declared as configured.
+pub(crate) struct DeclareError {
+    stream: String,
+    kind: DeclareFailure,
+}
+
+enum DeclareFailure {
+    /// The server refused the declaration.
+    Refused(jetstream::context::CreateStreamError),
+    /// The server declared the stream with fewer replicas than asked.
+    Kept(usize),
+}
+
+impl DeclareError {
+    /// Replicas the server cannot place become [`Unmet::Replicas`]; anything else stays a
+    /// declaration failure (retrying may help).
+    pub(crate) fn into_bus_error(self, settings: &StreamSettings, server: &str) -> BusError {
+        use jetstream::ErrorCode;
+        use jetstream::context::CreateStreamErrorKind as K;
+        let unmet = |detail: String| {
+            BusError::from(Unmet::Replicas {
+                wanted: settings.replicas,
+                server: server.to_owned(),
+                stream: self.stream.clone(),
+                detail,
+            })
+        };
+        match self.kind {
+            DeclareFailure::Kept(kept) => unmet(format!("it keeps {kept}")),
+            DeclareFailure::Refused(error) => {
+                if let K::JetStream(js) = error.kind() {
+                    let code = js.error_code();
+                    // A single server refuses R>1 outright; a cluster short of peers finds none.
+                    if settings.replicas > 1
+                        && (code == ErrorCode::STREAM_REPLICAS_NOT_SUPPORTED
+                            || code == ErrorCode::CLUSTER_NO_PEERS
+                            || code == ErrorCode::INSUFFICIENT_RESOURCES)
+                    {
+                        return unmet(js.to_string());
+                    }
+                }
+                BusError::Declare {
+                    stream: self.stream,
+                    message: error.to_string(),
+                }
+            }
+        }
+    }
+}
+
 /// Creates the stream, or updates it to the wanted settings when it exists.
 pub(crate) async fn declare(
     js: &jetstream::Context,
     ns: &Namespace,
     settings: &StreamSettings,
     which: Stream,
-) -> Result<(), BusError> {
+) -> Result<(), DeclareError> {
     let name = ns.name(which.name());
     let config = stream::Config {
         name: name.clone(),
@@ -100,12 +150,20 @@ pub(crate) async fn declare(
         duplicate_window: settings.duplicate_window,
         ..Default::default()
     };
-    js.create_or_update_stream(config)
+    let info = js
+        .create_or_update_stream(config)
         .await
-        .map_err(|e| BusError::Declare {
-            stream: name,
-            message: e.to_string(),
+        .map_err(|error| DeclareError {
+            stream: name.clone(),
+            kind: DeclareFailure::Refused(error),
         })?;
+    // A stream with fewer copies than asked would lose acknowledged messages with one node.
+    if info.config.num_replicas < settings.replicas {
+        return Err(DeclareError {
+            stream: name,
+            kind: DeclareFailure::Kept(info.config.num_replicas),
+        });
+    }
     Ok(())
 }
 

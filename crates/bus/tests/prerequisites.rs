@@ -1,42 +1,12 @@
-//! Credentials in NATS_URL reach the server (async-nats by itself ignores a URL's user info):
-//! against a nats-server of this test's own that requires a user and password.
+//! What a NATS server must offer (docs/deploy.md, "NATS prerequisites"), each against a
+//! nats-server of the test's own: credentials in NATS_URL reach it (async-nats by itself ignores
+//! a URL's user info), and a server without JetStream or short of replicas is named with its fix.
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use bus::{Bus, Namespace, StreamSettings};
-
-/// A nats-server requiring `forgesync` / `p@ss:word` (the binary `cargo xtask test` names),
-/// killed on drop.
-struct AuthNats(Child, std::path::PathBuf);
-
-impl AuthNats {
-    fn start(port: u16) -> Result<AuthNats> {
-        let bin = std::env::var("FORGESYNC_TEST_NATS_SERVER").context(
-            "FORGESYNC_TEST_NATS_SERVER is not set: run the tests through `cargo xtask test`",
-        )?;
-        let store = std::env::temp_dir().join(format!("fs-auth-{port}-{}", std::process::id()));
-        let child = Command::new(bin)
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(&store)
-            .args(["--user", "forgesync", "--pass", "p@ss:word"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting nats-server")?;
-        Ok(AuthNats(child, store))
-    }
-}
-
-impl Drop for AuthNats {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_dir_all(&self.1);
-    }
-}
+use testkit::{NatsSetup, OwnNats};
 
 /// Whether a bus on `url` can declare its streams within a few seconds.
 async fn declares(url: &str) -> bool {
@@ -58,13 +28,79 @@ async fn declares(url: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_url_s_user_and_password_authenticate() -> Result<()> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let _nats = AuthNats::start(port)?;
+    let nats = OwnNats::start(&NatsSetup {
+        config: "authorization {\n  user: forgesync\n  password: \"p@ss:word\"\n}".into(),
+        ..NatsSetup::jetstream()?
+    })?;
+    let port = nats.port();
     // Percent-encoded, as a URL must carry `@` and `:` in a password.
     assert!(declares(&format!("nats://forgesync:p%40ss%3Aword@127.0.0.1:{port}")).await);
     assert!(!declares(&format!("nats://forgesync:wrong@127.0.0.1:{port}")).await);
     assert!(!declares(&format!("nats://127.0.0.1:{port}")).await);
+    Ok(())
+}
+
+/// The error a fresh namespace's declaration meets on `url` with `replicas`.
+async fn declaration_error(url: &str, replicas: usize) -> Result<bus::BusError> {
+    let bus = Bus::connect(
+        url,
+        None,
+        Namespace::new("prereq").unwrap(),
+        StreamSettings {
+            replicas,
+            ..StreamSettings::default()
+        },
+    )
+    .await?;
+    match tokio::time::timeout(Duration::from_secs(20), bus.declare_streams()).await? {
+        Ok(()) => anyhow::bail!("the streams were declared"),
+        Err(e) => Ok(e),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_jetstream_is_named_with_its_fix() -> Result<()> {
+    let nats = OwnNats::start(&NatsSetup {
+        jetstream: false,
+        ..NatsSetup::jetstream()?
+    })?;
+    let err = declaration_error(&nats.url(), 1).await?;
+    assert!(
+        matches!(err, bus::BusError::Unmet(bus::Unmet::JetStreamOff { .. })),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("JetStream is not enabled") && text.contains("-js"),
+        "{text}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_the_server_cannot_place_name_the_setting() -> Result<()> {
+    // One server, no cluster: three copies of a stream cannot be placed.
+    let nats = OwnNats::start(&NatsSetup::jetstream()?)?;
+    let err = declaration_error(&nats.url(), 3).await?;
+    assert!(
+        matches!(
+            err,
+            bus::BusError::Unmet(bus::Unmet::Replicas { wanted: 3, .. })
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("FORGESYNC_STREAM_REPLICAS is 3"),
+        "{err}"
+    );
+    // The same server with the replicas it can place declares everything.
+    let bus = Bus::connect(
+        &nats.url(),
+        None,
+        Namespace::new("prereq").unwrap(),
+        StreamSettings::default(),
+    )
+    .await?;
+    bus.declare_streams().await?;
     Ok(())
 }

@@ -5,6 +5,10 @@
 //! `DATABASE_URL` and `NATS_URL` come from `cargo xtask test`, which provisions both.
 #![forbid(unsafe_code)]
 
+mod own_nats;
+
+pub use own_nats::{NatsSetup, OwnNats};
+
 use anyhow::{Context as _, Result};
 use bus::{Bus, Namespace, StreamSettings};
 use migrations::{Migrator, MigratorTrait};
@@ -258,6 +262,11 @@ impl Running {
     /// `http://<addr>`
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// How `run` ends by itself (nothing asks it to stop).
+    pub async fn ended(self) -> Result<()> {
+        self.task.await?
     }
 
     /// Shuts the service down gracefully and returns how its `run` ended.

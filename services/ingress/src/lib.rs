@@ -100,15 +100,15 @@ pub struct Config {
     )]
     pub body_timeout_secs: u64,
 
-    /// Bodies up to this size travel on the subject, larger ones as a reference to Postgres;
-    /// never more than the connected server's `max_payload` allows.
+    /// Bodies up to this size travel on the subject, larger ones as a reference to Postgres.
+    /// Unset: 1 MiB, lowered with a warning to what the server's `max_payload` leaves after
+    /// headers. Set above that, ingress stops when it meets the server, naming both.
     #[arg(
         long,
         env = "FORGESYNC_INGRESS_INLINE_BODY_BYTES",
-        value_name = "FORGESYNC_INGRESS_INLINE_BODY_BYTES",
-        default_value_t = 1024 * 1024
+        value_name = "FORGESYNC_INGRESS_INLINE_BODY_BYTES"
     )]
-    pub inline_body_bytes: usize,
+    pub inline_body_bytes: Option<usize>,
 
     /// Seconds a body digest stays a dedup key.
     #[arg(
@@ -291,6 +291,29 @@ impl AppState {
     }
 }
 
+/// The inline limit against a server whose messages carry at most `max_body` bytes of body
+/// (NATS prerequisite: `max_payload` large enough for inline bodies). An explicit setting above
+/// it is an error naming the fix; the default is lowered to it with a warning.
+pub fn check_inline_limit(setting: Option<usize>, max_body: usize) -> anyhow::Result<()> {
+    match setting {
+        Some(n) if n > max_body => anyhow::bail!(
+            "FORGESYNC_INGRESS_INLINE_BODY_BYTES is {n}, more than the {max_body} bytes of body a \
+             message may carry on this NATS server (its max_payload less {} bytes for headers): \
+             lower the setting or unset it, or raise max_payload in the server's config \
+             (docs/deploy.md, NATS prerequisites)",
+            bus::HEADER_ROOM
+        ),
+        None if store::inbound::DEFAULT_INLINE_BODY_MAX > max_body => tracing::warn!(
+            default = store::inbound::DEFAULT_INLINE_BODY_MAX,
+            inline_body_bytes = max_body,
+            "the NATS server's max_payload is below the inline default: bodies above \
+             inline_body_bytes travel by reference (raise max_payload to 8MB, docs/deploy.md)"
+        ),
+        _ => {}
+    }
+    Ok(())
+}
+
 /// Runs ingress until `shutdown`; `on_listen` learns the bound address (port 0 in tests).
 pub async fn run(
     config: Config,
@@ -326,7 +349,9 @@ pub async fn run(
             concurrency: config.concurrency.max(1),
             request_timeout: Duration::from_secs(config.request_timeout_secs),
             body_timeout: Duration::from_secs(config.body_timeout_secs),
-            inline_body_bytes: config.inline_body_bytes,
+            inline_body_bytes: config
+                .inline_body_bytes
+                .unwrap_or(store::inbound::DEFAULT_INLINE_BODY_MAX),
             digest_window: Duration::from_secs(config.digest_window_secs),
             slack_tolerance: Duration::from_secs(config.slack_tolerance_secs),
             relay_hold: Duration::from_millis(config.relay_hold_ms),
@@ -345,10 +370,13 @@ pub async fn run(
     };
     service.routes(routes::router(state));
     service.task("stream declaration", {
-        let bus = bus.clone();
+        let (bus, inline_setting) = (bus.clone(), config.inline_body_bytes);
         move |stop| async move {
             if bus.declare_streams_until_done(&stop).await {
                 tracing::info!("JetStream streams declared");
+                if let Some(max_body) = bus.max_body_bytes() {
+                    check_inline_limit(inline_setting, max_body)?;
+                }
             }
             // Done; idle so that only an unexpected end counts as one.
             stop.cancelled().await;

@@ -496,15 +496,33 @@ async fn a_slow_body_times_out_and_frees_its_slot() -> Result<()> {
     h.ingress.stop().await
 }
 
+/// A nats-server of the test's own taking messages of 64 KiB at most: 56 KiB of body after the
+/// header room.
+fn small_payload_server() -> Result<testkit::OwnNats> {
+    testkit::OwnNats::start(&testkit::NatsSetup {
+        config: "max_payload: 65536".into(),
+        ..testkit::NatsSetup::jetstream()?
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_past_the_servers_max_payload_travels_by_reference() -> Result<()> {
-    // Configured to publish everything inline; the test server takes 8 MB messages at most.
-    let h = Harness::start_with(|c| c.inline_body_bytes = 25 * 1024 * 1024).await?;
+    // The inline limit is left at its default (1 MiB), more than this server takes.
+    let nats = small_payload_server()?;
+    let h = Harness::start_with(|c| c.common.nats_url = nats.url()).await?;
+    let bus = bus::Bus::connect(
+        &nats.url(),
+        None,
+        h.env.bus.namespace().clone(),
+        bus::StreamSettings::default(),
+    )
+    .await?;
+    bus.declare_streams().await?;
     let a = h.connection(ConnectionKind::Github, None).await?;
     h.endpoint(&a, Registration::Operator, Some("1111"), None, A_SECRET)
         .await?;
     let mut push: serde_json::Value = serde_json::from_slice(&github_push(9))?;
-    push["pad"] = json!("x".repeat(9 * 1024 * 1024));
+    push["pad"] = json!("x".repeat(100 * 1024));
     let body = serde_json::to_vec(&push)?;
     let (s, text) = h
         .post(
@@ -514,9 +532,16 @@ async fn a_body_past_the_servers_max_payload_travels_by_reference() -> Result<()
         )
         .await?;
     assert_eq!(s, StatusCode::OK, "{text}");
-    let got = h
-        .stream(Stream::WebhooksGithub, "github.acme.api.push", 1)
-        .await?;
+    let read = |min| {
+        testkit::read_stream(
+            &bus,
+            Stream::WebhooksGithub,
+            "github.acme.api.push",
+            min,
+            Duration::from_secs(10),
+        )
+    };
+    let got = read(1).await?;
     assert_eq!(got.len(), 1, "the large delivery never reached the stream");
     assert!(
         got[0].payload.is_empty(),
@@ -532,10 +557,29 @@ async fn a_body_past_the_servers_max_payload_travels_by_reference() -> Result<()
         )
         .await?;
     assert_eq!(s, StatusCode::OK, "{text}");
-    let got = h
-        .stream(Stream::WebhooksGithub, "github.acme.api.push", 2)
-        .await?;
+    let got = read(2).await?;
     assert_eq!(got.len(), 2);
     assert_eq!(got[1].payload, small);
     h.ingress.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_limit_past_the_servers_max_payload_stops_ingress_naming_both() -> Result<()> {
+    let nats = small_payload_server()?;
+    let h = Harness::start_with(|c| {
+        c.common.nats_url = nats.url();
+        c.inline_body_bytes = Some(1024 * 1024);
+    })
+    .await?;
+    let ended = tokio::time::timeout(Duration::from_secs(30), h.ingress.ended())
+        .await
+        .map_err(|_| anyhow::anyhow!("ingress kept running with an inline limit it cannot keep"))?;
+    let err = ended.expect_err("ingress ended cleanly");
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("FORGESYNC_INGRESS_INLINE_BODY_BYTES is 1048576")
+            && text.contains("max_payload"),
+        "{text}"
+    );
+    Ok(())
 }

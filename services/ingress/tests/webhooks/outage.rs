@@ -3,11 +3,9 @@
 //! back, the streams are declared and every stored delivery reaches its stream exactly once.
 
 use std::collections::HashSet;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use bus::{Bus, Stream, StreamSettings};
 use reqwest::StatusCode;
 use store::entity::ConnectionKind;
@@ -15,45 +13,11 @@ use store::entity::inbound_endpoint::Registration;
 
 use crate::support::{Harness, count, github_push, sign};
 
-/// A nats-server of this test's own (the binary `cargo xtask test` names), killed on drop.
-struct OwnNats(Child, std::path::PathBuf);
-
-impl OwnNats {
-    fn start(port: u16) -> Result<OwnNats> {
-        let bin = std::env::var("FORGESYNC_TEST_NATS_SERVER").context(
-            "FORGESYNC_TEST_NATS_SERVER is not set: run the tests through `cargo xtask test`",
-        )?;
-        let store = std::env::temp_dir().join(format!("fs-outage-{}", uuid::Uuid::new_v4()));
-        let child = Command::new(bin)
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(&store)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting nats-server")?;
-        Ok(OwnNats(child, store))
-    }
-}
-
-impl Drop for OwnNats {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_dir_all(&self.1);
-    }
-}
-
-fn free_port() -> Result<u16> {
-    let l = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
-    Ok(l.local_addr()?.port())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingress_stays_up_through_a_nats_outage_and_delivers_everything_once_it_is_back()
 -> Result<()> {
-    let port = free_port()?;
-    let url = format!("nats://127.0.0.1:{port}");
+    let setup = testkit::NatsSetup::jetstream()?;
+    let url = testkit::OwnNats::url_of(setup.port);
     // NATS is down from the start: nothing listens on `port` yet.
     let h = Harness::start_with(|c| c.common.nats_url = url.clone()).await?;
     let conn = h.connection(ConnectionKind::Github, None).await?;
@@ -90,7 +54,7 @@ async fn ingress_stays_up_through_a_nats_outage_and_delivers_everything_once_it_
     assert_eq!(count(h.db(), "SELECT count(*) FROM outbox").await?, 5);
 
     // NATS comes back: the streams are declared and the relay delivers each delivery once.
-    let _nats = OwnNats::start(port)?;
+    let _nats = testkit::OwnNats::start(&setup)?;
     let bus = Bus::connect(
         &url,
         None,
