@@ -350,6 +350,19 @@ async fn a_job_type_the_vendor_refuses_is_422_and_writes_nothing() -> Result<()>
         let (s, job) = api.post(&sync, json!({ "type": "RECONCILIATION" })).await?;
         assert_eq!(s, StatusCode::ACCEPTED, "{kind}: {job}");
     }
+    // The contract names the error a client meets here.
+    let (s, doc) = api
+        .call(reqwest::Method::GET, "/openapi.json", None, None)
+        .await?;
+    assert_eq!(s, StatusCode::OK);
+    let described = &doc["paths"]["/workspaces/{workspace_id}/connections/{connection_id}/sync"]["post"]
+        ["responses"]["422"]["description"];
+    assert!(
+        described
+            .as_str()
+            .is_some_and(|d| d.contains("`job_type_not_supported`")),
+        "{described}"
+    );
     running.stop().await
 }
 

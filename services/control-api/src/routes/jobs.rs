@@ -104,7 +104,7 @@ fn client_job_type(requested: &str) -> Result<JobType, ApiError> {
               (status = 404, description = "No such connection in a workspace this token reaches.", body = ErrorBody),
               (status = 409, description = "The connection is not active (`connection_not_active`).", body = ErrorBody),
               (status = 413, response = PayloadTooLarge), (status = 415, response = UnsupportedMediaType),
-              (status = 422, description = "The job type cannot be started by a client (`initial_not_allowed`, `not_client_triggerable`).", body = ErrorBody)))]
+              (status = 422, description = "The job type cannot be started by a client (`initial_not_allowed`, `not_client_triggerable`), or the connection's vendor does not run it (`job_type_not_supported`).", body = ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
     Admin(caller): Admin,
