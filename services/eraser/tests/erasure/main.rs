@@ -80,6 +80,9 @@ async fn disconnect_then_purge_leave_nothing_and_spare_what_others_monitor() -> 
     assert!(place(&before, "table:dead_message") > 0);
     let b_repos = [o.shared[0], o.shared[1], o.b_only];
     let b_before = w.snapshot(&o.b, &b_repos).await?;
+    // The snapshot holds each message's headers, so B's messages keep theirs too.
+    let b_header = format!("{}=[\"{}\"]", store::headers::CONNECTION, o.b.connection);
+    assert!(b_before.contains(&b_header), "{b_before}");
     let a_messages = w.ledgered_of(&o.a).await?;
     let b_messages = w.ledgered_of(&o.b).await?;
     assert_eq!(a_messages.len(), 3 * (WEBHOOKS + EVENTS), "{a_messages:?}");

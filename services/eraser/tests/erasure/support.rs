@@ -387,8 +387,8 @@ impl World {
         Ok(body)
     }
 
-    /// Every row and stream message of `tenant`, and of `repos`, as text: equal snapshots mean
-    /// byte-for-byte equal data.
+    /// Every row and stream message (subject, headers, payload) of `tenant`, and of `repos`, as
+    /// text: equal snapshots mean byte-for-byte equal data.
     pub async fn snapshot(&self, tenant: &Tenant, repos: &[Repo]) -> Result<String> {
         let ids: Vec<Uuid> = repos.iter().map(|r| r.id).collect();
         let mut out = String::new();
@@ -440,9 +440,20 @@ impl World {
                 .stored(&stream, sequence)
                 .await?
                 .with_context(|| format!("{stream} {sequence} is ledgered but not stored"))?;
+            // Headers sorted by name: the map's own order is not stable.
+            let mut headers: Vec<String> = m
+                .headers
+                .iter()
+                .map(|(name, values)| {
+                    let values: Vec<&str> = values.iter().map(|v| v.as_str()).collect();
+                    format!("{name}={values:?}")
+                })
+                .collect();
+            headers.sort();
             out.push_str(&format!(
-                "{stream} {sequence} {}: {}\n",
+                "{stream} {sequence} {} [{}]: {}\n",
                 m.subject,
+                headers.join(" "),
                 String::from_utf8_lossy(&m.payload)
             ));
         }
