@@ -1,6 +1,7 @@
-//! Resumability: the real `eraser` binary, killed with SIGKILL at 20 seeded moments during a
-//! large erasure and restarted each time, reaches exactly the end state (rows, stream copies,
-//! the record's counts, the repositories kept) of an uninterrupted run over an identical world.
+//! Resumability: the real `eraser` binary, killed with SIGKILL 20 times during a large erasure
+//! (each time once the restarted run has recorded progress of its own, plus a seeded few
+//! milliseconds) and restarted each time, reaches exactly the end state (rows, stream copies, the
+//! record's counts, the repositories kept) of an uninterrupted run over an identical world.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::PathBuf;
@@ -14,18 +15,22 @@ use sea_orm::TransactionTrait as _;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::support::{Repo, Tenant, World, count};
+use crate::support::{Repo, Tenant, World};
 
 /// Kills during the erasure.
 const KILLS: usize = 20;
-/// Repositories A monitors; every third is shared with B.
-const REPOSITORIES: i64 = 24;
+/// Of which at least this many must find the erasure still running.
+const MID_ERASURE: usize = 16;
+/// Repositories A monitors; every third is shared with B. Each is a step of the erasure, so
+/// there are more than enough steps for every kill to land in one.
+const REPOSITORIES: i64 = 36;
 /// Issues (and as many pull requests) per repository.
-const ITEMS: i64 = 200;
+const ITEMS: i64 = 100;
 /// Stream messages of A's connection, besides its webhooks.
-const MESSAGES: usize = 400;
+const MESSAGES: usize = 150;
 
-/// A small deterministic generator (splitmix64): the kill moments are the same on every run.
+/// A small deterministic generator (splitmix64): the delays after progress are the same on every
+/// run.
 struct SplitMix(u64);
 
 impl SplitMix {
@@ -51,7 +56,8 @@ struct Large {
 
 const NAMES: [&str; REPOSITORIES as usize] = [
     "r00", "r01", "r02", "r03", "r04", "r05", "r06", "r07", "r08", "r09", "r10", "r11", "r12",
-    "r13", "r14", "r15", "r16", "r17", "r18", "r19", "r20", "r21", "r22", "r23",
+    "r13", "r14", "r15", "r16", "r17", "r18", "r19", "r20", "r21", "r22", "r23", "r24", "r25",
+    "r26", "r27", "r28", "r29", "r30", "r31", "r32", "r33", "r34", "r35",
 ];
 
 async fn large() -> Result<Large> {
@@ -124,6 +130,18 @@ async fn end_state(l: &Large, b_before: &str) -> Result<(Value, Vec<i64>, Value)
         kept,
         scan,
     ))
+}
+
+/// The erasure record of `connection`: its status, and its steps and counts as text (they change
+/// with every step and every stream batch); `None` before the eraser opened it.
+async fn progress(w: &World, connection: Uuid) -> Result<Option<(String, String)>> {
+    Ok(sqlx::query_as(
+        "SELECT status, steps_done::text || ' ' || counts::text FROM erasure
+          WHERE connection_id = $1",
+    )
+    .bind(connection)
+    .fetch_optional(&w.pool)
+    .await?)
 }
 
 async fn disconnect(w: &World, t: &Tenant) -> Result<()> {
@@ -264,23 +282,38 @@ async fn an_erasure_killed_twenty_times_ends_as_an_uninterrupted_one() -> Result
     disconnect(w, &crashed.a).await?;
     let mut rng = SplitMix(0x00e7_a5e5);
     let mut mid_erasure = 0;
-    for _ in 0..KILLS {
-        tokio::time::sleep(Duration::from_millis(rng.range(50, 600))).await;
+    let mut at_last_kill = None;
+    for kill in 0..KILLS {
+        // Each run first makes progress of its own (a step or a stream batch recorded), so every
+        // kill interrupts a resumed erasure; then a few seeded milliseconds into what follows.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = progress(w, crashed.a.connection).await?;
+            if now.as_ref().is_some_and(|p| p.0 == "done") || (now.is_some() && now != at_last_kill)
+            {
+                break;
+            }
+            ensure!(
+                tokio::time::Instant::now() < deadline,
+                "run {kill} made no progress; log: {}",
+                log.display()
+            );
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(rng.range(0, 20))).await;
         child.kill();
-        let running = count(
-            &w.pool,
-            &format!(
-                "SELECT count(*) FROM erasure WHERE connection_id = '{}' AND status = 'running'",
-                crashed.a.connection
-            ),
-        )
-        .await?;
-        mid_erasure += running;
+        at_last_kill = progress(w, crashed.a.connection).await?;
+        if at_last_kill.as_ref().is_some_and(|p| p.0 == "running") {
+            mid_erasure += 1;
+        }
         child.start(&w.http).await?;
     }
     let got = end_state(&crashed, &b_before).await?;
     child.kill();
-    assert!(mid_erasure > 0, "no kill landed during the erasure");
+    assert!(
+        mid_erasure >= MID_ERASURE,
+        "only {mid_erasure} of {KILLS} kills landed during the erasure"
+    );
     assert_eq!(
         got.0,
         expected.0,

@@ -9,7 +9,9 @@ use reqwest::Method;
 use serde_json::Value;
 use support::{World, count};
 
-/// Two workspaces: `shared` repositories both monitor, one of A's own and one of B's own.
+/// Two workspaces: `shared` repositories both monitor, one of A's own and one of B's own, and
+/// two that github-sync's INITIAL syncs mirrored: `synced_shared` (both name it) and `synced_a`
+/// (A's alone).
 struct Overlap {
     world: World,
     a: support::Tenant,
@@ -17,6 +19,8 @@ struct Overlap {
     shared: [support::Repo; 2],
     a_only: support::Repo,
     b_only: support::Repo,
+    synced_shared: support::Repo,
+    synced_a: support::Repo,
 }
 
 /// Webhooks each tenant receives per monitored repository.
@@ -26,8 +30,12 @@ const EVENTS: usize = 3;
 
 async fn overlap() -> Result<Overlap> {
     let world = World::start().await?;
-    let a = world.tenant("a").await?;
-    let b = world.tenant("b").await?;
+    let a = world
+        .tenant_reading("a", &["acme/repo-0", "acme/repo-1"])
+        .await?;
+    let b = world.tenant_reading("b", &["acme/repo-0"]).await?;
+    world.sync().await?;
+    let (synced_shared, synced_a) = (world.synced("repo-0").await?, world.synced("repo-1").await?);
     let shared = [
         world.repository(101, "shared-one", 10).await?,
         world.repository(102, "shared-two", 10).await?,
@@ -48,6 +56,8 @@ async fn overlap() -> Result<Overlap> {
         shared,
         a_only,
         b_only,
+        synced_shared,
+        synced_a,
     })
 }
 
@@ -78,8 +88,25 @@ async fn disconnect_then_purge_leave_nothing_and_spare_what_others_monitor() -> 
     );
     assert_eq!(place(&before, "stream:EVENTS"), (3 * EVENTS) as i64);
     assert!(place(&before, "table:dead_message") > 0);
-    let b_repos = [o.shared[0], o.shared[1], o.b_only];
+    let b_repos = [o.shared[0], o.shared[1], o.b_only, o.synced_shared];
     let b_before = w.snapshot(&o.b, &b_repos).await?;
+    // What the syncs wrote is there to erase.
+    for repo in [o.synced_shared, o.synced_a] {
+        for table in ["issue", "pull_request"] {
+            let n = count(
+                &w.pool,
+                &format!(
+                    "SELECT count(*) FROM {table} WHERE repository_id = '{}'",
+                    repo.id
+                ),
+            )
+            .await?;
+            assert!(n > 0, "the sync mirrored no {table} of {}", repo.name);
+        }
+    }
+    // The snapshot holds each message's headers, so B's messages keep theirs too.
+    let b_header = format!("{}=[\"{}\"]", store::headers::CONNECTION, o.b.connection);
+    assert!(b_before.contains(&b_header), "{b_before}");
     let a_messages = w.ledgered_of(&o.a).await?;
     let b_messages = w.ledgered_of(&o.b).await?;
     assert_eq!(a_messages.len(), 3 * (WEBHOOKS + EVENTS), "{a_messages:?}");
@@ -98,13 +125,15 @@ async fn disconnect_then_purge_leave_nothing_and_spare_what_others_monitor() -> 
     assert_eq!(status, 200, "{body}");
     let records = w.erased(o.a.workspace, 1).await?;
     assert_eq!(records[0]["trigger"], "disconnect", "{records}");
-    assert_eq!(records[0]["counts"]["repositories_deleted"], 1, "{records}");
-    assert_eq!(records[0]["counts"]["repositories_kept"], 2, "{records}");
+    assert_eq!(records[0]["counts"]["repositories_deleted"], 2, "{records}");
+    assert_eq!(records[0]["counts"]["repositories_kept"], 3, "{records}");
     let after = w.scan(o.a.workspace).await?;
     assert_eq!(after["total"], 0, "{after}");
     // Shared repositories survive with B's copy byte for byte; A's own is gone.
     assert!(w.exists(o.shared[0]).await? && w.exists(o.shared[1]).await?);
+    assert!(w.exists(o.synced_shared).await?);
     assert!(!w.exists(o.a_only).await?);
+    assert!(!w.exists(o.synced_a).await?);
     assert!(w.exists(o.b_only).await?);
     assert_eq!(w.snapshot(&o.b, &b_repos).await?, b_before);
     // The server itself no longer holds A's stream copies; it still holds every one of B's.
@@ -162,7 +191,7 @@ async fn disconnect_then_purge_leave_nothing_and_spare_what_others_monitor() -> 
     assert_eq!(after["total"], 0, "{after}");
     assert_eq!(records.as_array().map(Vec::len), Some(2), "{records}");
     // Nobody monitors anything now: every repository is gone.
-    for repo in [o.shared[0], o.shared[1], o.b_only] {
+    for repo in [o.shared[0], o.shared[1], o.b_only, o.synced_shared] {
         assert!(!w.exists(repo).await?);
     }
     assert_eq!(w.webhook(&o.b, o.b_only).await?, 410);

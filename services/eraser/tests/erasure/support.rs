@@ -1,7 +1,8 @@
-//! A world of two workspaces on one GitHub server, each with a connection, webhook endpoint,
-//! monitors, a mirrored SCM cascade (issues, some tombstoned, pull requests with check runs,
-//! comments, reviews, threads, review comments, item events, activity), webhooks received by the
-//! real ingress, item events on the stream and dead messages; real Postgres and NATS throughout.
+//! A world of two workspaces on one GitHub server (the simulator), each with a PAT connection,
+//! webhook endpoint, monitors, repositories mirrored by github-sync's own INITIAL sync, a
+//! fixture SCM cascade (issues, some tombstoned, pull requests with check runs, comments,
+//! reviews, threads, review comments, item events, activity), webhooks received by the real
+//! ingress, item events on the stream and dead messages; real Postgres and NATS throughout.
 
 use std::time::Duration;
 
@@ -12,9 +13,13 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 use testkit::TestEnv;
 use uuid::Uuid;
+use vendor_sim::github::{GithubSim, Scenario, generate};
 
 /// The text every piece of fixture content carries, so a scan of logs can look for it.
 pub const MARKER: &str = "fixture-secret";
+
+/// The personal access token every tenant's connection reads the simulator with.
+const PAT: &str = "eraser-world-pat";
 
 /// Fails with the offending lines when `log` (named `source`) carries fixture content: logs hold
 /// ids and counts, never titles, bodies or payloads.
@@ -53,6 +58,9 @@ pub struct World {
     pub token: String,
     pub ingress: testkit::Running,
     pub _control: testkit::Running,
+    /// The GitHub every connection is for: `acme/repo-0` and `acme/repo-1`, for
+    /// [`World::sync`] to mirror.
+    pub sim: GithubSim,
     deliveries: std::sync::atomic::AtomicU64,
 }
 
@@ -65,10 +73,18 @@ pub async fn count(pool: &PgPool, sql: &str) -> Result<i64> {
 }
 
 impl World {
-    /// control-api and ingress running against a fresh database and namespace (the eraser is
-    /// the test's to start).
+    /// control-api, ingress and the GitHub simulator running against a fresh database and
+    /// namespace (the eraser is the test's to start).
     pub async fn start() -> Result<World> {
         let env = TestEnv::new().await?;
+        let mut model = generate(&Scenario {
+            repositories: 2,
+            items: 40,
+            ..Scenario::default()
+        })
+        .model;
+        model.add_personal_access_token(PAT);
+        let sim = GithubSim::start(model).await?;
         let control = testkit::spawn(testkit::control_api_config(env.common_args())).await?;
         let ingress = testkit::spawn(testkit::ingress_config(env.common_args())).await?;
         let token = testkit::token(
@@ -85,6 +101,7 @@ impl World {
             token,
             ingress,
             _control: control,
+            sim,
             deliveries: Default::default(),
         })
     }
@@ -130,14 +147,26 @@ impl World {
         Ok(body)
     }
 
-    /// A workspace with an active GitHub connection (github.com) and an operator endpoint.
+    /// A workspace with an active GitHub PAT connection to the simulator and an operator
+    /// endpoint.
     pub async fn tenant(&self, name: &str) -> Result<Tenant> {
+        self.tenant_reading(name, &[]).await
+    }
+
+    /// Like [`World::tenant`], the connection naming `repositories` (`owner/name`) of the
+    /// simulator, which its INITIAL job (see [`World::sync`]) mirrors.
+    pub async fn tenant_reading(&self, name: &str, repositories: &[&str]) -> Result<Tenant> {
         let ws = self.post("/workspaces", json!({ "name": name })).await?;
         let workspace: Uuid = ws["id"].as_str().context("workspace id")?.parse()?;
         let conn = self
             .post(
                 &format!("/workspaces/{workspace}/connections"),
-                json!({ "kind": "github", "settings": { "auth": "app", "installation_id": 1 } }),
+                json!({
+                    "kind": "github",
+                    "server_url": self.sim.base_url(),
+                    "settings": { "auth": "pat", "repositories": repositories },
+                    "secrets": { "token": PAT },
+                }),
             )
             .await?;
         let connection: Uuid = conn["id"].as_str().context("connection id")?.parse()?;
@@ -161,13 +190,64 @@ impl World {
         })
     }
 
+    /// Runs github-sync until every connection's INITIAL job (queued by its activation) finished,
+    /// then stops it: the repositories the tenants' connections name are mirrored by the sync's
+    /// own writers, and nothing but the test consumes what follows.
+    pub async fn sync(&self) -> Result<()> {
+        let jobs = count(&self.pool, "SELECT count(*) FROM connection").await?;
+        let sync = testkit::spawn(testkit::github_sync_config(self.env.common_args())).await?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let finished = count(
+                &self.pool,
+                "SELECT count(*) FROM sync_job
+                  WHERE job_type = 'INITIAL' AND finished_at IS NOT NULL",
+            )
+            .await?;
+            if finished == jobs {
+                break;
+            }
+            ensure!(
+                tokio::time::Instant::now() < deadline,
+                "{finished} of {jobs} INITIAL jobs finished"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let failed: Vec<(String, Option<String>)> =
+            sqlx::query_as("SELECT status, error FROM sync_job WHERE status <> 'succeeded'")
+                .fetch_all(&self.pool)
+                .await?;
+        ensure!(
+            failed.is_empty(),
+            "INITIAL jobs did not succeed: {failed:?}"
+        );
+        sync.stop().await
+    }
+
+    /// The repository `acme/<name>` as [`World::sync`] mirrored it.
+    pub async fn synced(&self, name: &'static str) -> Result<Repo> {
+        let (id, native_id): (Uuid, i64) = sqlx::query_as(
+            "SELECT id, native_id FROM repository WHERE owner = 'acme' AND name = $1",
+        )
+        .bind(name)
+        .fetch_one(&self.pool)
+        .await
+        .with_context(|| format!("acme/{name} is not mirrored"))?;
+        Ok(Repo {
+            id,
+            native_id,
+            name,
+        })
+    }
+
     /// A repository `acme/<name>` mirrored with `items` issues and as many pull requests, each
     /// with its comments, reviews, threads, review comments and item events; every fifth issue
     /// is tombstoned.
     pub async fn repository(&self, native_id: i64, name: &'static str, items: i64) -> Result<Repo> {
         let id = Uuid::now_v7();
+        // The simulator's, the only GitHub server with a URL of its own here.
         let instance: Uuid = sqlx::query_scalar(
-            "SELECT id FROM provider_instance WHERE kind = 'github' AND server_url IS NULL",
+            "SELECT id FROM provider_instance WHERE kind = 'github' AND server_url IS NOT NULL",
         )
         .fetch_one(&self.pool)
         .await?;
@@ -387,8 +467,8 @@ impl World {
         Ok(body)
     }
 
-    /// Every row and stream message of `tenant`, and of `repos`, as text: equal snapshots mean
-    /// byte-for-byte equal data.
+    /// Every row and stream message (subject, headers, payload) of `tenant`, and of `repos`, as
+    /// text: equal snapshots mean byte-for-byte equal data.
     pub async fn snapshot(&self, tenant: &Tenant, repos: &[Repo]) -> Result<String> {
         let ids: Vec<Uuid> = repos.iter().map(|r| r.id).collect();
         let mut out = String::new();
@@ -440,9 +520,20 @@ impl World {
                 .stored(&stream, sequence)
                 .await?
                 .with_context(|| format!("{stream} {sequence} is ledgered but not stored"))?;
+            // Headers sorted by name: the map's own order is not stable.
+            let mut headers: Vec<String> = m
+                .headers
+                .iter()
+                .map(|(name, values)| {
+                    let values: Vec<&str> = values.iter().map(|v| v.as_str()).collect();
+                    format!("{name}={values:?}")
+                })
+                .collect();
+            headers.sort();
             out.push_str(&format!(
-                "{stream} {sequence} {}: {}\n",
+                "{stream} {sequence} {} [{}]: {}\n",
                 m.subject,
+                headers.join(" "),
                 String::from_utf8_lossy(&m.payload)
             ));
         }
