@@ -93,6 +93,12 @@ impl ReaderCache {
             .cloned()
     }
 
+    /// Drops the connection's reader (its credentials are gone or unusable).
+    fn forget(&self, connection_id: Uuid) {
+        let mut readers = self.readers.lock().unwrap_or_else(|e| e.into_inner());
+        readers.remove(&connection_id);
+    }
+
     /// Keeps `reader` unless one built from the same inputs got in first (then that one is
     /// shared, with its token).
     fn keep(&self, connection_id: Uuid, reader: Reader) -> Reader {
@@ -125,6 +131,15 @@ impl ClientFactory {
     /// The connection's reader: the kept one while its settings, server and secret are
     /// unchanged, else a new one.
     async fn reader(&self, conn: &connection::Model) -> anyhow::Result<Reader> {
+        let built = self.build_reader(conn).await;
+        if built.is_err() {
+            // Erased or broken credentials leave no reader (nor key material) behind.
+            self.readers.forget(conn.id);
+        }
+        built
+    }
+
+    async fn build_reader(&self, conn: &connection::Model) -> anyhow::Result<Reader> {
         let (settings, server_url) = self.settings(conn).await?;
         let secret_name = match settings.auth {
             AuthKind::Pat => "token",
