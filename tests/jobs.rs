@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 use testkit::TestEnv;
 use vendor_sim::github::{
-    Fault, FaultKind, GithubSim, RateLimitBudget, RateLimitResource, Scenario, generate, ops,
+    Calls, Fault, FaultKind, GithubSim, RateLimitBudget, RateLimitResource, Scenario, generate, ops,
 };
 
 struct Stack {
@@ -38,6 +38,17 @@ impl Stack {
         page_size: u32,
         configure: impl FnOnce(&mut github_sync::Config),
     ) -> Result<Stack> {
+        Self::start_on(false, items, page_size, configure).await
+    }
+
+    /// A stack whose simulator serves `enterprise`-only (a GitHub Enterprise Server's `/api`
+    /// layout) or both layouts.
+    async fn start_on(
+        enterprise: bool,
+        items: usize,
+        page_size: u32,
+        configure: impl FnOnce(&mut github_sync::Config),
+    ) -> Result<Stack> {
         let env = TestEnv::new().await?;
         let generated = generate(&Scenario {
             items,
@@ -45,7 +56,11 @@ impl Stack {
         });
         let mut model = generated.model;
         model.set_app_id("4242");
-        let sim = GithubSim::start(model).await?;
+        let sim = if enterprise {
+            GithubSim::start_enterprise(model).await?
+        } else {
+            GithubSim::start(model).await?
+        };
         let (control, keys) = (
             testkit::spawn(testkit::control_api_config(env.common_args())).await?,
             testkit::control_api_keys()?,
@@ -456,6 +471,47 @@ impl Stack {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_enterprise_server_connection_syncs_through_its_api_prefix() -> Result<()> {
+    // The simulator answers only under `/api/v3` and `/api/graphql` of the server URL.
+    let s = Stack::start_on(true, 60, 100, |_| {}).await?;
+    s.activate().await?;
+    let jobs = s.finished_jobs("INITIAL", 1).await?;
+    assert_eq!(jobs[0].0, "succeeded", "{jobs:?}");
+    assert_eq!(jobs[0].2, s.upstream_items());
+    assert!(s.sim.calls(ops::REPOSITORY_ISSUES) > 0);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_job_of_a_connection_reuses_its_reader_and_installation_token() -> Result<()> {
+    let s = Stack::start(30, 100).await?;
+    s.activate().await?;
+    s.finished_jobs("INITIAL", 1).await?;
+    let minted = s.sim.calls(ops::CREATE_INSTALLATION_ACCESS_TOKEN);
+    assert!(minted >= 1);
+    s.reconcile().await?;
+    let jobs = s.finished_jobs("RECONCILIATION", 1).await?;
+    assert_eq!(jobs[0].0, "succeeded", "{jobs:?}");
+    assert_eq!(
+        s.sim.calls(ops::CREATE_INSTALLATION_ACCESS_TOKEN),
+        minted,
+        "the first job's token is still valid"
+    );
+    // Changed settings build a new reader, with its own token.
+    sqlx::query("UPDATE connection SET settings = settings || '{\"min_remaining\": 100}'")
+        .execute(&s.pool)
+        .await?;
+    s.reconcile().await?;
+    let jobs = s.finished_jobs("RECONCILIATION", 2).await?;
+    assert_eq!(jobs[1].0, "succeeded", "{jobs:?}");
+    assert_eq!(
+        s.sim.calls(ops::CREATE_INSTALLATION_ACCESS_TOKEN),
+        minted + 1
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_initial_job_after_upstream_deletions_tombstones_nothing() -> Result<()> {
     let s = Stack::start(300, 20).await?;
     s.activate().await?;
@@ -646,6 +702,47 @@ async fn a_manual_backfill_passes_again_until_a_pass_is_complete() -> Result<()>
     assert!(
         s.sim.calls(ops::REPOSITORY_ISSUES) > per_pass * 2,
         "the backfill read the issues again after its first pass"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_manual_backfill_keeps_passing_past_thirty_incomplete_passes() -> Result<()> {
+    // No pass cap is set (the default); the waits are short and bounded through the flags.
+    let s = Stack::start_with(50, 100, |c| c.backfill_max_backoff_ms = 100).await?;
+    s.activate().await?;
+    s.finished_jobs("INITIAL", 1).await?;
+    // One issues page per repository: a pass reads as many as the INITIAL did.
+    let per_pass = s.sim.calls(ops::REPOSITORY_ISSUES);
+    assert!(per_pass > 0);
+    s.sim.inject(Fault {
+        operation: Some(ops::REPOSITORY_ISSUES.to_owned()),
+        calls: Calls::First(30 * per_pass),
+        kind: FaultKind::TruncatedPage { keep: 1 },
+    });
+    let (status, body) = s
+        .post(
+            &format!("/workspaces/{}/connections/{}/sync", s.ws, s.conn),
+            json!({"type": "BACKFILL"}),
+        )
+        .await?;
+    assert_eq!(status, 202, "{body}");
+    let jobs = s.finished_jobs("BACKFILL", 1).await?;
+    assert_eq!(jobs[0].0, "succeeded", "{jobs:?}");
+    let job = &backfills(&s).await?[0];
+    assert_eq!(job["passes"], 31, "{job}");
+    assert_eq!(job["progress_done"], s.upstream_items(), "{job}");
+    assert_eq!(
+        s.count(
+            "SELECT count(*) FROM connection_activity WHERE activity = 'backfill_pass_incomplete'"
+        )
+        .await?,
+        30
+    );
+    assert_eq!(
+        s.sim.calls(ops::REPOSITORY_ISSUES),
+        32 * per_pass,
+        "INITIAL, then 31 passes"
     );
     Ok(())
 }

@@ -46,8 +46,10 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
 /// Where and how to talk to GitHub.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
-    /// API base: [`GITHUB_API`], a GHES `https://host/api`, or the simulator's URL.
+    /// REST base: [`GITHUB_API`], a GHES `https://host/api/v3`, or the simulator's URL.
     pub base_url: String,
+    /// GraphQL endpoint: `https://api.github.com/graphql`, a GHES `https://host/api/graphql`.
+    pub graphql_url: String,
     /// GitHub refuses requests without a User-Agent.
     pub user_agent: String,
     /// Per-request timeout.
@@ -65,14 +67,47 @@ impl Default for ClientConfig {
 }
 
 impl ClientConfig {
-    /// Defaults for the API at `base_url`.
+    /// Defaults for an API laid out as api.github.com's at `base_url`: REST at the base,
+    /// GraphQL at `<base_url>/graphql`.
     pub fn new(base_url: impl Into<String>) -> Self {
+        let base_url = base_url.into().trim_end_matches('/').to_owned();
         Self {
-            base_url: base_url.into().trim_end_matches('/').to_owned(),
+            graphql_url: format!("{base_url}/graphql"),
+            base_url,
             user_agent: "forgesync".to_owned(),
             timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+        }
+    }
+
+    /// Defaults for the GitHub server a connection names: none, `github.com` or
+    /// `api.github.com` is GitHub's public API; any other server is a GitHub Enterprise Server,
+    /// whose REST API is at `<server_url>/api/v3` and GraphQL at `<server_url>/api/graphql`.
+    pub fn for_server(server_url: Option<&str>) -> Self {
+        let Some(server) = server_url
+            .map(|u| u.trim().trim_end_matches('/'))
+            .filter(|u| !u.is_empty())
+        else {
+            return Self::new(GITHUB_API);
+        };
+        let host = reqwest::Url::parse(server)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_ascii_lowercase));
+        if matches!(
+            host.as_deref(),
+            Some("github.com" | "www.github.com" | "api.github.com")
+        ) {
+            return Self::new(GITHUB_API);
+        }
+        // GHES layout; a server URL given as its API base is taken as the server it belongs to.
+        let server = server
+            .strip_suffix("/api/v3")
+            .or_else(|| server.strip_suffix("/api"))
+            .unwrap_or(server);
+        Self {
+            graphql_url: format!("{server}/api/graphql"),
+            ..Self::new(format!("{server}/api/v3"))
         }
     }
 
@@ -87,7 +122,8 @@ impl ClientConfig {
     }
 }
 
-/// A GitHub App: mints and caches installation tokens.
+/// A GitHub App: mints and caches installation tokens. Its own calls (JWT) draw on the App's
+/// REST pool, kept in its own ledger under its own floor.
 #[derive(Debug)]
 pub struct GithubApp {
     http: reqwest::Client,
@@ -96,6 +132,8 @@ pub struct GithubApp {
     max_response_bytes: usize,
     credentials: AppCredentials,
     tokens: TokenCache,
+    ledger: Mutex<Ledger>,
+    budget: Budget,
 }
 
 impl GithubApp {
@@ -108,7 +146,21 @@ impl GithubApp {
             max_response_bytes: config.max_response_bytes,
             credentials,
             tokens: TokenCache::default(),
+            ledger: Mutex::default(),
+            budget: Budget::unlimited(),
         })
+    }
+
+    /// The same App keeping `budget` in reserve of its own pool: a call that would go below
+    /// it, a token exchange included, is not sent ([`Error::BudgetExhausted`]).
+    pub fn with_budget(mut self, budget: Budget) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// What GitHub last said about the App's own REST pool.
+    pub fn rate_limit(&self) -> Option<RateLimit> {
+        lock(&self.ledger).window(Resource::Rest)
     }
 
     /// The App's credentials.
@@ -194,15 +246,21 @@ impl GithubApp {
         Ok(())
     }
 
-    /// A call authenticated as the App itself (JWT), retried by the policy.
+    /// A call authenticated as the App itself (JWT), budgeted like every call and retried by
+    /// the policy.
     async fn app_call(
         &self,
         operation: &'static str,
         method: Method,
         url: &str,
     ) -> Result<(HeaderMap, Vec<u8>), Error> {
-        self.retry
+        let (headers, body) = self
+            .retry
             .run(operation, || async {
+                admit(&self.ledger, Resource::Rest, operation, self.budget).map_err(|stop| {
+                    tracing::info!(%stop, "GitHub App budget reached; call not sent");
+                    Error::BudgetExhausted(stop)
+                })?;
                 // A fresh JWT per attempt: a retry after a long Retry-After must not send a stale one.
                 let jwt = self.credentials.jwt(OffsetDateTime::now_utc())?;
                 let response = rest_request(&self.http, method.clone(), url)
@@ -210,9 +268,15 @@ impl GithubApp {
                     .send()
                     .await
                     .map_err(Error::Transport)?;
-                read_success(response, self.max_response_bytes).await
+                spent_on_limit(
+                    &self.ledger,
+                    Resource::Rest,
+                    read_success(response, self.max_response_bytes).await,
+                )
             })
-            .await
+            .await?;
+        record_rest(&self.ledger, operation, &headers);
+        Ok((headers, body))
     }
 }
 
@@ -311,6 +375,7 @@ pub struct GithubClient {
 struct Shared {
     http: reqwest::Client,
     base_url: String,
+    graphql_url: String,
     retry: RetryPolicy,
     max_response_bytes: usize,
     auth: Auth,
@@ -325,6 +390,7 @@ impl GithubClient {
             shared: Arc::new(Shared {
                 http: config.http()?,
                 base_url: config.base_url.clone(),
+                graphql_url: config.graphql_url.clone(),
                 retry: config.retry,
                 max_response_bytes: config.max_response_bytes,
                 auth,
@@ -544,13 +610,7 @@ impl GithubClient {
 
     /// Admits a call against the budget, recording the refusal if there is one.
     fn admit(&self, resource: Resource, operation: &'static str) -> Result<(), Error> {
-        let admitted = lock(&self.shared.ledger).admit(
-            resource,
-            operation,
-            self.budget,
-            OffsetDateTime::now_utc(),
-        );
-        admitted.map_err(|stop| {
+        admit(&self.shared.ledger, resource, operation, self.budget).map_err(|stop| {
             tracing::info!(%stop, "GitHub budget reached; call not sent");
             *lock(&self.shared.last_stop) = Some(stop.clone());
             Error::BudgetExhausted(stop)
@@ -568,13 +628,13 @@ impl GithubClient {
         Q: DeserializeOwned + SelectsRateLimit,
         V: Serialize,
     {
-        let url = format!("{}/graphql", self.shared.base_url);
+        let url = &self.shared.graphql_url;
         let (headers, body) = self
             .shared
             .retry
             .run(name, || async {
                 self.admit(Resource::Graphql, name)?;
-                self.send(Method::POST, &url, Resource::Graphql, Some(&operation))
+                self.send(Method::POST, url, Resource::Graphql, Some(&operation))
                     .await
             })
             .await?;
@@ -646,19 +706,7 @@ impl GithubClient {
                     .await
             })
             .await?;
-        // REST answers carry their pool's numbers in headers; each request costs one.
-        if let (Some(remaining), Some(reset_at)) = (
-            header_u32(&headers, "x-ratelimit-remaining"),
-            reset_from(&headers),
-        ) {
-            let seen = RateLimit {
-                cost: 1,
-                limit: header_u32(&headers, "x-ratelimit-limit").unwrap_or(0),
-                remaining,
-                reset_at,
-            };
-            lock(&self.shared.ledger).record(Resource::Rest, operation, seen);
-        }
+        record_rest(&self.shared.ledger, operation, &headers);
         Ok((headers, body))
     }
 
@@ -676,28 +724,61 @@ impl GithubClient {
             request = request.json(json);
         }
         let response = request.send().await.map_err(Error::Transport)?;
-        match read_success(response, self.shared.max_response_bytes).await {
+        match spent_on_limit(
+            &self.shared.ledger,
+            resource,
+            read_success(response, self.shared.max_response_bytes).await,
+        ) {
             Err(err @ Error::Auth { .. }) => {
                 self.shared.auth.refused(&token).await;
                 Err(err)
             }
-            Err(Error::RateLimited {
-                kind: RateLimitKind::Primary,
-                reset_at: Some(reset_at),
-                retry_after,
-                message,
-            }) => {
-                lock(&self.shared.ledger).exhaust(resource, reset_at);
-                Err(Error::RateLimited {
-                    kind: RateLimitKind::Primary,
-                    reset_at: Some(reset_at),
-                    retry_after,
-                    message,
-                })
-            }
             other => other,
         }
     }
+}
+
+/// Admits a call against `ledger` under `budget`, or says why it is not sent.
+fn admit(
+    ledger: &Mutex<Ledger>,
+    resource: Resource,
+    operation: &'static str,
+    budget: Budget,
+) -> Result<(), BudgetStop> {
+    lock(ledger).admit(resource, operation, budget, OffsetDateTime::now_utc())
+}
+
+/// Records a REST answer's pool from its headers; each request costs one.
+fn record_rest(ledger: &Mutex<Ledger>, operation: &'static str, headers: &HeaderMap) {
+    if let (Some(remaining), Some(reset_at)) = (
+        header_u32(headers, "x-ratelimit-remaining"),
+        reset_from(headers),
+    ) {
+        let seen = RateLimit {
+            cost: 1,
+            limit: header_u32(headers, "x-ratelimit-limit").unwrap_or(0),
+            remaining,
+            reset_at,
+        };
+        lock(ledger).record(Resource::Rest, operation, seen);
+    }
+}
+
+/// Marks the pool spent until its reset when GitHub answered a primary rate limit.
+fn spent_on_limit<T>(
+    ledger: &Mutex<Ledger>,
+    resource: Resource,
+    answer: Result<T, Error>,
+) -> Result<T, Error> {
+    if let Err(Error::RateLimited {
+        kind: RateLimitKind::Primary,
+        reset_at: Some(reset_at),
+        ..
+    }) = &answer
+    {
+        lock(ledger).exhaust(resource, *reset_at);
+    }
+    answer
 }
 
 #[derive(serde::Deserialize)]
@@ -891,4 +972,47 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // The guarded values stay consistent at every await-free step; a panic elsewhere must not
     // take accounting down with it.
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn github_com_maps_to_the_public_api() {
+        for server in [
+            None,
+            Some(""),
+            Some("https://github.com"),
+            Some("https://GitHub.com/"),
+            Some("https://api.github.com"),
+        ] {
+            let config = ClientConfig::for_server(server);
+            assert_eq!(config.base_url, "https://api.github.com", "{server:?}");
+            assert_eq!(
+                config.graphql_url, "https://api.github.com/graphql",
+                "{server:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_enterprise_server_maps_to_its_api_v3_and_api_graphql() {
+        for server in [
+            "https://ghe.example.com",
+            "https://ghe.example.com/",
+            "https://ghe.example.com/api/v3",
+            "https://ghe.example.com/api",
+        ] {
+            let config = ClientConfig::for_server(Some(server));
+            assert_eq!(
+                config.base_url, "https://ghe.example.com/api/v3",
+                "{server}"
+            );
+            assert_eq!(
+                config.graphql_url, "https://ghe.example.com/api/graphql",
+                "{server}"
+            );
+        }
+    }
 }

@@ -5,7 +5,10 @@
 //!   As the App itself it lists webhook deliveries and asks for redeliveries.
 //! - [`GithubClient`] answers one page per call; the caller paginates and decides completeness.
 //! - Every call is checked against the caller's [`Budget`] first and recorded after
-//!   ([`budget`]); a refused call is [`Error::BudgetExhausted`] and sends nothing.
+//!   ([`budget`]); a refused call is [`Error::BudgetExhausted`] and sends nothing. The App's own
+//!   JWT calls, the installation token exchange included, keep their own ledger and floor.
+//! - [`ClientConfig::for_server`] turns a connection's server URL into its API bases
+//!   (api.github.com, or a GitHub Enterprise Server's `/api/v3` and `/api/graphql`).
 //! - 5xx, secondary limits and transport failures are retried by one [`RetryPolicy`].
 //!
 //! The crate installs no rustls crypto provider: binaries call

@@ -2,8 +2,9 @@
 //! page by page through an `UpstreamListing`, each page written forward-only. Only a
 //! RECONCILIATION whose listing finished clean may tombstone, and only the candidates captured
 //! before it started (the deletion gate decides; the engine obeys). A manual BACKFILL repeats
-//! its pass, with backoff, until one pass lists everything, the job is canceled, or its pass
-//! budget is spent. Cancellation and the lease are checked before every page.
+//! its pass, with a growing but bounded wait, until one pass lists everything or the job is
+//! canceled (or an operator's pass cap, off unless set, is reached). Cancellation and the lease
+//! are checked before every page.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,7 +37,8 @@ pub struct SyncSettings {
 #[derive(Debug, Clone)]
 pub struct BackfillPolicy {
     /// Passes a backfill may take; after the last incomplete one it fails with that pass's reason.
-    pub max_passes: u32,
+    /// `None`: it passes until one is complete or it is canceled.
+    pub max_passes: Option<std::num::NonZeroU32>,
     /// Wait after the first incomplete pass; it doubles with every further one.
     pub first_backoff: Duration,
     /// The longest wait between two passes.
@@ -165,7 +167,7 @@ impl<V: Vendor> Engine<V> {
     }
 
     /// A manual backfill: passes until one lists everything, the job is canceled or its quota is
-    /// spent, or the policy's passes run out. Returns the outcome and the last pass's items.
+    /// spent, or an operator's pass cap is reached. Returns the outcome and the last pass's items.
     async fn backfill_until_complete(
         &self,
         pass: &Pass<'_>,
@@ -178,9 +180,9 @@ impl<V: Vendor> Engine<V> {
             .with_max_delay(policy.max_backoff)
             .without_max_times()
             .build();
-        let mut number = 0;
+        let mut number: i32 = 0;
         loop {
-            number += 1;
+            number = number.saturating_add(1);
             self.jobs.start_pass(job, number).await?;
             let mut done: i64 = 0;
             let end = self.walk(pass, source, &mut done).await?;
@@ -195,7 +197,10 @@ impl<V: Vendor> Engine<V> {
                 serde_json::json!({ "pass": number, "items": done, "reason": reason }),
             )
             .await?;
-            if number >= i32::try_from(policy.max_passes.max(1)).unwrap_or(i32::MAX) {
+            // A manual backfill loops until complete or canceled; a cap only when set.
+            if let Some(cap) = policy.max_passes
+                && i64::from(number) >= i64::from(cap.get())
+            {
                 return Ok((
                     JobOutcome::Failed(format!(
                         "backfill still incomplete after {number} passes: {reason}"

@@ -11,7 +11,7 @@ use crate::error::ApiError;
 /// `owner/name` is resolved with `token` against `api`. Refusals name the repository.
 /// Called before the transaction that stores the connection (no HTTP inside it).
 pub async fn verify_pat_repositories(
-    api: &str,
+    api: &ClientConfig,
     settings: &Value,
     token: Option<&str>,
 ) -> Result<(), ApiError> {
@@ -51,8 +51,7 @@ pub async fn verify_pat_repositories(
             "a GitHub PAT connection needs the `token` secret to verify its repositories",
         )
     })?;
-    let client = GithubClient::new(&ClientConfig::new(api), Auth::personal_token(token))
-        .map_err(ApiError::internal)?;
+    let client = GithubClient::new(api, Auth::personal_token(token)).map_err(ApiError::internal)?;
     for (owner, name) in names {
         match client.repository_by_name(&owner, &name).await {
             Ok(Some(_)) => {}

@@ -4,10 +4,12 @@
 //! Connection settings: `{"auth": "pat" | "app", "repositories": ["owner/name", ...] (PAT,
 //! resolved with the PAT on every pass),
 //! "app_id": N, "installation_id": N (App), "min_remaining": N}`; secrets `token` (PAT) or
-//! `private_key` (App, PEM). The provider instance's server URL is the API base. Our own App is
+//! `private_key` (App, PEM). The provider instance's server URL names the GitHub server
+//! (github.com, or an Enterprise Server whose APIs live under `/api`). Our own App is
 //! the configured one (`FORGESYNC_GITHUB_APP_ID`), else an App connection's `app_id`.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context as _, anyhow};
 use github_client::queries::{self, CheckStatusState, RollupContext, StatusState};
@@ -19,17 +21,16 @@ use lifecycle_core::github::checks::{CheckRun, CheckSuite, CommitChecksRead, Rol
 use lifecycle_core::partial::PathSegment;
 use sea_orm::{DatabaseConnection, EntityTrait};
 use serde::Deserialize;
+use sha2::{Digest as _, Sha256};
 use store::entity::{connection, provider_instance};
 use store::secrets::Keyring;
+use uuid::Uuid;
 
 use crate::SourceFactory;
 use crate::source::{
     GithubSource, IssueNode, ItemFields, Page, PullRequestNode, Reach, RepoHeader, RepoRef,
     SourceError,
 };
-
-/// The public GitHub API, for the default provider instance.
-pub const DEFAULT_API: &str = "https://api.github.com";
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -49,87 +50,120 @@ struct Settings {
     min_remaining: Option<u32>,
 }
 
-/// Builds a [`ClientSource`] per connection.
+/// Builds a [`ClientSource`] per connection and keeps it: every job and webhook of a connection
+/// shares one reader, its installation token and its rate-limit ledger.
 pub struct ClientFactory {
     pub db: DatabaseConnection,
     pub secret_key: Keyring,
     /// Our own GitHub App, when configured (overrides a connection's `app_id`).
     pub app_id: Option<u64>,
+    /// Readers by connection.
+    pub readers: ReaderCache,
 }
 
 /// A connection's GitHub App acting as itself (JWT calls), and the installation the connection
 /// is for.
+#[derive(Clone)]
 pub struct ConnectionApp {
-    pub app: GithubApp,
+    pub app: Arc<GithubApp>,
     pub installation_id: u64,
 }
 
+/// The readers built per connection, each with a digest of what it was built from (settings,
+/// server URL, secret): a reader is reused only while those are unchanged, so replaced
+/// credentials are used at once.
+#[derive(Default)]
+pub struct ReaderCache {
+    readers: Mutex<HashMap<Uuid, Reader>>,
+}
+
+#[derive(Clone)]
+struct Reader {
+    digest: [u8; 32],
+    app: Option<ConnectionApp>,
+    source: Arc<ClientSource>,
+}
+
+impl ReaderCache {
+    fn get(&self, connection_id: Uuid, digest: &[u8; 32]) -> Option<Reader> {
+        let readers = self.readers.lock().unwrap_or_else(|e| e.into_inner());
+        readers
+            .get(&connection_id)
+            .filter(|r| r.digest == *digest)
+            .cloned()
+    }
+
+    /// Drops the connection's reader (its credentials are gone or unusable).
+    fn forget(&self, connection_id: Uuid) {
+        let mut readers = self.readers.lock().unwrap_or_else(|e| e.into_inner());
+        readers.remove(&connection_id);
+    }
+
+    /// Keeps `reader` unless one built from the same inputs got in first (then that one is
+    /// shared, with its token).
+    fn keep(&self, connection_id: Uuid, reader: Reader) -> Reader {
+        let mut readers = self.readers.lock().unwrap_or_else(|e| e.into_inner());
+        match readers.get(&connection_id) {
+            Some(kept) if kept.digest == reader.digest => kept.clone(),
+            _ => {
+                readers.insert(connection_id, reader.clone());
+                reader
+            }
+        }
+    }
+}
+
 impl ClientFactory {
-    /// The connection's settings and the client configuration for its API.
-    async fn settings(&self, conn: &connection::Model) -> anyhow::Result<(Settings, ClientConfig)> {
+    /// The connection's settings and its GitHub server URL.
+    async fn settings(
+        &self,
+        conn: &connection::Model,
+    ) -> anyhow::Result<(Settings, Option<String>)> {
         let settings: Settings = serde_json::from_value(conn.settings.clone())
             .context("connection settings must name `auth` (pat or app) and its fields")?;
         let instance = provider_instance::Entity::find_by_id(conn.provider_instance_id)
             .one(&self.db)
             .await?
             .ok_or_else(|| anyhow!("the connection's provider instance is missing"))?;
-        let base = instance
-            .server_url
-            .unwrap_or_else(|| DEFAULT_API.to_owned());
-        Ok((settings, ClientConfig::new(base)))
+        Ok((settings, instance.server_url))
     }
 
-    /// One of the connection's sealed secrets.
-    async fn secret(
-        &self,
-        conn: &connection::Model,
-        name: &'static str,
-    ) -> anyhow::Result<Vec<u8>> {
-        store::secrets::get(&self.db, &self.secret_key, conn.id, name)
-            .await?
-            .ok_or_else(|| anyhow!("the connection has no `{name}` secret"))
-    }
-
-    /// The App and installation of an App connection, from its settings and `private_key`.
-    async fn app_of(
-        &self,
-        conn: &connection::Model,
-        settings: &Settings,
-        config: &ClientConfig,
-    ) -> anyhow::Result<ConnectionApp> {
-        let app_id = settings
-            .app_id
-            .context("an App connection needs `app_id`")?;
-        let installation_id = settings
-            .installation_id
-            .context("an App connection needs `installation_id`")?;
-        let pem = self.secret(conn, "private_key").await?;
-        let app = GithubApp::new(config, AppCredentials::from_pem(app_id, &pem)?)?;
-        Ok(ConnectionApp {
-            app,
-            installation_id,
-        })
-    }
-
-    /// The connection's App, for calls made as the App itself; `None` for a PAT connection.
-    pub async fn app(&self, conn: &connection::Model) -> anyhow::Result<Option<ConnectionApp>> {
-        let (settings, config) = self.settings(conn).await?;
-        match settings.auth {
-            AuthKind::Pat => Ok(None),
-            AuthKind::App => Ok(Some(self.app_of(conn, &settings, &config).await?)),
+    /// The connection's reader: the kept one while its settings, server and secret are
+    /// unchanged, else a new one.
+    async fn reader(&self, conn: &connection::Model) -> anyhow::Result<Reader> {
+        let built = self.build_reader(conn).await;
+        if built.is_err() {
+            // Erased or broken credentials leave no reader (nor key material) behind.
+            self.readers.forget(conn.id);
         }
+        built
     }
-}
 
-#[async_trait::async_trait]
-impl SourceFactory for ClientFactory {
-    async fn source(&self, conn: &connection::Model) -> anyhow::Result<Arc<dyn GithubSource>> {
-        let (settings, config) = self.settings(conn).await?;
-        let secret = |name: &'static str| self.secret(conn, name);
+    async fn build_reader(&self, conn: &connection::Model) -> anyhow::Result<Reader> {
+        let (settings, server_url) = self.settings(conn).await?;
+        let secret_name = match settings.auth {
+            AuthKind::Pat => "token",
+            AuthKind::App => "private_key",
+        };
+        let secret = self.secret(conn, secret_name).await?;
+        let digest: [u8; 32] = Sha256::new()
+            .chain_update(conn.settings.to_string())
+            .chain_update([0u8])
+            .chain_update(server_url.as_deref().unwrap_or_default())
+            .chain_update([0u8])
+            .chain_update(&secret)
+            .finalize()
+            .into();
+        if let Some(kept) = self.readers.get(conn.id, &digest) {
+            return Ok(kept);
+        }
+        // github.com's API, or a GitHub Enterprise Server's REST and GraphQL bases.
+        let config = ClientConfig::for_server(server_url.as_deref());
+        let budget = Budget::keep(settings.min_remaining.unwrap_or(500));
         let own_app_id = self.app_id.or(settings.app_id);
-        let (auth, repositories, installation) = match settings.auth {
+        let (auth, repositories, app) = match settings.auth {
             AuthKind::Pat => {
-                let token = String::from_utf8(secret("token").await?)?;
+                let token = String::from_utf8(secret)?;
                 let names = settings
                     .repositories
                     .iter()
@@ -143,28 +177,68 @@ impl SourceFactory for ClientFactory {
                 (Auth::personal_token(token), Some(names), None)
             }
             AuthKind::App => {
-                let ConnectionApp {
-                    app,
-                    installation_id,
-                } = self.app_of(conn, &settings, &config).await?;
+                let app_id = settings
+                    .app_id
+                    .context("an App connection needs `app_id`")?;
+                let installation_id = settings
+                    .installation_id
+                    .context("an App connection needs `installation_id`")?;
+                // The token exchange draws on the App's pool under the same floor.
+                let app = Arc::new(
+                    GithubApp::new(&config, AppCredentials::from_pem(app_id, &secret)?)?
+                        .with_budget(budget),
+                );
                 (
                     Auth::Installation {
-                        app: Arc::new(app),
+                        app: app.clone(),
                         installation_id,
                     },
                     None,
-                    Some(installation_id),
+                    Some(ConnectionApp {
+                        app,
+                        installation_id,
+                    }),
                 )
             }
         };
-        let client = GithubClient::new(&config, auth)?
-            .with_budget(Budget::keep(settings.min_remaining.unwrap_or(500)));
-        Ok(Arc::new(ClientSource {
+        let client = GithubClient::new(&config, auth)?.with_budget(budget);
+        let source = Arc::new(ClientSource {
             client,
             repositories,
             own_app_id,
-            installation,
-        }))
+            installation: app.as_ref().map(|a| a.installation_id),
+        });
+        Ok(self.readers.keep(
+            conn.id,
+            Reader {
+                digest,
+                app,
+                source,
+            },
+        ))
+    }
+
+    /// One of the connection's sealed secrets.
+    async fn secret(
+        &self,
+        conn: &connection::Model,
+        name: &'static str,
+    ) -> anyhow::Result<Vec<u8>> {
+        store::secrets::get(&self.db, &self.secret_key, conn.id, name)
+            .await?
+            .ok_or_else(|| anyhow!("the connection has no `{name}` secret"))
+    }
+
+    /// The connection's App, for calls made as the App itself; `None` for a PAT connection.
+    pub async fn app(&self, conn: &connection::Model) -> anyhow::Result<Option<ConnectionApp>> {
+        Ok(self.reader(conn).await?.app)
+    }
+}
+
+#[async_trait::async_trait]
+impl SourceFactory for ClientFactory {
+    async fn source(&self, conn: &connection::Model) -> anyhow::Result<Arc<dyn GithubSource>> {
+        Ok(self.reader(conn).await?.source)
     }
 }
 

@@ -94,17 +94,17 @@ pub struct Config {
     pub reconcile_cooldown_secs: u64,
 
     /// Passes a manual BACKFILL may take; after the last incomplete one it fails with its reason.
+    /// Unset (the default), it passes until one pass is complete or it is canceled.
     #[arg(
         long = "github-backfill-max-passes",
         env = "FORGESYNC_GITHUB_BACKFILL_MAX_PASSES",
         value_name = "FORGESYNC_GITHUB_BACKFILL_MAX_PASSES",
-        default_value_t = 10,
         value_parser = clap::value_parser!(u32).range(1..)
     )]
-    pub backfill_max_passes: u32,
+    pub backfill_max_passes: Option<u32>,
 
     /// Milliseconds a manual BACKFILL waits after its first incomplete pass; the wait doubles
-    /// with every further pass, up to five minutes.
+    /// with every further pass, up to `FORGESYNC_GITHUB_BACKFILL_MAX_BACKOFF_MS`.
     #[arg(
         long = "github-backfill-backoff-ms",
         env = "FORGESYNC_GITHUB_BACKFILL_BACKOFF_MS",
@@ -112,6 +112,16 @@ pub struct Config {
         default_value_t = 5_000
     )]
     pub backfill_backoff_ms: u64,
+
+    /// The longest wait, in milliseconds, between two passes of a manual BACKFILL (never below
+    /// the first wait).
+    #[arg(
+        long = "github-backfill-max-backoff-ms",
+        env = "FORGESYNC_GITHUB_BACKFILL_MAX_BACKOFF_MS",
+        value_name = "FORGESYNC_GITHUB_BACKFILL_MAX_BACKOFF_MS",
+        default_value_t = 300_000
+    )]
+    pub backfill_max_backoff_ms: u64,
 
     /// Nodes per GraphQL page (at most 100).
     #[arg(long, env = "FORGESYNC_GITHUB_PAGE_SIZE", value_name = "FORGESYNC_GITHUB_PAGE_SIZE", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100))]
@@ -182,9 +192,9 @@ impl Config {
             blast_radius: BlastRadius::default(),
             reconcile_cooldown: Duration::from_secs(self.reconcile_cooldown_secs),
             backfill: BackfillPolicy {
-                max_passes: self.backfill_max_passes,
+                max_passes: self.backfill_max_passes.and_then(std::num::NonZeroU32::new),
                 first_backoff,
-                max_backoff: first_backoff.max(Duration::from_secs(300)),
+                max_backoff: first_backoff.max(Duration::from_millis(self.backfill_max_backoff_ms)),
             },
         }
     }
@@ -217,6 +227,7 @@ pub async fn run(
         db: db.clone(),
         secret_key,
         app_id: config.app_id,
+        readers: Default::default(),
     });
     let factory: Arc<dyn SourceFactory> = clients.clone();
     let bus = config.common.connect_bus().await?;

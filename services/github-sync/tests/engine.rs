@@ -287,7 +287,7 @@ impl Fixture {
             settings: SyncSettings {
                 page_size: 10,
                 backfill: BackfillPolicy {
-                    max_passes: 3,
+                    max_passes: std::num::NonZeroU32::new(3),
                     first_backoff: Duration::from_millis(10),
                     max_backoff: Duration::from_millis(40),
                 },

@@ -556,7 +556,7 @@ pub fn settings() -> SyncSettings {
         blast_radius: BlastRadius::default(),
         reconcile_cooldown: Duration::from_secs(3600),
         backfill: BackfillPolicy {
-            max_passes: 3,
+            max_passes: std::num::NonZeroU32::new(3),
             first_backoff: Duration::from_millis(200),
             max_backoff: Duration::from_millis(800),
         },

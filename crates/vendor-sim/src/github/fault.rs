@@ -46,6 +46,8 @@ pub enum Calls {
     Every(u64),
     /// Every matching call.
     Always,
+    /// The first n matching calls (a fault that lasts some passes, then clears).
+    First(u64),
 }
 
 impl Calls {
@@ -55,6 +57,7 @@ impl Calls {
             Calls::From(k) => n >= k,
             Calls::Every(k) => k > 0 && n.is_multiple_of(k),
             Calls::Always => true,
+            Calls::First(k) => n <= k,
         }
     }
 }

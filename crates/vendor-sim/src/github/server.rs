@@ -1,5 +1,7 @@
 //! The HTTP server: `POST /graphql` and the REST calls we use, each call counted and run through
-//! the injected faults before it is answered.
+//! the injected faults before it is answered. It answers as api.github.com does (at the root)
+//! and as a GitHub Enterprise Server does (`/api/v3`, `/api/graphql`); an Enterprise-only
+//! simulator ([`GithubSim::start_enterprise`]) refuses the root layout.
 
 // Early answers are whole `Response`s carried in `Err`; boxing them buys nothing in a test server.
 #![allow(clippy::result_large_err)]
@@ -36,6 +38,10 @@ struct Shared {
     schema: GithubSchema,
     nullability: Nullability,
     base_url: String,
+    /// Where REST calls are served: `base_url`, or `<base_url>/api/v3` for an Enterprise-only
+    /// simulator (pagination links point there).
+    rest_base: String,
+    graphql_url: String,
     deliveries: Mutex<DeliveryLog>,
     /// Sends the App's webhooks.
     http: reqwest::Client,
@@ -54,8 +60,19 @@ pub struct GithubSim {
 }
 
 impl GithubSim {
-    /// Serves `model` on a free port of 127.0.0.1.
+    /// Serves `model` on a free port of 127.0.0.1, at the root as api.github.com and under
+    /// `/api` as an Enterprise Server.
     pub async fn start(model: Model) -> std::io::Result<GithubSim> {
+        Self::serve(model, true).await
+    }
+
+    /// Serves `model` as a GitHub Enterprise Server only: REST under `/api/v3`, GraphQL at
+    /// `/api/graphql`, nothing at the root ([`GithubSim::base_url`] is the server's URL).
+    pub async fn start_enterprise(model: Model) -> std::io::Result<GithubSim> {
+        Self::serve(model, false).await
+    }
+
+    async fn serve(model: Model, at_root: bool) -> std::io::Result<GithubSim> {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let base_url = format!("http://{}", listener.local_addr()?);
         let model = Arc::new(Mutex::new(model));
@@ -64,6 +81,16 @@ impl GithubSim {
             nullability: Nullability::new(&graphql::sdl()),
             model,
             faults: Mutex::new(Faults::default()),
+            rest_base: if at_root {
+                base_url.clone()
+            } else {
+                format!("{base_url}/api/v3")
+            },
+            graphql_url: if at_root {
+                format!("{base_url}/graphql")
+            } else {
+                format!("{base_url}/api/graphql")
+            },
             base_url,
             deliveries: Mutex::default(),
             http: {
@@ -72,8 +99,7 @@ impl GithubSim {
                 reqwest::Client::new()
             },
         });
-        let app = Router::new()
-            .route("/graphql", post(graphql_call))
+        let rest = Router::new()
             .route(
                 "/app/installations/{installation_id}/access_tokens",
                 post(create_access_token),
@@ -86,6 +112,15 @@ impl GithubSim {
                 post(redeliver_hook_delivery),
             )
             .with_state(shared.clone());
+        let mut app = Router::new()
+            .route("/api/graphql", post(graphql_call))
+            .with_state(shared.clone())
+            .nest("/api/v3", rest.clone());
+        if at_root {
+            app = app
+                .route("/graphql", post(graphql_call).with_state(shared.clone()))
+                .merge(rest);
+        }
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let served = axum::serve(listener, app)
@@ -104,14 +139,21 @@ impl GithubSim {
         })
     }
 
-    /// `http://127.0.0.1:<port>`: the base for REST calls, in place of `https://api.github.com`.
+    /// `http://127.0.0.1:<port>`: the base for REST calls in place of `https://api.github.com`,
+    /// and the server URL a connection names (its `/api/v3` and `/api/graphql` are served too).
     pub fn base_url(&self) -> &str {
         &self.shared.base_url
     }
 
-    /// `<base_url>/graphql`.
+    /// `<base_url>/graphql`, or `<base_url>/api/graphql` for an Enterprise-only simulator.
     pub fn graphql_url(&self) -> String {
-        format!("{}/graphql", self.shared.base_url)
+        self.shared.graphql_url.clone()
+    }
+
+    /// The REST base: [`GithubSim::base_url`], or `<base_url>/api/v3` for an Enterprise-only
+    /// simulator.
+    pub fn rest_url(&self) -> &str {
+        &self.shared.rest_base
     }
 
     /// Reads or changes the model while the simulator runs.
@@ -555,6 +597,13 @@ async fn rest_begin(
     let fired = begin(shared, operation, RateLimitResource::Rest).await?;
     let mut m = lock(&shared.model);
     let installation = authenticate(&m, headers)?;
+    let b = spend_rest(&mut m)?;
+    Ok((fired, installation, b))
+}
+
+/// Takes one request from the REST pool, or answers GitHub's 403 when it is spent. (One pool
+/// stands for every identity's, the App's own JWT calls included.)
+fn spend_rest(m: &mut Model) -> Result<RateLimitBudget, Response> {
     let mut b = m.rate_limit(RateLimitResource::Rest);
     if b.remaining == 0 {
         let mut r = message(
@@ -566,7 +615,7 @@ async fn rest_begin(
     }
     b.remaining -= 1;
     m.set_rate_limit(RateLimitResource::Rest, b);
-    Ok((fired, installation, b))
+    Ok(b)
 }
 
 fn with_rate(mut r: Response, b: RateLimitBudget) -> Response {
@@ -598,11 +647,15 @@ async fn create_access_token(
     if let Err(r) = authenticate_app(&m, &headers) {
         return r;
     }
+    let budget = match spend_rest(&mut m) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
     if !m.installations.contains_key(&installation_id) {
-        return message(StatusCode::NOT_FOUND, "Not Found");
+        return with_rate(message(StatusCode::NOT_FOUND, "Not Found"), budget);
     }
     let (token, expires_at) = m.issue_installation_token(installation_id);
-    (
+    let r = (
         StatusCode::CREATED,
         axum::Json(json!({
             "token": token,
@@ -611,7 +664,8 @@ async fn create_access_token(
             "repository_selection": "selected",
         })),
     )
-        .into_response()
+        .into_response();
+    with_rate(r, budget)
 }
 
 /// Checks that a call is made as the App (a JWT); `Err` is the 401 GitHub answers.
@@ -691,7 +745,7 @@ async fn list_hook_deliveries(
     if let Some(next) = next {
         let link = format!(
             "<{}/app/hook/deliveries?per_page={per_page}&cursor={next}>; rel=\"next\"",
-            shared.base_url
+            shared.rest_base
         );
         if let Ok(v) = HeaderValue::from_str(&link) {
             r.headers_mut().insert("link", v);
@@ -782,7 +836,7 @@ async fn installation_repositories(
     let link = |p: usize, rel: &str| {
         format!(
             "<{}/installation/repositories?per_page={per_page}&page={p}>; rel=\"{rel}\"",
-            shared.base_url
+            shared.rest_base
         )
     };
     let mut links = Vec::new();

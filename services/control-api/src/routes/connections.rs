@@ -169,8 +169,9 @@ pub async fn create(
     }
     // Reads follow verified access: a PAT's repositories resolve with the PAT first.
     if body.kind == ConnectionKind::Github {
-        let api = provider_instance::normalise_server_url(body.server_url.as_deref())
-            .unwrap_or_else(|| github_client::GITHUB_API.to_owned());
+        let api = github_client::ClientConfig::for_server(
+            provider_instance::normalise_server_url(body.server_url.as_deref()).as_deref(),
+        );
         crate::github_access::verify_pat_repositories(
             &api,
             &settings,
