@@ -12,3 +12,4 @@ mod checks;
 mod consumers;
 mod history;
 mod redeliver;
+mod signals;
