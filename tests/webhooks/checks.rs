@@ -311,8 +311,8 @@ async fn a_failed_read_records_nothing() -> Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_suite_whose_reader_cannot_be_built_is_redelivered_and_applied_once_it_can()
--> Result<()> {
+async fn a_suite_whose_reader_cannot_be_built_is_redelivered_and_applied_once_it_can() -> Result<()>
+{
     let head = Head::open().await?;
     let s = &head.stack;
     let (suite, _) = head.suite(CI_APP, &[("build", 1)]);

@@ -186,7 +186,10 @@ async fn a_late_older_rename_changes_nothing() -> Result<()> {
     stack.deliver("repository", &older).await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while stack.sim.calls(ops::GET_REPOSITORY_BY_ID) <= reads {
-        assert!(tokio::time::Instant::now() < deadline, "the older rename was never read");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the older rename was never read"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Received later, applied first.

@@ -214,7 +214,10 @@ async fn a_renamed_installation_account_rekeys_its_repositories_and_monitors() -
     )
     .fetch_all(&stack.pool)
     .await?;
-    assert_eq!(bound, vec![("acme-corp/repo-0".into(), Some(i64::try_from(repo)?))]);
+    assert_eq!(
+        bound,
+        vec![("acme-corp/repo-0".into(), Some(i64::try_from(repo)?))]
+    );
     // The consumer follows the new owner: an issue opened afterwards is applied.
     wait_for_filter(&stack, "acme-corp", "repo-0").await?;
     let (issue, payload) = open_issue(&stack, repo, "after the account rename");
@@ -222,7 +225,9 @@ async fn a_renamed_installation_account_rekeys_its_repositories_and_monitors() -
     stack.settle().await?;
     assert_eq!(
         stack
-            .count(&format!("SELECT count(*) FROM issue WHERE native_id = {issue}"))
+            .count(&format!(
+                "SELECT count(*) FROM issue WHERE native_id = {issue}"
+            ))
             .await?,
         1
     );

@@ -268,9 +268,7 @@ impl<A: WebhookApply> Handler for WebhookConsumer<A> {
                 e @ (WebhookError::Database(_)
                 | WebhookError::Store(_)
                 | WebhookError::Unavailable(_)),
-            ) => {
-                Err(HandlerError::transient(e))
-            }
+            ) => Err(HandlerError::transient(e)),
         }
     }
 }

@@ -186,8 +186,15 @@ pub async fn installation(
         return Ok(Outcome::Ignored);
     }
     if let Some(transition) = vendor_transition(action) {
-        return transition_connection(pool, readers, hook, event.installation.id, action, transition)
-            .await;
+        return transition_connection(
+            pool,
+            readers,
+            hook,
+            event.installation.id,
+            action,
+            transition,
+        )
+        .await;
     }
     admitted(&mut *pool.acquire().await?, hook, event.installation.id).await?;
     let (repos, unconfirmed) = if action == "created" {
