@@ -310,6 +310,62 @@ async fn a_failed_read_records_nothing() -> Result<()> {
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_suite_whose_reader_cannot_be_built_is_redelivered_and_applied_once_it_can() -> Result<()>
+{
+    let head = Head::open().await?;
+    let s = &head.stack;
+    let (suite, _) = head.suite(CI_APP, &[("build", 1)]);
+    // Suspended: deliveries are still admitted, but GitHub is not read for the connection.
+    let (status, body) = s
+        .post(
+            &format!("/workspaces/{}/connections/{}/suspend", s.ws, s.conn),
+            serde_json::json!({}),
+        )
+        .await?;
+    assert_eq!(status, 200, "{body}");
+    let payload = s.sim.model(|m| {
+        let r = m.repository(head.repo).expect("repository exists");
+        let suite = m.check_suite(head.repo, suite).expect("suite exists");
+        webhook::check_suite_payload(m, "completed", r, suite)
+    });
+    s.deliver("check_suite", &payload).await?;
+    // Handled and handed back for a later attempt, not acknowledged.
+    let ns = s.env.bus.namespace();
+    let stream = s
+        .env
+        .bus
+        .jetstream()
+        .get_stream(ns.name(bus::Stream::WebhooksGithub.name()))
+        .await?;
+    let durable = ns.name("github-sync-repository-events");
+    forgesync_e2e::eventually("the delivery was never retried", || {
+        let (stream, durable) = (&stream, &durable);
+        async move {
+            let info = stream.consumer_info(durable).await?;
+            Ok((info.num_redelivered > 0).then_some(()))
+        }
+    })
+    .await?;
+    assert_eq!(s.sim.calls(ops::GET_COMMIT_CHECK_RUNS), 0);
+    assert_eq!(head.stored().await?.0, None);
+
+    let (status, body) = s
+        .post(
+            &format!("/workspaces/{}/connections/{}/resume", s.ws, s.conn),
+            serde_json::json!({}),
+        )
+        .await?;
+    assert_eq!(status, 200, "{body}");
+    forgesync_e2e::eventually("the retried delivery never applied", || async {
+        Ok((head.stack.count(COMPLETIONS).await? == 1).then_some(()))
+    })
+    .await?;
+    assert_eq!(head.stored().await?.0.as_deref(), Some(head.sha.as_str()));
+    assert_eq!(s.count("SELECT count(*) FROM dead_message").await?, 0);
+    Ok(())
+}
+
 #[tokio::test]
 async fn the_sync_reads_an_unfinished_list_again() -> Result<()> {
     let head = Head::open().await?;

@@ -13,3 +13,4 @@ mod consumers;
 mod history;
 mod redeliver;
 mod released;
+mod signals;

@@ -13,7 +13,7 @@ use vendor_sim::github::webhook::{
     installation_payload, installation_repositories_payload, issues_payload, pull_request_payload,
     renamed_changes, repository_payload, transferred_changes,
 };
-use vendor_sim::github::{NewIssue, Scenario};
+use vendor_sim::github::{Fault, FaultKind, NewIssue, Scenario, ops};
 
 use crate::support::LiveStack;
 
@@ -26,7 +26,7 @@ fn scenario() -> Scenario {
 }
 
 /// Waits until the repository consumer filters `github.<owner>.<repo>.>`.
-async fn wait_for_filter(stack: &LiveStack, owner: &str, repo: &str) -> Result<()> {
+pub(crate) async fn wait_for_filter(stack: &LiveStack, owner: &str, repo: &str) -> Result<()> {
     let token = format!(".{owner}.{repo}.");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let ns = stack.env.bus.namespace();
@@ -91,7 +91,7 @@ async fn filed_under(stack: &LiveStack, table: &str, native_id: u64) -> Result<V
 }
 
 /// A new issue in `repo` and its `issues.opened` payload.
-fn open_issue(stack: &LiveStack, repo: u64, title: &str) -> (u64, Value) {
+pub(crate) fn open_issue(stack: &LiveStack, repo: u64, title: &str) -> (u64, Value) {
     stack.sim.model(|m| {
         let issue = m
             .add_issue(
@@ -152,6 +152,72 @@ async fn rename_rekeys_the_mirrored_row_and_every_monitor_and_later_webhooks_app
     stack.settle().await?;
     assert_eq!(filed_under(&stack, "issue", issue).await?, vec![row]);
     Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_late_older_rename_changes_nothing() -> Result<()> {
+    let stack = LiveStack::start(scenario()).await?;
+    let repo = stack.repositories[0];
+    let (older, newer) = stack.sim.model(|m| {
+        let r = m.repository(repo).expect("repository exists").clone();
+        let older = repository_payload(m, "renamed", &r, Some(renamed_changes("repo-0")));
+        let mut newer = older.clone();
+        set_rename(&mut newer, "second", "first");
+        let mut older = older;
+        set_rename(&mut older, "first", "repo-0");
+        m.rename_repository(repo, "second");
+        (older, newer)
+    });
+    // The older rename's confirmation is held back; GitHub names the repository as that rename
+    // does when it finally answers, so only the dates tell the two renames apart.
+    let reads = stack.sim.calls(ops::GET_REPOSITORY_BY_ID);
+    stack.sim.inject(Fault::nth(
+        ops::GET_REPOSITORY_BY_ID,
+        reads + 1,
+        FaultKind::Delay(Duration::from_secs(3)),
+    ));
+    stack.sim.inject(Fault::nth(
+        ops::GET_REPOSITORY_BY_ID,
+        reads + 1,
+        FaultKind::mutate(move |m| {
+            m.rename_repository(repo, "first");
+        }),
+    ));
+    stack.deliver("repository", &older).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while stack.sim.calls(ops::GET_REPOSITORY_BY_ID) <= reads {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the older rename was never read"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Received later, applied first.
+    stack.deliver("repository", &newer).await?;
+    let pool = &stack.pool;
+    forgesync_e2e::eventually("the newer rename did not apply", || async move {
+        let (name,): (String,) = sqlx::query_as("SELECT name FROM repository WHERE native_id = $1")
+            .bind(i64::try_from(repo)?)
+            .fetch_one(pool)
+            .await?;
+        Ok((name == "second").then_some(()))
+    })
+    .await?;
+    stack.settle().await?;
+
+    let (_, owner, name) = repository_row(&stack, repo).await?;
+    assert_eq!((owner.as_str(), name.as_str()), ("acme", "second"));
+    let monitors = monitors(&stack).await?;
+    assert!(monitors.contains(&("acme/second".into(), Some(i64::try_from(repo)?))));
+    assert!(!monitors.iter().any(|(n, _)| n == "acme/first"));
+    Ok(())
+}
+
+/// Sets a `repository.renamed` payload's new name and the name it had before.
+fn set_rename(payload: &mut Value, name: &str, from: &str) {
+    payload["repository"]["name"] = Value::from(name);
+    payload["repository"]["full_name"] = Value::from(format!("acme/{name}"));
+    payload["changes"] = renamed_changes(from);
 }
 
 #[tokio::test]

@@ -277,7 +277,13 @@ async fn a_dismissal_is_final_and_recorded_once() -> Result<()> {
         Some("DISMISSED".into()),
         "a dismissed review stays dismissed"
     );
-    let key = format!("dismiss:7001:{}", t0.unix_timestamp_nanos());
+    // Dated by when JetStream stored the first dismissal, not by the payload's submission.
+    let (dismissed_at,): (OffsetDateTime,) =
+        sqlx::query_as("SELECT dismissed_at FROM review WHERE native_id = 7001")
+            .fetch_one(&s.pool)
+            .await?;
+    assert!(dismissed_at > t0 && dismissed_at <= OffsetDateTime::now_utc());
+    let key = format!("dismiss:7001:{}", dismissed_at.unix_timestamp_nanos());
     assert_eq!(
         text(
             &s,
@@ -285,6 +291,33 @@ async fn a_dismissal_is_final_and_recorded_once() -> Result<()> {
         )
         .await?,
         Some(key)
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dismissal_received_before_the_stored_state_changes_nothing() -> Result<()> {
+    let s = stack().await?;
+    let (repo, _, pr) = items(&s);
+    // The stored review is dated later than any dismissal received now.
+    let later = OffsetDateTime::now_utc() + Duration::hours(1);
+    let submitted = review(ReviewState::ChangesRequested, later);
+    let dismissed = review(ReviewState::Dismissed, later);
+    let payload = |action: &str, r: &Review| {
+        s.sim
+            .model(|m| hooks::pull_request_review_payload(m, action, &repo, &pr, r))
+    };
+    deliver(&s, "pull_request_review", &payload("submitted", &submitted)).await?;
+    deliver(&s, "pull_request_review", &payload("dismissed", &dismissed)).await?;
+
+    assert_eq!(
+        text(&s, "SELECT state FROM review WHERE native_id = 7001").await?,
+        Some("CHANGES_REQUESTED".into())
+    );
+    assert_eq!(
+        s.count("SELECT count(*) FROM item_event WHERE name = 'scm.pull_request.review_dismissed'")
+            .await?,
+        0
     );
     Ok(())
 }

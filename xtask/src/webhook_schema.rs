@@ -39,6 +39,7 @@ pub const ROOTS: &[&str] = &[
     "installation$unsuspend",
     "installation_repositories$added",
     "installation_repositories$removed",
+    "installation_target$renamed",
     "issue_comment$created",
     "issue_comment$deleted",
     "issue_comment$edited",

@@ -1,6 +1,7 @@
 //! The `repository` table: one row per repository of a provider instance, keyed by the
 //! vendor's native id so a rename re-keys the row instead of forking it.
 
+use time::OffsetDateTime;
 use uuid::Uuid;
 
 /// `owner/name` of a repository as the vendor reports it now, with its native id when known (a
@@ -47,4 +48,45 @@ pub async fn ensure_repository<'e>(
     .fetch_one(executor)
     .await?;
     Ok(id)
+}
+
+/// Whether a rename received at `received_at` may set repository `native_id`'s name, locking its
+/// row: `false` when the stored name was set by a rename received later. A repository not
+/// mirrored yet has no stored name to protect.
+pub async fn rename_is_current(
+    conn: &mut sqlx::PgConnection,
+    provider_instance_id: Uuid,
+    native_id: i64,
+    received_at: OffsetDateTime,
+) -> Result<bool, sqlx::Error> {
+    let stored: Option<(Option<OffsetDateTime>,)> = sqlx::query_as(
+        "SELECT renamed_at FROM repository
+          WHERE provider_instance_id = $1 AND native_id = $2 FOR UPDATE",
+    )
+    .bind(provider_instance_id)
+    .bind(native_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    // Dated state: an older rename never restores a name a later one replaced.
+    Ok(!matches!(stored, Some((Some(at),)) if received_at < at))
+}
+
+/// Dates repository `native_id`'s stored name by the rename received at `received_at` (never
+/// moving the date back), in the caller's transaction.
+pub async fn date_rename(
+    conn: &mut sqlx::PgConnection,
+    provider_instance_id: Uuid,
+    native_id: i64,
+    received_at: OffsetDateTime,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE repository SET renamed_at = GREATEST(renamed_at, $3)
+          WHERE provider_instance_id = $1 AND native_id = $2",
+    )
+    .bind(provider_instance_id)
+    .bind(native_id)
+    .bind(received_at)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }

@@ -633,6 +633,12 @@ fn every_payload() -> Cases {
             );
         }
     }
+    m.rename_account("octocat", "octocat-renamed");
+    cases.add(
+        "installation_target renamed (a person)",
+        "installation_target",
+        webhook::installation_target_payload(&m, personal, "octocat"),
+    );
     for action in ["added", "removed"] {
         cases.add(
             format!("installation_repositories {action}"),

@@ -11,7 +11,7 @@
 //! - out of the delivering connection's scope: acknowledged, nothing written, counted in
 //!   `webhooks_rejected_total{vendor, reason="out_of_scope"}`;
 //! - invalid (malformed payload, no connection header, a body no longer stored): dead message;
-//! - database failure: redelivered with backoff.
+//! - database failure, or a vendor API the connection cannot reach now: redelivered with backoff.
 
 pub mod follow;
 
@@ -76,6 +76,10 @@ pub enum WebhookError {
     /// The same, through sea-orm.
     #[error("database: {0}")]
     Store(#[from] sea_orm::DbErr),
+    /// Needs the vendor's API, which the connection cannot reach now (its reader cannot be
+    /// built: credentials, connection state): redelivered with backoff.
+    #[error("vendor unavailable: {0}")]
+    Unavailable(String),
     /// Outside what the delivering connection verifiably covers: acknowledged, counted, and
     /// nothing written.
     #[error("out of scope: {0}")]
@@ -260,9 +264,11 @@ impl<A: WebhookApply> Handler for WebhookConsumer<A> {
                 );
                 Ok(Settle::Ignored("out of the connection's scope"))
             }
-            Err(e @ (WebhookError::Database(_) | WebhookError::Store(_))) => {
-                Err(HandlerError::transient(e))
-            }
+            Err(
+                e @ (WebhookError::Database(_)
+                | WebhookError::Store(_)
+                | WebhookError::Unavailable(_)),
+            ) => Err(HandlerError::transient(e)),
         }
     }
 }

@@ -645,6 +645,27 @@ impl Model {
         true
     }
 
+    /// Renames the account `old` to `new`: its installations and repositories follow, and each
+    /// former `owner/name` keeps redirecting.
+    pub fn rename_account(&mut self, old: &str, new: &str) {
+        let kind = self.owner_kind(old);
+        self.set_owner_kind(new, kind);
+        for installation in self.installations.values_mut() {
+            if installation.account.eq_ignore_ascii_case(old) {
+                installation.account = new.to_owned();
+            }
+        }
+        let owned: Vec<(RepoId, Option<InstallationId>)> = self
+            .repos
+            .values()
+            .filter(|r| r.owner.eq_ignore_ascii_case(old))
+            .map(|r| (r.database_id, r.installation))
+            .collect();
+        for (id, installation) in owned {
+            self.transfer_repository(id, new, installation);
+        }
+    }
+
     /// Grants or withdraws an installation's access to a repository (the installation's
     /// repository selection changed); `None` leaves every installation.
     pub fn set_repository_installation(

@@ -630,6 +630,36 @@ pub fn installation_payload(model: &Model, action: &str, installation: Installat
     body
 }
 
+/// An `installation_target.renamed` event: the account `installation` is on was renamed from
+/// `old_login` (the model already names it by its new login). The account is at the top level.
+pub fn installation_target_payload(
+    model: &Model,
+    installation: InstallationId,
+    old_login: &str,
+) -> Json {
+    let account = model
+        .installations
+        .get(&installation)
+        .map_or_else(|| "ghost".to_owned(), |i| i.account.clone());
+    let kind = model.owner_kind(&account);
+    let target_type = match kind {
+        OwnerKind::Organization => "Organization",
+        OwnerKind::User => "User",
+    };
+    json!({
+        "action": "renamed",
+        "account": user_json(&account, kind),
+        "changes": { "login": { "from": old_login } },
+        "target_type": target_type,
+        "installation": {
+            "id": installation,
+            "node_id": base64::engine::general_purpose::STANDARD
+                .encode(format!("023:IntegrationInstallation{installation}")),
+        },
+        "sender": user_json(&account, OwnerKind::User),
+    })
+}
+
 /// An `installation_repositories` event: `added` lists `repositories` in `repositories_added`,
 /// `removed` in `repositories_removed`. Repositories the model no longer has are left out.
 pub fn installation_repositories_payload(

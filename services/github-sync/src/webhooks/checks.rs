@@ -1,7 +1,8 @@
 //! `check_suite` and `status` webhooks: when a check suite of a pull request's head completes
 //! (whatever it concluded) or a commit status of the head ends, the head's check runs are read
 //! through the connection's reader and applied (see [`crate::check_runs`]). Our own App's suite
-//! is ignored; a failed read records nothing, and the next hook or scheduled re-read tries again.
+//! is ignored; a delivery whose connection cannot read GitHub now is redelivered with backoff; a
+//! failed read records nothing, and the next hook or scheduled re-read tries again.
 
 use scm_mirror::events::Origin;
 use serde::Deserialize;
@@ -97,11 +98,14 @@ async fn read_head(
         return Ok(Outcome::Ignored);
     }
     let Some(source) = readers.active(hook.connection_id).await? else {
+        // Retried, not forgotten: once the connection can read GitHub, the head is read.
         tracing::info!(
             head = sha,
-            "no GitHub reader for the connection; the head's checks are not read"
+            "no GitHub reader for the connection now; the delivery is retried later"
         );
-        return Ok(Outcome::Unchanged);
+        return Err(WebhookError::Unavailable(
+            "no GitHub reader for the connection now".into(),
+        ));
     };
     // Our own App's suite never sets the check state.
     if suite_app_id.is_some() && suite_app_id == source.own_app_id() {

@@ -2,22 +2,31 @@
 //! delivering connection only, and only through its App endpoint for the installation it
 //! verified with GitHub; anything else is out of scope.
 //!
+//! `installation_target` (`renamed`: the account the App is installed on has a new login)
+//! re-keys the connection's repositories of that account to the new owner name.
+//!
 //! `installation_repositories` changes what the installation reaches: `added` materialises
 //! monitors for the added repositories (as a sync does from the installation's listing),
 //! `removed` removes the monitors. Mirror rows stay: other workspaces may still monitor the
 //! repository, and an orphaned repository's mirror is the eraser's to remove.
 //!
 //! `installation` (`created`, `deleted`, `suspend`, `unsuspend`) is recorded as connection
-//! activity; the connection's state belongs to control-api, which owns its state machine, so
-//! github-sync changes no status here. `created` also materialises the listed repositories.
+//! activity. `deleted`, `suspend` and `unsuspend` move the connection to uninstalled, suspended
+//! or back to active through the one checked transition ([`store::lifecycle::apply`]: version,
+//! audit row and lifecycle message in one transaction); an unsuspend lifts only a suspension,
+//! never an operator's pause. `created` materialises the listed repositories.
 //!
 //! A listed repository becomes a monitor bound to its native id only once the connection's own
 //! installation token reads it by that id; the rest wait for the next reconcile's listing.
 
+use lifecycle_core::connection::Transition;
 use scm_mirror::monitors;
+use sea_orm::{DbErr, TransactionTrait};
 use serde::Deserialize;
 use sqlx::PgPool;
 use store::admission::Scope;
+use store::entity::{ConnectionStatus, connection};
+use store::lifecycle;
 use uuid::Uuid;
 
 use super::{Outcome, Readers, Webhook, WebhookError, record_activity};
@@ -52,6 +61,35 @@ pub struct InstallationEvent {
     installation: Installation,
     #[serde(default)]
     repositories: Vec<ListedRepository>,
+}
+
+/// An account as `installation_target` names it.
+#[derive(Debug, Deserialize)]
+struct Account {
+    login: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct LoginFrom {
+    from: String,
+}
+
+/// `changes` of `installation_target.renamed`: `{"login": {"from": "old"}}` (a slug-only change
+/// names no login).
+#[derive(Debug, Default, Deserialize)]
+struct TargetChanges {
+    #[serde(default)]
+    login: Option<LoginFrom>,
+}
+
+/// `installation_target`: the account the App is installed on changed, named at the top level.
+#[derive(Debug, Deserialize)]
+pub struct InstallationTargetEvent {
+    action: String,
+    account: Account,
+    #[serde(default)]
+    changes: TargetChanges,
+    installation: Installation,
 }
 
 #[derive(Debug, Deserialize)]
@@ -147,6 +185,17 @@ pub async fn installation(
     if !matches!(action, "created" | "deleted" | "suspend" | "unsuspend") {
         return Ok(Outcome::Ignored);
     }
+    if let Some(transition) = vendor_transition(action) {
+        return transition_connection(
+            pool,
+            readers,
+            hook,
+            event.installation.id,
+            action,
+            transition,
+        )
+        .await;
+    }
     admitted(&mut *pool.acquire().await?, hook, event.installation.id).await?;
     let (repos, unconfirmed) = if action == "created" {
         reached(readers, hook, &repo_refs(&event.repositories)).await?
@@ -180,6 +229,143 @@ pub async fn installation(
     }
     tracing::info!(connection_id = %on.connection_id, workspace_id = %on.workspace_id, installation_id = event.installation.id, action, "GitHub App installation event recorded");
     txn.commit().await?;
+    Ok(Outcome::Applied)
+}
+
+/// The connection transition an installation action reports, if any.
+fn vendor_transition(action: &str) -> Option<Transition> {
+    match action {
+        "deleted" => Some(Transition::Uninstall),
+        "suspend" => Some(Transition::Suspend),
+        "unsuspend" => Some(Transition::Resume),
+        _ => None,
+    }
+}
+
+/// Moves the delivering connection through `transition`, once the delivery is admitted for the
+/// installation the connection verified, through its App endpoint.
+async fn transition_connection(
+    pool: &PgPool,
+    readers: &Readers,
+    hook: &Webhook<'_>,
+    installation_id: i64,
+    action: &str,
+    transition: Transition,
+) -> Result<Outcome, WebhookError> {
+    // Admission (App endpoint, verified installation), and the version it admitted.
+    let (on, admitted_version) = {
+        let mut txn = pool.begin().await?;
+        let on = admitted(&mut txn, hook, installation_id).await?;
+        let (version,): (i64,) = sqlx::query_as("SELECT version FROM connection WHERE id = $1")
+            .bind(on.connection_id)
+            .fetch_one(&mut *txn)
+            .await?;
+        txn.commit().await?;
+        (on, version)
+    };
+    let txn = readers.db.begin().await?;
+    let Some(row) = connection::lock_in_workspace(&txn, on.workspace_id, on.connection_id).await?
+    else {
+        return Ok(Outcome::Ignored);
+    };
+    // Admitted for this very state: a transition in between makes the delivery try again.
+    if row.version != admitted_version {
+        return Err(WebhookError::Store(DbErr::Custom(
+            "the connection changed while the delivery was admitted".into(),
+        )));
+    }
+    let before = row.status;
+    // A vendor's unsuspend lifts the vendor's suspension, never an operator's pause.
+    let outcome = if transition == Transition::Resume && before != ConnectionStatus::Suspended {
+        None
+    } else {
+        let audit = format!("github_installation_{action}");
+        match lifecycle::apply(&txn, row, transition, "github", &audit).await? {
+            Ok(row) => Some(row.status),
+            Err(illegal) => {
+                tracing::info!(connection_id = %on.connection_id, %illegal, "installation event changes no state");
+                None
+            }
+        }
+    };
+    txn.commit().await?;
+    record_activity(
+        &mut *pool.acquire().await?,
+        on.connection_id,
+        on.workspace_id,
+        &format!("github_installation_{action}"),
+        serde_json::json!({
+            "installation_id": installation_id,
+            "before": lifecycle::status_name(before),
+            "after": outcome.map(lifecycle::status_name),
+        }),
+    )
+    .await?;
+    tracing::info!(connection_id = %on.connection_id, workspace_id = %on.workspace_id, installation_id, action, changed = outcome.is_some(), "GitHub App installation event applied to the connection");
+    Ok(Outcome::of_change(outcome.is_some()))
+}
+
+/// Handles an `installation_target` delivery: a renamed account re-keys the delivering
+/// connection's repositories of that account (mirrored rows and monitors, by native id), so the
+/// consumer filters follow the new owner name.
+pub async fn installation_target(
+    pool: &PgPool,
+    hook: &Webhook<'_>,
+    event: InstallationTargetEvent,
+) -> Result<Outcome, WebhookError> {
+    let (Some(from), "renamed") = (event.changes.login.as_ref(), event.action.as_str()) else {
+        return Ok(Outcome::Ignored);
+    };
+    let (from, to) = (from.from.as_str(), event.account.login.as_str());
+    let mut txn = pool.begin().await?;
+    let on = admitted(&mut txn, hook, event.installation.id).await?;
+    // Only what this connection monitors by native id: the account's repositories it verified.
+    let repositories: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT DISTINCT m.native_id, coalesce(r.name, m.name)
+           FROM repository_to_monitor m
+           LEFT JOIN repository r ON r.provider_instance_id = $2 AND r.native_id = m.native_id
+          WHERE m.connection_id = $1 AND m.native_id IS NOT NULL
+            AND (lower(m.owner) = lower($3) OR lower(r.owner) = lower($3))
+          ORDER BY 1",
+    )
+    .bind(on.connection_id)
+    .bind(hook.provider_instance_id)
+    .bind(from)
+    .fetch_all(&mut *txn)
+    .await?;
+    let (mut moved, mut merged, mut blocked) = (0, 0, 0);
+    for (native_id, name) in &repositories {
+        let done = monitors::rekey(
+            &mut txn,
+            on.connection_id,
+            hook.provider_instance_id,
+            *native_id,
+            to,
+            name,
+            &[(from, name.as_str())],
+        )
+        .await?;
+        (moved, merged, blocked) = (
+            moved + done.moved,
+            merged + done.merged,
+            blocked + done.blocked,
+        );
+    }
+    record_activity(
+        &mut txn,
+        on.connection_id,
+        on.workspace_id,
+        "github_installation_target_renamed",
+        serde_json::json!({
+            "installation_id": event.installation.id,
+            "from": from, "to": to,
+            "repositories": repositories.len(),
+            "monitors_moved": moved, "monitors_merged": merged, "monitors_blocked": blocked,
+        }),
+    )
+    .await?;
+    txn.commit().await?;
+    tracing::info!(connection_id = %on.connection_id, from, to, repositories = repositories.len(), moved, "installation account renamed; its repositories re-keyed");
     Ok(Outcome::Applied)
 }
 

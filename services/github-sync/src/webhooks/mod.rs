@@ -72,6 +72,7 @@ pub enum Event {
     Repository(repository::RepositoryEvent),
     Installation(installation::InstallationEvent),
     InstallationRepositories(installation::InstallationRepositoriesEvent),
+    InstallationTarget(installation::InstallationTargetEvent),
     Issues(items::IssuesEvent),
     PullRequest(items::PullRequestEvent),
     CheckSuite(checks::CheckSuiteEvent),
@@ -91,6 +92,7 @@ impl WebhookApply for GithubWebhooks {
             "repository" => Event::Repository(parse(hook)?),
             "installation" => Event::Installation(parse(hook)?),
             "installation_repositories" => Event::InstallationRepositories(parse(hook)?),
+            "installation_target" => Event::InstallationTarget(parse(hook)?),
             "issues" => Event::Issues(parse(hook)?),
             "pull_request" => Event::PullRequest(parse(hook)?),
             "check_suite" => Event::CheckSuite(parse(hook)?),
@@ -113,6 +115,7 @@ impl WebhookApply for GithubWebhooks {
             Event::InstallationRepositories(e) => {
                 installation::installation_repositories(pool, readers, hook, e).await
             }
+            Event::InstallationTarget(e) => installation::installation_target(pool, hook, e).await,
             Event::Issues(e) => items::issues(pool, hook, e).await,
             Event::PullRequest(e) => items::pull_request(pool, hook, e).await,
             Event::CheckSuite(e) => checks::check_suite(pool, readers, hook, e).await,

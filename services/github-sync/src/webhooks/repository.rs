@@ -8,15 +8,16 @@
 //! items and everything derived cascade) only when no other connection's monitor is bound to it,
 //! since a 404 may only mean this connection lost access. `renamed`, confirmed by GitHub naming
 //! the repository as the payload does: the row and every id-bound monitor are re-keyed by native
-//! id, so the consumer filters follow. `transferred` is left to the next reconcile.
+//! id, so the consumer filters follow, unless the stored name comes from a rename received later
+//! (the row is dated by the JetStream store time). `transferred` is left to the next reconcile.
 
-use scm_mirror::monitors;
+use scm_mirror::{monitors, repository};
 use serde::Deserialize;
 use sqlx::PgPool;
 use store::admission::{Admitted, Scope};
 
 use super::payload::Repository;
-use super::{Outcome, Readers, Webhook, WebhookError, record_activity};
+use super::{Outcome, Readers, Webhook, WebhookError, micros, record_activity};
 use crate::source::RepoRef;
 
 #[derive(Debug, Deserialize)]
@@ -128,6 +129,23 @@ pub async fn handle(
                 .map(|r| r.name.from.clone());
             let mut txn = pool.begin().await?;
             hook.admit(&mut txn, scope).await?;
+            let received_at = micros(hook.received_at);
+            if !repository::rename_is_current(
+                &mut txn,
+                hook.provider_instance_id,
+                repo.id,
+                received_at,
+            )
+            .await?
+            {
+                txn.commit().await?;
+                tracing::info!(
+                    native_id = repo.id,
+                    to = %format!("{}/{}", repo.owner.login, repo.name),
+                    "rename received before the stored one; nothing changed"
+                );
+                return Ok(Outcome::Unchanged);
+            }
             // Rename within an owner: re-keyed now by native id (legacy monitors by the old name).
             let previous: Vec<(&str, &str)> = previous
                 .as_deref()
@@ -144,6 +162,8 @@ pub async fn handle(
                 &previous,
             )
             .await?;
+            repository::date_rename(&mut txn, hook.provider_instance_id, repo.id, received_at)
+                .await?;
             txn.commit().await?;
             tracing::info!(
                 native_id = repo.id,

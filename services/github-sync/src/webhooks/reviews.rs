@@ -1,8 +1,8 @@
 //! `pull_request_review`, `pull_request_review_comment` and `pull_request_review_thread`
 //! webhooks: reviews, review comments and threads of a pull request in their own tables. Reviews
 //! and review comments only move forward by `updated_at`, each with its row locked inside the
-//! transaction that holds the pull request locked; a dismissal is final and records one
-//! `review_dismissed` event; a comment edit records one `comment_edited`; a thread's resolution
+//! transaction that holds the pull request locked; a dismissal is dated by when we received it,
+//! is final and records one `review_dismissed` event; a comment edit records one `comment_edited`; a thread's resolution
 //! state is dated by when we received it and its resolution records one `thread_resolved`.
 
 use lifecycle_core::forward::{
@@ -99,11 +99,15 @@ pub async fn review(
     let incoming = review_state(&r.state)
         .ok_or_else(|| WebhookError::Invalid(format!("unknown review state {:?}", r.state)))?;
     // A review's version: its updated_at; a payload without one is dated by its submission,
-    // else by the pull request's.
-    let updated_at = r
-        .updated_at
-        .or(r.submitted_at)
-        .unwrap_or(event.pull_request.item.updated_at);
+    // else by the pull request's. A dismissal is dated by the JetStream store time (GitHub's
+    // payload carries no dismissal date), like a thread resolution.
+    let updated_at = if event.action == "dismissed" {
+        micros(hook.received_at)
+    } else {
+        r.updated_at
+            .or(r.submitted_at)
+            .unwrap_or(event.pull_request.item.updated_at)
+    };
     let mut txn = pool.begin().await?;
     let item = parent(&mut txn, hook, &event.repository, &event.pull_request).await?;
     let stored = Review::lock(&mut txn, item.id, r.id).await?;

@@ -114,6 +114,12 @@ pub fn route(
     let Some(owner) = str_at(payload, "/repository/owner/login")
         .or_else(|| str_at(payload, "/organization/login"))
         .or_else(|| str_at(payload, "/installation/account/login"))
+        // A renamed installation account is named at the top level, already by its new login.
+        .or_else(|| {
+            (event == "installation_target")
+                .then(|| str_at(payload, "/account/login"))
+                .flatten()
+        })
     else {
         return Ok(None);
     };
@@ -152,5 +158,25 @@ mod tests {
             "github.acme.?.installation"
         );
         assert!(route("ping", &json!({"hook": {}}), None).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_renamed_installation_account_routes_by_its_new_login_at_owner_level() {
+        let p = json!({
+            "action": "renamed",
+            "account": {"login": "Acme-New"},
+            "changes": {"login": {"from": "acme"}},
+            "target_type": "Organization",
+            "installation": {"id": 1},
+        });
+        assert_eq!(
+            route("installation_target", &p, None)
+                .unwrap()
+                .unwrap()
+                .subject,
+            "github.acme-new.?.installation_target"
+        );
+        // Only that event is routed by a top-level account.
+        assert!(route("push", &p, None).unwrap().is_none());
     }
 }
