@@ -356,7 +356,10 @@ async fn group_hooks_and_a_project_over_rest() {
         )
         .await
         .unwrap();
-    assert_eq!(c.group_hooks(w.top).await.unwrap(), [hook.clone()]);
+    assert_eq!(
+        c.group_hooks(w.top).await.unwrap(),
+        std::slice::from_ref(&hook)
+    );
     assert_eq!(
         w.sim.model(|m| m.hooks[&hook.id].token.clone()),
         "route-credential"

@@ -123,22 +123,80 @@ pub(crate) enum MergeRequestState {
     All,
 }
 
-/// `IssueSort` (the values the simulator orders by).
+/// `IssueSort`: every value GitLab declares; the simulator orders by creation or update only.
 #[derive(Enum, Copy, Clone, Eq, PartialEq)]
 pub(crate) enum IssueSort {
+    BlockingIssuesAsc,
+    BlockingIssuesDesc,
+    ClosedAtAsc,
+    ClosedAtDesc,
     CreatedAsc,
     CreatedDesc,
+    DueDateAsc,
+    DueDateDesc,
+    EscalationStatusAsc,
+    EscalationStatusDesc,
+    HealthStatusAsc,
+    HealthStatusDesc,
+    LabelPriorityAsc,
+    LabelPriorityDesc,
+    MilestoneDueAsc,
+    MilestoneDueDesc,
+    PopularityAsc,
+    PopularityDesc,
+    PriorityAsc,
+    PriorityDesc,
+    PublishedAsc,
+    PublishedDesc,
+    RelativePositionAsc,
+    SeverityAsc,
+    SeverityDesc,
+    SlaDueAtAsc,
+    SlaDueAtDesc,
+    TitleAsc,
+    TitleDesc,
     UpdatedAsc,
     UpdatedDesc,
+    WeightAsc,
+    WeightDesc,
+    #[graphql(name = "created_asc", deprecation = "renamed in 13.5")]
+    LegacyCreatedAsc,
+    #[graphql(name = "created_desc", deprecation = "renamed in 13.5")]
+    LegacyCreatedDesc,
+    #[graphql(name = "updated_asc", deprecation = "renamed in 13.5")]
+    LegacyUpdatedAsc,
+    #[graphql(name = "updated_desc", deprecation = "renamed in 13.5")]
+    LegacyUpdatedDesc,
 }
 
-/// `MergeRequestSort` (the values the simulator orders by).
+/// `MergeRequestSort`: every value GitLab declares; the simulator orders by creation or update
+/// only.
 #[derive(Enum, Copy, Clone, Eq, PartialEq)]
 pub(crate) enum MergeRequestSort {
+    ClosedAtAsc,
+    ClosedAtDesc,
     CreatedAsc,
     CreatedDesc,
+    LabelPriorityAsc,
+    LabelPriorityDesc,
+    MergedAtAsc,
+    MergedAtDesc,
+    MilestoneDueAsc,
+    MilestoneDueDesc,
+    PriorityAsc,
+    PriorityDesc,
+    TitleAsc,
+    TitleDesc,
     UpdatedAsc,
     UpdatedDesc,
+    #[graphql(name = "created_asc", deprecation = "renamed in 13.5")]
+    LegacyCreatedAsc,
+    #[graphql(name = "created_desc", deprecation = "renamed in 13.5")]
+    LegacyCreatedDesc,
+    #[graphql(name = "updated_asc", deprecation = "renamed in 13.5")]
+    LegacyUpdatedAsc,
+    #[graphql(name = "updated_desc", deprecation = "renamed in 13.5")]
+    LegacyUpdatedDesc,
 }
 
 /// `DetailedMergeStatus`, newer values included.
@@ -200,10 +258,10 @@ impl Group {
         ctx: &Context<'_>,
         after: Option<String>,
         first: Option<i32>,
-        #[graphql(default = true)] include_parent_descendants: bool,
+        #[graphql(default_with = "Some(true)")] include_parent_descendants: Option<bool>,
     ) -> async_graphql::Result<Option<GroupConnection>> {
         let m = model(ctx);
-        let ids: Vec<u64> = if include_parent_descendants {
+        let ids: Vec<u64> = if include_parent_descendants.unwrap_or(true) {
             m.descendants(self.0.id)
         } else {
             m.groups
@@ -214,7 +272,7 @@ impl Group {
         };
         let (ids, page_info) = page(&ids, first, after)?;
         Ok(Some(GroupConnection {
-            nodes: ids.into_iter().map(|id| group(&m, id)).collect(),
+            nodes: Some(ids.into_iter().map(|id| group(&m, id)).collect()),
             page_info,
         }))
     }
@@ -223,11 +281,11 @@ impl Group {
         ctx: &Context<'_>,
         after: Option<String>,
         first: Option<i32>,
-        #[graphql(default = false)] include_subgroups: bool,
+        #[graphql(default_with = "Some(false)")] include_subgroups: Option<bool>,
     ) -> async_graphql::Result<ProjectConnection> {
         let m = model(ctx);
         let mut groups = vec![self.0.id];
-        if include_subgroups {
+        if include_subgroups.unwrap_or(false) {
             groups.extend(m.descendants(self.0.id));
         }
         let ids: Vec<u64> = m
@@ -239,7 +297,7 @@ impl Group {
         let (page_ids, page_info) = page(&ids, first, after)?;
         Ok(ProjectConnection {
             count: ids.len() as i32,
-            nodes: page_ids.into_iter().map(|id| project(&m, id)).collect(),
+            nodes: Some(page_ids.into_iter().map(|id| project(&m, id)).collect()),
             page_info,
         })
     }
@@ -256,7 +314,7 @@ fn project(m: &Model, id: u64) -> Option<Project> {
 /// `GroupConnection` (GitLab gives it no count).
 #[derive(SimpleObject)]
 pub(crate) struct GroupConnection {
-    nodes: Vec<Option<Group>>,
+    nodes: Option<Vec<Option<Group>>>,
     page_info: PageInfo,
 }
 
@@ -264,7 +322,7 @@ pub(crate) struct GroupConnection {
 #[derive(SimpleObject)]
 pub(crate) struct ProjectConnection {
     count: i32,
-    nodes: Vec<Option<Project>>,
+    nodes: Option<Vec<Option<Project>>>,
     page_info: PageInfo,
 }
 
@@ -296,7 +354,7 @@ impl Project {
         ctx: &Context<'_>,
         after: Option<String>,
         first: Option<i32>,
-        #[graphql(default_with = "IssueSort::CreatedDesc")] sort: IssueSort,
+        #[graphql(default_with = "Some(IssueSort::LegacyCreatedDesc)")] sort: Option<IssueSort>,
         updated_after: Option<Time>,
     ) -> async_graphql::Result<Option<IssueConnection>> {
         let m = model(ctx);
@@ -307,15 +365,20 @@ impl Project {
             .filter(|i| updated_after.is_none_or(|t| i.updated_at > t.0))
             .cloned()
             .collect();
-        match sort {
-            IssueSort::UpdatedAsc => items.sort_by_key(|i| (i.updated_at, i.id)),
-            IssueSort::UpdatedDesc => {
+        match sort.unwrap_or(IssueSort::LegacyCreatedDesc) {
+            IssueSort::UpdatedAsc | IssueSort::LegacyUpdatedAsc => {
+                items.sort_by_key(|i| (i.updated_at, i.id))
+            }
+            IssueSort::UpdatedDesc | IssueSort::LegacyUpdatedDesc => {
                 items.sort_by_key(|i| std::cmp::Reverse((i.updated_at, i.id)))
             }
-            IssueSort::CreatedAsc => items.sort_by_key(|i| (i.created_at, i.id)),
-            IssueSort::CreatedDesc => {
+            IssueSort::CreatedAsc | IssueSort::LegacyCreatedAsc => {
+                items.sort_by_key(|i| (i.created_at, i.id))
+            }
+            IssueSort::CreatedDesc | IssueSort::LegacyCreatedDesc => {
                 items.sort_by_key(|i| std::cmp::Reverse((i.created_at, i.id)))
             }
+            _ => return Err("the simulator orders issues by CREATED_* or UPDATED_* only".into()),
         }
         let (page_items, page_info) = page(&items, first, after)?;
         let nodes = page_items
@@ -327,7 +390,7 @@ impl Project {
             .collect();
         Ok(Some(IssueConnection {
             count: items.len() as i32,
-            nodes,
+            nodes: Some(nodes),
             page_info,
         }))
     }
@@ -336,7 +399,9 @@ impl Project {
         ctx: &Context<'_>,
         after: Option<String>,
         first: Option<i32>,
-        #[graphql(default_with = "MergeRequestSort::CreatedDesc")] sort: MergeRequestSort,
+        #[graphql(default_with = "Some(MergeRequestSort::LegacyCreatedDesc)")] sort: Option<
+            MergeRequestSort,
+        >,
         updated_after: Option<Time>,
     ) -> async_graphql::Result<Option<MergeRequestConnection>> {
         let m = model(ctx);
@@ -347,14 +412,23 @@ impl Project {
             .filter(|i| updated_after.is_none_or(|t| i.updated_at > t.0))
             .cloned()
             .collect();
-        match sort {
-            MergeRequestSort::UpdatedAsc => items.sort_by_key(|i| (i.updated_at, i.id)),
-            MergeRequestSort::UpdatedDesc => {
+        match sort.unwrap_or(MergeRequestSort::LegacyCreatedDesc) {
+            MergeRequestSort::UpdatedAsc | MergeRequestSort::LegacyUpdatedAsc => {
+                items.sort_by_key(|i| (i.updated_at, i.id))
+            }
+            MergeRequestSort::UpdatedDesc | MergeRequestSort::LegacyUpdatedDesc => {
                 items.sort_by_key(|i| std::cmp::Reverse((i.updated_at, i.id)))
             }
-            MergeRequestSort::CreatedAsc => items.sort_by_key(|i| (i.created_at, i.id)),
-            MergeRequestSort::CreatedDesc => {
+            MergeRequestSort::CreatedAsc | MergeRequestSort::LegacyCreatedAsc => {
+                items.sort_by_key(|i| (i.created_at, i.id))
+            }
+            MergeRequestSort::CreatedDesc | MergeRequestSort::LegacyCreatedDesc => {
                 items.sort_by_key(|i| std::cmp::Reverse((i.created_at, i.id)))
+            }
+            _ => {
+                return Err(
+                    "the simulator orders merge requests by CREATED_* or UPDATED_* only".into(),
+                );
             }
         }
         let (page_items, page_info) = page(&items, first, after)?;
@@ -367,7 +441,7 @@ impl Project {
             .collect();
         Ok(Some(MergeRequestConnection {
             count: items.len() as i32,
-            nodes,
+            nodes: Some(nodes),
             page_info,
         }))
     }
@@ -377,7 +451,7 @@ impl Project {
 #[derive(SimpleObject)]
 pub(crate) struct IssueConnection {
     count: i32,
-    nodes: Vec<Option<Issue>>,
+    nodes: Option<Vec<Option<Issue>>>,
     page_info: PageInfo,
 }
 
@@ -385,7 +459,7 @@ pub(crate) struct IssueConnection {
 #[derive(SimpleObject)]
 pub(crate) struct MergeRequestConnection {
     count: i32,
-    nodes: Vec<Option<MergeRequest>>,
+    nodes: Option<Vec<Option<MergeRequest>>>,
     page_info: PageInfo,
 }
 
@@ -462,7 +536,7 @@ pub(crate) struct MergeRequestReviewer {
 /// `MergeRequestReviewerConnection` (all reviewers on one page).
 #[derive(SimpleObject)]
 pub(crate) struct MergeRequestReviewerConnection {
-    nodes: Vec<Option<MergeRequestReviewer>>,
+    nodes: Option<Vec<Option<MergeRequestReviewer>>>,
     page_info: PageInfo,
 }
 
@@ -523,19 +597,20 @@ impl MergeRequest {
     }
     async fn reviewers(&self) -> Option<MergeRequestReviewerConnection> {
         Some(MergeRequestReviewerConnection {
-            nodes: self
-                .0
-                .reviewers
-                .iter()
-                .map(|(username, state)| {
-                    Some(MergeRequestReviewer {
-                        username: username.clone(),
-                        merge_request_interaction: Some(UserMergeRequestInteraction {
-                            review_state: state.as_deref().and_then(enum_value),
-                        }),
+            nodes: Some(
+                self.0
+                    .reviewers
+                    .iter()
+                    .map(|(username, state)| {
+                        Some(MergeRequestReviewer {
+                            username: username.clone(),
+                            merge_request_interaction: Some(UserMergeRequestInteraction {
+                                review_state: state.as_deref().and_then(enum_value),
+                            }),
+                        })
                     })
-                })
-                .collect(),
+                    .collect(),
+            ),
             page_info: PageInfo {
                 end_cursor: None,
                 has_next_page: false,
@@ -580,7 +655,7 @@ impl Query {
             .collect();
         Ok(Some(ProjectConnection {
             count: found.len() as i32,
-            nodes: found.into_iter().map(|id| project(&m, id)).collect(),
+            nodes: Some(found.into_iter().map(|id| project(&m, id)).collect()),
             page_info: PageInfo {
                 end_cursor: None,
                 has_next_page: false,
