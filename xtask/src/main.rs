@@ -86,7 +86,7 @@ enum Task {
         /// Which vendor's contract.
         vendor: Vendor,
         /// The raw schema: a file path or an http(s) URL (fetched with curl). Defaults to the
-        /// shared vendor copy for `github`, and to `npm pack` of the pinned package version for
+        /// shared vendor copy for `github` and `gitlab`, and to `npm pack` of the pinned package version for
         /// `github-webhooks` (whose FILE or URL may be that package's `.tgz` or its `schema.json`).
         #[arg(long, value_name = "FILE|URL")]
         from: Option<String>,
@@ -128,6 +128,9 @@ enum Vendor {
     /// GitHub's webhook payload schemas (`@octokit/webhooks-schemas` on npm), pruned to the
     /// payloads the simulator sends: `schemas/github-webhooks.json`.
     GithubWebhooks,
+    /// GitLab's GraphQL schema with `schemas/gitlab-supplement.graphql` merged, pruned to our
+    /// query documents: `schemas/gitlab.graphql`.
+    Gitlab,
 }
 
 fn main() {
@@ -151,7 +154,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.task {
         Task::Schema { vendor, from } => {
             match vendor {
-                Vendor::Github => schema::refresh_github(&layout, from.as_deref())?,
+                Vendor::Github => schema::refresh(&layout, schema::github_paths, from.as_deref())?,
+                Vendor::Gitlab => schema::refresh(&layout, schema::gitlab_paths, from.as_deref())?,
                 Vendor::GithubWebhooks => webhook_schema::refresh(&layout, from.as_deref())?,
             }
             Ok(0)

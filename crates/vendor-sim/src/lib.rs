@@ -4,3 +4,4 @@
 #![recursion_limit = "256"]
 
 pub mod github;
+pub mod gitlab;

@@ -1,6 +1,6 @@
-//! The simulator serves GitHub's schema, as far as the client reads it (the committed
-//! `schemas/github.graphql`), with the same names and types, so the client generated from that
-//! schema fits it.
+//! The simulator serves GitHub's and GitLab's schemas, as far as the clients read them (the
+//! committed `schemas/github.graphql` and `schemas/gitlab.graphql`), with the same names and
+//! types, so the clients generated from those schemas fit it.
 
 use std::collections::HashMap;
 
@@ -99,11 +99,26 @@ fn served_schema_matches_githubs_wherever_the_client_reads_it() {
     // So every type, field and argument in it must be served here with GitHub's type, and every
     // enum with GitHub's values; what the simulator serves beyond it no client query reaches.
     let vendor = shapes(include_str!("../../../schemas/github.graphql"));
-    let ours = shapes(&vendor_sim::github::sdl());
     assert!(vendor.contains_key("Repository") && vendor.contains_key("PullRequest"));
+    let problems = differences(&vendor, &vendor_sim::github::sdl(), "GitHub");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn served_schema_matches_gitlabs_wherever_the_client_reads_it() {
+    // The same check against the committed `schemas/gitlab.graphql` (supplement included).
+    let vendor = shapes(include_str!("../../../schemas/gitlab.graphql"));
+    assert!(vendor.contains_key("Group") && vendor.contains_key("MergeRequest"));
+    let problems = differences(&vendor, &vendor_sim::gitlab::sdl(), "GitLab");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Where the simulator's SDL `ours` differs from the committed contract `vendor`.
+fn differences(vendor: &HashMap<String, Shape>, ours: &str, at: &str) -> Vec<String> {
+    let ours = shapes(ours);
     let builtin = ["String", "Int", "Float", "Boolean", "ID"];
     let mut problems = Vec::new();
-    for (name, theirs) in &vendor {
+    for (name, theirs) in vendor {
         if builtin.contains(&name.as_str()) || name.starts_with("__") {
             continue;
         }
@@ -113,7 +128,7 @@ fn served_schema_matches_githubs_wherever_the_client_reads_it() {
         };
         if theirs.kind != shape.kind {
             problems.push(format!(
-                "{name} is a {} here, a {} at GitHub",
+                "{name} is a {} here, a {} at {at}",
                 shape.kind, theirs.kind
             ));
         }
@@ -138,7 +153,7 @@ fn served_schema_matches_githubs_wherever_the_client_reads_it() {
             a.sort();
             b.sort();
             if a != b {
-                problems.push(format!("enum {name}: {a:?} here, {b:?} at GitHub"));
+                problems.push(format!("enum {name}: {a:?} here, {b:?} at {at}"));
             }
             continue;
         }
@@ -150,13 +165,13 @@ fn served_schema_matches_githubs_wherever_the_client_reads_it() {
                 continue;
             };
             if ty != their_ty {
-                problems.push(format!("{name}.{field}: {ty} here, {their_ty} at GitHub"));
+                problems.push(format!("{name}.{field}: {ty} here, {their_ty} at {at}"));
             }
             for (arg, their_arg_ty) in their_args {
                 match args.get(arg) {
                     Some(t) if t == their_arg_ty => {}
                     Some(t) => problems.push(format!(
-                        "{name}.{field}({arg}): {t} here, {their_arg_ty} at GitHub"
+                        "{name}.{field}({arg}): {t} here, {their_arg_ty} at {at}"
                     )),
                     None => problems.push(format!("{name}.{field}({arg}) is not served here")),
                 }
@@ -164,5 +179,5 @@ fn served_schema_matches_githubs_wherever_the_client_reads_it() {
         }
     }
     problems.sort();
-    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    problems
 }

@@ -140,20 +140,21 @@ impl fmt::Debug for FaultKind {
     }
 }
 
-/// A fault to inject: on which calls, and what happens.
+/// A fault to inject: on which calls, and what happens (`K`: the vendor's kinds; the GitLab
+/// simulator uses this with its own).
 #[derive(Clone, Debug)]
-pub struct Fault {
+pub struct Fault<K = FaultKind> {
     /// The operation it applies to (see [`ops`]); `None` matches every call.
     pub operation: Option<String>,
     /// Which matching calls it fires on.
     pub calls: Calls,
     /// What happens.
-    pub kind: FaultKind,
+    pub kind: K,
 }
 
-impl Fault {
+impl<K> Fault<K> {
     /// A fault on the nth call of `operation`.
-    pub fn nth(operation: &str, n: u64, kind: FaultKind) -> Self {
+    pub fn nth(operation: &str, n: u64, kind: K) -> Self {
         Self {
             operation: Some(operation.to_owned()),
             calls: Calls::Nth(n),
@@ -162,7 +163,7 @@ impl Fault {
     }
 
     /// A fault on every call of `operation`.
-    pub fn always(operation: &str, kind: FaultKind) -> Self {
+    pub fn always(operation: &str, kind: K) -> Self {
         Self {
             operation: Some(operation.to_owned()),
             calls: Calls::Always,
@@ -172,14 +173,22 @@ impl Fault {
 }
 
 /// The injected faults with their match counters, and the per-operation call counters.
-#[derive(Default)]
-pub(crate) struct Faults {
-    armed: Vec<(Fault, u64)>,
+pub(crate) struct Faults<K = FaultKind> {
+    armed: Vec<(Fault<K>, u64)>,
     calls: BTreeMap<String, u64>,
 }
 
-impl Faults {
-    pub(crate) fn inject(&mut self, fault: Fault) {
+impl<K> Default for Faults<K> {
+    fn default() -> Self {
+        Self {
+            armed: Vec::new(),
+            calls: BTreeMap::new(),
+        }
+    }
+}
+
+impl<K: Clone> Faults<K> {
+    pub(crate) fn inject(&mut self, fault: Fault<K>) {
         self.armed.push((fault, 0));
     }
 
@@ -192,7 +201,7 @@ impl Faults {
     }
 
     /// Counts one call of `operation` and returns the fault kinds that fire on it.
-    pub(crate) fn on_call(&mut self, operation: &str) -> Vec<FaultKind> {
+    pub(crate) fn on_call(&mut self, operation: &str) -> Vec<K> {
         *self.calls.entry(operation.to_owned()).or_default() += 1;
         let mut fired = Vec::new();
         for (fault, seen) in &mut self.armed {

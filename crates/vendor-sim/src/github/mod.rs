@@ -26,6 +26,7 @@ pub use checks::{
     CheckConclusion, CheckRun, CheckStatus, CheckSuite, CommitChecks, CommitStatus, StatusState,
 };
 pub use deliveries::DeliveryAttempt;
+pub(crate) use fault::Faults;
 pub use fault::{Calls, Fault, FaultKind, Mutation, ops};
 pub use generate::{Generated, Scenario, generate};
 pub use graphql::sdl;

@@ -1,0 +1,441 @@
+//! The client against the simulated GitLab over HTTP: paging to the end, error paths kept,
+//! newer enum values, GitLab's REST headers, retries, the budget stop.
+
+use std::time::Duration;
+
+use gitlab_client::queries::ReviewState;
+use gitlab_client::{
+    Budget, ClientConfig, DetailedMergeStatus, Error, GitlabClient, NewGroupHook, NoteParent,
+    PathSegment, RetryPolicy,
+};
+use time::OffsetDateTime;
+use vendor_sim::gitlab::{
+    Fault, GitlabFault, GitlabSim, Model, NewIssue, NewMergeRequest, NoteOn, ops,
+};
+
+const TOKEN: &str = "glpat-test";
+
+fn at(seconds: i64) -> OffsetDateTime {
+    vendor_sim::github::EPOCH + time::Duration::seconds(seconds)
+}
+
+/// top (3 projects) / a (2) / a/deep (1), b (0); `top/p0` has 5 issues and 3 merge requests.
+struct World {
+    sim: GitlabSim,
+    top: u64,
+    p0: u64,
+}
+
+async fn world() -> World {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut m = Model::default();
+    m.add_token(TOKEN);
+    let top = m.add_group(None, "top");
+    let a = m.add_group(Some(top), "a");
+    let deep = m.add_group(Some(a), "deep");
+    m.add_group(Some(top), "b");
+    let p0 = m.add_project(top, "p0");
+    m.add_project(top, "p1");
+    m.add_project(top, "p2");
+    m.add_project(a, "pa0");
+    m.add_project(a, "pa1");
+    m.add_project(deep, "pd0");
+    for n in 0..5 {
+        m.add_issue(
+            p0,
+            NewIssue {
+                title: format!("issue {n}"),
+                updated_at: at(100 - n),
+            },
+        );
+    }
+    for n in 0..3 {
+        m.add_merge_request(
+            p0,
+            NewMergeRequest {
+                title: format!("mr {n}"),
+                updated_at: at(n),
+            },
+        );
+    }
+    World {
+        sim: GitlabSim::start(m).await.unwrap(),
+        top,
+        p0,
+    }
+}
+
+fn client(sim: &GitlabSim) -> GitlabClient {
+    let mut config = ClientConfig::new(sim.base_url());
+    config.retry = RetryPolicy {
+        max_retries: 3,
+        min_delay: Duration::from_millis(1),
+        max_delay: Duration::from_millis(5),
+        max_retry_after: Duration::from_secs(2),
+    };
+    GitlabClient::new(&config, TOKEN).unwrap()
+}
+
+#[tokio::test]
+async fn discovery_listings_page_to_their_end_and_match_the_count() {
+    let w = world().await;
+    let c = client(&w.sim);
+    let mut groups = Vec::new();
+    let mut after = None;
+    loop {
+        let page = c.subgroups_page("top", 1, after.as_deref()).await.unwrap();
+        assert!(page.is_whole());
+        groups.extend(
+            page.nodes
+                .into_iter()
+                .flatten()
+                .map(|g| g.full_path.into_inner()),
+        );
+        if !page.page_info.has_next_page {
+            break;
+        }
+        after = page.page_info.end_cursor;
+    }
+    assert_eq!(groups, ["top/a", "top/a/deep", "top/b"]);
+    let mut projects = Vec::new();
+    for group in ["top", "top/a", "top/a/deep", "top/b"] {
+        let mut after = None;
+        loop {
+            let page = c
+                .group_projects_page(group, 2, after.as_deref())
+                .await
+                .unwrap();
+            projects.extend(page.nodes.into_iter().flatten());
+            if !page.page_info.has_next_page {
+                break;
+            }
+            after = page.page_info.end_cursor;
+        }
+    }
+    assert_eq!(projects.len(), 6);
+    assert_eq!(c.group_project_count("top").await.unwrap(), 6);
+    // Direct projects only, with their own count.
+    let direct = c.group_projects_page("top/a", 100, None).await.unwrap();
+    assert_eq!(direct.count, Some(2));
+    let by_id = c.project_by_id(w.p0).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            by_id.full_path.inner(),
+            by_id.group.unwrap().full_path.inner()
+        ),
+        ("top/p0", "top")
+    );
+    assert!(c.project_by_id(9999).await.unwrap().is_none());
+    let missing = c.group_projects_page("nope", 10, None).await.unwrap_err();
+    assert!(matches!(missing, Error::Graphql { .. }), "{missing}");
+}
+
+#[tokio::test]
+async fn items_are_listed_by_updated_after_least_recent_first() {
+    let w = world().await;
+    let c = client(&w.sim);
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = c
+            .issues_page("top/p0", Some(at(96)), 2, after.as_deref())
+            .await
+            .unwrap();
+        assert_eq!(page.count, Some(4), "issues updated after the watermark");
+        seen.extend(page.nodes.into_iter().flatten().map(|i| i.updated_at.0));
+        if !page.page_info.has_next_page {
+            break;
+        }
+        after = page.page_info.end_cursor;
+    }
+    assert_eq!(seen, [at(97), at(98), at(99), at(100)]);
+    let mrs = c
+        .merge_requests_page("top/p0", None, 100, None)
+        .await
+        .unwrap();
+    assert_eq!(mrs.nodes.len(), 3);
+    let mr = mrs.nodes[0].as_ref().unwrap();
+    assert_eq!(
+        mr.detailed_merge_status,
+        Some(DetailedMergeStatus::Mergeable)
+    );
+    assert_eq!(mr.user_notes_count, Some(0));
+}
+
+#[tokio::test]
+async fn a_field_error_keeps_its_path_and_leaves_siblings_known() {
+    let w = world().await;
+    let c = client(&w.sim);
+    w.sim.inject(Fault::nth(
+        ops::PROJECT_MERGE_REQUESTS,
+        1,
+        GitlabFault::FieldError {
+            path: "project.mergeRequests.nodes.1.userNotesCount".into(),
+            message: "timeout".into(),
+        },
+    ));
+    let page = c
+        .merge_requests_page("top/p0", None, 100, None)
+        .await
+        .unwrap();
+    assert!(!page.is_whole());
+    let error = &page.errors[0];
+    assert_eq!(error.node_index(), Some(1));
+    assert_eq!(
+        error.path[2..4],
+        [PathSegment::Field("nodes".into()), PathSegment::Index(1)]
+    );
+    let mr = page.nodes[1]
+        .as_ref()
+        .expect("the rest of the node decodes");
+    // Null with an error: unknown, not zero; siblings keep their values.
+    assert_eq!(mr.user_notes_count, None);
+    assert!(page.field_unknown(1, "userNotesCount"));
+    assert!(!page.field_unknown(1, "approved"));
+    assert!(!page.field_unknown(0, "userNotesCount"));
+    assert_eq!(page.nodes[0].as_ref().unwrap().user_notes_count, Some(0));
+}
+
+#[tokio::test]
+async fn newer_enum_values_are_other_and_supplement_values_are_known() {
+    let w = world().await;
+    let c = client(&w.sim);
+    w.sim.model(|m| {
+        let mr = m.merge_requests.values_mut().next().unwrap();
+        mr.detailed_merge_status = Some("REQUESTED_CHANGES".into());
+        mr.reviewers = vec![("carol".into(), Some("APPROVED".into()))];
+    });
+    let page = c
+        .merge_requests_page("top/p0", None, 100, None)
+        .await
+        .unwrap();
+    let first = page.nodes.iter().flatten().find(|m| m.iid == "6").unwrap();
+    assert_eq!(
+        first.detailed_merge_status,
+        Some(DetailedMergeStatus::RequestedChanges)
+    );
+    let reviewer = &first.reviewers.as_ref().unwrap().nodes.as_ref().unwrap()[0];
+    assert_eq!(
+        reviewer
+            .as_ref()
+            .unwrap()
+            .merge_request_interaction
+            .as_ref()
+            .unwrap()
+            .review_state,
+        Some(ReviewState::Approved)
+    );
+    w.sim.inject(Fault::nth(
+        ops::PROJECT_MERGE_REQUESTS,
+        1,
+        GitlabFault::ReplaceValue {
+            path: "project.mergeRequests.nodes.0.detailedMergeStatus".into(),
+            value: "IN_MERGE_TRAIN_NEXT_YEAR".into(),
+        },
+    ));
+    let page = c
+        .merge_requests_page("top/p0", None, 100, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        page.nodes[0].as_ref().unwrap().detailed_merge_status,
+        Some(DetailedMergeStatus::Other(
+            "IN_MERGE_TRAIN_NEXT_YEAR".into()
+        ))
+    );
+}
+
+#[tokio::test]
+async fn rest_notes_keep_gitlab_paging_headers_as_sent() {
+    let w = world().await;
+    let c = client(&w.sim);
+    let on = NoteOn::Issue(w.p0, 1);
+    let ids: Vec<u64> = w.sim.model(|m| {
+        vec![
+            m.add_note(on, "one", false, None),
+            m.add_note(on, "changed the title", true, None),
+            m.add_note(on, "on line 3", false, Some("DiffNote")),
+        ]
+    });
+    let parent = NoteParent::Issue {
+        project: w.p0,
+        iid: 1,
+    };
+    let first = c.notes_page(parent, 1, 2).await.unwrap();
+    assert_eq!(
+        first.notes.iter().map(|n| n.id).collect::<Vec<_>>(),
+        ids[..2]
+    );
+    assert_eq!(first.headers.page.as_deref(), Some("1"));
+    assert_eq!(first.headers.next(), Some(Some(2)));
+    assert_eq!(first.headers.total(), Some(3));
+    let last = c.notes_page(parent, 2, 2).await.unwrap();
+    assert_eq!(last.notes[0].kind.as_deref(), Some("DiffNote"));
+    assert_eq!(last.headers.next_page.as_deref(), Some(""));
+    assert_eq!(last.headers.next(), Some(None));
+
+    w.sim.inject(Fault::nth(
+        ops::LIST_NOTES,
+        1,
+        GitlabFault::OmitHeaders(vec!["x-total", "x-next-page"]),
+    ));
+    let bare = c.notes_page(parent, 1, 2).await.unwrap();
+    assert_eq!(
+        (bare.headers.total.clone(), bare.headers.next()),
+        (None, None)
+    );
+    w.sim
+        .inject(Fault::nth(ops::LIST_NOTES, 1, GitlabFault::TotalOffBy(2)));
+    assert_eq!(
+        c.notes_page(parent, 1, 2).await.unwrap().headers.total(),
+        Some(5)
+    );
+    w.sim.inject(Fault::nth(
+        ops::LIST_NOTES,
+        1,
+        GitlabFault::ShortPage { keep: 1 },
+    ));
+    let short = c.notes_page(parent, 1, 2).await.unwrap();
+    assert_eq!(
+        (short.notes.len(), short.headers.next()),
+        (1, Some(Some(2)))
+    );
+
+    assert_eq!(
+        c.note(parent, ids[2]).await.unwrap().unwrap().body,
+        "on line 3"
+    );
+    w.sim.model(|m| m.notes.remove(&ids[2]));
+    assert!(
+        c.note(parent, ids[2]).await.unwrap().is_none(),
+        "a deleted note reads as gone"
+    );
+}
+
+#[tokio::test]
+async fn past_ten_thousand_notes_gitlab_sends_no_total() {
+    let w = world().await;
+    let c = client(&w.sim);
+    let on = NoteOn::MergeRequest(w.p0, 6);
+    w.sim.model(|m| {
+        for _ in 0..10_001 {
+            m.add_note(on, "x", false, None);
+        }
+    });
+    let page = c
+        .notes_page(
+            NoteParent::MergeRequest {
+                project: w.p0,
+                iid: 6,
+            },
+            1,
+            100,
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.headers.total, None);
+    assert_eq!(page.headers.next(), Some(Some(2)));
+}
+
+#[tokio::test]
+async fn group_hooks_and_a_project_over_rest() {
+    let w = world().await;
+    let c = client(&w.sim);
+    assert!(c.group_hooks(w.top).await.unwrap().is_empty());
+    let hook = c
+        .create_group_hook(
+            w.top,
+            &NewGroupHook {
+                url: "https://forgesync.example/webhooks/gitlab/connections/c/k/r".into(),
+                token: "route-credential".into(),
+                issues_events: true,
+                merge_requests_events: true,
+                note_events: true,
+                enable_ssl_verification: true,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        c.group_hooks(w.top).await.unwrap(),
+        std::slice::from_ref(&hook)
+    );
+    assert_eq!(
+        w.sim.model(|m| m.hooks[&hook.id].token.clone()),
+        "route-credential"
+    );
+    assert!(c.delete_group_hook(w.top, hook.id).await.unwrap());
+    assert!(
+        !c.delete_group_hook(w.top, hook.id).await.unwrap(),
+        "already gone"
+    );
+    let project = c.project(w.p0).await.unwrap().unwrap();
+    assert_eq!(
+        (project.path_with_namespace.as_str(), project.namespace.id),
+        ("top/p0", w.top)
+    );
+    assert!(c.project(9999).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn server_errors_and_throttling_are_retried() {
+    let w = world().await;
+    let c = client(&w.sim);
+    w.sim
+        .inject(Fault::nth(ops::GROUP_PROJECTS, 1, GitlabFault::Status(502)));
+    w.sim.inject(Fault::nth(
+        ops::GROUP_PROJECTS,
+        2,
+        GitlabFault::TooManyRequests { retry_after: 0 },
+    ));
+    let page = c.group_projects_page("top", 10, None).await.unwrap();
+    assert_eq!(page.count, Some(3));
+    assert_eq!(w.sim.calls(ops::GROUP_PROJECTS), 3);
+    // Retries are bounded: a lasting outage is reported as what it is.
+    w.sim
+        .inject(Fault::always(ops::LIST_NOTES, GitlabFault::Status(503)));
+    let err = c
+        .notes_page(
+            NoteParent::Issue {
+                project: w.p0,
+                iid: 1,
+            },
+            1,
+            20,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Http { status: 503, .. }), "{err}");
+    assert_eq!(w.sim.calls(ops::LIST_NOTES), 4);
+    w.sim.inject(Fault::always(
+        ops::GET_PROJECT,
+        GitlabFault::TooManyRequests { retry_after: 0 },
+    ));
+    let err = c.project(w.p0).await.unwrap_err();
+    assert!(err.is_rate_limited(), "{err}");
+    // A client error is not retried.
+    w.sim.model(|m| m.tokens.clear());
+    let err = c.group_project_count("top").await.unwrap_err();
+    assert!(matches!(err, Error::Auth { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn the_budget_stops_calls_before_gitlab_runs_out() {
+    let w = world().await;
+    w.sim.model(|m| m.rate_limit.remaining = 6);
+    let c = client(&w.sim).with_budget(Budget::keep(3));
+    let mut sent = 0;
+    let stop = loop {
+        match c.group_project_count("top").await {
+            Ok(_) => sent += 1,
+            Err(Error::BudgetExhausted(stop)) => break stop,
+            Err(other) => panic!("{other}"),
+        }
+    };
+    // 6 left: three calls leave 3, the floor; the fourth is never sent.
+    assert_eq!(sent, 3);
+    assert_eq!(w.sim.calls(ops::GROUP_PROJECT_COUNT), 3);
+    assert_eq!((stop.remaining, stop.min_remaining), (3, 3));
+    assert_eq!(c.rate_limit().unwrap().remaining, 3);
+    assert_eq!(c.last_budget_stop(), Some(stop));
+}

@@ -1,0 +1,77 @@
+//! How a GitLab call misbehaves. Which calls a fault fires on is the GitHub simulator's
+//! [`super::Fault`] and [`super::Calls`], with these kinds.
+
+use std::time::Duration;
+
+use serde_json::Value as Json;
+
+/// Operation names calls are counted under: the GraphQL operation name, or one of these for
+/// REST.
+pub mod ops {
+    /// GraphQL `GroupSubgroups`.
+    pub const GROUP_SUBGROUPS: &str = "GroupSubgroups";
+    /// GraphQL `GroupProjects`.
+    pub const GROUP_PROJECTS: &str = "GroupProjects";
+    /// GraphQL `GroupProjectCount`.
+    pub const GROUP_PROJECT_COUNT: &str = "GroupProjectCount";
+    /// GraphQL `ProjectById`.
+    pub const PROJECT_BY_ID: &str = "ProjectById";
+    /// GraphQL `ProjectIssues`.
+    pub const PROJECT_ISSUES: &str = "ProjectIssues";
+    /// GraphQL `ProjectMergeRequests`.
+    pub const PROJECT_MERGE_REQUESTS: &str = "ProjectMergeRequests";
+    /// `GET /projects/{id}/(issues|merge_requests)/{iid}/notes`
+    pub const LIST_NOTES: &str = "notes/list";
+    /// `GET /projects/{id}/(issues|merge_requests)/{iid}/notes/{note_id}`
+    pub const GET_NOTE: &str = "notes/get";
+    /// `GET /projects/{id}`
+    pub const GET_PROJECT: &str = "projects/get";
+    /// `GET /groups/{id}/hooks`
+    pub const LIST_GROUP_HOOKS: &str = "group_hooks/list";
+    /// `POST /groups/{id}/hooks`
+    pub const CREATE_GROUP_HOOK: &str = "group_hooks/create";
+    /// `DELETE /groups/{id}/hooks/{hook_id}`
+    pub const DELETE_GROUP_HOOK: &str = "group_hooks/delete";
+}
+
+/// How a GitLab call misbehaves.
+#[derive(Clone, Debug)]
+pub enum GitlabFault {
+    /// The page holds only its first `keep` items while its paging (GraphQL `pageInfo`, REST
+    /// `X-Next-Page`) still describes the full page: the rest are never listed.
+    ShortPage {
+        /// Items left on the page.
+        keep: usize,
+    },
+    /// GraphQL `pageInfo.hasNextPage` says this instead of the truth.
+    HasNextPage(bool),
+    /// GraphQL `count` or REST `X-Total` is off by this much (saturating at 0).
+    TotalOffBy(i64),
+    /// These REST headers are left out (e.g. `x-total`, `x-next-page`).
+    OmitHeaders(Vec<&'static str>),
+    /// GraphQL: the value at this response path (`project.mergeRequests.nodes.1.approved`) is
+    /// null, with an error at that path, as GitLab answers an unresolved field.
+    FieldError {
+        /// Response path, field names and list indices.
+        path: String,
+        /// The error's message.
+        message: String,
+    },
+    /// GraphQL: the value at this response path is replaced (e.g. an enum value newer than
+    /// the schema).
+    ReplaceValue {
+        /// Response path.
+        path: String,
+        /// The new value.
+        value: Json,
+    },
+    /// 429 with `Retry-After` (seconds), as GitLab's throttles answer.
+    TooManyRequests {
+        /// `Retry-After` seconds.
+        retry_after: u64,
+    },
+    /// An HTTP error status with GitLab's plain error body (e.g. 500, 502).
+    Status(u16),
+    /// The answer is held back this long (combines with any other kind).
+    Delay(Duration),
+}

@@ -1,0 +1,29 @@
+//! Simulated GitLab: groups, subgroups, projects, issues, merge requests and notes served from an
+//! in-memory [`Model`] over GitLab's GraphQL (`/api/graphql`, the operations of our contract)
+//! and REST (`/api/v4`: flat notes with GitLab's paging headers, a note, a project, group
+//! hooks), each answer carrying `RateLimit-*`, with per-call [`GitlabFault`] injection.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use vendor_sim::gitlab::{Fault, GitlabFault, GitlabSim, Model, ops};
+//! let mut model = Model::default();
+//! model.add_token("glpat-test");
+//! let top = model.add_group(None, "top");
+//! let sim = GitlabSim::start(model).await?;
+//! sim.inject(Fault::nth(ops::GROUP_PROJECTS, 2, GitlabFault::Status(502)));
+//! # Ok(()) }
+//! ```
+
+mod fault;
+mod graphql;
+mod model;
+mod server;
+
+pub use super::github::{Calls, Fault};
+pub use fault::{GitlabFault, ops};
+pub use graphql::sdl;
+pub use model::{
+    Group, Hook, Issue, MergeRequest, Model, NewIssue, NewMergeRequest, Note, NoteOn, Project,
+    RateLimit,
+};
+pub use server::GitlabSim;

@@ -1,0 +1,412 @@
+//! What the simulated GitLab knows: groups in a tree, projects in groups, issues, merge
+//! requests and their notes, group hooks, the accepted tokens and the rate-limit window.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use time::OffsetDateTime;
+
+/// A group; `parent` is `None` for a top-level group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    /// Native id (the global id is `gid://gitlab/Group/<id>`).
+    pub id: u64,
+    /// The parent group.
+    pub parent: Option<u64>,
+    /// Path segment.
+    pub path: String,
+    /// Display name.
+    pub name: String,
+}
+
+/// A project in a group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Project {
+    /// Native id: stable across renames and moves.
+    pub id: u64,
+    /// The group it sits in directly.
+    pub group: u64,
+    /// Path segment.
+    pub path: String,
+    /// Display name.
+    pub name: String,
+    /// Archived.
+    pub archived: bool,
+}
+
+/// What a new issue holds; the rest is defaulted.
+#[derive(Debug, Clone)]
+pub struct NewIssue {
+    /// Title.
+    pub title: String,
+    /// Last update.
+    pub updated_at: OffsetDateTime,
+}
+
+/// An issue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issue {
+    /// Native id.
+    pub id: u64,
+    /// Project.
+    pub project: u64,
+    /// Number within the project.
+    pub iid: u64,
+    /// Title.
+    pub title: String,
+    /// Description.
+    pub description: Option<String>,
+    /// `opened`, `closed`.
+    pub state: String,
+    /// Created.
+    pub created_at: OffsetDateTime,
+    /// Updated.
+    pub updated_at: OffsetDateTime,
+    /// Closed.
+    pub closed_at: Option<OffsetDateTime>,
+    /// Locked discussion.
+    pub discussion_locked: bool,
+    /// Author's username.
+    pub author: String,
+}
+
+/// What a new merge request holds; the rest is defaulted.
+#[derive(Debug, Clone)]
+pub struct NewMergeRequest {
+    /// Title.
+    pub title: String,
+    /// Last update.
+    pub updated_at: OffsetDateTime,
+}
+
+/// A merge request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergeRequest {
+    /// Native id.
+    pub id: u64,
+    /// Project.
+    pub project: u64,
+    /// Number within the project.
+    pub iid: u64,
+    /// Title.
+    pub title: String,
+    /// Description.
+    pub description: Option<String>,
+    /// `opened`, `closed`, `merged`.
+    pub state: String,
+    /// Draft.
+    pub draft: bool,
+    /// Created.
+    pub created_at: OffsetDateTime,
+    /// Updated.
+    pub updated_at: OffsetDateTime,
+    /// Merged.
+    pub merged_at: Option<OffsetDateTime>,
+    /// Locked discussion.
+    pub discussion_locked: bool,
+    /// Source branch.
+    pub source_branch: String,
+    /// Target branch.
+    pub target_branch: String,
+    /// Head commit.
+    pub diff_head_sha: Option<String>,
+    /// `detailedMergeStatus` as GitLab spells it (`MERGEABLE`, `REQUESTED_CHANGES`, ...).
+    pub detailed_merge_status: Option<String>,
+    /// Approval rules met.
+    pub approved: bool,
+    /// Author's username.
+    pub author: String,
+    /// Reviewers with their review state (`APPROVED`, `UNREVIEWED`, ...).
+    pub reviewers: Vec<(String, Option<String>)>,
+}
+
+/// Whose note.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NoteOn {
+    /// An issue: (project, iid).
+    Issue(u64, u64),
+    /// A merge request: (project, iid).
+    MergeRequest(u64, u64),
+}
+
+/// A note (user, system or diff).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    /// Note id.
+    pub id: u64,
+    /// Parent.
+    pub on: NoteOn,
+    /// `None`, `DiffNote` or `DiscussionNote`.
+    pub kind: Option<String>,
+    /// Body.
+    pub body: String,
+    /// Author's username.
+    pub author: String,
+    /// Written by GitLab.
+    pub system: bool,
+    /// Created.
+    pub created_at: OffsetDateTime,
+}
+
+/// A group hook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hook {
+    /// Hook id.
+    pub id: u64,
+    /// Group.
+    pub group: u64,
+    /// Target URL.
+    pub url: String,
+    /// `X-Gitlab-Token` it sends.
+    pub token: String,
+    /// Issue events.
+    pub issues_events: bool,
+    /// Merge request events.
+    pub merge_requests_events: bool,
+    /// Note events.
+    pub note_events: bool,
+}
+
+/// The rate-limit window every call draws on (GitLab counts requests, one each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    /// `RateLimit-Limit`.
+    pub limit: u32,
+    /// `RateLimit-Remaining`.
+    pub remaining: u32,
+    /// `RateLimit-Reset`.
+    pub reset_at: OffsetDateTime,
+}
+
+/// A fixed start for generated times, so runs are reproducible.
+pub const EPOCH: OffsetDateTime = time::macros::datetime!(2026-01-01 00:00 UTC);
+
+/// The simulated instance.
+#[derive(Debug, Clone)]
+pub struct Model {
+    /// Groups by id.
+    pub groups: BTreeMap<u64, Group>,
+    /// Projects by id.
+    pub projects: BTreeMap<u64, Project>,
+    /// Issues by (project, iid).
+    pub issues: BTreeMap<(u64, u64), Issue>,
+    /// Merge requests by (project, iid).
+    pub merge_requests: BTreeMap<(u64, u64), MergeRequest>,
+    /// Notes by id.
+    pub notes: BTreeMap<u64, Note>,
+    /// Group hooks by id.
+    pub hooks: BTreeMap<u64, Hook>,
+    /// Tokens accepted (as `Authorization: Bearer` or `PRIVATE-TOKEN`).
+    pub tokens: BTreeSet<String>,
+    /// The rate-limit window.
+    pub rate_limit: RateLimit,
+    next_id: u64,
+}
+
+impl Default for Model {
+    fn default() -> Self {
+        Self {
+            groups: BTreeMap::new(),
+            projects: BTreeMap::new(),
+            issues: BTreeMap::new(),
+            merge_requests: BTreeMap::new(),
+            notes: BTreeMap::new(),
+            hooks: BTreeMap::new(),
+            tokens: BTreeSet::new(),
+            rate_limit: RateLimit {
+                limit: 2000,
+                remaining: 2000,
+                reset_at: OffsetDateTime::now_utc() + time::Duration::minutes(1),
+            },
+            next_id: 1,
+        }
+    }
+}
+
+impl Model {
+    fn id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// Accepts `token`.
+    pub fn add_token(&mut self, token: &str) {
+        self.tokens.insert(token.to_owned());
+    }
+
+    /// Adds a group under `parent`; returns its id.
+    pub fn add_group(&mut self, parent: Option<u64>, path: &str) -> u64 {
+        let id = self.id();
+        self.groups.insert(
+            id,
+            Group {
+                id,
+                parent,
+                path: path.to_owned(),
+                name: path.to_owned(),
+            },
+        );
+        id
+    }
+
+    /// Adds a project to `group`; returns its id.
+    pub fn add_project(&mut self, group: u64, path: &str) -> u64 {
+        let id = self.id();
+        self.projects.insert(
+            id,
+            Project {
+                id,
+                group,
+                path: path.to_owned(),
+                name: path.to_owned(),
+                archived: false,
+            },
+        );
+        id
+    }
+
+    fn next_iid(&self, project: u64) -> u64 {
+        let issues = self.issues.keys().filter(|(p, _)| *p == project).count();
+        let mrs = self
+            .merge_requests
+            .keys()
+            .filter(|(p, _)| *p == project)
+            .count();
+        // Issues and merge requests number separately in GitLab; a shared counter is harmless.
+        (issues + mrs) as u64 + 1
+    }
+
+    /// Adds an issue; returns its iid.
+    pub fn add_issue(&mut self, project: u64, new: NewIssue) -> u64 {
+        let id = self.id();
+        let iid = self.next_iid(project);
+        self.issues.insert(
+            (project, iid),
+            Issue {
+                id,
+                project,
+                iid,
+                title: new.title,
+                description: None,
+                state: "opened".into(),
+                created_at: EPOCH,
+                updated_at: new.updated_at,
+                closed_at: None,
+                discussion_locked: false,
+                author: "alice".into(),
+            },
+        );
+        iid
+    }
+
+    /// Adds a merge request; returns its iid.
+    pub fn add_merge_request(&mut self, project: u64, new: NewMergeRequest) -> u64 {
+        let id = self.id();
+        let iid = self.next_iid(project);
+        self.merge_requests.insert(
+            (project, iid),
+            MergeRequest {
+                id,
+                project,
+                iid,
+                title: new.title,
+                description: None,
+                state: "opened".into(),
+                draft: false,
+                created_at: EPOCH,
+                updated_at: new.updated_at,
+                merged_at: None,
+                discussion_locked: false,
+                source_branch: format!("feature-{iid}"),
+                target_branch: "main".into(),
+                diff_head_sha: Some(format!("{iid:040x}")),
+                detailed_merge_status: Some("MERGEABLE".into()),
+                approved: true,
+                author: "alice".into(),
+                reviewers: Vec::new(),
+            },
+        );
+        iid
+    }
+
+    /// Adds a note; returns its id.
+    pub fn add_note(&mut self, on: NoteOn, body: &str, system: bool, kind: Option<&str>) -> u64 {
+        let id = self.id();
+        self.notes.insert(
+            id,
+            Note {
+                id,
+                on,
+                kind: kind.map(str::to_owned),
+                body: body.to_owned(),
+                author: "bob".into(),
+                system,
+                created_at: EPOCH + time::Duration::seconds(id as i64),
+            },
+        );
+        id
+    }
+
+    /// A group's full path (`top/sub`).
+    pub fn group_path(&self, id: u64) -> Option<String> {
+        let group = self.groups.get(&id)?;
+        Some(match group.parent {
+            Some(parent) => format!("{}/{}", self.group_path(parent)?, group.path),
+            None => group.path.clone(),
+        })
+    }
+
+    /// A project's full path (`top/sub/project`).
+    pub fn project_path(&self, id: u64) -> Option<String> {
+        let project = self.projects.get(&id)?;
+        Some(format!(
+            "{}/{}",
+            self.group_path(project.group)?,
+            project.path
+        ))
+    }
+
+    /// The group at `full_path`.
+    pub fn group_by_path(&self, full_path: &str) -> Option<u64> {
+        self.groups
+            .keys()
+            .copied()
+            .find(|id| self.group_path(*id).as_deref() == Some(full_path))
+    }
+
+    /// The project at `full_path`.
+    pub fn project_by_path(&self, full_path: &str) -> Option<u64> {
+        self.projects
+            .keys()
+            .copied()
+            .find(|id| self.project_path(*id).as_deref() == Some(full_path))
+    }
+
+    /// Every group below `id`, all levels, in id order.
+    pub fn descendants(&self, id: u64) -> Vec<u64> {
+        self.groups
+            .values()
+            .filter(|g| {
+                let mut up = g.parent;
+                while let Some(p) = up {
+                    if p == id {
+                        return true;
+                    }
+                    up = self.groups.get(&p).and_then(|g| g.parent);
+                }
+                false
+            })
+            .map(|g| g.id)
+            .collect()
+    }
+
+    /// A parent's notes in creation order.
+    pub fn notes_of(&self, on: NoteOn) -> Vec<&Note> {
+        self.notes.values().filter(|n| n.on == on).collect()
+    }
+
+    /// User notes (not system) of a parent.
+    pub fn user_notes_count(&self, on: NoteOn) -> usize {
+        self.notes_of(on).iter().filter(|n| !n.system).count()
+    }
+}
