@@ -20,6 +20,7 @@ mod m0013_endpoint_provider_ref_unique;
 mod m0014_body_consumption;
 mod m0015_stream_ledger;
 mod m0016_erasure;
+mod m0018_credentials_refused;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -114,6 +115,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0016_erasure",
                 up: m0016_erasure::UP,
+            }),
+            Box::new(Sql {
+                name: "m0018_credentials_refused",
+                up: m0018_credentials_refused::UP,
             }),
         ]
     }
