@@ -269,7 +269,7 @@ async fn a_revoked_token_fails_loudly_flags_the_connection_and_a_new_one_resumes
     // A token GitHub refuses is not taken, and changes nothing.
     let (status, body) = s.replace_secrets(json!({"token": "ghp_wrong"})).await?;
     assert_eq!(status, 422, "{body}");
-    assert_eq!(body["code"], "credentials_refused", "{body}");
+    assert_eq!(body["error"], "credentials_refused", "{body}");
     assert_eq!(s.connection().await?["needs_credentials"], true);
 
     s.sim.model(|m| m.add_personal_access_token("ghp_second"));
