@@ -183,7 +183,7 @@ async fn a_manual_backfill_passes_again_with_backoff_until_complete() -> Result<
         incomplete[1]["reason"]
             .as_str()
             .unwrap()
-            .starts_with("failing:"),
+            .starts_with("server_error: failing:"),
         "{incomplete:?}"
     );
     assert_eq!(f.live().await?, 30);
