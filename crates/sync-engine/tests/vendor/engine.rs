@@ -366,7 +366,7 @@ async fn refused_credentials_fail_the_job_flag_the_connection_and_stop_its_sched
     source.with(|s| {
         s.items.retain(|i| i.id != "note-0004");
         // Every read from the next one on is refused, as a revoked token is.
-        s.faults = (s.calls + 1..s.calls + 100)
+        s.faults = (s.calls..s.calls + 100)
             .map(|c| (c, Fault::Refused))
             .collect();
     });
@@ -442,7 +442,7 @@ async fn a_refusal_of_replaced_credentials_does_not_flag_the_new_ones() -> Resul
     let job = engine.jobs.claim(id).await?.expect("claimable");
     // The operator replaces the secrets after the job read the old ones.
     store::credentials::replaced(&f.db, f.tenant.connection_id).await?;
-    source.with(|s| s.faults = vec![(s.calls + 1, Fault::Refused)]);
+    source.with(|s| s.faults = vec![(s.calls, Fault::Refused)]);
     let outcome = engine
         .run(&job, f.provider_instance_id, source.clone())
         .await?;
