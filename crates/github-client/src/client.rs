@@ -846,8 +846,16 @@ async fn read_success(
                     retry_after,
                     message,
                 }
+            } else if status == StatusCode::FORBIDDEN {
+                // A plain 403: missing permission, named by GitHub's header when it sends one.
+                Error::Forbidden {
+                    permissions: headers
+                        .get("x-accepted-github-permissions")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned),
+                    message,
+                }
             } else {
-                // A plain 403: missing permission. Not retried.
                 Error::Http {
                     status: status.as_u16(),
                     message,

@@ -59,6 +59,16 @@ pub enum Error {
         /// What went wrong; never contains a secret.
         message: String,
     },
+    /// A plain 403: the credentials are valid but lack a permission. Not retried.
+    #[error("GitHub refused the call for a missing permission{}: {message}",
+        .permissions.as_deref().map(|p| format!(" (it asks for {p})")).unwrap_or_default())]
+    Forbidden {
+        /// GitHub's `X-Accepted-GitHub-Permissions`, the permissions that would have been
+        /// accepted (e.g. `issues=read`), when it sent one.
+        permissions: Option<String>,
+        /// GitHub's message.
+        message: String,
+    },
     /// GitHub answered with a redirect, which is not followed: it would carry the credentials
     /// elsewhere. Usually a wrong server URL (http instead of https, a moved GHES host).
     #[error(

@@ -92,6 +92,7 @@ pub(crate) fn is_retryable(err: &Error) -> bool {
         | Error::Decode { .. }
         | Error::Redirected { .. }
         | Error::TooLarge { .. }
+        | Error::Forbidden { .. }
         | Error::Auth { .. } => false,
     }
 }

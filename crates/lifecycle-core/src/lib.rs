@@ -19,6 +19,7 @@
 //! - [`gitlab`]: GitLab head pipelines, review decision and approval acts, note reconciliation,
 //!   route credentials, its job support.
 //! - [`slack`], [`outline`]: the job types each refuses.
+//! - [`vendor_error`]: the classes of a vendor's failed answer, named alike for every vendor.
 #![forbid(unsafe_code)]
 
 pub mod checks;
@@ -38,6 +39,7 @@ pub mod snapshot;
 pub mod source_key;
 pub mod subject;
 pub mod tombstone;
+pub mod vendor_error;
 
 /// A point in time as the rules compare it: provider dates, JetStream store times, request times.
 pub type Timestamp = time::OffsetDateTime;

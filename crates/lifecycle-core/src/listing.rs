@@ -5,6 +5,9 @@
 //! it offers no way to merge with another listing, so a sweep can only ever act on one whole pass.
 
 use std::collections::BTreeSet;
+use std::fmt;
+
+use crate::vendor_error::VendorErrorClass;
 
 /// One page of an upstream listing as the vendor returned it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,8 +23,10 @@ pub struct ListingPage<Id> {
 }
 
 /// Something that went wrong while listing; any of these leaves the listing incomplete.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ListingFault {
+    /// A read failed, as the vendor's client classified it.
+    Vendor(VendorErrorClass),
     /// The response carried a GraphQL error.
     GraphQlError,
     /// The request failed with an HTTP status.
@@ -36,11 +41,26 @@ pub enum ListingFault {
     Exception,
 }
 
+// Reasons name a fault by its class, never by a Rust variant name.
+impl fmt::Display for ListingFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ListingFault::Vendor(class) => write!(f, "{class}"),
+            ListingFault::GraphQlError => f.write_str("graphql_error"),
+            ListingFault::HttpError(status) => write!(f, "http_error: {status}"),
+            ListingFault::RateLimitAbort => f.write_str("rate_limited"),
+            ListingFault::Cancelled => f.write_str("canceled"),
+            ListingFault::BudgetExhausted => f.write_str("budget_exhausted"),
+            ListingFault::Exception => f.write_str("unclassified_error"),
+        }
+    }
+}
+
 /// Why a listing is not complete.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IncompleteReason {
     /// A fault stopped the listing.
-    #[error("listing stopped by {0:?}")]
+    #[error("listing stopped by {0}")]
     Fault(ListingFault),
     /// The page cap was reached while the vendor still had pages.
     #[error("listing truncated at the page cap of {cap} pages")]
@@ -363,14 +383,15 @@ mod tests {
             ListingFault::Cancelled,
             ListingFault::BudgetExhausted,
             ListingFault::Exception,
+            ListingFault::Vendor(VendorErrorClass::BadCredentials),
         ];
         for fault in faults {
             let mut listing = UpstreamListing::new(10);
             listing.accept_page(page(&[1, 2], Some("c1"), 3));
-            listing.record_fault(fault);
+            listing.record_fault(fault.clone());
             assert_eq!(
                 listing.accept_page(page(&[3], None, 3)),
-                NextStep::Stopped(IncompleteReason::Fault(fault))
+                NextStep::Stopped(IncompleteReason::Fault(fault.clone()))
             );
             assert!(!listing.is_complete());
             assert_eq!(listing.finish(), Err(IncompleteReason::Fault(fault)));

@@ -5,6 +5,7 @@
 pub mod activity;
 pub mod admission;
 pub mod contracts;
+pub mod credentials;
 pub mod entity;
 pub mod erasure;
 pub mod headers;

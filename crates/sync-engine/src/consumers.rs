@@ -7,6 +7,7 @@ use bus::consumer::{Delivery, Handler, HandlerError, Settle};
 use bus::contracts::{JobQueued, LifecycleTransition};
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, TransactionTrait};
 use store::entity::{ConnectionKind, ConnectionStatus, JobTrigger, JobType, connection};
+use uuid::Uuid;
 
 use crate::engine::Engine;
 use crate::jobs::JobOutcome;
@@ -22,14 +23,21 @@ impl<V: Vendor> Handler for JobHandler<V> {
     type Message = JobQueued;
 
     async fn handle(&self, msg: JobQueued, _: &Delivery) -> Result<Settle, HandlerError> {
+        self.run_job(msg.job_id).await
+    }
+}
+
+impl<V: Vendor> JobHandler<V> {
+    /// Claims the job and runs it to its end, unless its connection cannot sync now.
+    pub async fn run_job(&self, job_id: Uuid) -> Result<Settle, HandlerError> {
         let jobs = &self.engine.jobs;
-        let job = match jobs.claim(msg.job_id).await {
+        let job = match jobs.claim(job_id).await {
             Ok(Some(job)) => job,
             Ok(None) => {
                 // Lease takeover: a replica holding the job may die with it (this message came
                 // back because one stopped), so the message returns until the lease lapses or
                 // the job ends; a finished or canceled job needs nothing.
-                return match jobs.held(msg.job_id).await {
+                return match jobs.held(job_id).await {
                     Ok(true) => Err(HandlerError::transient(
                         "job held by a replica whose lease is live; retried until it lapses",
                     )),
@@ -54,6 +62,12 @@ impl<V: Vendor> Handler for JobHandler<V> {
             Some(c) if c.status != ConnectionStatus::Active => Some(format!(
                 "the connection is {:?}; only an active connection syncs",
                 c.status
+            )),
+            // A schedule queued it before the credentials were refused: reading with them
+            // again would only be refused again.
+            Some(c) if job.scheduled && c.credentials_refused_at.is_some() => Some(format!(
+                "the connection needs new credentials ({}); its schedules resume once they are replaced",
+                c.credentials_refusal.as_deref().unwrap_or("refused")
             )),
             _ => None,
         };
@@ -147,8 +161,9 @@ impl Handler for LifecycleHandler {
     }
 }
 
-/// A schedule's run: one job of `job_type` per active connection of `kind` per due instant (the
-/// dedup key makes a second replica or a retried run queue nothing more).
+/// A schedule's run: one job of `job_type` per active connection of `kind` whose credentials
+/// were not refused, per due instant (the dedup key makes a second replica or a retried run
+/// queue nothing more).
 pub async fn queue_scheduled(
     db: &DatabaseConnection,
     kind: ConnectionKind,
@@ -160,6 +175,20 @@ pub async fn queue_scheduled(
         .filter(connection::Column::Status.eq(ConnectionStatus::Active))
         .all(db)
         .await?;
+    // Refused credentials stop the schedules until they are replaced.
+    let (conns, refused): (Vec<_>, Vec<_>) = conns
+        .into_iter()
+        .partition(|c| c.credentials_refused_at.is_none());
+    metrics::gauge!("sync_connections_needing_credentials", "vendor" => kind.as_str())
+        .set(refused.len() as f64);
+    if !refused.is_empty() {
+        tracing::warn!(
+            vendor = kind.as_str(),
+            job_type = job_type.as_str(),
+            skipped = refused.len(),
+            "scheduled jobs skip connections whose credentials were refused"
+        );
+    }
     let mut queued = 0;
     for conn in &conns {
         let key = format!(

@@ -13,6 +13,7 @@ use backon::BackoffBuilder as _;
 use lifecycle_core::deletion::{BlastRadius, SkipReason, SweepDecision, SweepPass};
 use lifecycle_core::job::SyncJobType;
 use lifecycle_core::listing::{ListingFault, NextStep, UpstreamListing};
+use lifecycle_core::vendor_error::VendorErrorClass;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -90,15 +91,18 @@ impl PassEnd {
     }
 
     /// What a read failure means for the pass, or `None` when it only ends its own listing.
-    fn of_read_failure(stop: ReadStop) -> Option<PassEnd> {
+    /// Its reason starts with the vendor's error class.
+    fn of_read_failure(class: &VendorErrorClass, stop: ReadStop) -> Option<PassEnd> {
         match stop {
             ReadStop::Listing => None,
             ReadStop::Pass(reason) => Some(PassEnd::Incomplete {
-                reason,
+                reason: format!("{class}: {reason}"),
                 failing: true,
             }),
             // Quota: another pass would only spend what is left of it.
-            ReadStop::Job(reason) => Some(PassEnd::Final(JobOutcome::Failed(reason))),
+            ReadStop::Job(reason) => Some(PassEnd::Final(JobOutcome::Failed(format!(
+                "{class}: {reason}"
+            )))),
         }
     }
 
@@ -250,7 +254,11 @@ impl<V: Vendor> Engine<V> {
         let scopes = match self.vendor.scopes(pass, source).await? {
             Ok(scopes) => scopes,
             Err(e) => {
-                let reason = format!("listing {}: {e}", V::SCOPES);
+                let class = e.class();
+                let reason = format!("{class}: listing {}: {e}", V::SCOPES);
+                if class.refuses_credentials() {
+                    return self.credentials_refused(pass, &class, reason).await;
+                }
                 return Ok(match e.stops() {
                     ReadStop::Job(_) => PassEnd::Final(JobOutcome::Failed(reason)),
                     _ => PassEnd::Incomplete {
@@ -365,11 +373,18 @@ impl<V: Vendor> Engine<V> {
             {
                 Ok(page) => page,
                 Err(e) => {
-                    tracing::warn!(error = %e, "page read failed; the listing is incomplete");
+                    let class = e.class();
+                    tracing::warn!(error = %e, %class, "page read failed; the listing is incomplete");
                     listing.record_fault(e.fault());
-                    // Whatever stops every later read too ends the pass or the job; a
-                    // scope-level failure only ends this listing.
-                    stop = PassEnd::of_read_failure(e.stops());
+                    stop = if class.refuses_credentials() {
+                        // Refused credentials fail every later read too: the job ends here.
+                        let reason = format!("{class}: {scope}: {e}");
+                        Some(self.credentials_refused(pass, &class, reason).await?)
+                    } else {
+                        // Whatever stops every later read too ends the pass or the job; a
+                        // scope-level failure only ends this listing.
+                        PassEnd::of_read_failure(&class, e.stops())
+                    };
                     break;
                 }
             };
@@ -402,6 +417,32 @@ impl<V: Vendor> Engine<V> {
         let decision = sweep.decide(finished, &self.settings.blast_radius);
         self.apply_decision(pass, scope, class, decision).await?;
         Ok((stop, listed))
+    }
+
+    /// The vendor refused the connection's credentials: the connection is flagged as needing
+    /// new ones (its schedules skip it until they are replaced) and the job fails with the
+    /// class's reason. Credentials replaced since the job was claimed are not flagged: the
+    /// refusal was of the old ones.
+    async fn credentials_refused(
+        &self,
+        pass: &Pass<'_>,
+        class: &VendorErrorClass,
+        reason: String,
+    ) -> Result<PassEnd, sqlx::Error> {
+        let job = pass.job;
+        let flagged =
+            store::credentials::refuse(&self.pool, job.connection_id, job.claimed_at, &reason)
+                .await?;
+        metrics::counter!("sync_credentials_refused_total", "vendor" => V::KIND.as_str(), "class" => class.name())
+            .increment(1);
+        tracing::warn!(%reason, flagged, "the vendor refused the connection's credentials; the connection needs new ones");
+        job.record_activity(
+            &self.pool,
+            "credentials_refused",
+            serde_json::json!({ "class": class.name(), "reason": reason, "flagged": flagged }),
+        )
+        .await?;
+        Ok(PassEnd::Final(JobOutcome::Failed(reason)))
     }
 
     /// Carries out the deletion gate's decision and records it as connection activity.

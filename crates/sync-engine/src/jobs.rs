@@ -18,6 +18,8 @@ pub struct ClaimedJob {
     pub job_type: SyncJobType,
     /// Started by the schedule (rather than by an operator or a lifecycle event).
     pub scheduled: bool,
+    /// When this replica claimed it (before it read the connection's credentials).
+    pub claimed_at: time::OffsetDateTime,
 }
 
 impl ClaimedJob {
@@ -48,6 +50,7 @@ struct ClaimedRow {
     workspace_id: Uuid,
     job_type: String,
     trigger: String,
+    claimed_at: time::OffsetDateTime,
 }
 
 /// What the job should do after a heartbeat.
@@ -111,7 +114,7 @@ impl Jobs {
                     started_at = coalesce(started_at, now()), updated_at = now()
               WHERE id = $1 AND kind = $4
                 AND (status = 'queued' OR (status = 'running' AND lease_until < now()))
-          RETURNING id, connection_id, workspace_id, job_type, trigger",
+          RETURNING id, connection_id, workspace_id, job_type, trigger, now() AS claimed_at",
         )
         .bind(job_id)
         .bind(&self.replica)
@@ -126,6 +129,7 @@ impl Jobs {
                 workspace_id: row.workspace_id,
                 job_type: row.job_type.parse().ok()?,
                 scheduled: row.trigger == "scheduled",
+                claimed_at: row.claimed_at,
             })
         }))
     }

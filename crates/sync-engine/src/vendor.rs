@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use lifecycle_core::deletion::TombstonePlan;
 use lifecycle_core::listing::{ListingFault, ListingPage, TotalCount};
+use lifecycle_core::vendor_error::VendorErrorClass;
 use store::entity::{ConnectionKind, connection};
 use uuid::Uuid;
 
@@ -173,8 +174,14 @@ pub enum PageCheck {
 
 /// A failed read, and how far it reaches.
 pub trait ReadError: fmt::Display + Send + Sync + 'static {
+    /// The vendor's error class of the failure. Every reason the engine records names it, and a
+    /// class that refuses the credentials fails the job and flags the connection whatever
+    /// [`stops`](Self::stops) says.
+    fn class(&self) -> VendorErrorClass;
     /// How the listing records it.
-    fn fault(&self) -> ListingFault;
+    fn fault(&self) -> ListingFault {
+        ListingFault::Vendor(self.class())
+    }
     /// What else it stops.
     fn stops(&self) -> ReadStop;
 }

@@ -57,6 +57,7 @@ pub async fn verify_pat_repositories(
             Ok(Some(_)) => {}
             // Not found and not visible look the same, as GitHub means them to.
             Ok(None)
+            | Err(Error::Forbidden { .. })
             | Err(Error::Http {
                 status: 403 | 404, ..
             }) => {

@@ -25,7 +25,7 @@ use crate::routes::{connections, dead_messages, endpoints, erasures, github, job
         serve,
         workspaces::create, workspaces::list, workspaces::get, workspaces::purge,
         connections::create, connections::list, connections::get, connections::audit,
-        connections::transition,
+        connections::transition, connections::replace_secrets,
         jobs::create, jobs::list, jobs::cancel,
         endpoints::create, endpoints::rotate_secret, endpoints::replay,
         github::repositories, github::issues,

@@ -607,3 +607,99 @@ async fn a_queued_job_can_be_canceled_once() -> Result<()> {
     assert_eq!(body["error"], "job_finished");
     running.stop().await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replacing_secrets_is_scoped_audited_and_clears_refused_credentials() -> Result<()> {
+    let env = TestEnv::new().await?;
+    let (api, running) = Api::start(&env).await?;
+    let ws = api.workspace("acme").await?;
+    let conn = api.connection(&ws, "github").await?;
+    let id = conn["id"].as_str().unwrap();
+    let path = format!("/workspaces/{ws}/connections/{id}/secrets");
+    // As the sync engine flags a connection whose token GitHub refused.
+    env.db
+        .db
+        .execute_unprepared(&format!(
+            "UPDATE connection SET credentials_refused_at = now(), credentials_refusal = 'bad_credentials: revoked' WHERE id = '{id}'"
+        ))
+        .await?;
+    let (_, view) = api
+        .get(&format!("/workspaces/{ws}/connections/{id}"))
+        .await?;
+    assert_eq!(view["needs_credentials"], true, "{view}");
+    assert_eq!(view["credentials_refusal"], "bad_credentials: revoked");
+    let sealed = "SELECT encode(ciphertext, 'hex') FROM connection_secret WHERE name = 'token'";
+    let stored = |db: DatabaseConnection| async move {
+        let row = db
+            .query_one_raw(Statement::from_string(DbBackend::Postgres, sealed))
+            .await?
+            .expect("a secret");
+        anyhow::Ok(row.try_get_by_index::<String>(0)?)
+    };
+    let before = stored(env.db.db.clone()).await?;
+
+    // Another workspace's admin, a viewer, and bad bodies change nothing.
+    let ws_b = api.workspace("other").await?;
+    let b_token = testkit::token(&api.keys, Role::Admin, Some(ws_b.parse()?))?;
+    let body = json!({"secrets": {"token": "ghp_attacker"}});
+    let refusals = [
+        (Some(b_token.as_str()), body.clone(), StatusCode::NOT_FOUND),
+        (
+            Some(api.viewer.as_str()),
+            body.clone(),
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            Some(api.admin.as_str()),
+            json!({"secrets": {}}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            Some(api.admin.as_str()),
+            json!({"secrets": {"token": "x"}, "extra": 1}),
+            StatusCode::BAD_REQUEST,
+        ),
+    ];
+    for (token, body, expected) in refusals {
+        let (s, answer) = api
+            .call(reqwest::Method::PUT, &path, token, Some(body))
+            .await?;
+        assert_eq!(s, expected, "{answer}");
+    }
+    assert_eq!(stored(env.db.db.clone()).await?, before);
+    assert_eq!(
+        count(
+            &env.db.db,
+            "SELECT count(*) FROM connection WHERE credentials_refused_at IS NOT NULL"
+        )
+        .await?,
+        1
+    );
+
+    let (s, view) = api
+        .call(
+            reqwest::Method::PUT,
+            &path,
+            Some(&api.admin),
+            Some(json!({"secrets": {"token": "ghp_replacementvalue"}})),
+        )
+        .await?;
+    assert_eq!(s, StatusCode::OK, "{view}");
+    assert_eq!(view["needs_credentials"], false, "{view}");
+    assert_eq!(view["credentials_refused_at"], Value::Null);
+    assert_eq!(view["secret_names"], json!(["token"]));
+    assert!(!view.to_string().contains("ghp_replacementvalue"));
+    assert_ne!(stored(env.db.db.clone()).await?, before);
+    let (_, audit) = api
+        .get(&format!("/workspaces/{ws}/connections/{id}/audit"))
+        .await?;
+    assert!(
+        audit
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["action"] == "replace_secrets"),
+        "{audit}"
+    );
+    running.stop().await
+}

@@ -15,7 +15,7 @@ use anyhow::{Context as _, anyhow};
 use github_client::queries::{self, CheckStatusState, RollupContext, StatusState};
 use github_client::{
     AppCredentials, Auth, Budget, ClientConfig, Error, GithubApp, GithubClient,
-    PathSegment as ClientPath,
+    PathSegment as ClientPath, RateLimitKind,
 };
 use lifecycle_core::github::checks::{CheckRun, CheckSuite, CommitChecksRead, Rollup, RunStatus};
 use lifecycle_core::partial::PathSegment;
@@ -59,6 +59,8 @@ pub struct ClientFactory {
     pub app_id: Option<u64>,
     /// Readers by connection.
     pub readers: ReaderCache,
+    /// How long one GitHub request may take before it counts as a timeout.
+    pub request_timeout: std::time::Duration,
 }
 
 /// A connection's GitHub App acting as itself (JWT calls), and the installation the connection
@@ -158,7 +160,8 @@ impl ClientFactory {
             return Ok(kept);
         }
         // github.com's API, or a GitHub Enterprise Server's REST and GraphQL bases.
-        let config = ClientConfig::for_server(server_url.as_deref());
+        let mut config = ClientConfig::for_server(server_url.as_deref());
+        config.timeout = self.request_timeout;
         let budget = Budget::keep(settings.min_remaining.unwrap_or(500));
         let own_app_id = self.app_id.or(settings.app_id);
         let (auth, repositories, app) = match settings.auth {
@@ -268,21 +271,38 @@ impl ClientSource {
     }
 }
 
+/// The client's error as the engine classifies it: refused credentials, limits, timeouts and
+/// GraphQL types stay distinct, so a reason never says less than GitHub did.
 fn source_error(e: Error) -> SourceError {
     match e {
         Error::BudgetExhausted(stop) => SourceError::BudgetExhausted(stop.to_string()),
+        Error::RateLimited {
+            kind: RateLimitKind::Secondary,
+            ..
+        } => SourceError::SecondaryRateLimited,
         Error::RateLimited { .. } => SourceError::RateLimited,
+        Error::Auth { message, .. } => SourceError::BadCredentials(message),
+        Error::Forbidden {
+            permissions,
+            message,
+        } => SourceError::Forbidden {
+            permission: permissions,
+            message,
+        },
         Error::Http { status, .. } => SourceError::Http(status),
         Error::Graphql { errors } if errors.iter().any(|e| e.is_not_found()) => {
             SourceError::NotFound
         }
-        Error::Graphql { errors } => SourceError::GraphQl(
-            errors
+        Error::Graphql { errors } => SourceError::GraphQl {
+            kind: errors.iter().find_map(|e| e.kind.clone()),
+            message: errors
                 .iter()
                 .map(|e| e.message.as_str())
                 .collect::<Vec<_>>()
                 .join("; "),
-        ),
+        },
+        Error::Transport(e) if e.is_timeout() => SourceError::Timeout(e.to_string()),
+        Error::Transport(e) => SourceError::Unreachable(e.to_string()),
         other => SourceError::Other(other.to_string()),
     }
 }

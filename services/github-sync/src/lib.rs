@@ -127,6 +127,17 @@ pub struct Config {
     #[arg(long, env = "FORGESYNC_GITHUB_PAGE_SIZE", value_name = "FORGESYNC_GITHUB_PAGE_SIZE", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub page_size: u32,
 
+    /// Milliseconds one GitHub request may take; a slower answer fails the read as `timeout`
+    /// (retried like a transport failure first).
+    #[arg(
+        long = "github-request-timeout-ms",
+        env = "FORGESYNC_GITHUB_REQUEST_TIMEOUT_MS",
+        value_name = "FORGESYNC_GITHUB_REQUEST_TIMEOUT_MS",
+        default_value_t = 30_000,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub request_timeout_ms: u64,
+
     /// Pages one listing may take before it counts as truncated.
     #[arg(
         long,
@@ -228,6 +239,7 @@ pub async fn run(
         secret_key,
         app_id: config.app_id,
         readers: Default::default(),
+        request_timeout: Duration::from_millis(config.request_timeout_ms),
     });
     let factory: Arc<dyn SourceFactory> = clients.clone();
     let bus = config.common.connect_bus().await?;

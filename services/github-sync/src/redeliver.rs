@@ -210,7 +210,12 @@ async fn ask(
     } else {
         match app.app.redeliver(original.id).await {
             Ok(()) => Outcome::Requested,
-            Err(e @ (Error::Http { .. } | Error::Auth { .. } | Error::RateLimited { .. })) => {
+            Err(
+                e @ (Error::Http { .. }
+                | Error::Auth { .. }
+                | Error::Forbidden { .. }
+                | Error::RateLimited { .. }),
+            ) => {
                 tracing::warn!(%connection_id, delivery_id, guid = %original.guid, error = %e, "GitHub refused a redelivery; the next pass may ask again");
                 sqlx::query(
                     "DELETE FROM github_redelivery WHERE connection_id = $1 AND delivery_id = $2",

@@ -3,8 +3,8 @@
 //! The production implementation sits on `github-client`; the engine does not know about HTTP.
 
 use lifecycle_core::github::checks::CommitChecksRead;
-use lifecycle_core::listing::ListingFault;
 use lifecycle_core::partial::PathSegment;
+use lifecycle_core::vendor_error::VendorErrorClass;
 use sync_engine::{ReadError, ReadStop};
 // The shapes the mirror writes are shared with every SCM sync.
 pub use scm_mirror::items::{IssueNode, ItemFields, PullRequestNode};
@@ -42,10 +42,29 @@ pub struct Page<T> {
 pub enum SourceError {
     #[error("GitHub answered HTTP {0}")]
     Http(u16),
-    #[error("GitHub reported GraphQL errors: {0}")]
-    GraphQl(String),
+    #[error("GitHub refused the connection's credentials: {0}")]
+    BadCredentials(String),
+    #[error("GitHub refused the call for a missing permission{}: {message}",
+        .permission.as_deref().map(|p| format!(" (it asks for {p})")).unwrap_or_default())]
+    Forbidden {
+        /// What GitHub said it would accept (`X-Accepted-GitHub-Permissions`), when it did.
+        permission: Option<String>,
+        message: String,
+    },
+    #[error("GitHub reported GraphQL errors: {message}")]
+    GraphQl {
+        /// The first error's `type` (`SERVICE_UNAVAILABLE`, `FORBIDDEN`, ...), when given.
+        kind: Option<String>,
+        message: String,
+    },
     #[error("GitHub rate limit reached")]
     RateLimited,
+    #[error("GitHub's secondary rate limit is still in force after the retries")]
+    SecondaryRateLimited,
+    #[error("GitHub did not answer in time: {0}")]
+    Timeout(String),
+    #[error("could not reach GitHub: {0}")]
+    Unreachable(String),
     #[error("the job's quota budget is spent: {0}")]
     BudgetExhausted(String),
     #[error("the repository is gone upstream")]
@@ -55,14 +74,26 @@ pub enum SourceError {
 }
 
 impl ReadError for SourceError {
-    fn fault(&self) -> ListingFault {
+    fn class(&self) -> VendorErrorClass {
         match self {
-            SourceError::Http(status) => ListingFault::HttpError(*status),
-            SourceError::GraphQl(_) => ListingFault::GraphQlError,
-            SourceError::RateLimited => ListingFault::RateLimitAbort,
-            SourceError::BudgetExhausted(_) => ListingFault::BudgetExhausted,
-            SourceError::NotFound => ListingFault::HttpError(404),
-            SourceError::Other(_) => ListingFault::Exception,
+            SourceError::Http(401) | SourceError::BadCredentials(_) => {
+                VendorErrorClass::BadCredentials
+            }
+            SourceError::Http(403) => VendorErrorClass::Forbidden { permission: None },
+            SourceError::Forbidden { permission, .. } => VendorErrorClass::Forbidden {
+                permission: permission.clone(),
+            },
+            SourceError::Http(404) | SourceError::NotFound => VendorErrorClass::NotFound,
+            SourceError::Http(status) if *status >= 500 => VendorErrorClass::ServerError,
+            SourceError::Http(_) | SourceError::Other(_) => VendorErrorClass::InvalidResponse,
+            SourceError::GraphQl { kind, .. } => {
+                VendorErrorClass::GraphqlError(kind.clone().unwrap_or_else(|| "UNTYPED".into()))
+            }
+            SourceError::RateLimited => VendorErrorClass::RateLimited,
+            SourceError::SecondaryRateLimited => VendorErrorClass::SecondaryRateLimit,
+            SourceError::Timeout(_) => VendorErrorClass::Timeout,
+            SourceError::Unreachable(_) => VendorErrorClass::Unreachable,
+            SourceError::BudgetExhausted(_) => VendorErrorClass::BudgetExhausted,
         }
     }
 
@@ -73,8 +104,22 @@ impl ReadError for SourceError {
                 ReadStop::Job(format!("quota budget exhausted: {why}"))
             }
             SourceError::RateLimited => ReadStop::Job("GitHub's rate limit is spent".into()),
+            SourceError::SecondaryRateLimited => ReadStop::Job(
+                "GitHub's secondary rate limit outlasted the retries; pressing on would extend it"
+                    .into(),
+            ),
+            // The engine ends the job on refused credentials; no later read could succeed.
+            SourceError::BadCredentials(_) | SourceError::Forbidden { .. } => {
+                ReadStop::Job(self.to_string())
+            }
             SourceError::Http(status) if *status >= 500 => {
                 ReadStop::Pass(format!("GitHub is failing (HTTP {status} after retries)"))
+            }
+            SourceError::Timeout(_) => {
+                ReadStop::Pass("GitHub did not answer in time (after retries)".into())
+            }
+            SourceError::Unreachable(why) => {
+                ReadStop::Pass(format!("GitHub is unreachable: {why}"))
             }
             // A repository-level failure (a GraphQL error, a 404) only ends its listing.
             _ => ReadStop::Listing,

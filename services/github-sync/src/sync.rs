@@ -419,7 +419,14 @@ impl Vendor for GithubVendor {
                 Origin::Sync,
             )
             .await?;
-            if let Err(SourceError::BudgetExhausted(_) | SourceError::RateLimited) = read {
+            if let Err(
+                SourceError::BudgetExhausted(_)
+                | SourceError::RateLimited
+                | SourceError::SecondaryRateLimited
+                | SourceError::BadCredentials(_)
+                | SourceError::Forbidden { .. },
+            ) = read
+            {
                 // What stops one read stops the rest; the listings will say so too.
                 break;
             }

@@ -104,6 +104,13 @@ pub struct Model {
     pub settings: Json,
     pub created_at: TimeDateTimeWithTimeZone,
     pub updated_at: TimeDateTimeWithTimeZone,
+    /// When the vendor last refused the credentials; set until they are replaced
+    /// (`store::credentials`).
+    pub credentials_refused_at: Option<TimeDateTimeWithTimeZone>,
+    /// Why, as the job that met the refusal said it (`bad_credentials: ...`).
+    pub credentials_refusal: Option<String>,
+    /// When an operator last replaced the secrets.
+    pub credentials_replaced_at: Option<TimeDateTimeWithTimeZone>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use store::entity::ConnectionKind;
+use store::entity::{ConnectionKind, JobType};
+use sync_engine::consumers::queue_scheduled;
 use sync_engine::{JobOutcome, Jobs};
 
 use crate::scripted::{self, Fault, Fixture, Gitlab, Hook, Outline, ScriptedSource, item};
@@ -108,13 +109,13 @@ async fn a_vendor_failure_fails_a_reconciliation_and_a_spent_quota_ends_it() -> 
     source.with(|s| s.faults = vec![(s.calls + 1, Fault::Unavailable)]);
     let outcome = f.run::<Gitlab>("RECONCILIATION", "manual", &source).await?;
     assert!(
-        matches!(&outcome, JobOutcome::Failed(r) if r.starts_with("failing:")),
+        matches!(&outcome, JobOutcome::Failed(r) if r.starts_with("server_error: failing:")),
         "{outcome:?}"
     );
     source.with(|s| s.faults = vec![(s.calls + 1, Fault::Quota)]);
     let outcome = f.run::<Gitlab>("RECONCILIATION", "manual", &source).await?;
     assert!(
-        matches!(&outcome, JobOutcome::Failed(r) if r.starts_with("quota:")),
+        matches!(&outcome, JobOutcome::Failed(r) if r.starts_with("budget_exhausted: quota:")),
         "{outcome:?}"
     );
     // A scope-level failure ends only its listing: the job itself succeeds.
@@ -182,7 +183,7 @@ async fn a_manual_backfill_passes_again_with_backoff_until_complete() -> Result<
         incomplete[1]["reason"]
             .as_str()
             .unwrap()
-            .starts_with("failing:"),
+            .starts_with("server_error: failing:"),
         "{incomplete:?}"
     );
     assert_eq!(f.live().await?, 30);
@@ -353,5 +354,104 @@ async fn a_scheduled_reconciliation_skips_a_scope_within_its_cooldown() -> Resul
         5,
         "an operator's reconcile runs"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn refused_credentials_fail_the_job_flag_the_connection_and_stop_its_schedules() -> Result<()>
+{
+    let f = fixture().await?;
+    let source = ScriptedSource::new(30);
+    f.run::<Gitlab>("INITIAL", "lifecycle", &source).await?;
+    source.with(|s| {
+        s.items.retain(|i| i.id != "note-0004");
+        // Every read from the next one on is refused, as a revoked token is.
+        s.faults = (s.calls..s.calls + 100)
+            .map(|c| (c, Fault::Refused))
+            .collect();
+    });
+    // The vendor says the refusal stops only its listing; the engine ends the job anyway.
+    let outcome = f.run::<Gitlab>("RECONCILIATION", "manual", &source).await?;
+    assert!(
+        matches!(&outcome, JobOutcome::Failed(r) if r.starts_with("bad_credentials: ")),
+        "{outcome:?}"
+    );
+    assert!(
+        f.tombstoned().await?.is_empty(),
+        "a refused read deletes nothing"
+    );
+    let (refused_at, refusal): (Option<time::OffsetDateTime>, Option<String>) = sqlx::query_as(
+        "SELECT credentials_refused_at, credentials_refusal FROM connection WHERE id = $1",
+    )
+    .bind(f.tenant.connection_id)
+    .fetch_one(&f.pool)
+    .await?;
+    assert!(refused_at.is_some());
+    assert!(refusal.unwrap().starts_with("bad_credentials: "));
+    let refused = f.activities("credentials_refused").await?;
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0]["class"], "bad_credentials");
+
+    // The schedules skip the flagged connection; a scheduled job queued before the refusal
+    // reads nothing.
+    let now = time::OffsetDateTime::now_utc();
+    let queued =
+        queue_scheduled(&f.db, ConnectionKind::Gitlab, JobType::Reconciliation, now).await?;
+    assert_eq!(queued, 0, "a flagged connection gets no scheduled job");
+    let calls = source.calls();
+    let scheduled = f.queue("RECONCILIATION", "scheduled").await?;
+    let engine = f.engine::<Gitlab>(&source, "replica-a", Duration::from_secs(30));
+    let handler = sync_engine::consumers::JobHandler {
+        db: f.db.clone(),
+        engine,
+    };
+    handler.run_job(scheduled).await.expect("settled");
+    let (status, error): (String, Option<String>) =
+        sqlx::query_as("SELECT status, error FROM sync_job WHERE id = $1")
+            .bind(scheduled)
+            .fetch_one(&f.pool)
+            .await?;
+    assert_eq!(status, "failed");
+    assert!(error.unwrap().contains("needs new credentials"));
+    assert_eq!(
+        source.calls(),
+        calls,
+        "nothing was read with refused credentials"
+    );
+
+    // Replaced credentials clear the flag and the schedule takes the connection again.
+    source.with(|s| s.faults.clear());
+    store::credentials::replaced(&f.db, f.tenant.connection_id).await?;
+    let queued =
+        queue_scheduled(&f.db, ConnectionKind::Gitlab, JobType::Reconciliation, now).await?;
+    assert_eq!(queued, 1);
+    assert_eq!(
+        f.run::<Gitlab>("RECONCILIATION", "manual", &source).await?,
+        JobOutcome::Succeeded
+    );
+    assert_eq!(f.tombstoned().await?, ["note-0004"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_refusal_of_replaced_credentials_does_not_flag_the_new_ones() -> Result<()> {
+    let f = fixture().await?;
+    let source = ScriptedSource::new(10);
+    let id = f.queue("RECONCILIATION", "manual").await?;
+    let engine = f.engine::<Gitlab>(&source, "replica-a", Duration::from_secs(30));
+    let job = engine.jobs.claim(id).await?.expect("claimable");
+    // The operator replaces the secrets after the job read the old ones.
+    store::credentials::replaced(&f.db, f.tenant.connection_id).await?;
+    source.with(|s| s.faults = vec![(s.calls, Fault::Refused)]);
+    let outcome = engine
+        .run(&job, f.provider_instance_id, source.clone())
+        .await?;
+    assert!(matches!(&outcome, JobOutcome::Failed(r) if r.starts_with("bad_credentials: ")));
+    let (refused_at,): (Option<time::OffsetDateTime>,) =
+        sqlx::query_as("SELECT credentials_refused_at FROM connection WHERE id = $1")
+            .bind(f.tenant.connection_id)
+            .fetch_one(&f.pool)
+            .await?;
+    assert_eq!(refused_at, None, "the new credentials are not flagged");
     Ok(())
 }

@@ -21,8 +21,9 @@ use std::time::Duration;
 use anyhow::Result;
 use bus::{Bus, Stream};
 use lifecycle_core::deletion::{BlastRadius, TombstonePlan};
-use lifecycle_core::listing::{ListingFault, ListingPage};
+use lifecycle_core::listing::ListingPage;
 use lifecycle_core::subject::{self, Monitor};
+use lifecycle_core::vendor_error::VendorErrorClass;
 use sea_orm::{DatabaseConnection, TransactionTrait};
 use serde::Deserialize;
 use sqlx::{PgConnection, PgPool};
@@ -84,6 +85,8 @@ pub enum Fault {
     LyingNoNextPage,
     /// Reports a total that disagrees with the items.
     WrongTotal,
+    /// The credentials are refused.
+    Refused,
 }
 
 /// Something the test does while the script serves a page call (cancel the job, take it over).
@@ -181,6 +184,8 @@ pub enum ScriptedError {
     Unavailable,
     Gone,
     Quota,
+    /// The vendor refused the credentials (a 401).
+    Refused,
 }
 
 impl fmt::Display for ScriptedError {
@@ -189,16 +194,18 @@ impl fmt::Display for ScriptedError {
             ScriptedError::Unavailable => "the scripted vendor answered HTTP 503",
             ScriptedError::Gone => "the scope is gone",
             ScriptedError::Quota => "the scripted quota is spent",
+            ScriptedError::Refused => "the scripted vendor refused the credentials",
         })
     }
 }
 
 impl ReadError for ScriptedError {
-    fn fault(&self) -> ListingFault {
+    fn class(&self) -> VendorErrorClass {
         match self {
-            ScriptedError::Unavailable => ListingFault::HttpError(503),
-            ScriptedError::Gone => ListingFault::HttpError(404),
-            ScriptedError::Quota => ListingFault::BudgetExhausted,
+            ScriptedError::Unavailable => VendorErrorClass::ServerError,
+            ScriptedError::Gone => VendorErrorClass::NotFound,
+            ScriptedError::Quota => VendorErrorClass::BudgetExhausted,
+            ScriptedError::Refused => VendorErrorClass::BadCredentials,
         }
     }
 
@@ -207,6 +214,8 @@ impl ReadError for ScriptedError {
             ScriptedError::Unavailable => ReadStop::Pass(format!("failing: {self}")),
             ScriptedError::Gone => ReadStop::Listing,
             ScriptedError::Quota => ReadStop::Job(format!("quota: {self}")),
+            // What the vendor says is irrelevant: the engine ends the job on its class.
+            ScriptedError::Refused => ReadStop::Listing,
         }
     }
 }
@@ -367,6 +376,7 @@ impl<K: Kind> Vendor for Scripted<K> {
                 Some(Fault::Unavailable) => Err(ScriptedError::Unavailable),
                 Some(Fault::Gone) => Err(ScriptedError::Gone),
                 Some(Fault::Quota) => Err(ScriptedError::Quota),
+                Some(Fault::Refused) => Err(ScriptedError::Refused),
                 Some(Fault::Errored) => {
                     page.errored = true;
                     Ok(page)

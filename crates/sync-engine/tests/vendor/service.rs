@@ -312,7 +312,7 @@ async fn a_queued_reconciliation_tombstones_only_after_a_complete_listing() -> R
         failed
             .error
             .as_deref()
-            .is_some_and(|e| e.starts_with("failing:")),
+            .is_some_and(|e| e.starts_with("server_error: failing:")),
         "{failed:?}"
     );
     assert!(

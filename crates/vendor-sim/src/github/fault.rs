@@ -100,6 +100,14 @@ pub enum FaultKind {
     },
     /// An HTTP error status with GitHub's plain error body (e.g. 502, 503).
     Status(u16),
+    /// 401 `Bad credentials`, as GitHub answers a revoked or invalid token.
+    BadCredentials,
+    /// 403 for a missing permission, naming the accepted permissions in
+    /// `X-Accepted-GitHub-Permissions` when given (e.g. `issues=read`).
+    Forbidden {
+        /// The header's value, when GitHub would send one.
+        permission: Option<String>,
+    },
     /// The answer is held back this long (combines with any other kind).
     Delay(Duration),
     /// The model changes just before the call is answered.
@@ -134,6 +142,8 @@ impl fmt::Debug for FaultKind {
                 write!(f, "SecondaryRateLimit({retry_after}s)")
             }
             Self::Status(s) => write!(f, "Status({s})"),
+            Self::BadCredentials => f.write_str("BadCredentials"),
+            Self::Forbidden { permission } => write!(f, "Forbidden({permission:?})"),
             Self::Delay(d) => write!(f, "Delay({d:?})"),
             Self::Mutate(_) => f.write_str("Mutate(..)"),
         }

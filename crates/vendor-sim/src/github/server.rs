@@ -286,6 +286,22 @@ async fn begin(
                 let status = StatusCode::from_u16(*code).unwrap_or(StatusCode::BAD_GATEWAY);
                 return Err(message(status, "Server Error"));
             }
+            FaultKind::BadCredentials => {
+                return Err(message(StatusCode::UNAUTHORIZED, "Bad credentials"));
+            }
+            FaultKind::Forbidden { permission } => {
+                let mut r = message(
+                    StatusCode::FORBIDDEN,
+                    "Resource not accessible by integration",
+                );
+                if let Some(permission) = permission
+                    && let Ok(value) = HeaderValue::from_str(permission)
+                {
+                    r.headers_mut()
+                        .insert("x-accepted-github-permissions", value);
+                }
+                return Err(r);
+            }
             FaultKind::SecondaryRateLimit { retry_after } => {
                 let mut r = message(
                     StatusCode::FORBIDDEN,

@@ -64,6 +64,14 @@ pub struct ConnectionView {
     pub settings: serde_json::Value,
     /// Names of stored secrets; values are never returned.
     pub secret_names: Vec<String>,
+    /// The vendor refused the connection's credentials (a 401, or a 403 for a missing
+    /// permission): its scheduled jobs stop until its secrets are replaced.
+    pub needs_credentials: bool,
+    /// When the vendor last refused them, while they are not replaced.
+    pub credentials_refused_at: Option<String>,
+    /// Why, as the job that met the refusal said it (`bad_credentials: ...`,
+    /// `forbidden: issues=read: ...`).
+    pub credentials_refusal: Option<String>,
     pub created_at: String,
     pub updated_at: String,
 }
@@ -107,6 +115,9 @@ async fn view<C: ConnectionTrait>(
         server_url: instance.and_then(|i| i.server_url),
         settings: m.settings,
         secret_names,
+        needs_credentials: m.credentials_refused_at.is_some(),
+        credentials_refused_at: m.credentials_refused_at.map(rfc3339),
+        credentials_refusal: m.credentials_refusal,
         created_at: rfc3339(m.created_at),
         updated_at: rfc3339(m.updated_at),
     })
@@ -151,13 +162,7 @@ pub async fn create(
     PathParams(workspace_id): PathParams<Uuid>,
     JsonBody(body): JsonBody<CreateConnection>,
 ) -> Result<(StatusCode, Json<ConnectionView>), ApiError> {
-    for name in body.secrets.keys() {
-        if name.is_empty() || name.len() > 100 {
-            return Err(ApiError::bad_request(
-                "secret names must be 1 to 100 characters",
-            ));
-        }
-    }
+    check_secret_names(&body.secrets)?;
     let settings = body.settings.unwrap_or_else(|| serde_json::json!({}));
     if !settings.is_object() {
         return Err(ApiError::bad_request("settings must be a JSON object"));
@@ -211,6 +216,99 @@ pub async fn create(
     txn.commit().await?;
     tracing::info!(%workspace_id, connection_id = %view.id, actor = %caller.sub, "connection created");
     Ok((StatusCode::CREATED, Json(view)))
+}
+
+fn check_secret_names(secrets: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    for name in secrets.keys() {
+        if name.is_empty() || name.len() > 100 {
+            return Err(ApiError::bad_request(
+                "secret names must be 1 to 100 characters",
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplaceSecrets {
+    /// Credentials by name (e.g. `token`, `private_key`); each named secret is replaced, the
+    /// others are kept. Stored encrypted, never returned.
+    pub secrets: BTreeMap<String, String>,
+}
+
+/// Replace a connection's secrets
+///
+/// Replaces the named secrets (e.g. a revoked GitHub `token`), verifying a GitHub token's
+/// repositories with GitHub first. Clears the connection's refused-credentials flag, so its
+/// scheduled jobs resume; audited as `replace_secrets`.
+#[utoipa::path(put, path = "/workspaces/{workspace_id}/connections/{connection_id}/secrets",
+    operation_id = "replaceConnectionSecrets", params(ConnectionPath), request_body = ReplaceSecrets,
+    responses((status = 200, description = "The connection with its new secrets, no longer flagged as needing credentials.", body = ConnectionView),
+              (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
+              (status = 403, response = Forbidden),
+              (status = 404, description = "No such connection in a workspace this token reaches.", body = ErrorBody),
+              (status = 409, description = "The connection is disconnected (`connection_disconnected`), or the workspace is being purged (`workspace_not_active`).", body = ErrorBody),
+              (status = 413, response = PayloadTooLarge), (status = 415, response = UnsupportedMediaType),
+              (status = 422, description = "GitHub refused the new token (`credentials_refused`) or it cannot read the connection's repositories (`repository_not_accessible`); nothing was stored.", body = ErrorBody),
+              (status = 502, description = "The vendor could not be asked to verify the token; nothing was stored.", body = ErrorBody)))]
+pub async fn replace_secrets(
+    State(state): State<AppState>,
+    Admin(caller): Admin,
+    PathParams((workspace_id, connection_id)): PathParams<(Uuid, Uuid)>,
+    JsonBody(body): JsonBody<ReplaceSecrets>,
+) -> Result<Json<ConnectionView>, ApiError> {
+    if body.secrets.is_empty() {
+        return Err(ApiError::bad_request("name at least one secret to replace"));
+    }
+    check_secret_names(&body.secrets)?;
+    let row = find_connection(&state.db, &caller, workspace_id, connection_id, false).await?;
+    // Reads follow verified access: a new PAT resolves the connection's repositories first.
+    if row.kind == ConnectionKind::Github
+        && let Some(token) = body.secrets.get("token")
+    {
+        let instance = provider_instance::Entity::find_by_id(row.provider_instance_id)
+            .one(&state.db)
+            .await?;
+        let api = github_client::ClientConfig::for_server(
+            provider_instance::normalise_server_url(instance.and_then(|i| i.server_url).as_deref())
+                .as_deref(),
+        );
+        crate::github_access::verify_pat_repositories(&api, &row.settings, Some(token.as_str()))
+            .await?;
+    }
+    let txn = state.db.begin().await?;
+    let ws = find_reachable(&txn, &caller, workspace_id, false).await?;
+    let row = find_connection(&txn, &caller, workspace_id, connection_id, true).await?;
+    if ws.status != WorkspaceStatus::Active {
+        return Err(ApiError::conflict(
+            "workspace_not_active",
+            "the workspace is being purged; its connections take no new secrets",
+        ));
+    }
+    if row.status == ConnectionStatus::Disconnected {
+        return Err(ApiError::conflict(
+            "connection_disconnected",
+            "a disconnected connection takes no new secrets; create a new connection",
+        ));
+    }
+    for (name, value) in &body.secrets {
+        store::secrets::put(&txn, &state.secret_key, row.id, name, value.as_bytes())
+            .await
+            .map_err(ApiError::internal)?;
+    }
+    // New credentials lift the refusal: the schedules take the connection again.
+    store::credentials::replaced(&txn, row.id).await?;
+    store::lifecycle::write_audit(&txn, &row, &caller.sub, "replace_secrets", Some(row.status))
+        .await?;
+    let row = connection::Entity::find_by_id(row.id)
+        .one(&txn)
+        .await?
+        .ok_or_else(|| ApiError::not_found("connection"))?;
+    let view = view(&txn, row).await?;
+    txn.commit().await?;
+    tracing::info!(%workspace_id, %connection_id, secrets = ?body.secrets.keys().collect::<Vec<_>>(), actor = %caller.sub, "connection secrets replaced");
+    Ok(Json(view))
 }
 
 /// List a workspace's connections

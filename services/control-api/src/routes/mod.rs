@@ -11,7 +11,7 @@ pub mod workspaces;
 use axum::Router;
 use axum::handler::Handler;
 use axum::http::Method;
-use axum::routing::{MethodRouter, get, post};
+use axum::routing::{MethodRouter, get, post, put};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
@@ -40,6 +40,10 @@ impl RouteTable {
 
     fn post<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, handler: H) -> Self {
         self.add(Method::POST, path, post(handler))
+    }
+
+    fn put<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, handler: H) -> Self {
+        self.add(Method::PUT, path, put(handler))
     }
 
     fn add(mut self, method: Method, path: &'static str, route: MethodRouter<AppState>) -> Self {
@@ -81,6 +85,10 @@ pub fn table() -> RouteTable {
         .post(
             "/workspaces/{workspace_id}/connections/{connection_id}/{transition}",
             connections::transition,
+        )
+        .put(
+            "/workspaces/{workspace_id}/connections/{connection_id}/secrets",
+            connections::replace_secrets,
         )
         .post(
             "/workspaces/{workspace_id}/connections/{connection_id}/sync",
