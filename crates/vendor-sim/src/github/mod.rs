@@ -14,6 +14,7 @@
 //! ```
 
 mod checks;
+mod conversation;
 mod deliveries;
 mod fault;
 mod generate;
@@ -24,6 +25,9 @@ pub mod webhook;
 
 pub use checks::{
     CheckConclusion, CheckRun, CheckStatus, CheckSuite, CommitChecks, CommitStatus, StatusState,
+};
+pub use conversation::{
+    Conversation, IssueComment, RequestedReviewer, Review, ReviewComment, ReviewState, ReviewThread,
 };
 pub use deliveries::DeliveryAttempt;
 pub use fault::{Calls, Fault, FaultKind, Mutation, ops};

@@ -321,6 +321,8 @@ const CONNECTIONS: &[&str] = &[
     "pullRequests",
     "comments",
     "reviews",
+    "reviewThreads",
+    "reviewRequests",
     "contexts",
     "checkSuites",
     "checkRuns",
