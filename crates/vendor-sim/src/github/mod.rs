@@ -38,5 +38,5 @@ pub use model::{
     NewIssue, NewPullRequest, OwnerKind, PullRequest, PullRequestState, RateLimitBudget,
     RateLimitResource, RepoId, Repository,
 };
-pub use server::GithubSim;
+pub use server::{GithubSim, graphql_cost};
 pub use webhook::send_webhook;
