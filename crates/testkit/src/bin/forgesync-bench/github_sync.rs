@@ -94,6 +94,20 @@ pub async fn run() -> Result<()> {
         job.done,
         scenario.items
     );
+    let graphql_points = u64::from(budget_before.saturating_sub(budget_after));
+    // The same job without the lists nested under each item: the listings' points as the
+    // count-only pages would be charged (GitHub prices a query by its connections and `first`).
+    let vars = json!({ "owner": "o", "name": "r", "first": page_size });
+    let (issue_calls, pull_calls) = (
+        sim.calls(ops::REPOSITORY_ISSUES),
+        sim.calls(ops::REPOSITORY_PULL_REQUESTS),
+    );
+    let listing_points =
+        sim.points(ops::REPOSITORY_ISSUES) + sim.points(ops::REPOSITORY_PULL_REQUESTS);
+    let items_only = graphql_points.saturating_sub(listing_points)
+        + issue_calls * u64::from(graphql_cost(ISSUES_COUNTS_ONLY, &vars))
+        + pull_calls * u64::from(graphql_cost(PULLS_COUNTS_ONLY, &vars));
+    let (comments, reviews) = nested_rows(&pool).await?;
     let webhooks = crate::github_webhooks::apply(&env, &pool, &sim, &conn).await?;
     sync.stop().await?;
     control.stop().await?;
@@ -111,20 +125,7 @@ pub async fn run() -> Result<()> {
     let engine_rate = items as f64 / job.seconds;
     let batched_rate = items as f64 / batched.as_secs_f64();
     let per_row_rate = items as f64 / per_row.as_secs_f64();
-    let cost = u64::from(budget_before.saturating_sub(budget_after));
-    // The same job without the lists nested under each item: the listings' points as the
-    // count-only pages would be charged (GitHub prices a query by its connections and `first`).
-    let vars = json!({ "owner": "o", "name": "r", "first": page_size });
-    let (issue_calls, pull_calls) = (
-        sim.calls(ops::REPOSITORY_ISSUES),
-        sim.calls(ops::REPOSITORY_PULL_REQUESTS),
-    );
-    let listing_points =
-        sim.points(ops::REPOSITORY_ISSUES) + sim.points(ops::REPOSITORY_PULL_REQUESTS);
-    let items_only = cost.saturating_sub(listing_points)
-        + issue_calls * u64::from(graphql_cost(ISSUES_COUNTS_ONLY, &vars))
-        + pull_calls * u64::from(graphql_cost(PULLS_COUNTS_ONLY, &vars));
-    let (comments, reviews) = nested_rows(&pool).await?;
+    let cost = graphql_points;
 
     println!();
     println!(
