@@ -731,7 +731,11 @@ impl Stack {
         .await?;
         let mut sum = serde_json::Map::new();
         for (detail,) in rows {
-            for (kind, n) in detail["corrections"].as_object().cloned().unwrap_or_default() {
+            for (kind, n) in detail["corrections"]
+                .as_object()
+                .cloned()
+                .unwrap_or_default()
+            {
                 let total = sum.get(&kind).and_then(Value::as_i64).unwrap_or(0);
                 sum.insert(kind, json!(total + n.as_i64().unwrap_or(0)));
             }
@@ -765,8 +769,12 @@ async fn a_reconcile_restores_comments_reviews_threads_and_requests_whose_webhoo
         let issue_comment = m.add_comment(issue, Some("alice"), "lost comment");
         let pr_comment = m.add_comment(pr, Some("bob"), "lost pr comment");
         let review = m.add_review(pr, Some("carol"), ReviewState::Approved, "lgtm");
-        let thread =
-            m.add_review_thread(pr, "src/lib.rs", Some(review.database_id), &["nit", "fixed"]);
+        let thread = m.add_review_thread(
+            pr,
+            "src/lib.rs",
+            Some(review.database_id),
+            &["nit", "fixed"],
+        );
         m.resolve_thread(pr, &thread.node_id, Some("carol"));
         m.set_review_requests(
             pr,
@@ -789,13 +797,19 @@ async fn a_reconcile_restores_comments_reviews_threads_and_requests_whose_webhoo
             .bind(review.database_id as i64)
             .fetch_one(&s.pool)
             .await?;
-    assert_eq!((state.as_str(), body.as_deref()), ("APPROVED", Some("lgtm")));
+    assert_eq!(
+        (state.as_str(), body.as_deref()),
+        ("APPROVED", Some("lgtm"))
+    );
     let (resolved, resolved_by): (Option<bool>, Option<String>) =
         sqlx::query_as("SELECT resolved, resolved_by FROM review_thread WHERE node_id = $1")
             .bind(&thread.node_id)
             .fetch_one(&s.pool)
             .await?;
-    assert_eq!((resolved, resolved_by.as_deref()), (Some(true), Some("carol")));
+    assert_eq!(
+        (resolved, resolved_by.as_deref()),
+        (Some(true), Some("carol"))
+    );
     let filed: (i64,) = sqlx::query_as(
         "SELECT count(*) FROM review_comment c JOIN review_thread t ON t.id = c.thread_id
           WHERE t.node_id = $1 AND c.deleted_at IS NULL",
@@ -804,12 +818,11 @@ async fn a_reconcile_restores_comments_reviews_threads_and_requests_whose_webhoo
     .fetch_one(&s.pool)
     .await?;
     assert_eq!(filed.0, 2, "the thread's comments are filed under it");
-    let (requested,): (Option<Value>,) = sqlx::query_as(
-        "SELECT requested_reviewers FROM pull_request WHERE native_id = $1",
-    )
-    .bind(pr as i64)
-    .fetch_one(&s.pool)
-    .await?;
+    let (requested,): (Option<Value>,) =
+        sqlx::query_as("SELECT requested_reviewers FROM pull_request WHERE native_id = $1")
+            .bind(pr as i64)
+            .fetch_one(&s.pool)
+            .await?;
     assert_eq!(requested, Some(json!([{"user": "dave"}, {"team": "core"}])));
 
     // Each restored row is one correction of the reconcile, and nothing else is.
@@ -845,7 +858,11 @@ async fn a_comment_deleted_upstream_is_removed_by_a_complete_reconcile_only() ->
     s.reconcile().await?;
     s.finished_jobs("RECONCILIATION", 1).await?;
     assert_eq!(s.comment_live(gone).await?, Some(true));
-    assert_eq!(s.comment_live(kept).await?, Some(true), "the first page is mirrored");
+    assert_eq!(
+        s.comment_live(kept).await?,
+        Some(true),
+        "the first page is mirrored"
+    );
     s.sim.model(|m| {
         assert!(m.delete_comment(whole, gone));
         assert!(m.delete_comment(long, kept));
@@ -876,7 +893,11 @@ async fn a_comment_deleted_upstream_is_removed_by_a_complete_reconcile_only() ->
     ));
     s.reconcile().await?;
     s.finished_jobs("RECONCILIATION", 2).await?;
-    assert_eq!(s.comment_live(gone).await?, Some(true), "an errored page keeps it");
+    assert_eq!(
+        s.comment_live(gone).await?,
+        Some(true),
+        "an errored page keeps it"
+    );
     s.sim.clear_faults();
 
     // A complete reconcile removes it; the parent listed in part keeps its own.

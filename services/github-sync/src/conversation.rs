@@ -7,7 +7,9 @@ use std::collections::{HashMap, HashSet};
 
 use lifecycle_core::forward::Freshness;
 use lifecycle_core::snapshot::{ListRead, SnapshotOutcome};
-use scm_mirror::comments::{self, Comment, CommentFields, CommentRow, ReviewComment, StoredComment};
+use scm_mirror::comments::{
+    self, Comment, CommentFields, CommentRow, ReviewComment, StoredComment,
+};
 use scm_mirror::events::{Item, Origin};
 use scm_mirror::reviews::Thread;
 use sqlx::PgPool;

@@ -13,11 +13,11 @@ use anyhow::{Context as _, anyhow};
 use github_client::queries::{
     self, CheckStatusState, PullRequestReviewState, RequestedReviewer, RollupContext, StatusState,
 };
-use lifecycle_core::forward::GithubReviewState;
 use github_client::{
     AppCredentials, Auth, Budget, ClientConfig, Error, GithubApp, GithubClient,
     PathSegment as ClientPath,
 };
+use lifecycle_core::forward::GithubReviewState;
 use lifecycle_core::github::checks::{CheckRun, CheckSuite, CommitChecksRead, Rollup, RunStatus};
 use lifecycle_core::partial::PathSegment;
 use sea_orm::{DatabaseConnection, EntityTrait};
@@ -344,58 +344,79 @@ fn comments(c: &queries::CommentCount) -> Nested<CommentNode> {
 /// What a pull request node read under it.
 fn pull_request_conversation(n: &queries::PullRequestNode) -> Conversation {
     let reviews = n.reviews.as_ref().map(|r| {
-        nested(r.nodes.as_ref(), r.page_info.has_next_page, r.total_count, |r| {
-            Some(ReviewNode {
-                native_id: i64::from(r.database_id?),
-                node_id: r.id.inner().to_owned(),
-                author: login(r.author.as_ref()),
-                body: r.body.clone(),
-                state: match r.state {
-                    PullRequestReviewState::Pending => GithubReviewState::Pending,
-                    PullRequestReviewState::Commented => GithubReviewState::Commented,
-                    PullRequestReviewState::Approved => GithubReviewState::Approved,
-                    PullRequestReviewState::ChangesRequested => GithubReviewState::ChangesRequested,
-                    PullRequestReviewState::Dismissed => GithubReviewState::Dismissed,
-                    // A state this build does not know is not guessed: the review is left out.
-                    PullRequestReviewState::Other(_) => return None,
-                },
-                commit_sha: r.commit.as_ref().map(|c| c.oid.0.clone()),
-                submitted_at: r.submitted_at.map(|t| t.0),
-                updated_at: r.updated_at.0,
-            })
-        })
+        nested(
+            r.nodes.as_ref(),
+            r.page_info.has_next_page,
+            r.total_count,
+            |r| {
+                Some(ReviewNode {
+                    native_id: i64::from(r.database_id?),
+                    node_id: r.id.inner().to_owned(),
+                    author: login(r.author.as_ref()),
+                    body: r.body.clone(),
+                    state: match r.state {
+                        PullRequestReviewState::Pending => GithubReviewState::Pending,
+                        PullRequestReviewState::Commented => GithubReviewState::Commented,
+                        PullRequestReviewState::Approved => GithubReviewState::Approved,
+                        PullRequestReviewState::ChangesRequested => {
+                            GithubReviewState::ChangesRequested
+                        }
+                        PullRequestReviewState::Dismissed => GithubReviewState::Dismissed,
+                        // A state this build does not know is not guessed: the review is left out.
+                        PullRequestReviewState::Other(_) => return None,
+                    },
+                    commit_sha: r.commit.as_ref().map(|c| c.oid.0.clone()),
+                    submitted_at: r.submitted_at.map(|t| t.0),
+                    updated_at: r.updated_at.0,
+                })
+            },
+        )
     });
     let t = &n.review_threads;
-    let threads = nested(t.nodes.as_ref(), t.page_info.has_next_page, t.total_count, |t| {
-        let c = &t.comments;
-        Some(ThreadNode {
-            node_id: t.id.inner().to_owned(),
-            path: t.path.clone(),
-            resolved: t.is_resolved,
-            resolved_by: t.resolved_by.as_ref().map(|u| u.login.clone()),
-            comments: nested(c.nodes.as_ref(), c.page_info.has_next_page, c.total_count, |c| {
-                Some(ReviewCommentNode {
-                    comment: CommentNode {
-                        native_id: i64::from(c.database_id?),
-                        node_id: c.id.inner().to_owned(),
-                        author: login(c.author.as_ref()),
-                        body: c.body.clone(),
-                        created_at: c.created_at.0,
-                        updated_at: c.updated_at.0,
+    let threads = nested(
+        t.nodes.as_ref(),
+        t.page_info.has_next_page,
+        t.total_count,
+        |t| {
+            let c = &t.comments;
+            Some(ThreadNode {
+                node_id: t.id.inner().to_owned(),
+                path: t.path.clone(),
+                resolved: t.is_resolved,
+                resolved_by: t.resolved_by.as_ref().map(|u| u.login.clone()),
+                comments: nested(
+                    c.nodes.as_ref(),
+                    c.page_info.has_next_page,
+                    c.total_count,
+                    |c| {
+                        Some(ReviewCommentNode {
+                            comment: CommentNode {
+                                native_id: i64::from(c.database_id?),
+                                node_id: c.id.inner().to_owned(),
+                                author: login(c.author.as_ref()),
+                                body: c.body.clone(),
+                                created_at: c.created_at.0,
+                                updated_at: c.updated_at.0,
+                            },
+                            path: c.path.clone(),
+                            line: c.line,
+                            review_native_id: c
+                                .pull_request_review
+                                .as_ref()
+                                .and_then(|r| r.database_id)
+                                .map(i64::from),
+                            in_reply_to: c
+                                .reply_to
+                                .as_ref()
+                                .and_then(|r| r.database_id)
+                                .map(i64::from),
+                            commit_sha: c.commit.as_ref().map(|c| c.oid.0.clone()),
+                        })
                     },
-                    path: c.path.clone(),
-                    line: c.line,
-                    review_native_id: c
-                        .pull_request_review
-                        .as_ref()
-                        .and_then(|r| r.database_id)
-                        .map(i64::from),
-                    in_reply_to: c.reply_to.as_ref().and_then(|r| r.database_id).map(i64::from),
-                    commit_sha: c.commit.as_ref().map(|c| c.oid.0.clone()),
-                })
-            }),
-        })
-    });
+                ),
+            })
+        },
+    );
     // GitHub's single page of requests: a longer list is never applied.
     let reviewers = n.review_requests.as_ref().map(|r| {
         nested(r.nodes.as_ref(), false, r.total_count, |r| {

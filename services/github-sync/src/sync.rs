@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lifecycle_core::deletion::TombstonePlan;
-use lifecycle_core::listing::ListingPage;
 use lifecycle_core::job::SyncJobType;
+use lifecycle_core::listing::ListingPage;
 use scm_mirror::events::Origin;
 use scm_mirror::items::{self, ItemClass};
 use scm_mirror::monitors;

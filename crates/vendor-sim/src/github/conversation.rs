@@ -114,7 +114,13 @@ impl Model {
     }
 
     /// Fills a generated item's lists to its counts, dated `at` (the counts stay as they are).
-    pub(crate) fn seed_conversation(&mut self, item: u64, comments: u32, reviews: u32, at: OffsetDateTime) {
+    pub(crate) fn seed_conversation(
+        &mut self,
+        item: u64,
+        comments: u32,
+        reviews: u32,
+        at: OffsetDateTime,
+    ) {
         let mut conversation = Conversation::default();
         for n in 0..comments {
             let id = self.next_nested_id();

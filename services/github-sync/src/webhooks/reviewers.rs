@@ -55,7 +55,9 @@ pub async fn apply(
     received_at: OffsetDateTime,
     read: ListRead<Reviewer>,
 ) -> Result<SnapshotOutcome, sqlx::Error> {
-    Ok(apply_counted(txn, pull_request_id, received_at, read).await?.0)
+    Ok(apply_counted(txn, pull_request_id, received_at, read)
+        .await?
+        .0)
 }
 
 /// [`apply`], and whether the stored entries changed.

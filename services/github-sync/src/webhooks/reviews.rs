@@ -282,7 +282,15 @@ pub async fn thread(
         .map(|c| review_comment_row(item.id, c, None))
         .collect();
     let version = event.pull_request.item.updated_at;
-    let applied = apply_thread(&mut txn, &item, &thread, &comments, version, Origin::Webhook).await?;
+    let applied = apply_thread(
+        &mut txn,
+        &item,
+        &thread,
+        &comments,
+        version,
+        Origin::Webhook,
+    )
+    .await?;
     txn.commit().await?;
     Ok(match applied.thread {
         Applied::Stale => Outcome::Unchanged,

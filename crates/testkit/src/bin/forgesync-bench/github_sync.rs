@@ -11,9 +11,7 @@ use serde_json::{Value, json};
 use sqlx::{PgPool, Row as _};
 use time::OffsetDateTime;
 use uuid::Uuid;
-use vendor_sim::github::{
-    GithubSim, RateLimitResource, Scenario, generate, graphql_cost, ops,
-};
+use vendor_sim::github::{GithubSim, RateLimitResource, Scenario, generate, graphql_cost, ops};
 
 use crate::table::{Table, rate, ratio, thousands};
 
@@ -242,11 +240,10 @@ const PULLS_COUNTS_ONLY: &str = "query RepositoryPullRequests($owner: String!, $
 
 /// Conversation comments and reviews the job mirrored.
 async fn nested_rows(pool: &PgPool) -> Result<(u64, u64)> {
-    let (comments, reviews): (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM comment), (SELECT count(*) FROM review)",
-    )
-    .fetch_one(pool)
-    .await?;
+    let (comments, reviews): (i64, i64) =
+        sqlx::query_as("SELECT (SELECT count(*) FROM comment), (SELECT count(*) FROM review)")
+            .fetch_one(pool)
+            .await?;
     Ok((comments.max(0) as u64, reviews.max(0) as u64))
 }
 
