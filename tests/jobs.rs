@@ -798,3 +798,216 @@ async fn a_canceled_backfill_stops_between_passes() -> Result<()> {
     assert_eq!(backfills(&s).await?[0]["passes"], 1);
     Ok(())
 }
+
+/// Nested lists: what a reconcile restores and removes under the items it lists.
+impl Stack {
+    /// A repository with at least one issue and one pull request, with the native ids of both.
+    fn repository_with_both(&self) -> (u64, u64, u64) {
+        self.sim.model(|m| {
+            m.repositories()
+                .find_map(|r| {
+                    let issue = r.issues().find(|i| i.comments > 0)?;
+                    let pr = r.pull_requests().next()?;
+                    Some((r.database_id, issue.database_id, pr.database_id))
+                })
+                .expect("a repository with a commented issue and a pull request")
+        })
+    }
+
+    /// The `nested_corrected` activity of the connection's last finished job of `job_type`,
+    /// summed by kind.
+    async fn corrections(&self, job_type: &str) -> Result<serde_json::Map<String, Value>> {
+        let rows: Vec<(Value,)> = sqlx::query_as(
+            "SELECT a.detail FROM connection_activity a
+              WHERE a.activity = 'nested_corrected'
+                AND a.detail->>'job_id' = (SELECT id::text FROM sync_job WHERE job_type = $1
+                                            ORDER BY created_at DESC LIMIT 1)",
+        )
+        .bind(job_type)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut sum = serde_json::Map::new();
+        for (detail,) in rows {
+            for (kind, n) in detail["corrections"]
+                .as_object()
+                .cloned()
+                .unwrap_or_default()
+            {
+                let total = sum.get(&kind).and_then(Value::as_i64).unwrap_or(0);
+                sum.insert(kind, json!(total + n.as_i64().unwrap_or(0)));
+            }
+        }
+        Ok(sum)
+    }
+
+    /// Whether the conversation comment `native_id` is live in the mirror (`None`: no row).
+    async fn comment_live(&self, native_id: u64) -> Result<Option<bool>> {
+        let row: Option<(bool,)> = sqlx::query_as(
+            "SELECT deleted_at IS NULL AND body IS NOT NULL FROM comment WHERE native_id = $1",
+        )
+        .bind(native_id as i64)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|(live,)| live))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reconcile_restores_comments_reviews_threads_and_requests_whose_webhooks_were_lost_as_corrections()
+-> Result<()> {
+    let s = Stack::start(60, 100).await?;
+    s.activate().await?;
+    let jobs = s.finished_jobs("INITIAL", 1).await?;
+    assert_eq!(jobs[0].0, "succeeded", "{jobs:?}");
+    let (_, issue, pr) = s.repository_with_both();
+    // What GitHub changed while every webhook about it was dropped.
+    use vendor_sim::github::{RequestedReviewer, ReviewState};
+    let (issue_comment, pr_comment, review, thread) = s.sim.model(|m| {
+        let issue_comment = m.add_comment(issue, Some("alice"), "lost comment");
+        let pr_comment = m.add_comment(pr, Some("bob"), "lost pr comment");
+        let review = m.add_review(pr, Some("carol"), ReviewState::Approved, "lgtm");
+        let thread = m.add_review_thread(
+            pr,
+            "src/lib.rs",
+            Some(review.database_id),
+            &["nit", "fixed"],
+        );
+        m.resolve_thread(pr, &thread.node_id, Some("carol"));
+        m.set_review_requests(
+            pr,
+            vec![
+                RequestedReviewer::User("dave".into()),
+                RequestedReviewer::Team("core".into()),
+            ],
+        );
+        (issue_comment, pr_comment, review, thread)
+    });
+    assert_eq!(s.comment_live(issue_comment.database_id).await?, None);
+
+    s.reconcile().await?;
+    let jobs = s.finished_jobs("RECONCILIATION", 1).await?;
+    assert_eq!(jobs[0].0, "succeeded", "{jobs:?}");
+    assert_eq!(s.comment_live(issue_comment.database_id).await?, Some(true));
+    assert_eq!(s.comment_live(pr_comment.database_id).await?, Some(true));
+    let (state, body): (String, Option<String>) =
+        sqlx::query_as("SELECT state, body FROM review WHERE native_id = $1")
+            .bind(review.database_id as i64)
+            .fetch_one(&s.pool)
+            .await?;
+    assert_eq!(
+        (state.as_str(), body.as_deref()),
+        ("APPROVED", Some("lgtm"))
+    );
+    let (resolved, resolved_by): (Option<bool>, Option<String>) =
+        sqlx::query_as("SELECT resolved, resolved_by FROM review_thread WHERE node_id = $1")
+            .bind(&thread.node_id)
+            .fetch_one(&s.pool)
+            .await?;
+    assert_eq!(
+        (resolved, resolved_by.as_deref()),
+        (Some(true), Some("carol"))
+    );
+    let filed: (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM review_comment c JOIN review_thread t ON t.id = c.thread_id
+          WHERE t.node_id = $1 AND c.deleted_at IS NULL",
+    )
+    .bind(&thread.node_id)
+    .fetch_one(&s.pool)
+    .await?;
+    assert_eq!(filed.0, 2, "the thread's comments are filed under it");
+    let (requested,): (Option<Value>,) =
+        sqlx::query_as("SELECT requested_reviewers FROM pull_request WHERE native_id = $1")
+            .bind(pr as i64)
+            .fetch_one(&s.pool)
+            .await?;
+    assert_eq!(requested, Some(json!([{"user": "dave"}, {"team": "core"}])));
+
+    // Each restored row is one correction of the reconcile, and nothing else is.
+    let corrections = s.corrections("RECONCILIATION").await?;
+    let expected = json!({
+        "comments": 2, "reviews": 1, "review_comments": 2, "threads": 1,
+        "reviewer_requests": 1, "comments_removed": 0,
+    });
+    assert_eq!(Value::Object(corrections), expected);
+
+    // A second reconcile finds nothing left to correct.
+    s.reconcile().await?;
+    s.finished_jobs("RECONCILIATION", 2).await?;
+    assert!(s.corrections("RECONCILIATION").await?.is_empty());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_comment_deleted_upstream_is_removed_by_a_complete_reconcile_only() -> Result<()> {
+    let s = Stack::start(60, 100).await?;
+    s.activate().await?;
+    s.finished_jobs("INITIAL", 1).await?;
+    let (_, whole, long) = s.repository_with_both();
+    // `long` gets more comments than one nested page holds: its listing is never whole.
+    let (gone, kept) = s.sim.model(|m| {
+        let first = m.add_comment(long, Some("alice"), "first");
+        for n in 0..60 {
+            m.add_comment(long, Some("alice"), &format!("more {n}"));
+        }
+        let gone = m.conversation(whole).comments[0].database_id;
+        (gone, first.database_id)
+    });
+    s.reconcile().await?;
+    s.finished_jobs("RECONCILIATION", 1).await?;
+    assert_eq!(s.comment_live(gone).await?, Some(true));
+    assert_eq!(
+        s.comment_live(kept).await?,
+        Some(true),
+        "the first page is mirrored"
+    );
+    s.sim.model(|m| {
+        assert!(m.delete_comment(whole, gone));
+        assert!(m.delete_comment(long, kept));
+    });
+
+    // An INITIAL never infers a deletion (the App uninstalled and installed again).
+    sqlx::query("UPDATE connection SET status = 'uninstalled' WHERE id = $1::uuid")
+        .bind(&s.conn)
+        .execute(&s.pool)
+        .await?;
+    s.activate().await?;
+    let jobs = s.finished_jobs("INITIAL", 2).await?;
+    assert_eq!(jobs[1].0, "succeeded", "{jobs:?}");
+    assert_eq!(s.comment_live(gone).await?, Some(true), "INITIAL keeps it");
+
+    // A reconcile whose issue listing reports an error at the comments keeps every comment.
+    s.sim.inject(Fault::always(
+        ops::REPOSITORY_ISSUES,
+        FaultKind::field_error("repository.issues.nodes.0.title", "FORBIDDEN", "no access"),
+    ));
+    s.sim.inject(Fault::always(
+        ops::REPOSITORY_PULL_REQUESTS,
+        FaultKind::field_error(
+            "repository.pullRequests.nodes.0.title",
+            "FORBIDDEN",
+            "no access",
+        ),
+    ));
+    s.reconcile().await?;
+    s.finished_jobs("RECONCILIATION", 2).await?;
+    assert_eq!(
+        s.comment_live(gone).await?,
+        Some(true),
+        "an errored page keeps it"
+    );
+    s.sim.clear_faults();
+
+    // A complete reconcile removes it; the parent listed in part keeps its own.
+    s.reconcile().await?;
+    let jobs = s.finished_jobs("RECONCILIATION", 3).await?;
+    assert_eq!(jobs[2].0, "succeeded", "{jobs:?}");
+    assert_eq!(s.comment_live(gone).await?, Some(false), "tombstoned");
+    assert_eq!(
+        s.comment_live(kept).await?,
+        Some(true),
+        "a parent whose comments span more than one page removes nothing"
+    );
+    let corrections = s.corrections("RECONCILIATION").await?;
+    assert_eq!(corrections.get("comments_removed"), Some(&json!(1)));
+    Ok(())
+}

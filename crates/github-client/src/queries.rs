@@ -106,20 +106,226 @@ pub struct PageInfo {
     pub end_cursor: Option<String>,
 }
 
-/// `{ totalCount }` of an issue's or pull request's comments.
-#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+/// A conversation comment of an issue or pull request.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq)]
+#[cynic(graphql_type = "IssueComment")]
+pub struct IssueCommentNode {
+    /// Node id.
+    pub id: cynic::Id,
+    /// Native id.
+    pub database_id: Option<i32>,
+    /// Body (markdown).
+    pub body: String,
+    /// Created.
+    pub created_at: Timestamp,
+    /// Last updated: the forward-only comparison key.
+    pub updated_at: Timestamp,
+    /// The author; `None` for a deleted account.
+    pub author: Option<Actor>,
+}
+
+/// The first page of an issue's or pull request's comments.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq)]
 #[cynic(graphql_type = "IssueCommentConnection")]
 pub struct CommentCount {
     /// Number of comments.
     pub total_count: i32,
+    /// Whether more follow this page.
+    pub page_info: PageInfo,
+    /// The page; a `null` entry is one GitHub failed to resolve.
+    pub nodes: Option<Vec<Option<IssueCommentNode>>>,
 }
 
-/// `{ totalCount }` of a pull request's reviews.
+/// `PullRequestReviewState`.
+#[derive(cynic::Enum, Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PullRequestReviewState {
+    /// Approved.
+    Approved,
+    /// Changes requested.
+    ChangesRequested,
+    /// Commented.
+    Commented,
+    /// Dismissed.
+    Dismissed,
+    /// Pending (not submitted).
+    Pending,
+    /// A value this build does not know.
+    #[cynic(fallback)]
+    Other(String),
+}
+
+/// `commit { oid }`.
 #[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "Commit")]
+pub struct CommitOid {
+    /// The commit.
+    pub oid: GitObjectId,
+}
+
+/// A review of a pull request.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq)]
+#[cynic(graphql_type = "PullRequestReview")]
+pub struct ReviewNode {
+    /// Node id.
+    pub id: cynic::Id,
+    /// Native id.
+    pub database_id: Option<i32>,
+    /// Body (markdown).
+    pub body: String,
+    /// Its state.
+    pub state: PullRequestReviewState,
+    /// Submitted, once submitted.
+    pub submitted_at: Option<Timestamp>,
+    /// Last updated: the forward-only comparison key.
+    pub updated_at: Timestamp,
+    /// The author.
+    pub author: Option<Actor>,
+    /// The commit reviewed.
+    pub commit: Option<CommitOid>,
+}
+
+/// The first page of a pull request's reviews.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq)]
 #[cynic(graphql_type = "PullRequestReviewConnection")]
 pub struct ReviewCount {
     /// Number of reviews.
     pub total_count: i32,
+    /// Whether more follow this page.
+    pub page_info: PageInfo,
+    /// The page.
+    pub nodes: Option<Vec<Option<ReviewNode>>>,
+}
+
+/// `{ databaseId }` of a review a comment belongs to.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "PullRequestReview")]
+pub struct ReviewRef {
+    /// Native id.
+    pub database_id: Option<i32>,
+}
+
+/// `{ databaseId }` of the comment a review comment replies to.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "PullRequestReviewComment")]
+pub struct ReviewCommentRef {
+    /// Native id.
+    pub database_id: Option<i32>,
+}
+
+/// A review comment of a thread.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq)]
+#[cynic(graphql_type = "PullRequestReviewComment")]
+pub struct ReviewCommentNode {
+    /// Node id.
+    pub id: cynic::Id,
+    /// Native id.
+    pub database_id: Option<i32>,
+    /// Body (markdown).
+    pub body: String,
+    /// Created.
+    pub created_at: Timestamp,
+    /// Last updated: the forward-only comparison key.
+    pub updated_at: Timestamp,
+    /// The file.
+    pub path: String,
+    /// The line, when it still maps to one.
+    pub line: Option<i32>,
+    /// The author.
+    pub author: Option<Actor>,
+    /// Its review.
+    pub pull_request_review: Option<ReviewRef>,
+    /// The comment it answers.
+    pub reply_to: Option<ReviewCommentRef>,
+    /// The commit commented on.
+    pub commit: Option<CommitOid>,
+}
+
+/// The first page of a thread's review comments.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq)]
+#[cynic(graphql_type = "PullRequestReviewCommentConnection")]
+pub struct ReviewCommentConnection {
+    /// Number of comments.
+    pub total_count: i32,
+    /// Whether more follow this page.
+    pub page_info: PageInfo,
+    /// The page.
+    pub nodes: Option<Vec<Option<ReviewCommentNode>>>,
+}
+
+/// A review thread of a pull request, with its resolution.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq)]
+#[cynic(graphql_type = "PullRequestReviewThread")]
+pub struct ReviewThreadNode {
+    /// Node id.
+    pub id: cynic::Id,
+    /// Whether it is resolved.
+    pub is_resolved: bool,
+    /// The file.
+    pub path: String,
+    /// Who resolved it.
+    pub resolved_by: Option<UserLogin>,
+    /// Its first comments.
+    #[arguments(first: 20)]
+    pub comments: ReviewCommentConnection,
+}
+
+/// A login, on `User`.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "User")]
+pub struct UserLogin {
+    /// The login.
+    pub login: String,
+}
+
+/// A login, on `Team`: its slug.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "Team")]
+pub struct TeamSlug {
+    /// The slug.
+    pub slug: String,
+}
+
+/// The first page of a pull request's review threads.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq)]
+#[cynic(graphql_type = "PullRequestReviewThreadConnection")]
+pub struct ReviewThreadConnection {
+    /// Number of threads.
+    pub total_count: i32,
+    /// Whether more follow this page.
+    pub page_info: PageInfo,
+    /// The page.
+    pub nodes: Option<Vec<Option<ReviewThreadNode>>>,
+}
+
+/// Who a review request asks: a person or a team.
+#[derive(cynic::InlineFragments, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "RequestedReviewer")]
+pub enum RequestedReviewer {
+    /// A person.
+    User(UserLogin),
+    /// A team.
+    Team(TeamSlug),
+    /// A bot or mannequin, which this build does not store.
+    #[cynic(fallback)]
+    Other,
+}
+
+/// One review request.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "ReviewRequest")]
+pub struct ReviewRequestNode {
+    /// Who is asked; `None` when GitHub cannot say.
+    pub requested_reviewer: Option<RequestedReviewer>,
+}
+
+/// GitHub's single page of a pull request's review requests.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "ReviewRequestConnection")]
+pub struct ReviewRequestConnection {
+    /// Number of requests.
+    pub total_count: i32,
+    /// The page.
+    pub nodes: Option<Vec<Option<ReviewRequestNode>>>,
 }
 
 /// `IssueState`.
@@ -210,7 +416,8 @@ pub struct IssueNode {
     pub active_lock_reason: Option<LockReason>,
     /// The author; `None` for a deleted account (GitHub's "ghost").
     pub author: Option<Actor>,
-    /// Comment count.
+    /// Comment count and first page.
+    #[arguments(first: 50)]
     pub comments: CommentCount,
 }
 
@@ -252,10 +459,18 @@ pub struct PullRequestNode {
     pub base_ref_name: String,
     /// The author; `None` for a deleted account.
     pub author: Option<Actor>,
-    /// Comment count.
+    /// Comment count and first page.
+    #[arguments(first: 50)]
     pub comments: CommentCount,
-    /// Review count; `None` when GitHub could not say.
+    /// Review count and first page; `None` when GitHub could not say.
+    #[arguments(first: 20)]
     pub reviews: Option<ReviewCount>,
+    /// Review threads, first page.
+    #[arguments(first: 20)]
+    pub review_threads: ReviewThreadConnection,
+    /// Review requests, GitHub's single page.
+    #[arguments(first: 100)]
+    pub review_requests: Option<ReviewRequestConnection>,
 }
 
 /// `issues(...) { totalCount pageInfo nodes }`.

@@ -158,7 +158,7 @@ fn issue(number: i64) -> Value {
         "stateReason": "NOT_PLANNED", "createdAt": "2024-01-02T03:04:05Z",
         "updatedAt": "2024-01-03T03:04:05Z", "closedAt": "2024-01-03T03:04:05Z",
         "locked": true, "activeLockReason": "RESOLVED", "author": {"login": "octo"},
-        "comments": {"totalCount": 2}
+        "comments": {"totalCount": 0, "pageInfo": {"hasNextPage": false, "endCursor": null}, "nodes": []}
     })
 }
 

@@ -188,6 +188,33 @@ pub async fn apply<C: CommentRow>(
     Ok(wrote || recorded)
 }
 
+/// Tombstones the live comments `native_ids` under `scope_id` (content cleared, dated
+/// `deleted_at`), as a webhook's deletion does; returns how many were live. The caller decided
+/// they are gone upstream and holds their parent locked.
+pub async fn tombstone_missing<C: CommentRow>(
+    txn: &mut sqlx::PgConnection,
+    scope_id: Uuid,
+    native_ids: &[i64],
+    deleted_at: OffsetDateTime,
+) -> Result<u64, sqlx::Error> {
+    if native_ids.is_empty() {
+        return Ok(0);
+    }
+    let sql = format!(
+        "UPDATE {} SET body = NULL, deleted_at = $3, mirrored_at = now()
+          WHERE {} = $1 AND native_id = ANY($2) AND deleted_at IS NULL",
+        C::TABLE,
+        C::SCOPE
+    );
+    let done = sqlx::query(AssertSqlSafe(sql))
+        .bind(scope_id)
+        .bind(native_ids)
+        .bind(deleted_at)
+        .execute(&mut *txn)
+        .await?;
+    Ok(done.rows_affected())
+}
+
 /// Locks and reads a comment's stored row.
 pub async fn lock<C: CommentRow>(
     txn: &mut sqlx::PgConnection,

@@ -18,7 +18,7 @@ const ISSUES: &str = r#"query RepositoryIssues($owner: String!, $name: String!, 
     issues(first: $first, after: $after, orderBy: {field: CREATED_AT, direction: ASC}) {
       totalCount pageInfo { hasNextPage endCursor }
       nodes { id databaseId number title body state stateReason createdAt updatedAt closedAt
-              locked activeLockReason author { login } comments { totalCount } }
+              locked activeLockReason author { login } comments(first: 0) { totalCount } }
     }
   }
 }"#;
@@ -31,7 +31,7 @@ const PULLS: &str = r#"query RepositoryPullRequests($owner: String!, $name: Stri
       totalCount pageInfo { hasNextPage endCursor }
       nodes { id databaseId number title body state isDraft createdAt updatedAt closedAt mergedAt
               locked activeLockReason headRefName headRefOid baseRefName author { login }
-              comments { totalCount } reviews { totalCount } }
+              comments(first: 0) { totalCount } reviews(first: 0) { totalCount } }
     }
   }
 }"#;

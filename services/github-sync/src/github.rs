@@ -12,11 +12,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context as _, anyhow};
-use github_client::queries::{self, CheckStatusState, RollupContext, StatusState};
+use github_client::queries::{
+    self, CheckStatusState, PullRequestReviewState, RequestedReviewer, RollupContext, StatusState,
+};
 use github_client::{
     AppCredentials, Auth, Budget, ClientConfig, Error, GithubApp, GithubClient,
     PathSegment as ClientPath, RateLimitKind,
 };
+use lifecycle_core::forward::GithubReviewState;
 use lifecycle_core::github::checks::{CheckRun, CheckSuite, CommitChecksRead, Rollup, RunStatus};
 use lifecycle_core::partial::PathSegment;
 use sea_orm::{DatabaseConnection, EntityTrait};
@@ -24,12 +27,13 @@ use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 use store::entity::{connection, provider_instance};
 use store::secrets::Keyring;
+use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::SourceFactory;
 use crate::source::{
-    GithubSource, IssueNode, ItemFields, Page, PullRequestNode, Reach, RepoHeader, RepoRef,
-    SourceError,
+    CommentNode, Conversation, GithubSource, IssueNode, ItemFields, Nested, Page, PullRequestNode,
+    Reach, RepoHeader, RepoRef, ReviewCommentNode, ReviewNode, Reviewer, SourceError, ThreadNode,
 };
 
 #[derive(Debug, Deserialize)]
@@ -373,21 +377,156 @@ macro_rules! item_fields {
     }};
 }
 
-/// A listing page as the engine reads it, each node mapped by `node` (a node it cannot map is
-/// left out, as GitHub's failed nodes are).
+/// A listing page as the engine reads it, each node mapped by `node` with what it read under
+/// it (a node it cannot map is left out, as GitHub's failed nodes are).
 fn listing_page<T, N>(
     read: github_client::Page<T>,
-    node: impl Fn(&T) -> Option<N>,
+    read_at: OffsetDateTime,
+    node: impl Fn(&T) -> Option<(N, Conversation)>,
 ) -> Result<Page<N>, SourceError> {
+    let (nodes, conversations) = read.nodes.iter().flatten().filter_map(node).unzip();
     Ok(Page {
         repository: header(&read.repository)?,
-        nodes: read.nodes.iter().flatten().filter_map(node).collect(),
+        nodes,
+        conversations,
+        read_at,
         total_count: Some(u64::from(read.total_count)),
         has_next_page: read.page_info.has_next_page,
         end_cursor: read.page_info.end_cursor.clone(),
         error_paths: read.errors.iter().map(|e| path(&e.path)).collect(),
         cost: read.rate_limit.map_or(0, |r| r.cost),
     })
+}
+
+fn login(a: Option<&queries::Actor>) -> Option<String> {
+    a.map(|a| a.login.clone())
+}
+
+fn comment(c: &queries::IssueCommentNode) -> Option<CommentNode> {
+    Some(CommentNode {
+        native_id: i64::from(c.database_id?),
+        node_id: c.id.inner().to_owned(),
+        author: login(c.author.as_ref()),
+        body: c.body.clone(),
+        created_at: c.created_at.0,
+        updated_at: c.updated_at.0,
+    })
+}
+
+/// A nested first page: an entry without a native id counts as unresolved.
+fn nested<T, N>(
+    nodes: Option<&Vec<Option<T>>>,
+    has_next_page: bool,
+    total_count: i32,
+    map: impl Fn(&T) -> Option<N>,
+) -> Nested<N> {
+    let nodes = nodes
+        .map(|n| n.iter().map(|n| n.as_ref().and_then(&map)).collect())
+        .unwrap_or_default();
+    Nested::read(nodes, has_next_page, i64::from(total_count))
+}
+
+fn comments(c: &queries::CommentCount) -> Nested<CommentNode> {
+    nested(
+        c.nodes.as_ref(),
+        c.page_info.has_next_page,
+        c.total_count,
+        comment,
+    )
+}
+
+/// What a pull request node read under it.
+fn pull_request_conversation(n: &queries::PullRequestNode) -> Conversation {
+    let reviews = n.reviews.as_ref().map(|r| {
+        nested(
+            r.nodes.as_ref(),
+            r.page_info.has_next_page,
+            r.total_count,
+            |r| {
+                Some(ReviewNode {
+                    native_id: i64::from(r.database_id?),
+                    node_id: r.id.inner().to_owned(),
+                    author: login(r.author.as_ref()),
+                    body: r.body.clone(),
+                    state: match r.state {
+                        PullRequestReviewState::Pending => GithubReviewState::Pending,
+                        PullRequestReviewState::Commented => GithubReviewState::Commented,
+                        PullRequestReviewState::Approved => GithubReviewState::Approved,
+                        PullRequestReviewState::ChangesRequested => {
+                            GithubReviewState::ChangesRequested
+                        }
+                        PullRequestReviewState::Dismissed => GithubReviewState::Dismissed,
+                        // A state this build does not know is not guessed: the review is left out.
+                        PullRequestReviewState::Other(_) => return None,
+                    },
+                    commit_sha: r.commit.as_ref().map(|c| c.oid.0.clone()),
+                    submitted_at: r.submitted_at.map(|t| t.0),
+                    updated_at: r.updated_at.0,
+                })
+            },
+        )
+    });
+    let t = &n.review_threads;
+    let threads = nested(
+        t.nodes.as_ref(),
+        t.page_info.has_next_page,
+        t.total_count,
+        |t| {
+            let c = &t.comments;
+            Some(ThreadNode {
+                node_id: t.id.inner().to_owned(),
+                path: t.path.clone(),
+                resolved: t.is_resolved,
+                resolved_by: t.resolved_by.as_ref().map(|u| u.login.clone()),
+                comments: nested(
+                    c.nodes.as_ref(),
+                    c.page_info.has_next_page,
+                    c.total_count,
+                    |c| {
+                        Some(ReviewCommentNode {
+                            comment: CommentNode {
+                                native_id: i64::from(c.database_id?),
+                                node_id: c.id.inner().to_owned(),
+                                author: login(c.author.as_ref()),
+                                body: c.body.clone(),
+                                created_at: c.created_at.0,
+                                updated_at: c.updated_at.0,
+                            },
+                            path: c.path.clone(),
+                            line: c.line,
+                            review_native_id: c
+                                .pull_request_review
+                                .as_ref()
+                                .and_then(|r| r.database_id)
+                                .map(i64::from),
+                            in_reply_to: c
+                                .reply_to
+                                .as_ref()
+                                .and_then(|r| r.database_id)
+                                .map(i64::from),
+                            commit_sha: c.commit.as_ref().map(|c| c.oid.0.clone()),
+                        })
+                    },
+                ),
+            })
+        },
+    );
+    // GitHub's single page of requests: a longer list is never applied.
+    let reviewers = n.review_requests.as_ref().map(|r| {
+        nested(r.nodes.as_ref(), false, r.total_count, |r| {
+            match r.requested_reviewer.as_ref()? {
+                RequestedReviewer::User(u) => Some(Reviewer::User(u.login.clone())),
+                RequestedReviewer::Team(t) => Some(Reviewer::Team(t.slug.clone())),
+                RequestedReviewer::Other => None,
+            }
+        })
+    });
+    Conversation {
+        comments: Some(comments(&n.comments)),
+        reviews,
+        threads: Some(threads),
+        reviewers,
+    }
 }
 
 fn lower<T: std::fmt::Debug>(v: &T) -> String {
@@ -627,16 +766,22 @@ impl GithubSource for ClientSource {
         first: u32,
         after: Option<&str>,
     ) -> Result<Page<IssueNode>, SourceError> {
+        let read_at = OffsetDateTime::now_utc();
         let read = self
             .client
             .issues_page(&repo.owner, &repo.name, first, after)
             .await
             .map_err(source_error)?;
-        listing_page(read, |n| {
-            Some(IssueNode {
+        listing_page(read, read_at, |n| {
+            let node = IssueNode {
                 fields: item_fields!(n)?,
                 state_reason: n.state_reason.as_ref().map(lower),
-            })
+            };
+            let conversation = Conversation {
+                comments: Some(comments(&n.comments)),
+                ..Conversation::default()
+            };
+            Some((node, conversation))
         })
     }
 
@@ -646,13 +791,14 @@ impl GithubSource for ClientSource {
         first: u32,
         after: Option<&str>,
     ) -> Result<Page<PullRequestNode>, SourceError> {
+        let read_at = OffsetDateTime::now_utc();
         let read = self
             .client
             .pull_requests_page(&repo.owner, &repo.name, first, after)
             .await
             .map_err(source_error)?;
-        listing_page(read, |n| {
-            Some(PullRequestNode {
+        listing_page(read, read_at, |n| {
+            let node = PullRequestNode {
                 fields: item_fields!(n)?,
                 draft: Some(n.is_draft),
                 review_count: n.reviews.as_ref().map(|r| r.total_count),
@@ -660,7 +806,8 @@ impl GithubSource for ClientSource {
                 head_sha: Some(n.head_ref_oid.0.clone()),
                 base_ref: Some(n.base_ref_name.clone()),
                 merged_at: n.merged_at.as_ref().map(|t| t.0),
-            })
+            };
+            Some((node, pull_request_conversation(n)))
         })
     }
 }

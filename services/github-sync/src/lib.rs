@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod check_runs;
+pub mod conversation;
 pub mod github;
 pub mod mirror;
 pub mod redeliver;

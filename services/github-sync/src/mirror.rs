@@ -14,6 +14,7 @@ use sqlx::PgPool;
 use store::entity::ConnectionKind;
 use uuid::Uuid;
 
+use crate::conversation::{self, Candidates, Corrections};
 use crate::source::Page;
 use crate::webhooks::misfiled;
 
@@ -25,6 +26,8 @@ pub const VENDOR: ConnectionKind = ConnectionKind::Github;
 pub struct Written {
     pub applied: u64,
     pub stale: u64,
+    /// What the lists nested under the items changed.
+    pub nested: Corrections,
 }
 
 /// A node of a GitHub listing page: where its counts sit in the GraphQL response, and the
@@ -107,13 +110,17 @@ impl ListedNode for PullRequestNode {
     }
 }
 
-/// Writes a page of issues or pull requests in one transaction; the changes it stores become
-/// sync-discovered item events.
+/// Writes a page of issues or pull requests in one transaction, with what it read under each
+/// item; the changes it stores become sync-discovered item events. `removal` is a
+/// RECONCILIATION's comment candidates (`None`: no comment is inferred deleted).
 pub async fn upsert_page<N: ListedNode>(
     pool: &PgPool,
     repository_id: Uuid,
     page: &Page<N>,
+    removal: Option<&Candidates>,
 ) -> Result<Written, sqlx::Error> {
+    // Fail-closed: a GraphQL error anywhere on the page leaves every nested listing in doubt.
+    let removal = removal.filter(|_| page.error_paths.is_empty());
     let class: ItemClass = N::CLASS;
     let keys: Vec<ItemKey> = page.nodes.iter().map(ItemNode::key).collect();
     let ids: Vec<i64> = keys.iter().map(|k| k.native_id).collect();
@@ -130,6 +137,20 @@ pub async fn upsert_page<N: ListedNode>(
         let prior = stored.get(&key.native_id);
         let counts = counts(n, &page.error_paths, i);
         let step = compare_write(&mut txn, repository_id, n, counts, prior, None).await?;
+        // The nested lists carry their own versions: written even under a stale item.
+        if let Some(conversation) = page.conversations.get(i) {
+            let item = N::item(step.id, repository_id);
+            let nested = conversation::write(
+                &mut txn,
+                &item,
+                key.updated_at,
+                page.read_at,
+                conversation,
+                removal,
+            )
+            .await?;
+            written.nested.add(nested);
+        }
         if step.freshness == Freshness::Stale {
             written.stale += 1;
             continue;

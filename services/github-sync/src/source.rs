@@ -2,10 +2,14 @@
 //! vendor's own totals and cursors, and errors that say whether a listing can still be trusted.
 //! The production implementation sits on `github-client`; the engine does not know about HTTP.
 
+use lifecycle_core::forward::GithubReviewState;
 use lifecycle_core::github::checks::CommitChecksRead;
 use lifecycle_core::partial::PathSegment;
 use lifecycle_core::vendor_error::VendorErrorClass;
 use sync_engine::{ReadError, ReadStop};
+use time::OffsetDateTime;
+
+pub use crate::webhooks::reviewers::Reviewer;
 // The shapes the mirror writes are shared with every SCM sync.
 pub use scm_mirror::items::{IssueNode, ItemFields, PullRequestNode};
 pub use scm_mirror::repository::{RepoHeader, RepoRef};
@@ -23,11 +27,92 @@ pub struct Reach {
     pub exclusive: bool,
 }
 
+/// The first page of a list nested under an item (its comments, reviews, threads), as read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Nested<T> {
+    pub nodes: Vec<T>,
+    /// Whether the page is the whole list: no next page, no unresolved entry, and as many
+    /// entries as GitHub counts. Only a whole list may infer a deletion from an absence.
+    pub whole: bool,
+}
+
+impl<T> Nested<T> {
+    /// A first page with GitHub's cursor state and count (`None` entries failed to resolve).
+    pub fn read(nodes: Vec<Option<T>>, has_next_page: bool, total_count: i64) -> Self {
+        let resolved = nodes.iter().all(Option::is_some);
+        let nodes: Vec<T> = nodes.into_iter().flatten().collect();
+        // Fail-closed per nested list: anything short of a provably whole page is partial.
+        let whole = resolved && !has_next_page && i64::try_from(nodes.len()) == Ok(total_count);
+        Nested { nodes, whole }
+    }
+}
+
+/// A conversation comment, or the comment part of a review comment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommentNode {
+    pub native_id: i64,
+    pub node_id: String,
+    pub author: Option<String>,
+    pub body: String,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+}
+
+/// A review of a pull request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReviewNode {
+    pub native_id: i64,
+    pub node_id: String,
+    pub author: Option<String>,
+    pub body: String,
+    pub state: GithubReviewState,
+    pub commit_sha: Option<String>,
+    pub submitted_at: Option<OffsetDateTime>,
+    pub updated_at: OffsetDateTime,
+}
+
+/// A review comment of a thread.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReviewCommentNode {
+    pub comment: CommentNode,
+    pub path: String,
+    pub line: Option<i32>,
+    pub review_native_id: Option<i64>,
+    pub in_reply_to: Option<i64>,
+    pub commit_sha: Option<String>,
+}
+
+/// A review thread, its resolution and its first comments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadNode {
+    pub node_id: String,
+    pub path: String,
+    pub resolved: bool,
+    pub resolved_by: Option<String>,
+    pub comments: Nested<ReviewCommentNode>,
+}
+
+/// What a listing page read under one item; `None` where the page did not read that list (an
+/// issue has no reviews; a failed field is unknown).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Conversation {
+    pub comments: Option<Nested<CommentNode>>,
+    pub reviews: Option<Nested<ReviewNode>>,
+    pub threads: Option<Nested<ThreadNode>>,
+    /// The review requests (people and teams), or `None` when GitHub's page cannot be whole.
+    pub reviewers: Option<Nested<Reviewer>>,
+}
+
 /// One page of a listing.
 #[derive(Debug, Clone)]
 pub struct Page<T> {
     pub repository: RepoHeader,
     pub nodes: Vec<T>,
+    /// What the page read under each node, by index (empty: nothing nested was read).
+    pub conversations: Vec<Conversation>,
+    /// When we asked for the page (our clock): the date of the dated states it carries
+    /// (review requests, thread resolutions).
+    pub read_at: OffsetDateTime,
     pub total_count: Option<u64>,
     pub has_next_page: bool,
     pub end_cursor: Option<String>,

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lifecycle_core::deletion::TombstonePlan;
+use lifecycle_core::job::SyncJobType;
 use lifecycle_core::listing::ListingPage;
 use scm_mirror::events::Origin;
 use scm_mirror::items::{self, ItemClass};
@@ -23,6 +24,7 @@ use uuid::Uuid;
 
 use crate::SourceFactory;
 use crate::check_runs;
+use crate::conversation::Candidates;
 use crate::mirror;
 use crate::source::{
     GithubSource, IssueNode, Page, PullRequestNode, RepoHeader, RepoRef, SourceError,
@@ -48,6 +50,9 @@ pub struct Monitor {
     /// Whether this pass already re-keyed the monitor to the repository's current name.
     #[sqlx(skip)]
     healed: bool,
+    /// A RECONCILIATION's comment candidates, captured before the repository's listings.
+    #[sqlx(skip)]
+    candidates: Option<Candidates>,
 }
 
 impl Monitor {
@@ -311,12 +316,33 @@ impl Vendor for GithubVendor {
                 id
             }
         };
+        // Reconciliation-only: no other job infers a comment's deletion.
+        let removal = monitor
+            .candidates
+            .as_ref()
+            .filter(|_| pass.job.job_type == SyncJobType::Reconciliation);
         let written = match page {
-            ListedPage::Issues(page) => mirror::upsert_page(&self.pool, repo_id, page).await?,
+            ListedPage::Issues(page) => {
+                mirror::upsert_page(&self.pool, repo_id, page, removal).await?
+            }
             ListedPage::PullRequests(page) => {
-                mirror::upsert_page(&self.pool, repo_id, page).await?
+                mirror::upsert_page(&self.pool, repo_id, page, removal).await?
             }
         };
+        if written.nested.total() > 0 {
+            // What webhooks lost and this page restored (or removed): the job's corrections.
+            metrics::counter!("github_sync_nested_corrections_total")
+                .increment(written.nested.total());
+            pass.job
+                .record_activity(
+                    &self.pool,
+                    "nested_corrected",
+                    serde_json::json!({
+                        "repository_id": repo_id, "corrections": written.nested,
+                    }),
+                )
+                .await?;
+        }
         Ok(written.applied)
     }
 
@@ -406,6 +432,10 @@ impl Vendor for GithubVendor {
         else {
             return Ok(());
         };
+        // Deletion candidates are what was live before the listing started.
+        if pass.job.job_type == SyncJobType::Reconciliation {
+            monitor.candidates = Some(Candidates::capture(&self.pool, repository_id).await?);
+        }
         let due = check_runs::due_for_rescan(&self.pool, repository_id, OffsetDateTime::now_utc())
             .await?;
         let repo = monitor.repo_ref();

@@ -113,6 +113,8 @@ impl ScriptedGithub {
         let mut page = Page {
             repository: self.repo.clone(),
             nodes: s.issues[start..end].to_vec(),
+            conversations: Vec::new(),
+            read_at: OffsetDateTime::now_utc(),
             total_count: Some(s.issues.len() as u64),
             has_next_page: end < s.issues.len(),
             end_cursor: Some(format!("c{end}")),
@@ -216,6 +218,8 @@ impl GithubSource for ScriptedGithub {
         Ok(Page {
             repository: self.repo.clone(),
             nodes: Vec::new(),
+            conversations: Vec::new(),
+            read_at: OffsetDateTime::now_utc(),
             total_count: Some(0),
             has_next_page: false,
             end_cursor: None,

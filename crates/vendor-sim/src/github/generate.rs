@@ -97,7 +97,10 @@ pub fn generate(scenario: &Scenario) -> Generated {
         let comments = u32::try_from(rng.below(20)).unwrap_or(0);
         if rng.chance(u64::from(scenario.pull_request_percent)) {
             let merged = closed && rng.chance(70);
-            model.add_pull_request(
+            // Drawn in the order the fields always were, so a seed still gives the same model.
+            let is_draft = !closed && rng.chance(15);
+            let reviews = u32::try_from(rng.below(5)).unwrap_or(0);
+            let pr = model.add_pull_request(
                 repo,
                 NewPullRequest {
                     title: format!("Change {n}"),
@@ -109,7 +112,7 @@ pub fn generate(scenario: &Scenario) -> Generated {
                     } else {
                         PullRequestState::Open
                     },
-                    is_draft: !closed && rng.chance(15),
+                    is_draft,
                     created_at: Some(at),
                     updated_at: Some(updated),
                     closed_at: closed.then_some(updated),
@@ -117,12 +120,16 @@ pub fn generate(scenario: &Scenario) -> Generated {
                     lock_reason,
                     author,
                     comments,
-                    reviews: u32::try_from(rng.below(5)).unwrap_or(0),
+                    reviews,
                     ..NewPullRequest::default()
                 },
             );
+            // The comments and reviews the counts announce, listed with the item.
+            if let Some(pr) = pr {
+                model.seed_conversation(pr.database_id, comments, reviews, updated);
+            }
         } else {
-            model.add_issue(
+            let issue = model.add_issue(
                 repo,
                 NewIssue {
                     title: format!("Issue {n}"),
@@ -147,6 +154,9 @@ pub fn generate(scenario: &Scenario) -> Generated {
                     comments,
                 },
             );
+            if let Some(issue) = issue {
+                model.seed_conversation(issue.database_id, comments, 0, updated);
+            }
         }
     }
     // Later items made through the model's clock sort after every generated one.

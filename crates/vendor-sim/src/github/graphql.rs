@@ -17,6 +17,7 @@ use base64::engine::general_purpose::STANDARD;
 use time::OffsetDateTime;
 
 use super::checks as sim;
+use super::conversation as conv;
 use super::model::{self, ItemKey, Items, Model, OwnerKind, RepoId, Viewer};
 
 /// The executable schema.
@@ -294,16 +295,20 @@ struct RateLimit {
     used: i32,
 }
 
-/// A `totalCount`-only connection (comments, reviews are counts for now).
+/// `IssueCommentConnection`: the item's count, and the first page of what the model holds.
 #[derive(SimpleObject)]
 #[graphql(name = "IssueCommentConnection")]
 struct IssueCommentConnection {
+    nodes: Option<Vec<Option<IssueCommentObject>>>,
+    page_info: PageInfo,
     total_count: i32,
 }
 
 #[derive(SimpleObject)]
 #[graphql(name = "PullRequestReviewConnection")]
 struct PullRequestReviewConnection {
+    nodes: Option<Vec<Option<PullRequestReview>>>,
+    page_info: PageInfo,
     total_count: i32,
 }
 
@@ -315,9 +320,9 @@ fn database_id(n: u64) -> Option<i32> {
     i32::try_from(n).ok()
 }
 
-/// `Issue`
+/// `Issue`, with its nested lists.
 #[derive(Clone)]
-struct Issue(model::Issue);
+struct Issue(model::Issue, Arc<conv::Conversation>);
 
 #[Object(name = "Issue")]
 impl Issue {
@@ -378,16 +383,14 @@ impl Issue {
             .clone()
             .map(|login| Actor::User(User { login }))
     }
-    async fn comments(&self) -> IssueCommentConnection {
-        IssueCommentConnection {
-            total_count: count(self.0.comments),
-        }
+    async fn comments(&self, first: Option<i32>) -> async_graphql::Result<IssueCommentConnection> {
+        comment_connection(&self.1.comments, self.0.comments, first)
     }
 }
 
-/// `PullRequest`
+/// `PullRequest`, with its nested lists.
 #[derive(Clone)]
-struct PullRequest(model::PullRequest);
+struct PullRequest(model::PullRequest, Arc<conv::Conversation>);
 
 #[Object(name = "PullRequest")]
 impl PullRequest {
@@ -452,16 +455,387 @@ impl PullRequest {
             .clone()
             .map(|login| Actor::User(User { login }))
     }
-    async fn comments(&self) -> IssueCommentConnection {
-        IssueCommentConnection {
-            total_count: count(self.0.comments),
-        }
+    async fn comments(&self, first: Option<i32>) -> async_graphql::Result<IssueCommentConnection> {
+        comment_connection(&self.1.comments, self.0.comments, first)
     }
-    async fn reviews(&self) -> Option<PullRequestReviewConnection> {
-        Some(PullRequestReviewConnection {
+    async fn reviews(
+        &self,
+        first: Option<i32>,
+    ) -> async_graphql::Result<Option<PullRequestReviewConnection>> {
+        let first = bounded_first("reviews", first)?;
+        let reviews = &self.1.reviews;
+        Ok(Some(PullRequestReviewConnection {
+            // The item's count is GitHub's; the list holds what the model knows of it.
             total_count: count(self.0.reviews),
+            page_info: nested_page_info(reviews.len(), first),
+            nodes: Some(
+                reviews
+                    .iter()
+                    .take(first)
+                    .map(|r| Some(PullRequestReview(r.clone())))
+                    .collect(),
+            ),
+        }))
+    }
+    async fn review_threads(
+        &self,
+        first: Option<i32>,
+    ) -> async_graphql::Result<PullRequestReviewThreadConnection> {
+        let first = bounded_first("reviewThreads", first)?;
+        let threads = &self.1.threads;
+        Ok(PullRequestReviewThreadConnection {
+            total_count: count(u32::try_from(threads.len()).unwrap_or(u32::MAX)),
+            page_info: nested_page_info(threads.len(), first),
+            nodes: Some(
+                threads
+                    .iter()
+                    .take(first)
+                    .map(|t| Some(PullRequestReviewThread(t.clone())))
+                    .collect(),
+            ),
         })
     }
+    async fn review_requests(
+        &self,
+        first: Option<i32>,
+    ) -> async_graphql::Result<Option<ReviewRequestConnection>> {
+        let first = bounded_first("reviewRequests", first)?;
+        let requests = &self.1.review_requests;
+        Ok(Some(ReviewRequestConnection {
+            total_count: count(u32::try_from(requests.len()).unwrap_or(u32::MAX)),
+            nodes: Some(
+                requests
+                    .iter()
+                    .take(first)
+                    .map(|r| Some(ReviewRequest(r.clone())))
+                    .collect(),
+            ),
+        }))
+    }
+}
+
+/// `pageInfo` of the first page of a nested list of `len` entries.
+fn nested_page_info(len: usize, first: usize) -> PageInfo {
+    let shown = len.min(first);
+    PageInfo {
+        end_cursor: (shown > 0).then(|| STANDARD.encode(format!("cursor:v2:nested:{shown}"))),
+        has_next_page: len > first,
+        has_previous_page: false,
+        start_cursor: (shown > 0).then(|| STANDARD.encode("cursor:v2:nested:1")),
+    }
+}
+
+fn comment_connection(
+    comments: &[conv::IssueComment],
+    total: u32,
+    first: Option<i32>,
+) -> async_graphql::Result<IssueCommentConnection> {
+    let first = bounded_first("comments", first)?;
+    Ok(IssueCommentConnection {
+        // The item's count is GitHub's; the list holds what the model knows of it.
+        total_count: count(total),
+        page_info: nested_page_info(comments.len(), first),
+        nodes: Some(
+            comments
+                .iter()
+                .take(first)
+                .map(|c| Some(IssueCommentObject(c.clone())))
+                .collect(),
+        ),
+    })
+}
+
+fn actor(login: Option<&String>) -> Option<Actor> {
+    login.map(|login| {
+        Actor::User(User {
+            login: login.clone(),
+        })
+    })
+}
+
+/// A commit by oid, without what the model knows of its checks (a review's or comment's).
+fn bare_commit(oid: Option<&String>) -> Option<Commit> {
+    oid.map(|oid| Commit {
+        oid: oid.clone(),
+        checks: sim::CommitChecks {
+            suites: Vec::new(),
+            statuses: Vec::new(),
+        },
+    })
+}
+
+/// `IssueComment`
+#[derive(Clone)]
+struct IssueCommentObject(conv::IssueComment);
+
+#[Object(name = "IssueComment")]
+impl IssueCommentObject {
+    async fn id(&self) -> ID {
+        ID(self.0.node_id.clone())
+    }
+    async fn database_id(&self) -> Option<i32> {
+        database_id(self.0.database_id)
+    }
+    async fn body(&self) -> &str {
+        &self.0.body
+    }
+    async fn created_at(&self) -> DateTime {
+        DateTime(self.0.created_at)
+    }
+    async fn updated_at(&self) -> DateTime {
+        DateTime(self.0.updated_at)
+    }
+    async fn author(&self) -> Option<Actor> {
+        actor(self.0.author.as_ref())
+    }
+}
+
+#[derive(Enum, Clone, Copy, PartialEq, Eq)]
+#[graphql(name = "PullRequestReviewState")]
+enum PullRequestReviewState {
+    Approved,
+    ChangesRequested,
+    Commented,
+    Dismissed,
+    Pending,
+}
+
+/// `PullRequestReview`
+#[derive(Clone)]
+struct PullRequestReview(conv::Review);
+
+#[Object(name = "PullRequestReview")]
+impl PullRequestReview {
+    async fn id(&self) -> ID {
+        ID(self.0.node_id.clone())
+    }
+    #[graphql(
+        deprecation = "`databaseId` will be removed because it does not support 64-bit signed integer identifiers. Use `fullDatabaseId` instead. Removal on 2024-07-01 UTC."
+    )]
+    async fn database_id(&self) -> Option<i32> {
+        database_id(self.0.database_id)
+    }
+    async fn body(&self) -> &str {
+        &self.0.body
+    }
+    async fn state(&self) -> PullRequestReviewState {
+        match self.0.state {
+            conv::ReviewState::Approved => PullRequestReviewState::Approved,
+            conv::ReviewState::ChangesRequested => PullRequestReviewState::ChangesRequested,
+            conv::ReviewState::Commented => PullRequestReviewState::Commented,
+            conv::ReviewState::Dismissed => PullRequestReviewState::Dismissed,
+            conv::ReviewState::Pending => PullRequestReviewState::Pending,
+        }
+    }
+    async fn submitted_at(&self) -> Option<DateTime> {
+        self.0.submitted_at.map(DateTime)
+    }
+    async fn updated_at(&self) -> DateTime {
+        DateTime(self.0.updated_at)
+    }
+    async fn author(&self) -> Option<Actor> {
+        actor(self.0.author.as_ref())
+    }
+    async fn commit(&self) -> Option<Commit> {
+        bare_commit(self.0.commit_oid.as_ref())
+    }
+}
+
+#[Object(name = "PullRequestReviewComment")]
+impl PullRequestReviewComment {
+    async fn id(&self) -> ID {
+        ID(self.0.node_id.clone())
+    }
+    #[graphql(
+        deprecation = "`databaseId` will be removed because it does not support 64-bit signed integer identifiers. Use `fullDatabaseId` instead. Removal on 2024-07-01 UTC."
+    )]
+    async fn database_id(&self) -> Option<i32> {
+        database_id(self.0.database_id)
+    }
+    async fn body(&self) -> &str {
+        &self.0.body
+    }
+    async fn created_at(&self) -> DateTime {
+        DateTime(self.0.created_at)
+    }
+    async fn updated_at(&self) -> DateTime {
+        DateTime(self.0.updated_at)
+    }
+    async fn path(&self) -> &str {
+        &self.0.path
+    }
+    async fn line(&self) -> Option<i32> {
+        self.0.line
+    }
+    async fn author(&self) -> Option<Actor> {
+        actor(self.0.author.as_ref())
+    }
+    async fn pull_request_review(&self) -> Option<PullRequestReview> {
+        // Only its id is known here: the rest of the review is listed with the reviews.
+        self.0.review.map(|id| {
+            PullRequestReview(conv::Review {
+                database_id: id,
+                node_id: model::encode_node_id("PRR", id),
+                author: None,
+                body: String::new(),
+                state: conv::ReviewState::Commented,
+                submitted_at: None,
+                updated_at: self.0.created_at,
+                commit_oid: None,
+            })
+        })
+    }
+    async fn reply_to(&self) -> Option<PullRequestReviewComment> {
+        self.0.reply_to.map(|id| {
+            PullRequestReviewComment(conv::ReviewComment {
+                database_id: id,
+                node_id: model::encode_node_id("PRRC", id),
+                reply_to: None,
+                review: None,
+                ..self.0.clone()
+            })
+        })
+    }
+    async fn commit(&self) -> Option<Commit> {
+        bare_commit(self.0.commit_oid.as_ref())
+    }
+}
+
+/// `PullRequestReviewComment`
+#[derive(Clone)]
+struct PullRequestReviewComment(conv::ReviewComment);
+
+/// `PullRequestReviewCommentConnection`
+#[derive(SimpleObject)]
+#[graphql(name = "PullRequestReviewCommentConnection")]
+struct PullRequestReviewCommentConnection {
+    nodes: Option<Vec<Option<PullRequestReviewComment>>>,
+    page_info: PageInfo,
+    total_count: i32,
+}
+
+/// `PullRequestReviewThread`
+#[derive(Clone)]
+struct PullRequestReviewThread(conv::ReviewThread);
+
+#[Object(name = "PullRequestReviewThread")]
+impl PullRequestReviewThread {
+    async fn id(&self) -> ID {
+        ID(self.0.node_id.clone())
+    }
+    async fn is_resolved(&self) -> bool {
+        self.0.is_resolved
+    }
+    async fn path(&self) -> &str {
+        &self.0.path
+    }
+    async fn resolved_by(&self) -> Option<User> {
+        self.0
+            .resolved_by
+            .clone()
+            .filter(|_| self.0.is_resolved)
+            .map(|login| User { login })
+    }
+    async fn comments(
+        &self,
+        first: Option<i32>,
+    ) -> async_graphql::Result<PullRequestReviewCommentConnection> {
+        let first = bounded_first("comments", first)?;
+        let comments = &self.0.comments;
+        Ok(PullRequestReviewCommentConnection {
+            total_count: count(u32::try_from(comments.len()).unwrap_or(u32::MAX)),
+            page_info: nested_page_info(comments.len(), first),
+            nodes: Some(
+                comments
+                    .iter()
+                    .take(first)
+                    .map(|c| Some(PullRequestReviewComment(c.clone())))
+                    .collect(),
+            ),
+        })
+    }
+}
+
+/// `PullRequestReviewThreadConnection`
+#[derive(SimpleObject)]
+#[graphql(name = "PullRequestReviewThreadConnection")]
+struct PullRequestReviewThreadConnection {
+    nodes: Option<Vec<Option<PullRequestReviewThread>>>,
+    page_info: PageInfo,
+    total_count: i32,
+}
+
+/// `Team`
+#[derive(Clone)]
+struct Team {
+    slug: String,
+}
+
+#[Object(name = "Team")]
+impl Team {
+    async fn id(&self) -> ID {
+        account_id("T", &self.slug)
+    }
+    async fn slug(&self) -> &str {
+        &self.slug
+    }
+}
+
+/// `Bot`: never requested by the model, served for the union's sake.
+#[derive(SimpleObject, Clone)]
+#[graphql(name = "Bot")]
+struct Bot {
+    id: ID,
+    login: String,
+}
+
+/// `Mannequin`: never requested by the model, served for the union's sake.
+#[derive(SimpleObject, Clone)]
+#[graphql(name = "Mannequin")]
+struct Mannequin {
+    id: ID,
+    login: String,
+}
+
+#[derive(Union)]
+#[graphql(name = "RequestedReviewer")]
+enum RequestedReviewer {
+    Bot(Bot),
+    Mannequin(Mannequin),
+    Team(Team),
+    User(User),
+}
+
+/// `ReviewRequest`
+#[derive(Clone)]
+struct ReviewRequest(conv::RequestedReviewer);
+
+#[Object(name = "ReviewRequest")]
+impl ReviewRequest {
+    async fn id(&self) -> ID {
+        match &self.0 {
+            conv::RequestedReviewer::User(login) => account_id("RRU", login),
+            conv::RequestedReviewer::Team(slug) => account_id("RRT", slug),
+        }
+    }
+    async fn requested_reviewer(&self) -> Option<RequestedReviewer> {
+        Some(match &self.0 {
+            conv::RequestedReviewer::User(login) => RequestedReviewer::User(User {
+                login: login.clone(),
+            }),
+            conv::RequestedReviewer::Team(slug) => {
+                RequestedReviewer::Team(Team { slug: slug.clone() })
+            }
+        })
+    }
+}
+
+/// `ReviewRequestConnection`
+#[derive(SimpleObject)]
+#[graphql(name = "ReviewRequestConnection")]
+struct ReviewRequestConnection {
+    nodes: Option<Vec<Option<ReviewRequest>>>,
+    total_count: i32,
 }
 
 /// `URI`
@@ -986,7 +1360,15 @@ impl Repository {
             order_by,
         )?;
         Ok(IssueConnection {
-            nodes: Some(p.nodes.into_iter().map(|i| Some(Issue(i))).collect()),
+            nodes: Some(
+                p.nodes
+                    .into_iter()
+                    .map(|i| {
+                        let nested = Arc::new(model.conversation(i.database_id));
+                        Some(Issue(i, nested))
+                    })
+                    .collect(),
+            ),
             page_info: p.page_info,
             total_count: p.total_count,
         })
@@ -1009,7 +1391,15 @@ impl Repository {
             order_by,
         )?;
         Ok(PullRequestConnection {
-            nodes: Some(p.nodes.into_iter().map(|i| Some(PullRequest(i))).collect()),
+            nodes: Some(
+                p.nodes
+                    .into_iter()
+                    .map(|i| {
+                        let nested = Arc::new(model.conversation(i.database_id));
+                        Some(PullRequest(i, nested))
+                    })
+                    .collect(),
+            ),
             page_info: p.page_info,
             total_count: p.total_count,
         })

@@ -14,6 +14,7 @@
 //! ```
 
 mod checks;
+mod conversation;
 mod deliveries;
 mod fault;
 mod generate;
@@ -25,6 +26,9 @@ pub mod webhook;
 pub use checks::{
     CheckConclusion, CheckRun, CheckStatus, CheckSuite, CommitChecks, CommitStatus, StatusState,
 };
+pub use conversation::{
+    Conversation, IssueComment, RequestedReviewer, Review, ReviewComment, ReviewState, ReviewThread,
+};
 pub use deliveries::DeliveryAttempt;
 pub(crate) use fault::Faults;
 pub use fault::{Calls, Fault, FaultKind, Mutation, ops};
@@ -35,5 +39,5 @@ pub use model::{
     NewIssue, NewPullRequest, OwnerKind, PullRequest, PullRequestState, RateLimitBudget,
     RateLimitResource, RepoId, Repository,
 };
-pub use server::GithubSim;
+pub use server::{GithubSim, graphql_cost};
 pub use webhook::send_webhook;

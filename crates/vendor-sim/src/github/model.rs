@@ -384,6 +384,9 @@ pub struct Model {
     next_item: u64,
     next_token: u64,
     pub(crate) next_check: u64,
+    /// Comments, reviews, threads and review requests, by their item's native id.
+    pub(crate) conversations: HashMap<u64, super::conversation::Conversation>,
+    pub(crate) next_nested: u64,
     clock: OffsetDateTime,
 }
 
@@ -424,6 +427,8 @@ impl Model {
             next_item: 1_000_000,
             next_token: 1,
             next_check: 5_000_000,
+            conversations: HashMap::new(),
+            next_nested: 50_000_000,
             clock: EPOCH,
         }
     }

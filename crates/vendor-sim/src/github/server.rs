@@ -43,6 +43,8 @@ struct Shared {
     rest_base: String,
     graphql_url: String,
     deliveries: Mutex<DeliveryLog>,
+    /// GraphQL points charged, by operation.
+    points: Mutex<BTreeMap<String, u64>>,
     /// Sends the App's webhooks.
     http: reqwest::Client,
 }
@@ -93,6 +95,7 @@ impl GithubSim {
             },
             base_url,
             deliveries: Mutex::default(),
+            points: Mutex::default(),
             http: {
                 // reqwest needs the process's rustls provider even for plain http.
                 runtime::install_crypto_provider();
@@ -183,6 +186,14 @@ impl GithubSim {
     /// Calls received per operation.
     pub fn call_counts(&self) -> BTreeMap<String, u64> {
         lock(&self.shared.faults).calls()
+    }
+
+    /// GraphQL points charged to operation `operation` so far.
+    pub fn points(&self, operation: &str) -> u64 {
+        lock(&self.shared.points)
+            .get(operation)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Points the App's webhook at `url`, signed with `secret`; later attempts and
@@ -379,10 +390,19 @@ const CONNECTIONS: &[&str] = &[
     "pullRequests",
     "comments",
     "reviews",
+    "reviewThreads",
+    "reviewRequests",
     "contexts",
     "checkSuites",
     "checkRuns",
 ];
+
+/// What GitHub charges for `query` with `variables` (points), as the simulator charges it.
+pub fn graphql_cost(query: &str, variables: &Json) -> u32 {
+    async_graphql::parser::parse_query(query)
+        .map(|doc| query_cost(&doc, None, variables).0)
+        .unwrap_or(1)
+}
 
 /// GitHub's cost: one request per connection per node its parents may return, /100, at least 1.
 /// Returns `(cost, nodeCount)`.
@@ -531,6 +551,7 @@ async fn graphql_call(
         }
         b.remaining -= cost;
         m.set_rate_limit(RateLimitResource::Graphql, b);
+        *lock(&shared.points).entry(operation.clone()).or_default() += u64::from(cost);
         (b, viewer)
     };
 

@@ -55,6 +55,18 @@ pub async fn apply(
     received_at: OffsetDateTime,
     read: ListRead<Reviewer>,
 ) -> Result<SnapshotOutcome, sqlx::Error> {
+    Ok(apply_counted(txn, pull_request_id, received_at, read)
+        .await?
+        .0)
+}
+
+/// [`apply`], and whether the stored entries changed.
+pub async fn apply_counted(
+    txn: &mut sqlx::PgConnection,
+    pull_request_id: Uuid,
+    received_at: OffsetDateTime,
+    read: ListRead<Reviewer>,
+) -> Result<(SnapshotOutcome, bool), sqlx::Error> {
     // Stored with microsecond precision: compare at the precision the row keeps.
     let received_at = super::micros(received_at);
     let row: Option<StoredReviewers> = sqlx::query_as(
@@ -65,7 +77,7 @@ pub async fn apply(
     .fetch_optional(&mut *txn)
     .await?;
     let Some(row) = row else {
-        return Ok(SnapshotOutcome::Stale);
+        return Ok((SnapshotOutcome::Stale, false));
     };
     let mut stored = row.requested_reviewers_received_at.map(|at| DatedSnapshot {
         received_at: at,
@@ -74,8 +86,11 @@ pub async fn apply(
             .and_then(|e| serde_json::from_value::<Vec<Reviewer>>(e).ok())
             .unwrap_or_default(),
     });
+    let before = stored.as_ref().map(|s| s.entries.clone());
     // Dated snapshot: received earlier changes nothing, the same instant restates.
     let outcome = snapshot::apply(&mut stored, received_at, read);
+    let changed = outcome == SnapshotOutcome::Applied
+        && before.as_ref() != stored.as_ref().map(|s| &s.entries);
     if let (SnapshotOutcome::Applied, Some(snapshot)) = (outcome, stored) {
         sqlx::query(
             "UPDATE pull_request SET requested_reviewers = $2, requested_reviewers_received_at = $3
@@ -93,7 +108,7 @@ pub async fn apply(
         SnapshotOutcome::Incomplete => "incomplete",
     })
     .increment(1);
-    Ok(outcome)
+    Ok((outcome, changed))
 }
 
 /// Applies the lists a pull request payload carries, if it carries them.

@@ -110,50 +110,105 @@ pub async fn review(
     };
     let mut txn = pool.begin().await?;
     let item = parent(&mut txn, hook, &event.repository, &event.pull_request).await?;
-    let stored = Review::lock(&mut txn, item.id, r.id).await?;
-    let (state, dismissed) = match &stored {
-        None => (incoming, incoming == GithubReviewState::Dismissed),
+    let read = ReviewRead {
+        native_id: r.id,
+        node_id: &r.node_id,
+        author: r.user.as_ref().map(|u| u.login.as_str()),
+        body: r.body.as_deref(),
+        state: incoming,
+        commit_sha: r.commit_id.as_deref(),
+        submitted_at: r.submitted_at,
+        updated_at,
+    };
+    let version = event.pull_request.item.updated_at;
+    let applied = apply_review(&mut txn, &item, &read, version, Origin::Webhook).await?;
+    txn.commit().await?;
+    Ok(match applied {
+        Applied::Stale => Outcome::Unchanged,
+        Applied::Written { .. } => Outcome::Applied,
+    })
+}
+
+/// A review as a webhook or a sync page reports it.
+#[derive(Debug, Clone, Copy)]
+pub struct ReviewRead<'a> {
+    pub native_id: i64,
+    pub node_id: &'a str,
+    pub author: Option<&'a str>,
+    pub body: Option<&'a str>,
+    pub state: GithubReviewState,
+    pub commit_sha: Option<&'a str>,
+    pub submitted_at: Option<time::OffsetDateTime>,
+    /// Its version: the forward-only comparison key.
+    pub updated_at: time::OffsetDateTime,
+}
+
+/// What a lock-compare-write of a review or thread did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// Older than the stored row: nothing written.
+    Stale,
+    /// Written; `changed` when the stored row was missing or differed in what it compares.
+    Written { changed: bool },
+}
+
+/// The review's lock-compare-write under its locked pull request `item`, and its dismissal's
+/// item event (at the pull request's `version`), for every path that reports a review.
+pub async fn apply_review(
+    txn: &mut sqlx::PgConnection,
+    item: &Item,
+    r: &ReviewRead<'_>,
+    version: time::OffsetDateTime,
+    origin: Origin,
+) -> Result<Applied, sqlx::Error> {
+    let incoming = r.state;
+    let updated_at = r.updated_at;
+    let stored = Review::lock(txn, item.id, r.native_id).await?;
+    let (state, dismissed, changed) = match &stored {
+        None => (incoming, incoming == GithubReviewState::Dismissed, true),
         Some(stored) => {
             // Forward-only: an older payload changes nothing.
             if by_updated_at(Some(stored.updated_at), updated_at) == Freshness::Stale {
-                txn.commit().await?;
-                return Ok(Outcome::Unchanged);
+                return Ok(Applied::Stale);
             }
+            let changed_version = stored.updated_at != updated_at;
             // Unknown stored text cannot be dismissed already: the payload's state applies.
             let stored = review_state(&stored.state).unwrap_or(GithubReviewState::Pending);
             // A dismissal is final: a dismissed review keeps its state, and only the move into
             // the dismissed state publishes.
             match github_review_state(stored, incoming) {
-                ReviewTransition::Apply(state) => (state, state == GithubReviewState::Dismissed),
-                ReviewTransition::Unchanged => (stored, false),
+                ReviewTransition::Apply(state) => (
+                    state,
+                    state == GithubReviewState::Dismissed,
+                    changed_version || state != stored,
+                ),
+                ReviewTransition::Unchanged => (stored, false, changed_version),
             }
         }
     };
     let review = Review {
         pull_request_id: item.id,
-        native_id: r.id,
-        node_id: &r.node_id,
-        author: r.user.as_ref().map(|u| u.login.as_str()),
-        body: r.body.as_deref(),
+        native_id: r.native_id,
+        node_id: r.node_id,
+        author: r.author,
+        body: r.body,
         state: state_text(state),
-        commit_sha: r.commit_id.as_deref(),
+        commit_sha: r.commit_sha,
         submitted_at: r.submitted_at,
         updated_at,
         dismissed,
     };
-    review.write(&mut txn).await?;
+    review.write(txn).await?;
     if dismissed {
         // The dismissal's identity is the updated_at the review stores for it.
-        let review = r.id.to_string();
+        let review = r.native_id.to_string();
         let change = LifecycleChange::Dismissal {
             review: &review,
             review_updated_at: updated_at,
         };
-        let version = event.pull_request.item.updated_at;
-        events::record(&mut txn, &item, &change, version, Origin::Webhook).await?;
+        events::record(txn, item, &change, version, origin).await?;
     }
-    txn.commit().await?;
-    Ok(Outcome::Applied)
+    Ok(Applied::Written { changed })
 }
 
 /// Handles a `pull_request_review_comment` delivery.
@@ -176,7 +231,7 @@ pub async fn review_comment(
 }
 
 /// A review comment of the payload, as the mirror stores it.
-fn review_comment_row(
+pub fn review_comment_row(
     pull_request_id: Uuid,
     c: &payload::ReviewComment,
     thread_id: Option<Uuid>,
@@ -216,19 +271,6 @@ pub async fn thread(
     let mut txn = pool.begin().await?;
     let item = parent(&mut txn, hook, &event.repository, &event.pull_request).await?;
     let t = &event.thread;
-    let stored = Thread::lock(&mut txn, item.id, &t.node_id).await?;
-    // Dated state: a resolution received earlier than the stored one changes nothing.
-    if let Some(StoredThread {
-        resolution_received_at: Some(stored_at),
-        ..
-    }) = stored
-        && received_at < stored_at
-    {
-        txn.commit().await?;
-        return Ok(Outcome::Unchanged);
-    }
-    let was_resolved = stored.and_then(|s| s.resolved) == Some(true);
-    let newly_resolved = resolved && !was_resolved;
     let thread = Thread {
         pull_request_id: item.id,
         node_id: &t.node_id,
@@ -238,25 +280,90 @@ pub async fn thread(
         resolved_by: event.sender.as_ref().map(|s| s.login.as_str()),
         latest: t.comments.iter().map(|c| c.comment.updated_at).max(),
     };
-    let thread_id = thread.write(&mut txn).await?;
+    let comments: Vec<ReviewComment<'_>> = t
+        .comments
+        .iter()
+        .map(|c| review_comment_row(item.id, c, None))
+        .collect();
+    let version = event.pull_request.item.updated_at;
+    let applied = apply_thread(
+        &mut txn,
+        &item,
+        &thread,
+        &comments,
+        version,
+        Origin::Webhook,
+    )
+    .await?;
+    txn.commit().await?;
+    Ok(match applied.thread {
+        Applied::Stale => Outcome::Unchanged,
+        Applied::Written { .. } => Outcome::Applied,
+    })
+}
+
+/// What [`apply_thread`] did: the thread's own step, and how many of its comments it corrected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadApplied {
+    pub thread: Applied,
+    pub comments_changed: u64,
+}
+
+/// The thread's lock-compare-write under its locked pull request `item` (its resolution dated by
+/// `thread.received_at`), its comments filed under it forward-only, and the resolution's item
+/// event, for every path that reports a thread.
+pub async fn apply_thread(
+    txn: &mut sqlx::PgConnection,
+    item: &Item,
+    thread: &Thread<'_>,
+    comments: &[ReviewComment<'_>],
+    version: time::OffsetDateTime,
+    origin: Origin,
+) -> Result<ThreadApplied, sqlx::Error> {
+    let stored = Thread::lock(txn, item.id, thread.node_id).await?;
+    // Dated state: a resolution received earlier than the stored one changes nothing.
+    if let Some(StoredThread {
+        resolution_received_at: Some(stored_at),
+        ..
+    }) = stored
+        && thread.received_at < stored_at
+    {
+        return Ok(ThreadApplied {
+            thread: Applied::Stale,
+            comments_changed: 0,
+        });
+    }
+    let was_resolved = stored.and_then(|s| s.resolved) == Some(true);
+    let newly_resolved = thread.resolved && !was_resolved;
+    let changed = stored.is_none_or(|s| s.resolved != Some(thread.resolved));
+    let thread_id = thread.write(txn).await?;
     // The thread's comments: forward-only like any review comment, and filed under the thread.
-    for c in &t.comments {
-        let comment = review_comment_row(item.id, c, Some(thread_id));
-        let stored = comments::lock(&mut txn, &comment).await?;
-        if stored.freshness(c.comment.updated_at) == Freshness::Apply {
-            comments::write(&mut txn, &comment).await?;
+    let mut comments_changed = 0;
+    for c in comments {
+        let comment = ReviewComment {
+            thread_id: Some(thread_id),
+            ..*c
+        };
+        let stored = comments::lock(txn, &comment).await?;
+        let updated_at = comment.fields.updated_at;
+        if stored.freshness(updated_at) == Freshness::Apply {
+            comments::write(txn, &comment).await?;
+            if !matches!(stored, StoredComment::Live { updated_at: at } if at == updated_at) {
+                comments_changed += 1;
+            }
         } else if stored != StoredComment::Missing {
-            comment.file_under(&mut txn, thread_id).await?;
+            comment.file_under(txn, thread_id).await?;
         }
     }
     if newly_resolved {
         let change = LifecycleChange::ThreadResolved {
-            thread: &event.thread.node_id,
-            resolved_at: received_at,
+            thread: thread.node_id,
+            resolved_at: thread.received_at,
         };
-        let version = event.pull_request.item.updated_at;
-        events::record(&mut txn, &item, &change, version, Origin::Webhook).await?;
+        events::record(txn, item, &change, version, origin).await?;
     }
-    txn.commit().await?;
-    Ok(Outcome::Applied)
+    Ok(ThreadApplied {
+        thread: Applied::Written { changed },
+        comments_changed,
+    })
 }

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use sqlx::{PgPool, Row as _};
 use time::OffsetDateTime;
 use uuid::Uuid;
-use vendor_sim::github::{GithubSim, RateLimitResource, Scenario, generate};
+use vendor_sim::github::{GithubSim, RateLimitResource, Scenario, generate, graphql_cost, ops};
 
 use crate::table::{Table, rate, ratio, thousands};
 
@@ -92,6 +92,20 @@ pub async fn run() -> Result<()> {
         job.done,
         scenario.items
     );
+    let graphql_points = u64::from(budget_before.saturating_sub(budget_after));
+    // The same job without the lists nested under each item: the listings' points as the
+    // count-only pages would be charged (GitHub prices a query by its connections and `first`).
+    let vars = json!({ "owner": "o", "name": "r", "first": page_size });
+    let (issue_calls, pull_calls) = (
+        sim.calls(ops::REPOSITORY_ISSUES),
+        sim.calls(ops::REPOSITORY_PULL_REQUESTS),
+    );
+    let listing_points =
+        sim.points(ops::REPOSITORY_ISSUES) + sim.points(ops::REPOSITORY_PULL_REQUESTS);
+    let items_only = graphql_points.saturating_sub(listing_points)
+        + issue_calls * u64::from(graphql_cost(ISSUES_COUNTS_ONLY, &vars))
+        + pull_calls * u64::from(graphql_cost(PULLS_COUNTS_ONLY, &vars));
+    let (comments, reviews) = nested_rows(&pool).await?;
     let webhooks = crate::github_webhooks::apply(&env, &pool, &sim, &conn).await?;
     sync.stop().await?;
     control.stop().await?;
@@ -109,7 +123,7 @@ pub async fn run() -> Result<()> {
     let engine_rate = items as f64 / job.seconds;
     let batched_rate = items as f64 / batched.as_secs_f64();
     let per_row_rate = items as f64 / per_row.as_secs_f64();
-    let cost = u64::from(budget_before.saturating_sub(budget_after));
+    let cost = graphql_points;
 
     println!();
     println!(
@@ -159,10 +173,20 @@ pub async fn run() -> Result<()> {
         "points / 1,000 items",
     ]);
     t.row(vec![
-        "INITIAL job (simulator's rateLimit accounting)".into(),
+        format!(
+            "INITIAL job, comments and reviews included ({} comments, {} reviews mirrored; simulator's rateLimit accounting)",
+            thousands(comments),
+            thousands(reviews)
+        ),
         thousands(cost),
         thousands(graphql_calls),
         format!("{:.1}", cost as f64 * 1000.0 / items as f64),
+    ]);
+    t.row(vec![
+        "  items only (the same pages priced with counts instead of nested lists)".into(),
+        thousands(items_only),
+        thousands(graphql_calls),
+        format!("{:.1}", items_only as f64 * 1000.0 / items as f64),
     ]);
     t.print();
     println!();
@@ -207,6 +231,20 @@ pub async fn run() -> Result<()> {
     );
     env.db.drop().await;
     Ok(())
+}
+
+/// The listing documents before nested lists, for pricing only: GitHub charges by connections
+/// and their `first`, so the counts stand for the whole page.
+const ISSUES_COUNTS_ONLY: &str = "query RepositoryIssues($owner: String!, $name: String!, $first: Int!, $after: String) { repository(owner: $owner, name: $name) { issues(first: $first, after: $after) { nodes { comments { totalCount } } } } }";
+const PULLS_COUNTS_ONLY: &str = "query RepositoryPullRequests($owner: String!, $name: String!, $first: Int!, $after: String) { repository(owner: $owner, name: $name) { pullRequests(first: $first, after: $after) { nodes { comments { totalCount } reviews { totalCount } } } } }";
+
+/// Conversation comments and reviews the job mirrored.
+async fn nested_rows(pool: &PgPool) -> Result<(u64, u64)> {
+    let (comments, reviews): (i64, i64) =
+        sqlx::query_as("SELECT (SELECT count(*) FROM comment), (SELECT count(*) FROM review)")
+            .fetch_one(pool)
+            .await?;
+    Ok((comments.max(0) as u64, reviews.max(0) as u64))
 }
 
 struct JobEnd {
