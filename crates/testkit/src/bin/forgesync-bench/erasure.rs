@@ -464,8 +464,13 @@ struct Erased {
 /// the rows phase ends when the last step before the first stream tally commits.
 async fn erase(eraser: &eraser::Eraser, pool: &PgPool, connection: Uuid) -> Result<Erased> {
     let started = Instant::now();
-    let run = eraser.erase_connection(connection, ErasureTrigger::AdminDisconnect);
-    tokio::pin!(run);
+    // Its own task, so reading the record never holds the erasure up.
+    let eraser = eraser.clone();
+    let mut run = tokio::spawn(async move {
+        eraser
+            .erase_connection(connection, ErasureTrigger::AdminDisconnect)
+            .await
+    });
     let mut steps_seen = 0usize;
     let mut last_step_at = Duration::ZERO;
     let mut rows_end = None;
@@ -500,7 +505,7 @@ async fn erase(eraser: &eraser::Eraser, pool: &PgPool, connection: Uuid) -> Resu
         }
     };
     let total = started.elapsed();
-    let outcome = outcome.context("erasing the connection")?;
+    let outcome = outcome?.context("erasing the connection")?;
     ensure!(
         outcome == eraser::Outcome::Erased,
         "the erasure ended {outcome:?}"
