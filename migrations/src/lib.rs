@@ -20,6 +20,7 @@ mod m0013_endpoint_provider_ref_unique;
 mod m0014_body_consumption;
 mod m0015_stream_ledger;
 mod m0016_erasure;
+mod m0017_erasure_indexes;
 mod m0018_credentials_refused;
 mod m0019_repository_renamed_at;
 
@@ -116,6 +117,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0016_erasure",
                 up: m0016_erasure::UP,
+            }),
+            Box::new(Sql {
+                name: "m0017_erasure_indexes",
+                up: m0017_erasure_indexes::UP,
             }),
             Box::new(Sql {
                 name: "m0018_credentials_refused",

@@ -109,6 +109,8 @@ enum BenchTarget {
     GithubSync,
     /// Signed webhooks into ingress, beside raw Postgres inserts and raw JetStream publishes.
     Ingress,
+    /// A connection's erasure, beside raw DELETEs and raw JetStream deletes by sequence.
+    Eraser,
 }
 
 impl BenchTarget {
@@ -116,6 +118,7 @@ impl BenchTarget {
         match self {
             BenchTarget::GithubSync => "github-sync",
             BenchTarget::Ingress => "ingress",
+            BenchTarget::Eraser => "eraser",
         }
     }
 }

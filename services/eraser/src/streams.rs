@@ -21,9 +21,9 @@ use crate::erase::{EraseError, Eraser};
 use crate::records::{ErasureRecord, Step};
 
 /// Ledger rows read and deleted per batch.
-const BATCH: u64 = 512;
+pub const BATCH: u64 = 512;
 /// Deletes in flight at once.
-const IN_FLIGHT: usize = 64;
+pub const IN_FLIGHT: usize = 64;
 
 #[derive(Debug, Clone, FromQueryResult)]
 struct Ledgered {

@@ -5,6 +5,7 @@
 //! itself (bounded counts and time) and talks only to 127.0.0.1.
 #![forbid(unsafe_code)]
 
+mod erasure;
 mod github_sync;
 mod github_webhooks;
 mod ingress;
@@ -31,6 +32,10 @@ enum Target {
     /// Signed GitHub webhooks posted to ingress at several concurrencies, beside the raw
     /// Postgres inserts ingress makes per delivery and raw JetStream publishes.
     Ingress,
+    /// Erasure of one disconnected connection (100,000 mirrored items, 100,000 stream messages)
+    /// through the eraser's library, beside raw DELETEs of the same rows and raw JetStream
+    /// deletes by sequence.
+    Eraser,
 }
 
 fn env(var: &str) -> Result<String> {
@@ -48,6 +53,7 @@ async fn main() -> Result<()> {
     match cli.target {
         Target::GithubSync => github_sync::run().await,
         Target::Ingress => ingress::run().await,
+        Target::Eraser => erasure::run().await,
     }
 }
 
