@@ -1,0 +1,90 @@
+//! Transport policy every vendor client shares (we hand-write only transport policy, so it is
+//! written once): which failures get another try, and how long to wait before it.
+//!
+//! Retried, a bounded number of times with exponential backoff and jitter: whatever the
+//! client's error says is retryable (5xx, throttling, transport failures). A vendor's
+//! `Retry-After` overrides the backoff; one longer than [`RetryPolicy::max_retry_after`] ends the
+//! retries, since holding a job that long is worse than stopping it cleanly.
+#![forbid(unsafe_code)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable as _};
+
+/// A client error the policy can judge.
+pub trait RetryableError: std::fmt::Display {
+    /// The vendor, for the retry log line ("GitHub", "GitLab").
+    const VENDOR: &'static str;
+
+    /// Whether another attempt may succeed.
+    fn is_retryable(&self) -> bool;
+
+    /// How long the vendor asked us to wait, when it said.
+    fn retry_after(&self) -> Option<Duration>;
+}
+
+/// How many times and how long to retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt.
+    pub max_retries: usize,
+    /// The first backoff delay.
+    pub min_delay: Duration,
+    /// The largest backoff delay.
+    pub max_delay: Duration,
+    /// The longest `Retry-After` we wait out; longer ones end the retries.
+    pub max_retry_after: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_retries: 4,
+            min_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(30),
+            max_retry_after: Duration::from_secs(120),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// No retries at all.
+    pub fn none() -> Self {
+        Self {
+            max_retries: 0,
+            ..Self::default()
+        }
+    }
+
+    /// Runs `attempt` until it succeeds, fails for good, or the retries run out.
+    pub async fn run<T, E, F, Fut>(&self, operation: &'static str, attempt: F) -> Result<T, E>
+    where
+        E: RetryableError,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(self.min_delay)
+            .with_max_delay(self.max_delay)
+            .with_max_times(self.max_retries)
+            .with_jitter();
+        let max_retry_after = self.max_retry_after;
+        attempt
+            .retry(backoff)
+            .when(E::is_retryable)
+            .adjust(move |err: &E, backoff_delay| {
+                // `None` from the backoff means the attempts are used up.
+                let backoff_delay = backoff_delay?;
+                match err.retry_after() {
+                    Some(wait) if wait > max_retry_after => None,
+                    Some(wait) => Some(wait),
+                    None => Some(backoff_delay),
+                }
+            })
+            .notify(|err: &E, wait| {
+                tracing::warn!(operation, error = %err, ?wait, "{} call failed; retrying", E::VENDOR);
+            })
+            .await
+    }
+}
