@@ -482,7 +482,9 @@ async fn reviewer_snapshots_are_ordered_by_when_they_were_received() -> Result<(
             .bind(pr.database_id as i64)
             .fetch_one(&s.pool)
             .await?;
-    let at = |secs: i64| OffsetDateTime::UNIX_EPOCH + Duration::seconds(1_700_000_000 + secs);
+    // After the snapshot the stack's own INITIAL sync stored (dated when it read the page).
+    let base = OffsetDateTime::now_utc() + Duration::hours(1);
+    let at = |secs: i64| base + Duration::seconds(secs);
     let user = |l: &str| Reviewer::User(l.into());
     let apply = |received: OffsetDateTime, read: ListRead<Reviewer>| {
         let pool = s.pool.clone();
