@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use cynic::{Operation, QueryBuilder};
-use reqwest::header::{ACCEPT, HeaderMap, LINK, LOCATION, RETRY_AFTER};
+use reqwest::header::{ACCEPT, HeaderMap, LINK, LOCATION};
 use reqwest::{Method, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -649,7 +649,7 @@ impl GithubClient {
             return Err(Error::RateLimited {
                 kind: RateLimitKind::Primary,
                 reset_at: Some(reset_at),
-                retry_after: retry_after(&headers),
+                retry_after: vendor_http::retry_after(&headers),
                 message: limited.message.clone(),
             });
         }
@@ -751,12 +751,12 @@ fn admit(
 /// Records a REST answer's pool from its headers; each request costs one.
 fn record_rest(ledger: &Mutex<Ledger>, operation: &'static str, headers: &HeaderMap) {
     if let (Some(remaining), Some(reset_at)) = (
-        header_u32(headers, "x-ratelimit-remaining"),
+        vendor_http::header_number::<u32>(headers, "x-ratelimit-remaining"),
         reset_from(headers),
     ) {
         let seen = RateLimit {
             cost: 1,
-            limit: header_u32(headers, "x-ratelimit-limit").unwrap_or(0),
+            limit: vendor_http::header_number::<u32>(headers, "x-ratelimit-limit").unwrap_or(0),
             remaining,
             reset_at,
         };
@@ -819,14 +819,15 @@ async fn read_success(
     let message = serde_json::from_slice::<MessageBody>(&body)
         .map(|m| m.message)
         .unwrap_or_else(|_| String::from_utf8_lossy(&body).chars().take(200).collect());
-    let retry_after = retry_after(&headers);
+    let retry_after = vendor_http::retry_after(&headers);
     Err(match status {
         StatusCode::UNAUTHORIZED => Error::Auth {
             status: Some(status.as_u16()),
             message,
         },
         StatusCode::FORBIDDEN | StatusCode::TOO_MANY_REQUESTS => {
-            let spent = header_u32(&headers, "x-ratelimit-remaining") == Some(0);
+            let spent =
+                vendor_http::header_number::<u32>(&headers, "x-ratelimit-remaining") == Some(0);
             if spent && retry_after.is_none() {
                 Error::RateLimited {
                     kind: RateLimitKind::Primary,
@@ -871,46 +872,11 @@ async fn read_success(
     })
 }
 
-/// The body, read up to `max_bytes`; a larger one is refused before or while it streams in.
-async fn read_capped(mut response: reqwest::Response, max_bytes: usize) -> Result<Vec<u8>, Error> {
-    let too_large = || Error::TooLarge { limit: max_bytes };
-    if response
-        .content_length()
-        .is_some_and(|n| n > max_bytes as u64)
-    {
-        return Err(too_large());
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(Error::Transport)? {
-        if body.len() + chunk.len() > max_bytes {
-            return Err(too_large());
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
-
 fn decode_json<T: DeserializeOwned>(operation: &'static str, body: &[u8]) -> Result<T, Error> {
     serde_json::from_slice(body).map_err(|e| Error::Decode {
         operation,
         message: e.to_string(),
     })
-}
-
-fn header_u32(headers: &HeaderMap, name: &str) -> Option<u32> {
-    headers.get(name)?.to_str().ok()?.trim().parse().ok()
-}
-
-/// `Retry-After` in seconds (GitHub's form; an HTTP date falls back to our backoff).
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let seconds: u64 = headers
-        .get(RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(Duration::from_secs(seconds))
 }
 
 /// `x-ratelimit-reset` (unix seconds).
@@ -980,6 +946,16 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // The guarded values stay consistent at every await-free step; a panic elsewhere must not
     // take accounting down with it.
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The body under the client's cap, as the client's error.
+async fn read_capped(response: reqwest::Response, max_bytes: usize) -> Result<Vec<u8>, Error> {
+    vendor_http::read_capped(response, max_bytes)
+        .await
+        .map_err(|e| match e {
+            vendor_http::BodyError::TooLarge => Error::TooLarge { limit: max_bytes },
+            vendor_http::BodyError::Transport(e) => Error::Transport(e),
+        })
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use cynic::{Operation, QueryBuilder};
-use reqwest::header::{ACCEPT, HeaderMap, LOCATION, RETRY_AFTER};
+use reqwest::header::{ACCEPT, HeaderMap, LOCATION};
 use reqwest::{Method, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -543,7 +543,7 @@ async fn read_success(
         .ok()
         .and_then(MessageBody::text)
         .unwrap_or_else(|| String::from_utf8_lossy(&body).chars().take(200).collect());
-    let retry_after = retry_after(&headers);
+    let retry_after = vendor_http::retry_after(&headers);
     Err(match status {
         StatusCode::UNAUTHORIZED => Error::Auth { message },
         StatusCode::TOO_MANY_REQUESTS => Error::RateLimited {
@@ -559,25 +559,6 @@ async fn read_success(
     })
 }
 
-/// The body, read up to `max_bytes`; a larger one is refused before or while it streams in.
-async fn read_capped(mut response: reqwest::Response, max_bytes: usize) -> Result<Vec<u8>, Error> {
-    let too_large = || Error::TooLarge { limit: max_bytes };
-    if response
-        .content_length()
-        .is_some_and(|n| n > max_bytes as u64)
-    {
-        return Err(too_large());
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(Error::Transport)? {
-        if body.len() + chunk.len() > max_bytes {
-            return Err(too_large());
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
-
 fn decode_json<T: DeserializeOwned>(operation: &'static str, body: &[u8]) -> Result<T, Error> {
     serde_json::from_slice(body).map_err(|e| Error::Decode {
         operation,
@@ -585,26 +566,27 @@ fn decode_json<T: DeserializeOwned>(operation: &'static str, body: &[u8]) -> Res
     })
 }
 
-fn header_u64(headers: &HeaderMap, name: &str) -> Option<u64> {
-    headers.get(name)?.to_str().ok()?.trim().parse().ok()
-}
-
 /// `RateLimit-Limit`, `-Remaining` and `-Reset` (unix seconds), when all three are sent.
 fn rate_limit_from(headers: &HeaderMap) -> Option<RateLimit> {
     let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
     Some(RateLimit {
-        limit: clamp(header_u64(headers, "ratelimit-limit")?),
-        remaining: clamp(header_u64(headers, "ratelimit-remaining")?),
+        limit: clamp(vendor_http::header_number::<u64>(
+            headers,
+            "ratelimit-limit",
+        )?),
+        remaining: clamp(vendor_http::header_number::<u64>(
+            headers,
+            "ratelimit-remaining",
+        )?),
         reset_at: OffsetDateTime::from_unix_timestamp(
-            i64::try_from(header_u64(headers, "ratelimit-reset")?).ok()?,
+            i64::try_from(vendor_http::header_number::<u64>(
+                headers,
+                "ratelimit-reset",
+            )?)
+            .ok()?,
         )
         .ok()?,
     })
-}
-
-/// `Retry-After` in seconds.
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    header_u64(headers, RETRY_AFTER.as_str()).map(Duration::from_secs)
 }
 
 fn count(operation: &'static str, total: i32) -> Result<u32, Error> {
@@ -657,4 +639,14 @@ fn missing(what: &str, path: &str, errors: &[GraphqlError]) -> Error {
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // The guarded values stay consistent at every await-free step.
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The body under the client's cap, as the client's error.
+async fn read_capped(response: reqwest::Response, max_bytes: usize) -> Result<Vec<u8>, Error> {
+    vendor_http::read_capped(response, max_bytes)
+        .await
+        .map_err(|e| match e {
+            vendor_http::BodyError::TooLarge => Error::TooLarge { limit: max_bytes },
+            vendor_http::BodyError::Transport(e) => Error::Transport(e),
+        })
 }

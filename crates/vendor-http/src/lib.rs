@@ -1,5 +1,6 @@
 //! Transport policy every vendor client shares (we hand-write only transport policy, so it is
-//! written once): which failures get another try, and how long to wait before it.
+//! written once): which failures get another try and how long to wait before it, bodies read
+//! under a cap, and the numeric headers vendors send.
 //!
 //! Retried, a bounded number of times with exponential backoff and jitter: whatever the
 //! client's error says is retryable (5xx, throttling, transport failures). A vendor's
@@ -11,6 +12,48 @@ use std::future::Future;
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable as _};
+use reqwest::header::{HeaderMap, RETRY_AFTER};
+
+/// Why a capped body could not be read.
+#[derive(Debug)]
+pub enum BodyError {
+    /// Larger than the cap; nothing of it is used.
+    TooLarge,
+    /// The body broke off.
+    Transport(reqwest::Error),
+}
+
+/// The body, read up to `max_bytes`; a larger one is refused before or while it streams in
+/// (a vendor answer must not exhaust our memory).
+pub async fn read_capped(
+    mut response: reqwest::Response,
+    max_bytes: usize,
+) -> Result<Vec<u8>, BodyError> {
+    if response
+        .content_length()
+        .is_some_and(|n| n > max_bytes as u64)
+    {
+        return Err(BodyError::TooLarge);
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(BodyError::Transport)? {
+        if body.len() + chunk.len() > max_bytes {
+            return Err(BodyError::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// A header holding a decimal number; absent or unparsable is `None`, never zero.
+pub fn header_number<T: std::str::FromStr>(headers: &HeaderMap, name: &str) -> Option<T> {
+    headers.get(name)?.to_str().ok()?.trim().parse().ok()
+}
+
+/// `Retry-After` in seconds (an HTTP date falls back to our backoff).
+pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    header_number::<u64>(headers, RETRY_AFTER.as_str()).map(Duration::from_secs)
+}
 
 /// A client error the policy can judge.
 pub trait RetryableError: std::fmt::Display {
