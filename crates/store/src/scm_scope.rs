@@ -168,3 +168,163 @@ pub async fn issues<C: ConnectionTrait>(
     .all(db)
     .await
 }
+
+/// A mirrored pull request (GitLab: merge request) of a covered repository; tombstoned rows
+/// included. Only this module makes one, so its comments and threads are read inside the scope.
+#[derive(Debug, Clone, PartialEq, Eq, FromQueryResult)]
+#[non_exhaustive]
+pub struct MirroredPullRequest {
+    pub id: Uuid,
+    pub native_id: i64,
+    pub number: i32,
+    pub title: Option<String>,
+    pub body: Option<String>,
+    pub state: String,
+    pub draft: Option<bool>,
+    pub author: Option<String>,
+    pub locked: Option<bool>,
+    pub comment_count: Option<i32>,
+    pub head_ref: Option<String>,
+    pub head_sha: Option<String>,
+    pub base_ref: Option<String>,
+    pub upstream_created_at: OffsetDateTime,
+    pub upstream_updated_at: OffsetDateTime,
+    pub closed_at: Option<OffsetDateTime>,
+    pub merged_at: Option<OffsetDateTime>,
+    pub deleted_at: Option<OffsetDateTime>,
+}
+
+const PULL_REQUEST_COLUMNS: &str = "id, native_id, number, title, body, state, draft, author,
+    locked, comment_count, head_ref, head_sha, base_ref, upstream_created_at,
+    upstream_updated_at, closed_at, merged_at, deleted_at";
+
+/// Pull requests of a covered repository by number, at most `limit` after `after_number`.
+pub async fn pull_requests<C: ConnectionTrait>(
+    db: &C,
+    repository: &CoveredRepository,
+    after_number: Option<i32>,
+    limit: u64,
+) -> Result<Vec<MirroredPullRequest>, DbErr> {
+    MirroredPullRequest::find_by_statement(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        format!(
+            "SELECT {PULL_REQUEST_COLUMNS} FROM pull_request
+              WHERE repository_id = $1 AND number > $2 ORDER BY number LIMIT $3"
+        ),
+        [
+            repository.id.into(),
+            after_number.unwrap_or(i32::MIN).into(),
+            i64::try_from(limit).unwrap_or(i64::MAX).into(),
+        ],
+    ))
+    .all(db)
+    .await
+}
+
+/// One pull request of a covered repository, by our id.
+pub async fn pull_request<C: ConnectionTrait>(
+    db: &C,
+    repository: &CoveredRepository,
+    pull_request_id: Uuid,
+) -> Result<Option<MirroredPullRequest>, DbErr> {
+    MirroredPullRequest::find_by_statement(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        format!(
+            "SELECT {PULL_REQUEST_COLUMNS} FROM pull_request WHERE repository_id = $1 AND id = $2"
+        ),
+        [repository.id.into(), pull_request_id.into()],
+    ))
+    .one(db)
+    .await
+}
+
+/// A mirrored conversation comment (GitLab: a note on the merge request itself).
+#[derive(Debug, Clone, PartialEq, Eq, FromQueryResult)]
+#[non_exhaustive]
+pub struct MirroredComment {
+    pub id: Uuid,
+    pub native_id: i64,
+    pub author: Option<String>,
+    pub body: Option<String>,
+    pub upstream_created_at: OffsetDateTime,
+    pub upstream_updated_at: OffsetDateTime,
+    pub deleted_at: Option<OffsetDateTime>,
+}
+
+/// The pull request's conversation comments, oldest first.
+pub async fn pull_request_comments<C: ConnectionTrait>(
+    db: &C,
+    pull_request: &MirroredPullRequest,
+) -> Result<Vec<MirroredComment>, DbErr> {
+    MirroredComment::find_by_statement(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "SELECT id, native_id, author, body, upstream_created_at, upstream_updated_at, deleted_at
+           FROM comment WHERE pull_request_id = $1
+          ORDER BY upstream_created_at, native_id",
+        [pull_request.id.into()],
+    ))
+    .all(db)
+    .await
+}
+
+/// A mirrored review thread (GitLab: a discussion on the diff).
+#[derive(Debug, Clone, PartialEq, Eq, FromQueryResult)]
+#[non_exhaustive]
+pub struct MirroredThread {
+    pub id: Uuid,
+    pub node_id: String,
+    pub path: Option<String>,
+    pub resolved: Option<bool>,
+    pub resolved_at: Option<OffsetDateTime>,
+    pub resolved_by: Option<String>,
+}
+
+/// A mirrored review comment (GitLab: a diff note), in its thread when it has one.
+#[derive(Debug, Clone, PartialEq, Eq, FromQueryResult)]
+#[non_exhaustive]
+pub struct MirroredReviewComment {
+    pub id: Uuid,
+    pub thread_id: Option<Uuid>,
+    pub native_id: i64,
+    pub in_reply_to: Option<i64>,
+    pub path: Option<String>,
+    pub line: Option<i32>,
+    pub commit_sha: Option<String>,
+    pub author: Option<String>,
+    pub body: Option<String>,
+    pub upstream_created_at: OffsetDateTime,
+    pub upstream_updated_at: OffsetDateTime,
+    pub deleted_at: Option<OffsetDateTime>,
+}
+
+/// The pull request's review threads, by path and id.
+pub async fn pull_request_threads<C: ConnectionTrait>(
+    db: &C,
+    pull_request: &MirroredPullRequest,
+) -> Result<Vec<MirroredThread>, DbErr> {
+    MirroredThread::find_by_statement(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "SELECT id, node_id, path, resolved, resolved_at, resolved_by
+           FROM review_thread WHERE pull_request_id = $1 ORDER BY path NULLS LAST, node_id",
+        [pull_request.id.into()],
+    ))
+    .all(db)
+    .await
+}
+
+/// The pull request's review comments, oldest first.
+pub async fn pull_request_review_comments<C: ConnectionTrait>(
+    db: &C,
+    pull_request: &MirroredPullRequest,
+) -> Result<Vec<MirroredReviewComment>, DbErr> {
+    MirroredReviewComment::find_by_statement(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "SELECT id, thread_id, native_id, in_reply_to, path, line, commit_sha, author, body,
+                upstream_created_at, upstream_updated_at, deleted_at
+           FROM review_comment WHERE pull_request_id = $1
+          ORDER BY upstream_created_at, native_id",
+        [pull_request.id.into()],
+    ))
+    .all(db)
+    .await
+}

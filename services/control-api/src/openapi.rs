@@ -7,7 +7,9 @@ use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 use crate::error::{BadRequest, Forbidden, PayloadTooLarge, Unauthorized, UnsupportedMediaType};
-use crate::routes::{connections, dead_messages, endpoints, erasures, github, jobs, workspaces};
+use crate::routes::{
+    connections, dead_messages, endpoints, erasures, github, gitlab, jobs, workspaces,
+};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -29,6 +31,7 @@ use crate::routes::{connections, dead_messages, endpoints, erasures, github, job
         jobs::create, jobs::list, jobs::cancel,
         endpoints::create, endpoints::rotate_secret, endpoints::replay,
         github::repositories, github::issues,
+        gitlab::projects, gitlab::issues, gitlab::merge_requests, gitlab::merge_request,
         dead_messages::list, dead_messages::replay,
         erasures::list, erasures::scan,
     ),
@@ -42,6 +45,7 @@ use crate::routes::{connections, dead_messages, endpoints, erasures, github, job
         (name = "jobs", description = "Sync jobs of a connection."),
         (name = "endpoints", description = "Webhook endpoints and replays of received messages."),
         (name = "github", description = "Reads of the GitHub mirror, scoped to the workspace."),
+        (name = "gitlab", description = "Reads of the GitLab mirror, scoped to the workspace."),
         (name = "dead_messages", description = "Messages consumers gave up on (operators only)."),
         (name = "erasures", description = "Erasure of disconnected connections and purged workspaces."),
     )

@@ -6,9 +6,10 @@ use axum::Json;
 use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use store::entity::ConnectionKind;
-use store::scm_scope::{self, CoveredRepository, MirroredIssue};
+use store::scm_scope::{self, CoveredRepository};
 use uuid::Uuid;
 
+use super::scm::{IssuePage, IssueView, covered, issue_page};
 use super::workspaces::find_reachable;
 use super::{WorkspacePath, rfc3339};
 use crate::AppState;
@@ -43,50 +44,6 @@ impl From<CoveredRepository> for RepositoryView {
     }
 }
 
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct IssueView {
-    pub id: Uuid,
-    /// GitHub's issue id.
-    pub native_id: i64,
-    pub number: i32,
-    /// Null once the issue is tombstoned.
-    pub title: Option<String>,
-    pub body: Option<String>,
-    /// open or closed.
-    pub state: String,
-    pub state_reason: Option<String>,
-    pub author: Option<String>,
-    pub locked: Option<bool>,
-    /// Null when GitHub could not report it (unknown, not zero).
-    pub comment_count: Option<i32>,
-    pub created_at: String,
-    pub updated_at: String,
-    pub closed_at: Option<String>,
-    /// Set when a reconcile found the issue gone upstream; cleared if it reappears.
-    pub deleted_at: Option<String>,
-}
-
-impl From<MirroredIssue> for IssueView {
-    fn from(i: MirroredIssue) -> Self {
-        IssueView {
-            id: i.id,
-            native_id: i.native_id,
-            number: i.number,
-            title: i.title,
-            body: i.body,
-            state: i.state,
-            state_reason: i.state_reason,
-            author: i.author,
-            locked: i.locked,
-            comment_count: i.comment_count,
-            created_at: rfc3339(i.upstream_created_at),
-            updated_at: rfc3339(i.upstream_updated_at),
-            closed_at: i.closed_at.map(rfc3339),
-            deleted_at: i.deleted_at.map(rfc3339),
-        }
-    }
-}
-
 /// List the workspace's mirrored GitHub repositories
 ///
 /// Those its monitors cover while its GitHub connection authorises reads.
@@ -106,15 +63,6 @@ pub async fn repositories(
     Ok(Json(rows.into_iter().map(Into::into).collect()))
 }
 
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct IssuePage {
-    /// Issues numbered after this one (the last `number` of the previous page).
-    pub after: Option<i32>,
-    /// At most this many issues, by number (default 100, at most 1000).
-    pub limit: Option<u64>,
-}
-
 /// List a mirrored GitHub repository's issues
 #[utoipa::path(get, path = "/workspaces/{workspace_id}/github/repositories/{repository_id}/issues",
     operation_id = "listGithubIssues",
@@ -128,22 +76,13 @@ pub async fn issues(
     PathParams((workspace_id, repository_id)): PathParams<(Uuid, Uuid)>,
     QueryParams(page): QueryParams<IssuePage>,
 ) -> Result<Json<Vec<IssueView>>, ApiError> {
-    find_reachable(&state.db, &caller, workspace_id, false).await?;
-    // Outside the workspace's scope a repository answers as if it did not exist.
-    let repository = scm_scope::covered_repository(
-        &state.db,
+    let repository = covered(
+        &state,
+        &caller,
         workspace_id,
         ConnectionKind::Github,
         repository_id,
     )
-    .await?
-    .ok_or_else(|| ApiError::not_found("repository"))?;
-    let rows = scm_scope::issues(
-        &state.db,
-        &repository,
-        page.after,
-        page.limit.unwrap_or(100).min(1000),
-    )
     .await?;
-    Ok(Json(rows.into_iter().map(Into::into).collect()))
+    issue_page(&state, &repository, &page).await
 }

@@ -5,7 +5,9 @@ pub mod dead_messages;
 pub mod endpoints;
 pub mod erasures;
 pub mod github;
+pub mod gitlab;
 pub mod jobs;
+pub mod scm;
 pub mod workspaces;
 
 use axum::Router;
@@ -121,6 +123,19 @@ pub fn table() -> RouteTable {
         .get(
             "/workspaces/{workspace_id}/github/repositories/{repository_id}/issues",
             github::issues,
+        )
+        .get("/workspaces/{workspace_id}/gitlab/projects", gitlab::projects)
+        .get(
+            "/workspaces/{workspace_id}/gitlab/projects/{project_id}/issues",
+            gitlab::issues,
+        )
+        .get(
+            "/workspaces/{workspace_id}/gitlab/projects/{project_id}/merge-requests",
+            gitlab::merge_requests,
+        )
+        .get(
+            "/workspaces/{workspace_id}/gitlab/projects/{project_id}/merge-requests/{merge_request_id}",
+            gitlab::merge_request,
         )
         .get("/dead-messages", dead_messages::list)
         .post("/dead-messages/{id}/replay", dead_messages::replay)
