@@ -331,10 +331,7 @@ mod tests {
             ]}
         });
         let queries = dashboard_queries(&dashboard);
-        let all: BTreeSet<String> = queries
-            .iter()
-            .flat_map(|(_, q)| metric_names(q))
-            .collect();
+        let all: BTreeSet<String> = queries.iter().flat_map(|(_, q)| metric_names(q)).collect();
         assert_eq!(
             all.into_iter().collect::<Vec<_>>(),
             ["one_total", "three_total", "two"]
@@ -371,17 +368,23 @@ mod tests {
 
     #[test]
     fn a_name_nothing_exports_is_reported_and_external_ones_are_not() {
-        let scrape = "# TYPE a_total counter\na_total{x=\"1\"} 3\nb_seconds_bucket{le=\"1\"} 1\nc 2\n";
+        let scrape =
+            "# TYPE a_total counter\na_total{x=\"1\"} 3\nb_seconds_bucket{le=\"1\"} 1\nc 2\n";
         let exported = exposed_names(scrape);
         let queries = vec![
-            ("panel".to_owned(), "rate(a_total[5m]) + b_seconds_bucket + c".to_owned()),
+            (
+                "panel".to_owned(),
+                "rate(a_total[5m]) + b_seconds_bucket + c".to_owned(),
+            ),
             (
                 "alert".to_owned(),
                 "kube_pod_status_ready + renamed_total".to_owned(),
             ),
         ];
         assert_eq!(
-            unexported(&queries, &exported).into_iter().collect::<Vec<_>>(),
+            unexported(&queries, &exported)
+                .into_iter()
+                .collect::<Vec<_>>(),
             [("alert".to_owned(), "renamed_total".to_owned())]
         );
     }
