@@ -926,14 +926,14 @@ fn check_dashboard_configmaps(
         };
         if configmap["metadata"]["labels"][label] != value {
             problems.push(format!(
-                "ConfigMap {}: no sidecar label {label}={value:?}",
+                "{}: no sidecar label {label}={value:?}",
                 name_of(configmap)
             ));
         }
         let data = configmap["data"][name].as_str().unwrap_or_default();
         if serde_json::from_str::<Value>(data).ok().as_ref() != Some(dashboard) {
             problems.push(format!(
-                "ConfigMap {}: {name} differs from {DASHBOARDS}/{name}",
+                "{}: {name} differs from {DASHBOARDS}/{name}",
                 name_of(configmap)
             ));
         }
