@@ -11,6 +11,7 @@ mod support;
 mod checks;
 mod consumers;
 mod history;
+mod metrics;
 mod redeliver;
 mod released;
 mod signals;

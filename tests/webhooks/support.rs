@@ -219,6 +219,15 @@ impl LiveStack {
             .sum())
     }
 
+    /// Each running service's name and base URL (its `/metrics` is there).
+    pub fn service_urls(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("control-api", self._control.url()),
+            ("ingress", self._ingress.url()),
+            ("github-sync", self._sync.url()),
+        ]
+    }
+
     /// POSTs to control-api as an admin.
     pub async fn post(&self, path: &str, body: Value) -> Result<(u16, Value)> {
         let url = format!("{}{path}", self.api);

@@ -9,7 +9,9 @@
 //! - terminationGracePeriodSeconds covers FORGESYNC_SHUTDOWN_GRACE and the preStop pause;
 //! - only ingress is routed publicly, on its webhook paths, with room for 25 MiB bodies;
 //! - KEDA scales each worker on the consumers its code declares;
-//! - alerts use only series some code exports, and each has its runbook section;
+//! - alerts and the Grafana dashboards (`deploy/grafana`) use only series some code exports,
+//!   and each alert has its runbook section;
+//! - with `dashboards.enabled`, every dashboard ships as a ConfigMap carrying the sidecar's label;
 //! - a digest pins every workload's image;
 //! - NetworkPolicies admit webhooks from the ingress controller only, the API from its configured
 //!   namespaces only, and let out DNS, Postgres, NATS, OTLP and (where a service calls them)
@@ -28,6 +30,11 @@ use serde_json::{Value, json};
 
 use crate::paths::Layout;
 use crate::pypi;
+
+/// The metric names queries read (shared with the stack's metrics test, which scrapes them).
+#[path = "../../crates/testkit/src/promql.rs"]
+#[allow(dead_code)]
+mod promql;
 
 /// The PyPI packages, pinned.
 const TOOLS: &[(&str, &str)] = &[
@@ -56,14 +63,8 @@ const PUBLIC_PATHS: &[&str] = &["/webhooks/", "/hooks/"];
 const MAX_WEBHOOK_BODY: u64 = 25 * 1024 * 1024;
 /// The binary the migration Job runs; the image must ship it.
 const ADMIN_BIN: &str = "forgesync-admin";
-/// Series alerts may use that no forgesync code exports, and who exports them.
-const EXTERNAL_SERIES: &[(&str, &str)] = &[
-    (
-        "nats_consumer_num_pending",
-        "prometheus-nats-exporter (the NATS chart's promExporter)",
-    ),
-    ("kube_pod_status_ready", "kube-state-metrics"),
-];
+/// Where the Grafana dashboards live; the chart's `dashboards` directory links here.
+const DASHBOARDS: &str = "deploy/grafana";
 
 /// The installed tools: directories to put on `PYTHONPATH`.
 pub struct Tools {
@@ -87,21 +88,23 @@ pub fn ensure_tools(layout: &Layout) -> anyhow::Result<Tools> {
 }
 
 /// What the check reads: the workspace's sources (crates/, services/), the chart, the image
-/// and compose definitions, and the runbook.
+/// and compose definitions, the runbook and the dashboards.
 pub struct Inputs {
     pub root: PathBuf,
     pub chart: PathBuf,
     pub dockerfile: PathBuf,
     pub compose: PathBuf,
     pub runbook: PathBuf,
+    pub dashboards: PathBuf,
 }
 
 /// Where each input lives in the workspace (tests copy them elsewhere to break them).
-const INPUT_PATHS: [&str; 4] = [
+const INPUT_PATHS: [&str; 5] = [
     "helm/forgesync",
     "deploy/Dockerfile",
     "deploy/docker-compose.yml",
     "docs/operations.md",
+    DASHBOARDS,
 ];
 
 impl Inputs {
@@ -111,13 +114,14 @@ impl Inputs {
 
     /// The sources of `root` with the other inputs under `copies`, at their workspace paths.
     fn with_copies(root: &Path, copies: &Path) -> Self {
-        let [chart, dockerfile, compose, runbook] = INPUT_PATHS.map(|p| copies.join(p));
+        let [chart, dockerfile, compose, runbook, dashboards] = INPUT_PATHS.map(|p| copies.join(p));
         Inputs {
             root: root.to_path_buf(),
             chart,
             dockerfile,
             compose,
             runbook,
+            dashboards,
         }
     }
 }
@@ -155,6 +159,8 @@ pub fn check(tools: &Tools, inputs: &Inputs) -> anyhow::Result<String> {
     let fullname = format!("{RELEASE}-forgesync");
     let runbook = std::fs::read_to_string(&inputs.runbook)
         .with_context(|| format!("reading {}", inputs.runbook.display()))?;
+    let dashboards = read_dashboards(&inputs.dashboards)?;
+    check_dashboard_files(&dashboards, &sources, &mut problems);
 
     for render in answer["renders"]
         .as_array()
@@ -228,6 +234,7 @@ pub fn check(tools: &Tools, inputs: &Inputs) -> anyhow::Result<String> {
         check_public_routes(&docs, &fullname, &mut found);
         check_consumers(&render["values"], &binaries, &sources, &mut found);
         check_alert_series(&docs, &sources, &mut found);
+        check_dashboard_configmaps(&docs, &render["values"], &dashboards, &mut found);
         check_runbooks(&docs, &runbook, &mut found);
         check_image(&docs, &render["values"], &mut found);
         check_network_policies(&docs, &render["values"], &mut found);
@@ -320,10 +327,16 @@ impl Sources {
             .map(|(_, text)| text.as_str())
     }
 
-    /// Whether any source names `"series"` as a string literal (metrics are named so).
+    /// Whether any source names `"series"` as a string literal (metrics are named so); a
+    /// histogram's `_bucket`, `_sum` and `_count` series are exported under its name.
     fn exports(&self, series: &str) -> bool {
-        let literal = format!("\"{series}\"");
-        self.files.iter().any(|(_, text)| text.contains(&literal))
+        let histogram = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| series.strip_suffix(suffix));
+        [Some(series), histogram].into_iter().flatten().any(|name| {
+            let literal = format!("\"{name}\"");
+            self.files.iter().any(|(_, text)| text.contains(&literal))
+        })
     }
 
     /// The environment variables a service reads whose values clap hides: its secrets. Its own
@@ -795,34 +808,14 @@ fn check_consumers(
     }
 }
 
-/// Metric names in a PromQL expression: identifiers directly followed by `{`.
-fn series_in(expr: &str) -> BTreeSet<String> {
-    let mut found = BTreeSet::new();
-    let bytes = expr.as_bytes();
-    for (i, b) in bytes.iter().enumerate() {
-        if *b != b'{' {
-            continue;
-        }
-        let end = expr[..i].trim_end().len();
-        let start = expr[..end]
-            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-            .map_or(0, |p| p + 1);
-        if start < end {
-            found.insert(expr[start..end].to_owned());
-        }
-    }
-    found
-}
-
 /// Every series an alert reads is exported by some code of ours, or is a known external one.
 fn check_alert_series(docs: &[&Value], sources: &Sources, problems: &mut Vec<String>) {
     for doc in docs.iter().filter(|d| d["kind"] == "PrometheusRule") {
         for group in doc["spec"]["groups"].as_array().into_iter().flatten() {
             for rule in group["rules"].as_array().into_iter().flatten() {
                 let expr = rule["expr"].as_str().unwrap_or_default();
-                for series in series_in(expr) {
-                    let external = EXTERNAL_SERIES.iter().any(|(s, _)| *s == series);
-                    if !external && !sources.exports(&series) {
+                for series in promql::metric_names(expr) {
+                    if !promql::is_external(&series) && !sources.exports(&series) {
                         problems.push(format!(
                             "alert {}: no code exports the series {series}",
                             rule["alert"]
@@ -831,6 +824,126 @@ fn check_alert_series(docs: &[&Value], sources: &Sources, problems: &mut Vec<Str
                 }
             }
         }
+    }
+}
+
+/// The dashboards: each file's name and JSON, sorted by name.
+fn read_dashboards(dir: &Path) -> anyhow::Result<Vec<(String, Value)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let text = std::fs::read_to_string(&path)?;
+        let json = serde_json::from_str(&text)
+            .with_context(|| format!("{DASHBOARDS}/{name} is not JSON"))?;
+        out.push((name, json));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// Every dashboard has its own uid and title and reads only series some code exports (the
+/// stack's metrics test then scrapes them from running services).
+fn check_dashboard_files(
+    dashboards: &[(String, Value)],
+    sources: &Sources,
+    problems: &mut Vec<String>,
+) {
+    if dashboards.is_empty() {
+        problems.push(format!("{DASHBOARDS} holds no dashboard"));
+    }
+    let mut uids = BTreeSet::new();
+    let mut titles = BTreeSet::new();
+    for (name, dashboard) in dashboards {
+        for (field, seen) in [("uid", &mut uids), ("title", &mut titles)] {
+            match dashboard[field].as_str() {
+                Some(v) if !v.is_empty() => {
+                    if !seen.insert(v.to_owned()) {
+                        problems.push(format!("dashboard {name}: {field} {v:?} is taken"));
+                    }
+                }
+                _ => problems.push(format!("dashboard {name}: no {field}")),
+            }
+        }
+        let queries = promql::dashboard_queries(dashboard);
+        if queries.is_empty() {
+            problems.push(format!("dashboard {name}: no query"));
+        }
+        for (place, expr) in queries {
+            for series in promql::metric_names(&expr) {
+                if !promql::is_external(&series) && !sources.exports(&series) {
+                    problems.push(format!(
+                        "dashboard {name}: {place}: no code exports the series {series}"
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// With `dashboards.enabled`, one ConfigMap per dashboard carries the sidecar's label and the
+/// dashboard as it is in the repository; without, none renders.
+fn check_dashboard_configmaps(
+    docs: &[&Value],
+    values: &Value,
+    dashboards: &[(String, Value)],
+    problems: &mut Vec<String>,
+) {
+    let settings = &values["dashboards"];
+    let rendered: Vec<&Value> = docs
+        .iter()
+        .copied()
+        .filter(|d| d["kind"] == "ConfigMap" && component(d) == "dashboards")
+        .collect();
+    if settings["enabled"] != true {
+        if !rendered.is_empty() {
+            problems.push("dashboards.enabled is off, yet dashboard ConfigMaps render".into());
+        }
+        return;
+    }
+    let (label, value) = (
+        settings["label"].as_str().unwrap_or_default(),
+        settings["labelValue"].as_str().unwrap_or_default(),
+    );
+    for (name, dashboard) in dashboards {
+        let shipped: Vec<&Value> = rendered
+            .iter()
+            .copied()
+            .filter(|d| d["data"].get(name).is_some())
+            .collect();
+        let [configmap] = shipped.as_slice() else {
+            problems.push(format!(
+                "dashboard {name}: {} ConfigMaps carry it, not one",
+                shipped.len()
+            ));
+            continue;
+        };
+        if configmap["metadata"]["labels"][label] != value {
+            problems.push(format!(
+                "{}: no sidecar label {label}={value:?}",
+                name_of(configmap)
+            ));
+        }
+        let data = configmap["data"][name].as_str().unwrap_or_default();
+        if serde_json::from_str::<Value>(data).ok().as_ref() != Some(dashboard) {
+            problems.push(format!(
+                "{}: {name} differs from {DASHBOARDS}/{name}",
+                name_of(configmap)
+            ));
+        }
+    }
+    if rendered.len() != dashboards.len() {
+        problems.push(format!(
+            "{} dashboard ConfigMaps render for {} dashboards",
+            rendered.len(),
+            dashboards.len()
+        ));
     }
 }
 
@@ -1145,7 +1258,11 @@ mod tests {
         for entry in std::fs::read_dir(from)? {
             let entry = entry?;
             let target = to.join(entry.file_name());
-            if entry.file_type()?.is_dir() {
+            let kind = entry.file_type()?;
+            if kind.is_symlink() {
+                // The chart's dashboards link: kept a link, to the copy's own deploy/grafana.
+                std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, target)?;
+            } else if kind.is_dir() {
                 copy_dir(&entry.path(), &target)?;
             } else {
                 std::fs::copy(entry.path(), target)?;
@@ -1197,6 +1314,33 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn a_dashboard_reading_a_series_nothing_exports_fails() {
+        let copy = ChartCopy::new("dashboard-series");
+        copy.edit("deploy/grafana/overview.json", |t| {
+            t.replace("bus_redeliveries_total", "bus_redeliveries_renamed_total")
+        });
+        let err = failure(&copy);
+        assert!(
+            err.contains("dashboard overview.json: panel \"Redeliveries / s\": no code exports the series bus_redeliveries_renamed_total"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn dashboards_without_the_sidecar_label_fail() {
+        let copy = ChartCopy::new("dashboard-label");
+        copy.edit("helm/forgesync/templates/dashboards.yaml", |t| {
+            t.replace("    {{ $d.label }}: {{ $d.labelValue | quote }}\n", "")
+        });
+        let err = failure(&copy);
+        assert!(
+            err.contains("everything: ConfigMap fs-forgesync-dashboard-overview: no sidecar label grafana_dashboard=\"1\""),
+            "{err}"
+        );
+        assert!(!err.contains("minimal:"), "{err}");
     }
 
     #[test]
@@ -1418,7 +1562,7 @@ mod tests {
     }
 
     #[test]
-    fn parses_hidden_envs_and_series() {
+    fn parses_hidden_envs_and_sizes() {
         let source = r#"
             #[arg(long, env = "PLAIN", value_name = "PLAIN")]
             #[arg(
@@ -1429,12 +1573,6 @@ mod tests {
             #[arg(long, env = "RANGED", value_parser = clap::value_parser!(u32).range(1..=100))]
         "#;
         assert_eq!(hidden_envs(source), BTreeSet::from(["SECRET".to_owned()]));
-        assert_eq!(
-            series_in(
-                r#"sum by (c) (increase(bus_messages_total{ns="x", outcome="dead"}[5m])) > max(up {a="b"})"#
-            ),
-            BTreeSet::from(["bus_messages_total".to_owned(), "up".to_owned()])
-        );
         assert_eq!(parse_size("25m"), Some(25 << 20));
         assert_eq!(parse_size("26214400"), Some(26214400));
         assert_eq!(parse_size("1x"), None);

@@ -8,7 +8,8 @@
 //! becomes a dead message in Postgres and is acked. The server's own `max_deliver` stays
 //! unlimited: the budget is enforced here, so a message is only ever acked after it is recorded
 //! somewhere. Acking a message that carries its body by reference marks that body consumed, which
-//! lets retention delete it. Every outcome is counted in `bus_messages_total{consumer, outcome}`.
+//! lets retention delete it. Every outcome is counted in `bus_messages_total{consumer, outcome}`;
+//! [`crate::consumer_metrics`] lists what else each consumer reports.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::consumer_metrics as report;
 use crate::contracts::Incoming;
 use crate::{Bus, BusError, Namespace, Stream, dead};
 
@@ -248,6 +250,7 @@ impl Drop for Delivery {
         };
         let ctx = self.ctx.clone();
         let attempt = self.attempt;
+        report::failed(&ctx.consumer_name, "dropped");
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(settle_failure(
                 ctx,
@@ -311,6 +314,14 @@ fn ctx_subject(ctx: &Context, message: &jetstream::Message) -> String {
 
 /// Decodes, handles with in-progress acks, and settles one delivery.
 async fn handle_one<H: Handler>(handler: &H, delivery: Delivery) {
+    let started = std::time::Instant::now();
+    let consumer = delivery.ctx.consumer_name.clone();
+    // A failed handling is redelivered, or dead once its budget is spent.
+    let failure = if delivery.attempt >= delivery.ctx.spec.max_deliveries {
+        "dead"
+    } else {
+        "nak"
+    };
     let decoded = H::Message::decode(
         &delivery.subject,
         &|name| delivery.header(name).map(str::to_owned),
@@ -319,7 +330,11 @@ async fn handle_one<H: Handler>(handler: &H, delivery: Delivery) {
     let message = match decoded {
         Ok(m) => m,
         // A message that does not decode never will.
-        Err(reason) => return delivery.reject(&format!("undecodable: {reason}")).await,
+        Err(reason) => {
+            report::failed(&consumer, "undecodable");
+            delivery.reject(&format!("undecodable: {reason}")).await;
+            return report::handled(&consumer, "dead", started.elapsed());
+        }
     };
     // Keep the message ours while the handler works; a dead replica's message comes back.
     let every = (delivery.ctx.spec.ack_wait / 3).max(Duration::from_millis(100));
@@ -348,9 +363,18 @@ async fn handle_one<H: Handler>(handler: &H, delivery: Delivery) {
             if let Err(e) = delivery.ack(settle.outcome()).await {
                 tracing::warn!(error = %e, "ack failed; the message will come again");
             }
+            report::handled(&consumer, settle.outcome(), started.elapsed());
         }
-        Err(HandlerError::Transient(reason)) => delivery.retry(&reason).await,
-        Err(HandlerError::Permanent(reason)) => delivery.reject(&reason).await,
+        Err(HandlerError::Transient(reason)) => {
+            report::failed(&consumer, "transient");
+            delivery.retry(&reason).await;
+            report::handled(&consumer, failure, started.elapsed());
+        }
+        Err(HandlerError::Permanent(reason)) => {
+            report::failed(&consumer, "permanent");
+            delivery.reject(&reason).await;
+            report::handled(&consumer, "dead", started.elapsed());
+        }
     }
 }
 
@@ -428,6 +452,14 @@ pub async fn run<H: Handler>(
         .await
         .map_err(|e| err(format!("pull: {e}")))?;
 
+    report::register(&consumer_name);
+    let lag = shutdown.child_token();
+    tokio::spawn(report::watch_lag(
+        consumer.clone(),
+        consumer_name.clone(),
+        lag.clone(),
+    ));
+    let _stop_lag = lag.drop_guard();
     let ctx = Context {
         db,
         namespace: ns.clone(),
@@ -471,7 +503,11 @@ pub async fn run<H: Handler>(
             stored_at,
             ctx: ctx.clone(),
         };
+        if attempt > 1 {
+            report::redelivered(&consumer_name);
+        }
         if attempt > ctx.spec.max_deliveries {
+            report::failed(&consumer_name, "exhausted");
             // The last attempt's dead record failed; record it now rather than handle it again.
             let reason = format!("delivery budget of {} exhausted", ctx.spec.max_deliveries);
             in_flight.spawn(async move {

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod consumer;
+pub mod consumer_metrics;
 /// The message contracts shared by producers and consumers (defined beside the outbox).
 pub use store::contracts;
 pub mod dead;

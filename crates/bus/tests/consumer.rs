@@ -1,7 +1,8 @@
 //! Consumers against real NATS and Postgres: the runner settles what handlers return. A transient
 //! failure comes back with backoff, a delivery budget ends in a dead message that can be replayed,
 //! a permanent failure or an undecodable message is dead at once, in-progress acks keep a long
-//! handler's message from redelivery, and shutdown finishes in-flight work.
+//! handler's message from redelivery, shutdown finishes in-flight work, and each consumer reports
+//! its outcomes, failures by reason, redeliveries, durations and pending counts.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -416,5 +417,88 @@ async fn a_panicking_handler_is_redelivered_then_dead_never_lost() -> Result<()>
     assert_eq!(dead[0].attempts, 2);
     token.cancel();
     task.await??;
+    Ok(())
+}
+
+/// Fails its first delivery of each message transiently, settles the redelivery.
+struct FailsFirst;
+
+impl Handler for FailsFirst {
+    type Message = AnyObject;
+
+    async fn handle(&self, _: AnyObject, delivery: &Delivery) -> Result<Settle, HandlerError> {
+        if delivery.attempt() == 1 {
+            return Err(HandlerError::transient("first time"));
+        }
+        Ok(Settle::Applied("test"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_redeliveries_durations_and_pending_are_reported_per_consumer() -> Result<()> {
+    // This test's process has no other recorder (nextest runs each test alone).
+    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .expect("the only recorder of this process");
+    let db = testkit::TestDb::new().await?;
+    let bus = testkit::test_bus().await?;
+    let token = CancellationToken::new();
+    let task = tokio::spawn({
+        let (bus, db, t) = (bus.clone(), db.db.clone(), token.clone());
+        async move { consumer::run(&bus, db, spec(5), Arc::new(FailsFirst), t).await }
+    });
+    let consumer = bus.namespace().name("test-consumer");
+    let line = |name: &str, labels: &str| format!("{name}{{consumer=\"{consumer}\"{labels}}}");
+    // Registered at zero before anything arrives, so the first failure is an increase.
+    wait_for("the consumer's series", async || {
+        metrics
+            .render()
+            .contains(&format!("{} 0", line("bus_redeliveries_total", "")))
+    })
+    .await;
+    bus.publish(
+        "lifecycle.github.c10.activated",
+        "m-10",
+        HeaderMap::new(),
+        "{}".into(),
+    )
+    .await?;
+    let applied = format!("{} 1", line("bus_messages_total", ",outcome=\"applied\""));
+    wait_for("the redelivery to be applied", async || {
+        metrics.render().contains(&applied)
+    })
+    .await;
+    token.cancel();
+    task.await??;
+    let rendered = metrics.render();
+    for expected in [
+        format!("{} 1", line("bus_messages_total", ",outcome=\"nak\"")),
+        format!("{} 0", line("bus_messages_total", ",outcome=\"dead\"")),
+        format!(
+            "{} 1",
+            line("bus_message_failures_total", ",reason=\"transient\"")
+        ),
+        format!(
+            "{} 0",
+            line("bus_message_failures_total", ",reason=\"exhausted\"")
+        ),
+        format!("{} 1", line("bus_redeliveries_total", "")),
+        format!(
+            "{} 1",
+            line("bus_message_duration_seconds_count", ",outcome=\"nak\"")
+        ),
+        format!(
+            "{} 1",
+            line("bus_message_duration_seconds_count", ",outcome=\"applied\"")
+        ),
+        // The server's account of the durable, read when the consumer started.
+        format!("{} ", line("bus_consumer_pending_messages", "")),
+        format!("{} ", line("bus_consumer_ack_pending_messages", "")),
+    ] {
+        assert!(
+            rendered.contains(&expected),
+            "{expected} not in:\n{rendered}"
+        );
+    }
     Ok(())
 }

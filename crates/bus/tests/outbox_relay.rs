@@ -1,5 +1,5 @@
 //! The outbox relay against real Postgres and NATS: every row reaches its stream exactly once,
-//! even with several relays and one of them killed mid-batch.
+//! even with several relays and one of them killed mid-batch; it reports its backlog.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -11,6 +11,7 @@ use bus::{Bus, Stream};
 use futures::StreamExt;
 use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
 use store::outbox::{OutboxMessage, enqueue};
+use tokio_util::sync::CancellationToken;
 
 async fn enqueue_many(db: &DatabaseConnection, n: usize) -> Result<HashSet<String>> {
     let txn = db.begin().await?;
@@ -389,5 +390,51 @@ async fn the_relay_reports_how_long_its_oldest_row_waited() -> Result<()> {
     assert!((120.0..300.0).contains(&lag()), "lag {}", lag());
     assert_eq!(relay.publish_batch().await?, 0);
     assert!(lag() <= 0.0, "nothing waits any more, yet lag {}", lag());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_relay_reports_its_backlog_and_registers_its_counters() -> Result<()> {
+    // This test's process has no other recorder (nextest runs each test alone).
+    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .expect("the only recorder of this process");
+    let db = testkit::TestDb::new().await?;
+    let bus = testkit::test_bus().await?;
+    enqueue_many(&db.db, 4).await?;
+    // One row held for an inline publisher is not the relays' backlog yet.
+    db.db
+        .execute_unprepared(
+            "UPDATE outbox SET available_at = now() + interval '1 hour' \
+             WHERE id = (SELECT id FROM outbox LIMIT 1)",
+        )
+        .await?;
+    let relay = Relay::new(db.db.clone(), bus.clone(), RelayConfig::default());
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move { relay.run(stop).await }
+    });
+    // The first round counts before it publishes.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let rendered = loop {
+        let rendered = metrics.render();
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the relay published nothing:\n{rendered}"
+        );
+        if rendered.contains("outbox_published_total 3") {
+            break rendered;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    stop.cancel();
+    task.await?;
+    for expected in ["outbox_backlog_rows 3\n", "outbox_parked_total 0\n"] {
+        assert!(
+            rendered.contains(expected),
+            "{expected} not in:\n{rendered}"
+        );
+    }
     Ok(())
 }

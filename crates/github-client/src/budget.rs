@@ -89,6 +89,18 @@ impl fmt::Display for BudgetStop {
 pub(crate) struct Ledger {
     windows: HashMap<Resource, RateLimit>,
     costs: HashMap<&'static str, u32>,
+    /// Where what GitHub says is left is reported, if anywhere.
+    pub(crate) quota: Option<vendor_http::quota::QuotaGauge>,
+}
+
+impl Resource {
+    /// The pool as the `resource` label of `vendor_quota_remaining`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Resource::Graphql => "graphql",
+            Resource::Rest => "rest",
+        }
+    }
 }
 
 impl Ledger {
@@ -137,6 +149,14 @@ impl Ledger {
             window.remaining = window.remaining.min(seen.remaining);
             window.limit = seen.limit;
         }
+        self.report(resource);
+    }
+
+    /// Reports the latest window of `resource` (what GitHub said, not our reservations).
+    fn report(&self, resource: Resource) {
+        if let (Some(quota), Some(window)) = (&self.quota, self.windows.get(&resource)) {
+            quota.report(resource.label(), window.remaining, window.limit);
+        }
     }
 
     /// Marks a pool spent until `reset_at` (GitHub answered RATE_LIMITED).
@@ -149,6 +169,7 @@ impl Ledger {
         });
         window.remaining = 0;
         window.reset_at = window.reset_at.max(reset_at);
+        self.report(resource);
     }
 
     /// The latest window of a pool.

@@ -409,6 +409,14 @@ impl GithubClient {
         }
     }
 
+    /// Reports what GitHub says is left of this client's pools (and of its clones') as
+    /// `vendor_quota_remaining{vendor="github", resource, connection}`; see
+    /// [`vendor_http::quota`].
+    pub fn report_quota_as(&self, connection: impl Into<String>) {
+        lock(&self.shared.ledger).quota =
+            Some(vendor_http::quota::QuotaGauge::new("github", connection));
+    }
+
     /// The floor this client keeps.
     pub fn budget(&self) -> Budget {
         self.budget

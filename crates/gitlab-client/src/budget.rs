@@ -67,6 +67,8 @@ impl fmt::Display for BudgetStop {
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
     window: Option<RateLimit>,
+    /// Where what GitLab says is left is reported, if anywhere (resource `api`: one pool).
+    pub(crate) quota: Option<vendor_http::quota::QuotaGauge>,
 }
 
 impl Ledger {
@@ -105,6 +107,9 @@ impl Ledger {
                 window.limit = seen.limit;
             }
             _ => self.window = Some(seen),
+        }
+        if let (Some(quota), Some(window)) = (&self.quota, &self.window) {
+            quota.report("api", window.remaining, window.limit);
         }
     }
 

@@ -156,6 +156,14 @@ impl GitlabClient {
         }
     }
 
+    /// Reports what GitLab says is left of this client's pool (and of its clones') as
+    /// `vendor_quota_remaining{vendor="gitlab", resource="api", connection}`; see
+    /// [`vendor_http::quota`].
+    pub fn report_quota_as(&self, connection: impl Into<String>) {
+        lock(&self.shared.ledger).quota =
+            Some(vendor_http::quota::QuotaGauge::new("gitlab", connection));
+    }
+
     /// Why the last call was refused by the budget, if one was.
     pub fn last_budget_stop(&self) -> Option<BudgetStop> {
         lock(&self.shared.last_stop).clone()

@@ -1,5 +1,5 @@
 //! The client against the simulated GitLab over HTTP: paging to the end, error paths kept,
-//! newer enum values, GitLab's REST headers, retries, the budget stop.
+//! newer enum values, GitLab's REST headers, retries, the budget stop, the quota gauges.
 
 use std::time::Duration;
 
@@ -438,4 +438,31 @@ async fn the_budget_stops_calls_before_gitlab_runs_out() {
     assert_eq!((stop.remaining, stop.min_remaining), (3, 3));
     assert_eq!(c.rate_limit().unwrap().remaining, 3);
     assert_eq!(c.last_budget_stop(), Some(stop));
+}
+
+#[tokio::test]
+async fn what_gitlab_says_is_left_is_reported_for_the_connection() {
+    // This test's process has no other recorder (nextest runs each test alone).
+    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .expect("the only recorder of this process");
+    let w = world().await;
+    w.sim.model(|m| m.rate_limit.remaining = 6);
+    let c = client(&w.sim);
+    c.report_quota_as("conn-1");
+    // Clones share the ledger, and with it where it reports.
+    c.with_budget(Budget::keep(1))
+        .group_project_count("top")
+        .await
+        .unwrap();
+    let rendered = metrics.render();
+    let labels = r#"{vendor="gitlab",resource="api",connection="conn-1"}"#;
+    assert!(
+        rendered.contains(&format!("vendor_quota_remaining{labels} 5\n")),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains(&format!("vendor_quota_limit{labels} ")),
+        "{rendered}"
+    );
 }

@@ -7,6 +7,7 @@ pub mod config;
 pub mod crypto;
 pub mod db;
 pub mod health;
+pub mod http_metrics;
 pub mod schedule;
 pub mod service;
 pub mod shutdown;

@@ -137,6 +137,7 @@ impl Service {
             mut tasks,
             routes,
         } = self;
+        let routes = crate::http_metrics::layer(routes, name);
         let health = crate::health::router(HealthState {
             db: db.clone(),
             nats,

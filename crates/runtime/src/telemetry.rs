@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::Resource;
@@ -163,19 +163,32 @@ fn tracer_provider(service: &str, endpoint: &str) -> anyhow::Result<SdkTracerPro
         .build())
 }
 
+/// Bucket bounds, in seconds, of every histogram named `*_seconds`: from a fast HTTP answer
+/// (5 ms) to a long sync job (an hour). Rendered as Prometheus histograms, not summaries, so
+/// dashboards can aggregate them across replicas (`histogram_quantile` over `_bucket`).
+pub const SECONDS_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+];
+
 /// The process's Prometheus handle, installing the global metrics recorder on first use.
 pub fn metrics_handle() -> PrometheusHandle {
     METRICS
-        .get_or_init(|| match PrometheusBuilder::new().install_recorder() {
+        .get_or_init(|| match prometheus_builder().install_recorder() {
             Ok(handle) => handle,
             Err(err) => {
                 // Someone else owns the global recorder; render an empty registry rather
                 // than fail the service.
                 tracing::warn!(error = %err, "a metrics recorder was already installed");
-                PrometheusBuilder::new().build_recorder().handle()
+                prometheus_builder().build_recorder().handle()
             }
         })
         .clone()
+}
+
+fn prometheus_builder() -> PrometheusBuilder {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
+        .expect("the bucket list is not empty")
 }
 
 #[cfg(test)]

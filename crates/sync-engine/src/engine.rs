@@ -20,6 +20,25 @@ use uuid::Uuid;
 use crate::jobs::{ClaimedJob, JobControl, JobOutcome, Jobs};
 use crate::vendor::{Listed as _, PageCheck, Pass, ReadError as _, ReadStop, Vendor};
 
+/// How a job ends, as `sync_jobs_total{outcome}` and `sync_job_duration_seconds{outcome}` say.
+pub const JOB_OUTCOMES: &[&str] = &["succeeded", "failed", "canceled"];
+
+/// Registers the engine's counters of vendor `V` at zero (every job type and outcome, every
+/// class's held sweeps), so alerts' `increase()` sees the first one and dashboards show 0.
+pub fn register_metrics<V: Vendor>() {
+    let vendor = V::KIND.as_str();
+    for job_type in lifecycle_core::job::ALL_JOB_TYPES {
+        for outcome in JOB_OUTCOMES {
+            metrics::counter!("sync_jobs_total", "vendor" => vendor, "type" => job_type.as_str(), "outcome" => *outcome)
+                .increment(0);
+        }
+    }
+    for class in V::CLASSES {
+        metrics::counter!("sweeps_held_total", "vendor" => vendor, "class" => V::class_name(*class))
+            .increment(0);
+    }
+}
+
 /// Tunables of a pass. Their defaults are the service's flags (e.g. github-sync's `Config`),
 /// nowhere else.
 #[derive(Debug, Clone)]
@@ -144,6 +163,7 @@ impl<V: Vendor> Engine<V> {
         provider_instance_id: Uuid,
         source: V::Source,
     ) -> Result<JobOutcome, sqlx::Error> {
+        let started = std::time::Instant::now();
         let pass = Pass {
             job,
             provider_instance_id,
@@ -160,12 +180,15 @@ impl<V: Vendor> Engine<V> {
             (end.single_pass_outcome(), done)
         };
         self.jobs.finish(job, &outcome, done).await?;
-        metrics::counter!("sync_jobs_total", "vendor" => V::KIND.as_str(), "type" => job.job_type.as_str(), "outcome" => match &outcome {
+        let ended = match &outcome {
             JobOutcome::Succeeded => "succeeded",
             JobOutcome::Failed(_) => "failed",
             JobOutcome::Canceled => "canceled",
-        })
-        .increment(1);
+        };
+        metrics::counter!("sync_jobs_total", "vendor" => V::KIND.as_str(), "type" => job.job_type.as_str(), "outcome" => ended)
+            .increment(1);
+        metrics::histogram!("sync_job_duration_seconds", "vendor" => V::KIND.as_str(), "type" => job.job_type.as_str(), "outcome" => ended)
+            .record(started.elapsed().as_secs_f64());
         tracing::info!(?outcome, items = done, "sync job ended");
         Ok(outcome)
     }

@@ -48,6 +48,7 @@ impl<V: Vendor> SyncJobs<'_, V> {
         db: &DatabaseConnection,
     ) -> anyhow::Result<()> {
         let kind = V::KIND;
+        crate::engine::register_metrics::<V>();
         let jobs_spec = ConsumerSpec {
             filter_subjects: vec![subject::jobs_filter(kind.as_str())],
             concurrency: self.concurrency.max(1),

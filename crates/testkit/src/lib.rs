@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod own_nats;
+pub mod promql;
 
 pub use own_nats::{NatsSetup, OwnNats};
 

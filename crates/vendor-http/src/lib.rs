@@ -1,12 +1,14 @@
 //! Transport policy every vendor client shares (we hand-write only transport policy, so it is
 //! written once): which failures get another try and how long to wait before it, bodies read
-//! under a cap, and the numeric headers vendors send.
+//! under a cap, the numeric headers vendors send, and the quota gauges ([`quota`]).
 //!
 //! Retried, a bounded number of times with exponential backoff and jitter: whatever the
 //! client's error says is retryable (5xx, throttling, transport failures). A vendor's
 //! `Retry-After` overrides the backoff; one longer than [`RetryPolicy::max_retry_after`] ends the
 //! retries, since holding a job that long is worse than stopping it cleanly.
 #![forbid(unsafe_code)]
+
+pub mod quota;
 
 use std::future::Future;
 use std::time::Duration;

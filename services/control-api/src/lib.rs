@@ -157,11 +157,8 @@ pub struct AppState {
 pub fn router(state: AppState, max_body_bytes: usize) -> Router {
     routes::router()
         .layer(DefaultBodyLimit::max(max_body_bytes))
-        .layer(
-            TraceLayer::new_for_http()
-                .make_span_with(request_span)
-                .on_response(record_response),
-        )
+        // Requests are counted and timed per route by the runtime's layer (`http_requests_total`).
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
         .with_state(state)
 }
 
@@ -175,18 +172,6 @@ fn request_span(req: &axum::http::Request<axum::body::Body>) -> tracing::Span {
         workspace_id = workspace_id.unwrap_or_default(),
         connection_id = connection_id.unwrap_or_default(),
     )
-}
-
-fn record_response(
-    res: &axum::http::Response<axum::body::Body>,
-    latency: std::time::Duration,
-    _span: &tracing::Span,
-) {
-    let status = res.status().as_u16().to_string();
-    metrics::counter!("http_requests_total", "service" => "control-api", "status" => status)
-        .increment(1);
-    metrics::histogram!("http_request_duration_seconds", "service" => "control-api")
-        .record(latency.as_secs_f64());
 }
 
 /// The workspace and connection ids of `/workspaces/{w}/connections/{c}/...` paths.

@@ -209,6 +209,7 @@ impl ClientFactory {
             }
         };
         let client = GithubClient::new(&config, auth)?.with_budget(budget);
+        client.report_quota_as(conn.id.to_string());
         let source = Arc::new(ClientSource {
             client,
             repositories,

@@ -155,10 +155,12 @@ impl<A: WebhookApply> WebhookConsumer<A> {
         WebhookConsumer { pool, vendor }
     }
 
+    /// Sets `known` once the vendor decoded the delivery's event (one it acts on).
     async fn consume(
         &self,
         message: WebhookDelivery,
         delivery: &Delivery,
+        known: &mut bool,
     ) -> Result<Outcome, WebhookError> {
         let connection_header = message.connection_id;
         let delivery_id = message.delivery_id;
@@ -189,7 +191,10 @@ impl<A: WebhookApply> WebhookConsumer<A> {
             received_at: delivery.stored_at(),
         };
         match self.vendor.decode(&hook)? {
-            Some(payload) => self.vendor.apply(&hook, payload).await,
+            Some(payload) => {
+                *known = true;
+                self.vendor.apply(&hook, payload).await
+            }
             None => Ok(Outcome::Ignored),
         }
     }
@@ -235,11 +240,16 @@ impl<A: WebhookApply> Handler for WebhookConsumer<A> {
     ) -> Result<Settle, HandlerError> {
         let vendor = A::KIND.as_str();
         let event = message.event.clone();
+        let mut known = false;
+        let result = self.consume(message, delivery, &mut known).await;
+        // Any signed sender names the event: only events the vendor acts on become label
+        // values, the rest are `other`, so no sender can grow the series without bound.
+        let event_label = if known { event.as_str() } else { "other" };
         let counted = |outcome: &'static str| {
-            metrics::counter!("webhooks_total", "vendor" => vendor, "event" => event.clone(), "outcome" => outcome)
+            metrics::counter!("webhooks_total", "vendor" => vendor, "event" => event_label.to_owned(), "outcome" => outcome)
                 .increment(1);
         };
-        match self.consume(message, delivery).await {
+        match result {
             Ok(outcome) => {
                 counted(outcome.as_str());
                 tracing::debug!(vendor, %event, outcome = outcome.as_str(), "webhook handled");

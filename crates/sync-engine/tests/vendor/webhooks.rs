@@ -280,6 +280,19 @@ async fn a_delivery_applies_and_its_redelivery_changes_nothing() -> Result<()> {
         .await?;
     w.settle().await?;
     assert_eq!(counted("ignored"), 1);
+    // Labelled `other`: the sender names the event, so only events the vendor acts on become
+    // label values.
+    let text = runtime::telemetry::metrics_handle().render();
+    let ignored = text
+        .lines()
+        .find(|l| l.starts_with("webhooks_total{") && l.contains("outcome=\"ignored\""))
+        .unwrap_or_else(|| panic!("no ignored delivery counted:\n{text}"));
+    assert!(ignored.contains("event=\"other\""), "{ignored}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("webhooks_total{") && l.contains("event=\"item\"")),
+        "{text}"
+    );
     assert!(w.dead().await?.is_empty());
     w.stop().await;
     Ok(())

@@ -180,9 +180,12 @@ pub async fn installation(
     event: InstallationEvent,
 ) -> Result<Outcome, WebhookError> {
     let action = event.action.as_str();
-    metrics::counter!("github_installation_events_total", "action" => action.to_owned())
+    let acted_on = matches!(action, "created" | "deleted" | "suspend" | "unsuspend");
+    // A label value the sender chose would make series without bound: others are `other`.
+    let label = if acted_on { action } else { "other" };
+    metrics::counter!("github_installation_events_total", "action" => label.to_owned())
         .increment(1);
-    if !matches!(action, "created" | "deleted" | "suspend" | "unsuspend") {
+    if !acted_on {
         return Ok(Outcome::Ignored);
     }
     if let Some(transition) = vendor_transition(action) {
