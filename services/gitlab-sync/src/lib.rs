@@ -6,13 +6,20 @@
 #![forbid(unsafe_code)]
 
 pub mod activation;
+pub mod mirror;
 pub mod notes;
+pub mod source;
 pub mod sync;
 pub mod webhooks;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
+use gitlab_client::RetryPolicy;
+use lifecycle_core::deletion::BlastRadius;
+use store::entity::JobType;
+use sync_engine::{BackfillPolicy, Engine, JobSchedule, SyncJobs, SyncSettings};
 use tokio_util::sync::CancellationToken;
 
 /// gitlab-sync's configuration.
@@ -92,6 +99,27 @@ pub struct Config {
     )]
     pub backfill_max_backoff_ms: u64,
 
+    /// Pages of each class one BACKFILL request takes per pending project; the scheduled
+    /// cycle drains the rest.
+    #[arg(
+        long = "gitlab-backfill-batch-pages",
+        env = "FORGESYNC_GITLAB_BACKFILL_BATCH_PAGES",
+        value_name = "FORGESYNC_GITLAB_BACKFILL_BATCH_PAGES",
+        default_value_t = 10,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub backfill_batch_pages: u32,
+
+    /// Seconds after a project's last backfill batch during which the scheduled cycle leaves it
+    /// alone.
+    #[arg(
+        long = "gitlab-backfill-cooldown",
+        env = "FORGESYNC_GITLAB_BACKFILL_COOLDOWN",
+        value_name = "FORGESYNC_GITLAB_BACKFILL_COOLDOWN",
+        default_value_t = 300
+    )]
+    pub backfill_cooldown_secs: u64,
+
     /// Nodes per GraphQL page (at most 100).
     #[arg(long, env = "FORGESYNC_GITLAB_PAGE_SIZE", value_name = "FORGESYNC_GITLAB_PAGE_SIZE", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub page_size: u32,
@@ -158,6 +186,30 @@ impl Config {
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms)
     }
+
+    /// The engine's tunables, as the flags set them.
+    pub fn sync_settings(&self) -> SyncSettings {
+        let first_backoff = Duration::from_millis(self.backfill_backoff_ms);
+        SyncSettings {
+            page_size: self.page_size,
+            page_cap: self.page_cap,
+            blast_radius: BlastRadius::default(),
+            reconcile_cooldown: Duration::from_secs(self.reconcile_cooldown_secs),
+            backfill: BackfillPolicy {
+                max_passes: self.backfill_max_passes.and_then(std::num::NonZeroU32::new),
+                first_backoff,
+                max_backoff: first_backoff.max(Duration::from_millis(self.backfill_max_backoff_ms)),
+            },
+        }
+    }
+
+    /// How BACKFILL batches run, as the flags set them.
+    pub fn backfill_batches(&self) -> sync::BackfillBatches {
+        sync::BackfillBatches {
+            pages: self.backfill_batch_pages,
+            cooldown: Duration::from_secs(self.backfill_cooldown_secs),
+        }
+    }
 }
 
 impl std::fmt::Debug for Config {
@@ -180,14 +232,50 @@ pub async fn run(
     shutdown: CancellationToken,
     on_listen: impl FnOnce(SocketAddr) + Send,
 ) -> anyhow::Result<()> {
-    let _secret_key = store::secrets::Keyring::parse(&config.secret_key)?;
+    let secret_key = store::secrets::Keyring::parse(&config.secret_key)?;
     let db = config.common.connect_db().await?;
     let bus = config.common.connect_bus().await?;
     let replica = runtime::schedule::default_replica_id();
+    let pool = db.get_postgres_connection_pool().clone();
+    let factory = source::ClientFactory {
+        db: db.clone(),
+        secret_key,
+        request_timeout: config.request_timeout(),
+        retry: RetryPolicy::default(),
+    };
+    let engine = Engine::new(
+        Arc::new(sync::GitlabVendor {
+            pool: pool.clone(),
+            factory,
+            backfill: config.backfill_batches(),
+        }),
+        pool,
+        replica.clone(),
+        Duration::from_secs(config.job_lease_secs),
+        config.sync_settings(),
+    );
 
     let name = <Config as runtime::Launch>::NAME;
     let mut service = runtime::Service::new(name, &config.common, &shutdown);
-    let schedules = runtime::ScheduleRunner::new(db.clone(), replica);
+    let mut schedules = runtime::ScheduleRunner::new(db.clone(), replica);
+    SyncJobs {
+        service: name,
+        engine,
+        concurrency: config.job_concurrency,
+        schedules: &[
+            JobSchedule {
+                job_type: JobType::Reconciliation,
+                cron: &config.reconcile_cron,
+                variable: "FORGESYNC_GITLAB_RECONCILE_CRON",
+            },
+            JobSchedule {
+                job_type: JobType::Backfill,
+                cron: &config.backfill_cron,
+                variable: "FORGESYNC_GITLAB_BACKFILL_CRON",
+            },
+        ],
+    }
+    .register(&mut service, &mut schedules, &bus, &db)?;
     service.schedules(schedules);
     service.relay(&db, &bus);
     // Health and metrics only: gitlab-sync serves no API.
