@@ -671,13 +671,27 @@ async fn a_cooling_scheduled_reconcile_reads_from_the_watermark_and_sweeps_nothi
     );
     assert_eq!(watermark(&f.pool).await?, Some(at(40)));
 
-    // A failed filtered pass leaves the watermark where it was.
-    f.sim
-        .model(|m| m.issues.get_mut(&(project, 7)).unwrap().updated_at = at(50));
-    f.sim
-        .inject(Fault::always(ops::PROJECT_ISSUES, GitlabFault::Status(500)));
+    // A filtered pass that fails on its second page leaves the watermark where it was, though
+    // its first page was written.
+    f.sim.model(|m| {
+        for iid in 11..=30 {
+            m.issues.get_mut(&(project, iid)).unwrap().updated_at = at(50 + iid as i64);
+        }
+    });
+    f.sim.inject(Fault {
+        calls: vendor_sim::gitlab::Calls::From(2),
+        ..Fault::nth(ops::PROJECT_ISSUES, 2, GitlabFault::Status(500))
+    });
     f.run_on(f.connection_id, "RECONCILIATION", "scheduled")
         .await?;
+    let newest: OffsetDateTime = sqlx::query_scalar("SELECT max(upstream_updated_at) FROM issue")
+        .fetch_one(&f.pool)
+        .await?;
+    assert_eq!(
+        newest,
+        at(69),
+        "the first page (issue 5, then 11 to 19) was written"
+    );
     assert_eq!(watermark(&f.pool).await?, Some(at(40)));
     f.sim.clear_faults();
 
@@ -693,7 +707,7 @@ async fn a_cooling_scheduled_reconcile_reads_from_the_watermark_and_sweeps_nothi
         .fetch_one(&f.pool)
         .await?;
     assert_eq!(title, "same second");
-    assert_eq!(watermark(&f.pool).await?, Some(at(50)));
+    assert_eq!(watermark(&f.pool).await?, Some(at(80)));
 
     // Sync now (a manual reconcile) lists whole and sweeps.
     f.run("RECONCILIATION").await?;
