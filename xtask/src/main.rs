@@ -111,6 +111,8 @@ enum BenchTarget {
     Ingress,
     /// A connection's erasure, beside raw DELETEs and raw JetStream deletes by sequence.
     Eraser,
+    /// INITIAL sync against the GitLab simulator, beside raw Postgres upserts of the same rows.
+    GitlabSync,
 }
 
 impl BenchTarget {
@@ -119,6 +121,7 @@ impl BenchTarget {
             BenchTarget::GithubSync => "github-sync",
             BenchTarget::Ingress => "ingress",
             BenchTarget::Eraser => "eraser",
+            BenchTarget::GitlabSync => "gitlab-sync",
         }
     }
 }

@@ -281,7 +281,7 @@ async fn wait_for_initial(pool: &PgPool) -> Result<JobEnd> {
 }
 
 /// An issue row as mirrored, without its identity and bookkeeping columns.
-struct IssueRow {
+pub(crate) struct IssueRow {
     repository: usize,
     native_id: i64,
     node_id: String,
@@ -300,7 +300,7 @@ struct IssueRow {
 }
 
 /// A pull request row as mirrored.
-struct PullRow {
+pub(crate) struct PullRow {
     issue: IssueRow,
     draft: Option<bool>,
     review_count: Option<i32>,
@@ -337,7 +337,7 @@ fn issue_row(r: &sqlx::postgres::PgRow, repos: &[Uuid]) -> Result<IssueRow> {
     })
 }
 
-async fn load_rows(pool: &PgPool) -> Result<(Vec<IssueRow>, Vec<PullRow>)> {
+pub(crate) async fn load_rows(pool: &PgPool) -> Result<(Vec<IssueRow>, Vec<PullRow>)> {
     let repos: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM repository ORDER BY native_id")
         .fetch_all(pool)
         .await?;
@@ -374,7 +374,7 @@ async fn load_rows(pool: &PgPool) -> Result<(Vec<IssueRow>, Vec<PullRow>)> {
 }
 
 #[derive(Clone, Copy)]
-enum Write {
+pub(crate) enum Write {
     /// One multi-row `INSERT … SELECT FROM unnest(…) ON CONFLICT DO UPDATE` per batch.
     Batched,
     /// Per row: `SELECT … FOR UPDATE`, then the engine's upsert; one transaction per batch.
@@ -383,7 +383,7 @@ enum Write {
 
 /// Writes every row under fresh copies of the repositories (`generation` keeps them apart) and
 /// returns how long the writes took.
-async fn ceiling(
+pub(crate) async fn ceiling(
     pool: &PgPool,
     issues: &[IssueRow],
     pulls: &[PullRow],

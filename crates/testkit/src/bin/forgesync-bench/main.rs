@@ -8,6 +8,7 @@
 mod erasure;
 mod github_sync;
 mod github_webhooks;
+mod gitlab_sync;
 mod ingress;
 mod table;
 
@@ -36,6 +37,10 @@ enum Target {
     /// through the eraser's library, beside raw DELETEs of the same rows and raw JetStream
     /// deletes by sequence.
     Eraser,
+    /// INITIAL sync of 12 GitLab projects in subgroups (10,000 issues and merge requests)
+    /// through gitlab-client against the GitLab simulator, beside raw Postgres upserts of the
+    /// same rows.
+    GitlabSync,
 }
 
 fn env(var: &str) -> Result<String> {
@@ -54,6 +59,7 @@ async fn main() -> Result<()> {
         Target::GithubSync => github_sync::run().await,
         Target::Ingress => ingress::run().await,
         Target::Eraser => erasure::run().await,
+        Target::GitlabSync => gitlab_sync::run().await,
     }
 }
 
