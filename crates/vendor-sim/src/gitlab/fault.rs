@@ -74,4 +74,7 @@ pub enum GitlabFault {
     Status(u16),
     /// The answer is held back this long (combines with any other kind).
     Delay(Duration),
+    /// The call does its work, then its answer is held back this long: a client that times out
+    /// meanwhile never learns what happened (a hook create that created).
+    AnswerLate(Duration),
 }
