@@ -396,7 +396,10 @@ pub async fn park(bus: &Bus, spec: &ConsumerSpec) -> Result<(), BusError> {
 
 /// The logical filter subjects the durable `spec` names holds on the server now (its
 /// namespace stripped), or `None` when the server has no such durable.
-pub async fn server_filters(bus: &Bus, spec: &ConsumerSpec) -> Result<Option<Vec<String>>, BusError> {
+pub async fn server_filters(
+    bus: &Bus,
+    spec: &ConsumerSpec,
+) -> Result<Option<Vec<String>>, BusError> {
     use async_nats::jetstream::context::ConsumerInfoErrorKind;
     let ns = bus.namespace();
     let consumer_name = ns.name(&spec.durable);
@@ -462,7 +465,10 @@ pub async fn ensure_filter(
         Some(held) => {
             let mut held: Vec<String> = held.iter().map(|f| ns.subject(f)).collect();
             if held.iter().any(|f| filter_covers(f, &wanted)) {
-                return Ok(held.iter().map(|f| ns.strip(f).unwrap_or(f).to_owned()).collect());
+                return Ok(held
+                    .iter()
+                    .map(|f| ns.strip(f).unwrap_or(f).to_owned())
+                    .collect());
             }
             let mut config = stream
                 .consumer_info(&consumer_name)

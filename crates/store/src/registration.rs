@@ -248,12 +248,10 @@ pub async fn resolve_created(
     .bind(connection_id)
     .fetch_optional(&mut *tx)
     .await?;
-    let row: Row = sqlx::query_as(
-        "SELECT * FROM provider_registration WHERE id = $1 FOR UPDATE",
-    )
-    .bind(id)
-    .fetch_one(&mut *tx)
-    .await?;
+    let row: Row = sqlx::query_as("SELECT * FROM provider_registration WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await?;
     let reg = Registration::try_from(row)?;
     if reg.state != RegistrationState::Requested {
         tx.commit().await?;

@@ -93,7 +93,11 @@ impl<V: Vendor> JobHandler<V> {
         };
         // A reconcile retries what activation left unfinished before it lists anything.
         if job.job_type == SyncJobType::Reconciliation
-            && let Err(e) = self.engine.vendor.activate(&conn, Moment::Reconciliation).await
+            && let Err(e) = self
+                .engine
+                .vendor
+                .activate(&conn, Moment::Reconciliation)
+                .await
         {
             tracing::warn!(job_id = %job.id, connection_id = %conn.id, error = %format!("{e:#}"), "readying the connection before a reconcile failed; the reconcile runs on");
         }

@@ -143,6 +143,25 @@ pub struct Config {
     )]
     pub filter_refresh_ms: u64,
 
+    /// Ingress's public base URL, where the group hooks we register deliver
+    /// (`https://hooks.example.com`). Unset: no hook is registered.
+    #[arg(
+        long,
+        env = "FORGESYNC_PUBLIC_WEBHOOK_URL",
+        value_name = "FORGESYNC_PUBLIC_WEBHOOK_URL"
+    )]
+    pub public_webhook_url: Option<String>,
+
+    /// `keyId=base64,...` route-credential keys, as ingress has them; the last signs the hooks
+    /// we register.
+    #[arg(
+        long,
+        env = "FORGESYNC_WEBHOOK_ROUTING_KEYS",
+        value_name = "FORGESYNC_WEBHOOK_ROUTING_KEYS",
+        hide_env_values = true
+    )]
+    pub routing_keys: Option<String>,
+
     /// Seconds a job's claim lasts without a heartbeat before another replica may take it.
     #[arg(
         long = "job-lease",
@@ -157,6 +176,14 @@ impl Config {
     /// One GitLab request's time limit.
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms)
+    }
+
+    /// How hooks are registered; `None` without a public URL or routing keys.
+    pub fn hook_settings(&self) -> anyhow::Result<Option<activation::HookSettings>> {
+        match (&self.public_webhook_url, &self.routing_keys) {
+            (Some(url), Some(keys)) => activation::HookSettings::new(url, keys).map(Some),
+            _ => Ok(None),
+        }
     }
 }
 
