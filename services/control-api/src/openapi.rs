@@ -7,7 +7,9 @@ use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 use crate::error::{BadRequest, Forbidden, PayloadTooLarge, Unauthorized, UnsupportedMediaType};
-use crate::routes::{connections, dead_messages, endpoints, erasures, github, jobs, workspaces};
+use crate::routes::{
+    connections, dead_messages, endpoints, erasures, github, gitlab_activation, jobs, workspaces,
+};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -26,6 +28,7 @@ use crate::routes::{connections, dead_messages, endpoints, erasures, github, job
         workspaces::create, workspaces::list, workspaces::get, workspaces::purge,
         connections::create, connections::list, connections::get, connections::audit,
         connections::transition, connections::replace_secrets,
+        gitlab_activation::activation,
         jobs::create, jobs::list, jobs::cancel,
         endpoints::create, endpoints::rotate_secret, endpoints::replay,
         github::repositories, github::issues,

@@ -179,6 +179,27 @@ pub struct Activator {
     pub page_cap: u32,
 }
 
+impl Activator {
+    /// The activator of a gitlab-sync replica: its flags, database, bus and keyring.
+    pub fn new(
+        config: &crate::Config,
+        db: DatabaseConnection,
+        bus: Bus,
+        keyring: Arc<Keyring>,
+    ) -> anyhow::Result<Activator> {
+        Ok(Activator {
+            pool: db.get_postgres_connection_pool().clone(),
+            db,
+            bus,
+            keyring,
+            hooks: config.hook_settings()?,
+            request_timeout: config.request_timeout(),
+            page_size: config.page_size,
+            page_cap: config.page_cap,
+        })
+    }
+}
+
 /// What one activation came to (also recorded in `gitlab_activation`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Activated {

@@ -176,7 +176,10 @@ async fn activation_discovers_then_confirms_the_consumer_then_registers_one_hook
         registration::of_connection(&s.pool, s.conn.id, ResourceKind::GitlabGroupHook).await?;
     assert_eq!(regs.len(), 1);
     assert_eq!(regs[0].state, RegistrationState::Adopted);
-    assert_eq!(regs[0].vendor_id.as_deref(), Some(listed[0].id.to_string().as_str()));
+    assert_eq!(
+        regs[0].vendor_id.as_deref(),
+        Some(listed[0].id.to_string().as_str())
+    );
     assert_eq!(regs[0].target, s.acme.to_string());
     assert_eq!(
         listed[0].url,
@@ -251,8 +254,16 @@ async fn discovery_faults_register_no_hook_and_say_why_then_sync_now_registers_e
         .unwrap();
     assert!(!state.discovery_complete);
     assert_eq!(state.discovery_reason.as_deref(), Some(reason.as_str()));
-    assert_eq!((state.projects_found, state.project_count), (Some(3), Some(4)));
-    assert!(state.hook_reason.unwrap().contains("discovery is incomplete"));
+    assert_eq!(
+        (state.projects_found, state.project_count),
+        (Some(3), Some(4))
+    );
+    assert!(
+        state
+            .hook_reason
+            .unwrap()
+            .contains("discovery is incomplete")
+    );
 
     // A short page hides a project: incomplete again, still no hook.
     s.sim.clear_faults();
@@ -290,7 +301,10 @@ async fn discovery_faults_register_no_hook_and_say_why_then_sync_now_registers_e
     assert!(state.discovery_complete && state.hook_reason.is_none());
 
     // An open hook stays open whatever a later discovery finds.
-    s.sim.inject(Fault::always(ops::GROUP_SUBGROUPS, GitlabFault::Status(404)));
+    s.sim.inject(Fault::always(
+        ops::GROUP_SUBGROUPS,
+        GitlabFault::Status(404),
+    ));
     let done = s
         .act
         .activate(&s.conn, Moment::Reconciliation)
@@ -341,7 +355,10 @@ async fn a_timed_out_create_is_found_by_its_marker_and_adopted_once() -> Result<
 async fn an_unknown_create_not_listed_is_never_created_twice() -> Result<()> {
     let s = setup(Duration::from_secs(10)).await?;
     // GitLab fails the create with a 502: it may or may not have made it.
-    s.sim.inject(Fault::always(ops::CREATE_GROUP_HOOK, GitlabFault::Status(502)));
+    s.sim.inject(Fault::always(
+        ops::CREATE_GROUP_HOOK,
+        GitlabFault::Status(502),
+    ));
     let done = s.act.activate(&s.conn, Moment::Activated).await?.unwrap();
     let HookState::Missing(why) = &done.hook else {
         panic!("{done:?}");
@@ -378,9 +395,15 @@ async fn only_the_version_and_generation_that_asked_adopt() -> Result<()> {
         endpoint_id: None,
     };
     let mut tx = s.pool.begin().await?;
-    let stale = registration::request(&mut tx, &new("m-stale")).await?.unwrap();
+    let stale = registration::request(&mut tx, &new("m-stale"))
+        .await?
+        .unwrap();
     // One live request per generation and target.
-    assert!(registration::request(&mut tx, &new("m-twin")).await?.is_none());
+    assert!(
+        registration::request(&mut tx, &new("m-twin"))
+            .await?
+            .is_none()
+    );
     tx.commit().await?;
     // The connection moves on (a transition bumps its version) before the result comes back.
     sqlx::query("UPDATE connection SET version = version + 1 WHERE id = $1")

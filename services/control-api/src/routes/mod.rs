@@ -5,6 +5,7 @@ pub mod dead_messages;
 pub mod endpoints;
 pub mod erasures;
 pub mod github;
+pub mod gitlab_activation;
 pub mod jobs;
 pub mod workspaces;
 
@@ -81,6 +82,10 @@ pub fn table() -> RouteTable {
         .get(
             "/workspaces/{workspace_id}/connections/{connection_id}/audit",
             connections::audit,
+        )
+        .get(
+            "/workspaces/{workspace_id}/connections/{connection_id}/gitlab/activation",
+            gitlab_activation::activation,
         )
         .post(
             "/workspaces/{workspace_id}/connections/{connection_id}/{transition}",
