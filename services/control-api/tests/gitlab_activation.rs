@@ -185,7 +185,7 @@ async fn activation_shows_discovery_consumer_and_hook_to_its_own_workspace_only(
     for p in [path(ws_a, conn_a), path(ws_b, conn_a)] {
         let (status, body) = f.get(&p, &admin_b).await?;
         assert_eq!(status, StatusCode::NOT_FOUND, "{p}: {body}");
-        assert_eq!(body["code"], "not_found");
+        assert_eq!(body["error"], "not_found");
         assert!(body.to_string().find("77").is_none(), "{body}");
     }
     // B's own connection answers, and shows nothing of A's.
@@ -198,6 +198,7 @@ async fn activation_shows_discovery_consumer_and_hook_to_its_own_workspace_only(
     let (ws_c, conn_c) = f.connected("outline").await?;
     let (status, body) = f.get(&path(ws_c, conn_c), &f.admin).await?;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(body["error"], "not_found");
     let (status, body) = f
         .get(
             &format!("/workspaces/{ws_a}/connections/not-a-uuid/gitlab/activation"),
@@ -205,5 +206,6 @@ async fn activation_shows_discovery_consumer_and_hook_to_its_own_workspace_only(
         )
         .await?;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["message"].is_string(), "{body}");
     Ok(())
 }
