@@ -24,6 +24,7 @@ mod m0017_erasure_indexes;
 mod m0018_credentials_refused;
 mod m0019_repository_renamed_at;
 mod m0020_gitlab_watermark;
+mod m0021_registration;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -134,6 +135,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0020_gitlab_watermark",
                 up: m0020_gitlab_watermark::UP,
+            }),
+            Box::new(Sql {
+                name: "m0021_registration",
+                up: m0021_registration::UP,
             }),
         ]
     }

@@ -418,6 +418,104 @@ pub async fn park(bus: &Bus, spec: &ConsumerSpec) -> Result<(), BusError> {
     Ok(())
 }
 
+/// The logical filter subjects the durable `spec` names holds on the server now (its
+/// namespace stripped), or `None` when the server has no such durable.
+pub async fn server_filters(
+    bus: &Bus,
+    spec: &ConsumerSpec,
+) -> Result<Option<Vec<String>>, BusError> {
+    use async_nats::jetstream::context::ConsumerInfoErrorKind;
+    let ns = bus.namespace();
+    let consumer_name = ns.name(&spec.durable);
+    let err = |message: String| BusError::Consumer {
+        consumer: consumer_name.clone(),
+        message,
+    };
+    let stream_name = ns.name(spec.stream.name());
+    let stream = bus
+        .jetstream()
+        .get_stream(&stream_name)
+        .await
+        .map_err(|e| err(format!("stream {stream_name}: {e}")))?;
+    let info = match stream.consumer_info(&consumer_name).await {
+        Ok(info) => info,
+        Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(err(format!("info: {e}"))),
+    };
+    let mut filters = info.config.filter_subjects.clone();
+    if !info.config.filter_subject.is_empty() {
+        filters.push(info.config.filter_subject.clone());
+    }
+    Ok(Some(
+        filters
+            .iter()
+            .map(|f| ns.strip(f).unwrap_or(f).to_owned())
+            .collect(),
+    ))
+}
+
+/// Makes the durable of `spec` take `filter` (logical) and returns the filters it holds on the
+/// server afterwards: a missing durable is declared with `spec`'s settings and `filter`; an
+/// existing one keeps its settings and filters, `filter` is added unless one already covers it
+/// (a parked durable's idle filter is replaced). A runner re-declaring the durable later keeps
+/// `filter` only if its own filters include it.
+pub async fn ensure_filter(
+    bus: &Bus,
+    spec: &ConsumerSpec,
+    filter: &str,
+) -> Result<Vec<String>, BusError> {
+    use lifecycle_core::subject::filter_covers;
+    let ns = bus.namespace();
+    let consumer_name = ns.name(&spec.durable);
+    let err = |message: String| BusError::Consumer {
+        consumer: consumer_name.clone(),
+        message,
+    };
+    let stream_name = ns.name(spec.stream.name());
+    let stream = bus
+        .jetstream()
+        .get_stream(&stream_name)
+        .await
+        .map_err(|e| err(format!("stream {stream_name}: {e}")))?;
+    let wanted = ns.subject(filter);
+    let idle = ns.subject(&format!("{}.%", spec.stream.root_token()));
+    match server_filters(bus, spec).await? {
+        None => {
+            stream
+                .create_consumer(durable_config(spec, consumer_name.clone(), vec![wanted]))
+                .await
+                .map_err(|e| err(format!("create: {e}")))?;
+        }
+        Some(held) => {
+            let mut held: Vec<String> = held.iter().map(|f| ns.subject(f)).collect();
+            if held.iter().any(|f| filter_covers(f, &wanted)) {
+                return Ok(held
+                    .iter()
+                    .map(|f| ns.strip(f).unwrap_or(f).to_owned())
+                    .collect());
+            }
+            let mut config = stream
+                .consumer_info(&consumer_name)
+                .await
+                .map_err(|e| err(format!("info: {e}")))?
+                .config
+                .clone();
+            held.retain(|f| *f != idle && !filter_covers(&wanted, f));
+            held.push(wanted);
+            held.sort();
+            config.filter_subject = String::new();
+            config.filter_subjects = held;
+            stream
+                .update_consumer(config)
+                .await
+                .map_err(|e| err(format!("update: {e}")))?;
+        }
+    }
+    server_filters(bus, spec)
+        .await?
+        .ok_or_else(|| err("the durable vanished right after it was declared".into()))
+}
+
 /// Runs a durable consumer until `shutdown`: stops pulling, then waits for in-flight handlers.
 pub async fn run<H: Handler>(
     bus: &Bus,

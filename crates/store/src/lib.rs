@@ -8,11 +8,13 @@ pub mod contracts;
 pub mod credentials;
 pub mod entity;
 pub mod erasure;
+pub mod gitlab_activation;
 pub mod headers;
 pub mod inbound;
 pub mod jobs;
 pub mod lifecycle;
 pub mod outbox;
+pub mod registration;
 pub mod scm_scope;
 pub mod secrets;
 

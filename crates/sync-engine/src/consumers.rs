@@ -1,5 +1,5 @@
-//! The bus side of a sync service: job messages run jobs, activation messages queue the INITIAL
-//! job, schedules queue RECONCILIATION and BACKFILL jobs. Each queued job and its `jobs.*`
+//! The bus side of a sync service: job messages run jobs, activation messages ready the
+//! connection (the vendor's [`Vendor::activate`]) and then queue the INITIAL job, schedules queue RECONCILIATION and BACKFILL jobs. Each queued job and its `jobs.*`
 //! message commit together; a job is identified by its dedup key, so redeliveries queue nothing
 //! twice.
 
@@ -11,7 +11,9 @@ use uuid::Uuid;
 
 use crate::engine::Engine;
 use crate::jobs::JobOutcome;
-use crate::vendor::Vendor;
+use lifecycle_core::job::SyncJobType;
+
+use crate::vendor::{Moment, Vendor};
 
 /// Runs `jobs.<kind>.*` messages of one vendor.
 pub struct JobHandler<V: Vendor> {
@@ -89,6 +91,16 @@ impl<V: Vendor> JobHandler<V> {
                 return Ok(Settle::Applied("job failed: vendor unreachable"));
             }
         };
+        // A reconcile retries what activation left unfinished before it lists anything.
+        if job.job_type == SyncJobType::Reconciliation
+            && let Err(e) = self
+                .engine
+                .vendor
+                .activate(&conn, Moment::Reconciliation)
+                .await
+        {
+            tracing::warn!(job_id = %job.id, connection_id = %conn.id, error = %format!("{e:#}"), "readying the connection before a reconcile failed; the reconcile runs on");
+        }
         // The runner keeps the message ours while the job runs; a dead replica's comes back.
         match self
             .engine
@@ -120,12 +132,14 @@ pub async fn queue_job(
     Ok(queued.is_some())
 }
 
-/// `lifecycle.<kind>.*.activated`: the INITIAL job of that activation.
-pub struct LifecycleHandler {
+/// `lifecycle.<kind>.*.activated`: the vendor readies the connection, then the INITIAL job of
+/// that activation is queued.
+pub struct LifecycleHandler<V: Vendor> {
     pub db: DatabaseConnection,
+    pub vendor: std::sync::Arc<V>,
 }
 
-impl Handler for LifecycleHandler {
+impl<V: Vendor> Handler for LifecycleHandler<V> {
     type Message = LifecycleTransition;
 
     async fn handle(&self, msg: LifecycleTransition, _: &Delivery) -> Result<Settle, HandlerError> {
@@ -141,6 +155,13 @@ impl Handler for LifecycleHandler {
             }
             Err(e) => return Err(HandlerError::transient(format!("loading connection: {e}"))),
         };
+        // The vendor's activation steps come before the INITIAL job; a failure to run them is
+        // retried with the message, and no INITIAL is queued before they ran.
+        if let Err(e) = self.vendor.activate(&conn, Moment::Activated).await {
+            return Err(HandlerError::transient(format!(
+                "activating the connection: {e:#}"
+            )));
+        }
         // One INITIAL per activation: the generation names it, whoever delivers it.
         let key = format!("initial:{}:{}", conn.id, msg.lifecycle_generation);
         match queue_job(

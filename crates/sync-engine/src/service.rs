@@ -57,6 +57,7 @@ impl<V: Vendor> SyncJobs<'_, V> {
             ack_wait: self.engine.jobs.lease(),
             ..ConsumerSpec::new(Stream::Jobs, format!("{}-jobs", self.service))
         };
+        let vendor = self.engine.vendor.clone();
         let job_handler = Arc::new(JobHandler {
             db: db.clone(),
             engine: self.engine,
@@ -66,7 +67,10 @@ impl<V: Vendor> SyncJobs<'_, V> {
             filter_subjects: vec![subject::lifecycle_filter(kind.as_str(), "activated")],
             ..ConsumerSpec::new(Stream::Lifecycle, format!("{}-lifecycle", self.service))
         };
-        let lifecycle_handler = Arc::new(LifecycleHandler { db: db.clone() });
+        let lifecycle_handler = Arc::new(LifecycleHandler {
+            db: db.clone(),
+            vendor,
+        });
         service.consumer(bus, db, lifecycle_spec, lifecycle_handler);
         for schedule in self.schedules {
             if schedule.cron.trim() == "off" {

@@ -115,6 +115,15 @@ pub trait Vendor: Send + Sync + 'static {
         scope: &Self::Scope,
     ) -> Result<(), sqlx::Error>;
 
+    /// Readies a connection for its jobs: on activation, before its INITIAL job is queued, and
+    /// again before every RECONCILIATION (scheduled or Sync now), which retries what an earlier
+    /// activation left unfinished. A vendor with nothing to ready (the default) changes nothing.
+    /// What could not be readied is the vendor's to record; an error here is a failure to do
+    /// even that (the activation message is retried, a RECONCILIATION runs on and logs it).
+    async fn activate(&self, _conn: &connection::Model, _moment: Moment) -> anyhow::Result<()> {
+        Ok(())
+    }
+
     /// Runs before a scope's listings in every pass (GitHub re-reads stale check runs here).
     async fn before_scope(
         &self,
@@ -194,6 +203,15 @@ pub struct ListingEnd {
     pub batch_full: bool,
     /// The cursor after the last page written, if any page was.
     pub last_cursor: Option<String>,
+}
+
+/// When [`Vendor::activate`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moment {
+    /// The connection was activated; its INITIAL job is queued after.
+    Activated,
+    /// A RECONCILIATION job is about to run.
+    Reconciliation,
 }
 
 /// The job a pass runs for, as a vendor sees it.

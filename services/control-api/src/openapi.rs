@@ -8,7 +8,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 use crate::error::{BadRequest, Forbidden, PayloadTooLarge, Unauthorized, UnsupportedMediaType};
 use crate::routes::{
-    connections, dead_messages, endpoints, erasures, github, gitlab, jobs, workspaces,
+    connections, dead_messages, endpoints, erasures, github, gitlab, gitlab_activation, jobs,
+    workspaces,
 };
 
 #[derive(OpenApi)]
@@ -28,6 +29,7 @@ use crate::routes::{
         workspaces::create, workspaces::list, workspaces::get, workspaces::purge,
         connections::create, connections::list, connections::get, connections::audit,
         connections::transition, connections::replace_secrets,
+        gitlab_activation::activation,
         jobs::create, jobs::list, jobs::cancel,
         endpoints::create, endpoints::rotate_secret, endpoints::replay,
         github::repositories, github::issues,

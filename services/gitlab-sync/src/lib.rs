@@ -171,6 +171,25 @@ pub struct Config {
     )]
     pub filter_refresh_ms: u64,
 
+    /// Ingress's public base URL, where the group hooks we register deliver
+    /// (`https://hooks.example.com`). Unset: no hook is registered.
+    #[arg(
+        long,
+        env = "FORGESYNC_PUBLIC_WEBHOOK_URL",
+        value_name = "FORGESYNC_PUBLIC_WEBHOOK_URL"
+    )]
+    pub public_webhook_url: Option<String>,
+
+    /// `keyId=base64,...` route-credential keys, as ingress has them; the last signs the hooks
+    /// we register.
+    #[arg(
+        long,
+        env = "FORGESYNC_WEBHOOK_ROUTING_KEYS",
+        value_name = "FORGESYNC_WEBHOOK_ROUTING_KEYS",
+        hide_env_values = true
+    )]
+    pub routing_keys: Option<String>,
+
     /// Seconds a job's claim lasts without a heartbeat before another replica may take it.
     #[arg(
         long = "job-lease",
@@ -208,6 +227,14 @@ impl Config {
         sync::BackfillBatches {
             pages: self.backfill_batch_pages,
             cooldown: Duration::from_secs(self.backfill_cooldown_secs),
+        }
+    }
+
+    /// How hooks are registered; `None` without a public URL or routing keys.
+    pub fn hook_settings(&self) -> anyhow::Result<Option<activation::HookSettings>> {
+        match (&self.public_webhook_url, &self.routing_keys) {
+            (Some(url), Some(keys)) => activation::HookSettings::new(url, keys).map(Some),
+            _ => Ok(None),
         }
     }
 }

@@ -81,6 +81,9 @@ pub enum GitlabFault {
     /// The model changes just before this call is answered: rows added or deleted mid-listing
     /// (which also shifts offsets and changes the count under a listing).
     Mutate(Mutation),
+    /// The call does its work, then its answer is held back this long: a client that times out
+    /// meanwhile never learns what happened (a hook create that created).
+    AnswerLate(Duration),
 }
 
 /// A change to the model a [`GitlabFault::Mutate`] makes.

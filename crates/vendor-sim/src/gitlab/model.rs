@@ -265,6 +265,29 @@ impl Model {
         id
     }
 
+    /// Renames project `id` (its path and name); its id stays. `false` when there is none.
+    pub fn rename_project(&mut self, id: u64, path: &str) -> bool {
+        let Some(p) = self.projects.get_mut(&id) else {
+            return false;
+        };
+        p.path = path.to_owned();
+        p.name = path.to_owned();
+        true
+    }
+
+    /// Moves project `id` into `group` (a transfer, within or across root groups); its id
+    /// stays. `false` when either is missing.
+    pub fn move_project(&mut self, id: u64, group: u64) -> bool {
+        if !self.groups.contains_key(&group) {
+            return false;
+        }
+        let Some(p) = self.projects.get_mut(&id) else {
+            return false;
+        };
+        p.group = group;
+        true
+    }
+
     fn next_iid(&self, project: u64) -> u64 {
         let issues = self.issues.keys().filter(|(p, _)| *p == project);
         let mrs = self.merge_requests.keys().filter(|(p, _)| *p == project);

@@ -589,12 +589,29 @@ async fn create_hook(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = begin(&shared, ops::CREATE_GROUP_HOOK, &headers).await {
-        return r;
-    }
+    let fired = match begin(&shared, ops::CREATE_GROUP_HOOK, &headers).await {
+        Ok(fired) => fired,
+        Err(r) => return r,
+    };
     let Ok(new) = serde_json::from_slice::<NewHook>(&body) else {
         return message(StatusCode::BAD_REQUEST, "400 Bad request - url is missing");
     };
+    let r = created_hook(&shared, group, new);
+    // Created, but the answer comes too late for a client that stopped waiting.
+    let late: Duration = fired
+        .iter()
+        .filter_map(|k| match k {
+            GitlabFault::AnswerLate(d) => Some(*d),
+            _ => None,
+        })
+        .sum();
+    if !late.is_zero() {
+        tokio::time::sleep(late).await;
+    }
+    r
+}
+
+fn created_hook(shared: &Shared, group: u64, new: NewHook) -> Response {
     let mut m = lock(&shared.model);
     if !m.groups.contains_key(&group) {
         return message(StatusCode::NOT_FOUND, "404 Group Not Found");

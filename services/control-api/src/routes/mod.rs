@@ -6,6 +6,7 @@ pub mod endpoints;
 pub mod erasures;
 pub mod github;
 pub mod gitlab;
+pub mod gitlab_activation;
 pub mod jobs;
 pub mod scm;
 pub mod workspaces;
@@ -83,6 +84,10 @@ pub fn table() -> RouteTable {
         .get(
             "/workspaces/{workspace_id}/connections/{connection_id}/audit",
             connections::audit,
+        )
+        .get(
+            "/workspaces/{workspace_id}/connections/{connection_id}/gitlab/activation",
+            gitlab_activation::activation,
         )
         .post(
             "/workspaces/{workspace_id}/connections/{connection_id}/{transition}",
