@@ -1,5 +1,7 @@
 //! What the simulated GitLab knows: groups in a tree, projects in groups, issues, merge
-//! requests and their notes, group hooks, the accepted tokens and the rate-limit window.
+//! requests and their notes, group hooks, the accepted tokens and the rate-limit window. A change
+//! of an issue, a merge request or a note made through the model's methods queues the hook
+//! deliveries GitLab would make for it (see [`super::webhook`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -128,6 +130,15 @@ pub enum NoteOn {
     MergeRequest(u64, u64),
 }
 
+/// Where a diff note sits in the merge request's diff.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotePosition {
+    /// File path (new side).
+    pub path: String,
+    /// Line (new side).
+    pub line: u32,
+}
+
 /// A note (user, system or diff).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Note {
@@ -145,6 +156,34 @@ pub struct Note {
     pub system: bool,
     /// Created.
     pub created_at: OffsetDateTime,
+    /// Last edited (the creation time until an edit).
+    pub updated_at: OffsetDateTime,
+    /// The discussion it belongs to (40 hex digits); a reply shares its first note's.
+    pub discussion_id: String,
+    /// A diff note's place in the diff.
+    pub position: Option<NotePosition>,
+}
+
+/// Whether GitLab still executes a hook, as its API's `alert_status` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookAlert {
+    /// `executable`
+    Executable,
+    /// `temporarily_disabled`: not executed until `disabled_until`.
+    TemporarilyDisabled,
+    /// `disabled`: never executed again until re-enabled.
+    Disabled,
+}
+
+impl HookAlert {
+    /// As GitLab's API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookAlert::Executable => "executable",
+            HookAlert::TemporarilyDisabled => "temporarily_disabled",
+            HookAlert::Disabled => "disabled",
+        }
+    }
 }
 
 /// A group hook.
@@ -164,6 +203,16 @@ pub struct Hook {
     pub merge_requests_events: bool,
     /// Note events.
     pub note_events: bool,
+    /// `X-Gitlab-Webhook-UUID`: the hook's own identity.
+    pub uuid: String,
+    /// Whether GitLab still executes it.
+    pub alert_status: HookAlert,
+    /// Until when a temporarily disabled hook rests.
+    pub disabled_until: Option<OffsetDateTime>,
+    /// Failed executions in a row.
+    pub recent_failures: u32,
+    /// How often it was disabled temporarily since its last success.
+    pub backoff_count: u32,
 }
 
 /// The rate-limit window every call draws on (GitLab counts requests, one each).
@@ -179,6 +228,19 @@ pub struct RateLimit {
 
 /// A fixed start for generated times, so runs are reproducible.
 pub const EPOCH: OffsetDateTime = time::macros::datetime!(2026-01-01 00:00 UTC);
+
+/// A new `updated_at` after `previous`: now (whole seconds, as GitLab's hooks state it), or a
+/// second after `previous` when that is later.
+fn later(previous: OffsetDateTime) -> OffsetDateTime {
+    let now = OffsetDateTime::now_utc();
+    let now = now.replace_nanosecond(0).unwrap_or(now);
+    now.max(previous + time::Duration::seconds(1))
+}
+
+/// A discussion id as GitLab writes them: 40 hex digits.
+fn discussion_of(note_id: u64) -> String {
+    format!("{:040x}", note_id.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+}
 
 /// The simulated instance.
 #[derive(Debug, Clone)]
@@ -199,6 +261,10 @@ pub struct Model {
     pub tokens: BTreeSet<String>,
     /// The rate-limit window.
     pub rate_limit: RateLimit,
+    /// The instance's external URL (payload links, `X-Gitlab-Instance`); the server sets it.
+    pub instance_url: String,
+    /// Hook deliveries made by changes, not sent yet.
+    pub(crate) pending_hooks: Vec<super::webhook::Pending>,
     next_id: u64,
 }
 
@@ -217,6 +283,8 @@ impl Default for Model {
                 remaining: 2000,
                 reset_at: OffsetDateTime::now_utc() + time::Duration::minutes(1),
             },
+            instance_url: "https://gitlab.example.com".into(),
+            pending_hooks: Vec::new(),
             next_id: 1,
         }
     }
@@ -296,6 +364,7 @@ impl Model {
                 author: "alice".into(),
             },
         );
+        self.issue_changed(project, iid, "open", None);
         iid
     }
 
@@ -326,12 +395,77 @@ impl Model {
                 reviewers: Vec::new(),
             },
         );
+        self.merge_request_changed(project, iid, "open", None);
         iid
     }
 
-    /// Adds a note; returns its id.
+    /// Adds a note; returns its id. A `DiffNote` sits on line 1 of `README.md`
+    /// ([`Model::add_diff_note`] places one).
     pub fn add_note(&mut self, on: NoteOn, body: &str, system: bool, kind: Option<&str>) -> u64 {
+        let position = (kind == Some("DiffNote")).then(|| NotePosition {
+            path: "README.md".into(),
+            line: 1,
+        });
+        self.insert_note(on, body, system, kind, None, position)
+    }
+
+    /// Adds a diff note on `path`, `line` of a merge request; returns its id.
+    pub fn add_diff_note(&mut self, on: NoteOn, body: &str, path: &str, line: u32) -> u64 {
+        let position = Some(NotePosition {
+            path: path.to_owned(),
+            line,
+        });
+        self.insert_note(on, body, false, Some("DiffNote"), None, position)
+    }
+
+    /// Adds a reply to note `to` in its discussion (a diff note's reply is a diff note at the
+    /// same place; any other reply is a `DiscussionNote`); `None` when `to` does not exist.
+    pub fn add_reply(&mut self, to: u64, body: &str) -> Option<u64> {
+        let first = self.notes.get(&to)?.clone();
+        let kind = match first.kind.as_deref() {
+            Some("DiffNote") => "DiffNote",
+            _ => "DiscussionNote",
+        };
+        if first.kind.is_none() {
+            // The note it answers becomes the start of a discussion.
+            if let Some(n) = self.notes.get_mut(&to) {
+                n.kind = Some("DiscussionNote".into());
+            }
+        }
+        let discussion = Some(first.discussion_id.clone());
+        Some(self.insert_note(
+            first.on,
+            body,
+            false,
+            Some(kind),
+            discussion,
+            first.position,
+        ))
+    }
+
+    /// Edits note `id`'s body (GitLab sends an `update` note hook); `false` when it does not
+    /// exist.
+    pub fn edit_note(&mut self, id: u64, body: &str) -> bool {
+        let Some(note) = self.notes.get_mut(&id) else {
+            return false;
+        };
+        note.body = body.to_owned();
+        note.updated_at = later(note.updated_at);
+        self.note_changed(id, "update");
+        true
+    }
+
+    fn insert_note(
+        &mut self,
+        on: NoteOn,
+        body: &str,
+        system: bool,
+        kind: Option<&str>,
+        discussion_id: Option<String>,
+        position: Option<NotePosition>,
+    ) -> u64 {
         let id = self.id();
+        let created_at = EPOCH + time::Duration::seconds(id as i64);
         self.notes.insert(
             id,
             Note {
@@ -341,10 +475,71 @@ impl Model {
                 body: body.to_owned(),
                 author: "bob".into(),
                 system,
-                created_at: EPOCH + time::Duration::seconds(id as i64),
+                created_at,
+                updated_at: created_at,
+                discussion_id: discussion_id.unwrap_or_else(|| discussion_of(id)),
+                position,
             },
         );
+        self.note_changed(id, "create");
         id
+    }
+
+    /// Changes issue (`project`, `iid`) with `f` and sends the hook GitLab would (`close`,
+    /// `reopen` or `update`); `updated_at` moves to now unless `f` set it. `false` when the
+    /// issue does not exist.
+    pub fn update_issue(&mut self, project: u64, iid: u64, f: impl FnOnce(&mut Issue)) -> bool {
+        let Some(issue) = self.issues.get_mut(&(project, iid)) else {
+            return false;
+        };
+        let before = issue.clone();
+        f(issue);
+        if issue.updated_at == before.updated_at {
+            issue.updated_at = later(before.updated_at);
+        }
+        let action = match (before.state.as_str(), issue.state.as_str()) {
+            ("opened", "closed") => {
+                issue.closed_at.get_or_insert(issue.updated_at);
+                "close"
+            }
+            ("closed", "opened") => {
+                issue.closed_at = None;
+                "reopen"
+            }
+            _ => "update",
+        };
+        self.issue_changed(project, iid, action, Some(&before));
+        true
+    }
+
+    /// Changes merge request (`project`, `iid`) with `f` and sends the hook GitLab would
+    /// (`merge`, `close`, `reopen` or `update`); `updated_at` moves to now unless `f` set it.
+    /// `false` when the merge request does not exist.
+    pub fn update_merge_request(
+        &mut self,
+        project: u64,
+        iid: u64,
+        f: impl FnOnce(&mut MergeRequest),
+    ) -> bool {
+        let Some(mr) = self.merge_requests.get_mut(&(project, iid)) else {
+            return false;
+        };
+        let before = mr.clone();
+        f(mr);
+        if mr.updated_at == before.updated_at {
+            mr.updated_at = later(before.updated_at);
+        }
+        let action = match (before.state.as_str(), mr.state.as_str()) {
+            ("opened", "merged") => {
+                mr.merged_at.get_or_insert(mr.updated_at);
+                "merge"
+            }
+            ("opened", "closed") => "close",
+            ("closed", "opened") => "reopen",
+            _ => "update",
+        };
+        self.merge_request_changed(project, iid, action, Some(&before));
+        true
     }
 
     /// A group's full path (`top/sub`).
