@@ -74,6 +74,18 @@ pub struct Page<T> {
     pub errors: Vec<GraphqlError>,
     /// When we asked (our clock): the page's observation time.
     pub fetched_at: OffsetDateTime,
+    /// The project a project listing (issues, merge requests) was read from, as GitLab
+    /// answered it; `None` for other listings.
+    pub project: Option<PageProject>,
+}
+
+/// The project a listing page names: its global id and full path now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageProject {
+    /// `gid://gitlab/Project/<id>`.
+    pub id: String,
+    /// `group/subgroup/project`.
+    pub full_path: String,
 }
 
 impl<T> Page<T> {
@@ -191,6 +203,7 @@ impl GitlabClient {
             nodes: connection.nodes.unwrap_or_default(),
             errors,
             fetched_at,
+            project: None,
         })
     }
 
@@ -215,6 +228,7 @@ impl GitlabClient {
             nodes: connection.nodes.unwrap_or_default(),
             errors,
             fetched_at,
+            project: None,
         })
     }
 
@@ -266,6 +280,10 @@ impl GitlabClient {
             .project
             .ok_or_else(|| missing("project", project, &errors))?;
         let full_path = project.full_path.into_inner();
+        let named = PageProject {
+            id: project.id.into_inner(),
+            full_path: full_path.clone(),
+        };
         let connection = project
             .issues
             .ok_or_else(|| missing("issues of", &full_path, &errors))?;
@@ -275,6 +293,7 @@ impl GitlabClient {
             nodes: connection.nodes.unwrap_or_default(),
             errors,
             fetched_at,
+            project: Some(named),
         })
     }
 
@@ -296,6 +315,10 @@ impl GitlabClient {
             .project
             .ok_or_else(|| missing("project", project, &errors))?;
         let full_path = project.full_path.into_inner();
+        let named = PageProject {
+            id: project.id.into_inner(),
+            full_path: full_path.clone(),
+        };
         let connection = project
             .merge_requests
             .ok_or_else(|| missing("mergeRequests of", &full_path, &errors))?;
@@ -305,6 +328,7 @@ impl GitlabClient {
             nodes: connection.nodes.unwrap_or_default(),
             errors,
             fetched_at,
+            project: Some(named),
         })
     }
 
