@@ -9,7 +9,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use serde_json::Value as Json;
 use vendor_sim::gitlab::webhook::TEMPORARY_AFTER;
-use vendor_sim::gitlab::{GitlabSim, HookAlert, Model, NewIssue, NewMergeRequest, NoteOn};
+use vendor_sim::gitlab::{
+    DiffPosition, GitlabSim, HookAlert, Model, NewIssue, NewMergeRequest, NoteOn,
+};
 
 type Seen = Arc<Mutex<Vec<(HeaderMap, Json)>>>;
 
@@ -79,7 +81,11 @@ async fn changes_reach_ancestor_group_hooks_with_gitlabs_headers_and_shapes() {
     });
     sim.model(|m| {
         m.update_issue(project, issue, |i| i.state = "closed".into());
-        let note = m.add_diff_note(NoteOn::MergeRequest(project, mr), "nit", "src/lib.rs", 7);
+        let note = m.add_diff_note(
+            NoteOn::MergeRequest(project, mr),
+            "nit",
+            DiffPosition::line("src/lib.rs", 7, "abc"),
+        );
         m.add_reply(note, "fixed");
     });
     let attempts = sim.flush_hooks().await;

@@ -26,7 +26,7 @@ pub use super::github::{Calls, Fault};
 pub use fault::{GitlabFault, ops};
 pub use graphql::sdl;
 pub use model::{
-    Group, Hook, HookAlert, Issue, MergeRequest, Model, NewIssue, NewMergeRequest, Note, NoteOn,
-    NotePosition, Project, RateLimit,
+    DiffPosition, Group, Hook, HookAlert, Issue, MergeRequest, Model, NewIssue, NewMergeRequest,
+    Note, NoteOn, Project, RateLimit,
 };
 pub use server::GitlabSim;

@@ -130,16 +130,42 @@ pub enum NoteOn {
     MergeRequest(u64, u64),
 }
 
-/// Where a diff note sits in the merge request's diff.
+/// Where a diff note sits: a line of a file in the diff between the refs it was written on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NotePosition {
-    /// File path (new side).
-    pub path: String,
-    /// Line (new side).
-    pub line: u32,
+pub struct DiffPosition {
+    /// Path before the change.
+    pub old_path: String,
+    /// Path after the change (GraphQL's `filePath`).
+    pub new_path: String,
+    /// Line in the old file.
+    pub old_line: Option<i32>,
+    /// Line in the new file.
+    pub new_line: Option<i32>,
+    /// Merge base.
+    pub base_sha: String,
+    /// Start of the diff.
+    pub start_sha: String,
+    /// Head the note was written on.
+    pub head_sha: String,
 }
 
-/// A note (user, system or diff).
+impl DiffPosition {
+    /// A position on `new_line` of `path`, written on `head_sha`.
+    pub fn line(path: &str, new_line: i32, head_sha: &str) -> Self {
+        Self {
+            old_path: path.to_owned(),
+            new_path: path.to_owned(),
+            old_line: None,
+            new_line: Some(new_line),
+            base_sha: format!("{:040x}", 0xba5e),
+            start_sha: format!("{:040x}", 0x5747),
+            head_sha: head_sha.to_owned(),
+        }
+    }
+}
+
+/// A note (user, system or diff). Every note belongs to a discussion: a lone note to its own,
+/// a reply to its thread's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Note {
     /// Note id.
@@ -156,12 +182,12 @@ pub struct Note {
     pub system: bool,
     /// Created.
     pub created_at: OffsetDateTime,
-    /// Last edited (the creation time until an edit).
+    /// Updated (an edit moves it).
     pub updated_at: OffsetDateTime,
-    /// The discussion it belongs to (40 hex digits); a reply shares its first note's.
-    pub discussion_id: String,
-    /// A diff note's place in the diff.
-    pub position: Option<NotePosition>,
+    /// Its discussion's id (40 hex digits, as GitLab's REST shows it).
+    pub discussion: String,
+    /// Set on a diff note (and on replies in a diff thread).
+    pub position: Option<DiffPosition>,
 }
 
 /// Whether GitLab still executes a hook, as its API's `alert_status` says.
@@ -235,11 +261,6 @@ fn later(previous: OffsetDateTime) -> OffsetDateTime {
     let now = OffsetDateTime::now_utc();
     let now = now.replace_nanosecond(0).unwrap_or(now);
     now.max(previous + time::Duration::seconds(1))
-}
-
-/// A discussion id as GitLab writes them: 40 hex digits.
-fn discussion_of(note_id: u64) -> String {
-    format!("{:040x}", note_id.wrapping_mul(0x9e37_79b9_7f4a_7c15))
 }
 
 /// The simulated instance.
@@ -399,46 +420,45 @@ impl Model {
         iid
     }
 
-    /// Adds a note; returns its id. A `DiffNote` sits on line 1 of `README.md`
-    /// ([`Model::add_diff_note`] places one).
+    /// Adds a note starting its own discussion; returns its id. A `DiffNote` gets a position on
+    /// line 1 of `README.md` at the merge request's head.
     pub fn add_note(&mut self, on: NoteOn, body: &str, system: bool, kind: Option<&str>) -> u64 {
-        let position = (kind == Some("DiffNote")).then(|| NotePosition {
-            path: "README.md".into(),
-            line: 1,
+        let position = (kind == Some("DiffNote")).then(|| {
+            let head = match on {
+                NoteOn::MergeRequest(p, i) => self
+                    .merge_requests
+                    .get(&(p, i))
+                    .and_then(|mr| mr.diff_head_sha.clone()),
+                NoteOn::Issue(..) => None,
+            };
+            DiffPosition::line(
+                "README.md",
+                1,
+                &head.unwrap_or_else(|| format!("{:040x}", 1)),
+            )
         });
         self.insert_note(on, body, system, kind, None, position)
     }
 
-    /// Adds a diff note on `path`, `line` of a merge request; returns its id.
-    pub fn add_diff_note(&mut self, on: NoteOn, body: &str, path: &str, line: u32) -> u64 {
-        let position = Some(NotePosition {
-            path: path.to_owned(),
-            line,
-        });
-        self.insert_note(on, body, false, Some("DiffNote"), None, position)
+    /// Adds a diff note at `position`, starting a resolvable thread; returns its id.
+    pub fn add_diff_note(&mut self, on: NoteOn, body: &str, position: DiffPosition) -> u64 {
+        self.insert_note(on, body, false, Some("DiffNote"), None, Some(position))
     }
 
-    /// Adds a reply to note `to` in its discussion (a diff note's reply is a diff note at the
-    /// same place; any other reply is a `DiscussionNote`); `None` when `to` does not exist.
+    /// Adds a reply to `to`'s discussion (a diff thread's reply is a diff note at the same
+    /// position); returns its id, or `None` when `to` is unknown.
     pub fn add_reply(&mut self, to: u64, body: &str) -> Option<u64> {
         let first = self.notes.get(&to)?.clone();
-        let kind = match first.kind.as_deref() {
-            Some("DiffNote") => "DiffNote",
-            _ => "DiscussionNote",
-        };
-        if first.kind.is_none() {
-            // The note it answers becomes the start of a discussion.
-            if let Some(n) = self.notes.get_mut(&to) {
-                n.kind = Some("DiscussionNote".into());
-            }
-        }
-        let discussion = Some(first.discussion_id.clone());
+        let kind = first
+            .kind
+            .clone()
+            .unwrap_or_else(|| "DiscussionNote".into());
         Some(self.insert_note(
             first.on,
             body,
             false,
-            Some(kind),
-            discussion,
+            Some(&kind),
+            Some(first.discussion),
             first.position,
         ))
     }
@@ -461,11 +481,11 @@ impl Model {
         body: &str,
         system: bool,
         kind: Option<&str>,
-        discussion_id: Option<String>,
-        position: Option<NotePosition>,
+        discussion: Option<String>,
+        position: Option<DiffPosition>,
     ) -> u64 {
         let id = self.id();
-        let created_at = EPOCH + time::Duration::seconds(id as i64);
+        let at = EPOCH + time::Duration::seconds(id as i64);
         self.notes.insert(
             id,
             Note {
@@ -475,9 +495,9 @@ impl Model {
                 body: body.to_owned(),
                 author: "bob".into(),
                 system,
-                created_at,
-                updated_at: created_at,
-                discussion_id: discussion_id.unwrap_or_else(|| discussion_of(id)),
+                created_at: at,
+                updated_at: at,
+                discussion: discussion.unwrap_or_else(|| format!("{id:040x}")),
                 position,
             },
         );

@@ -474,23 +474,16 @@ pub fn note_hook(m: &Model, note: &Note, action: &str) -> Json {
     } else {
         "merge_requests"
     };
-    let head = match note.on {
-        NoteOn::MergeRequest(p, iid) => m
-            .merge_requests
-            .get(&(p, iid))
-            .and_then(|r| r.diff_head_sha.clone()),
-        NoteOn::Issue(..) => None,
-    };
     let position = note.position.as_ref().map_or(Json::Null, |pos| {
         json!({
-            "base_sha": "0".repeat(40),
-            "start_sha": "0".repeat(40),
-            "head_sha": head,
-            "old_path": pos.path,
-            "new_path": pos.path,
+            "base_sha": pos.base_sha,
+            "start_sha": pos.start_sha,
+            "head_sha": pos.head_sha,
+            "old_path": pos.old_path,
+            "new_path": pos.new_path,
             "position_type": "text",
-            "old_line": null,
-            "new_line": pos.line,
+            "old_line": pos.old_line,
+            "new_line": pos.new_line,
             "line_range": null,
         })
     });
@@ -500,9 +493,9 @@ pub fn note_hook(m: &Model, note: &Note, action: &str) -> Json {
         "change_position": null,
         "commit_id": null,
         "created_at": hook_time(note.created_at),
-        "discussion_id": note.discussion_id,
+        "discussion_id": note.discussion,
         "id": note.id,
-        "line_code": note.position.as_ref().map(|p| format!("{}_0_{}", note.discussion_id, p.line)),
+        "line_code": note.position.as_ref().and_then(|p| p.new_line).map(|l| format!("{}_0_{l}", note.discussion)),
         "note": note.body,
         "noteable_id": noteable_id,
         "noteable_type": noteable_type,
