@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Result;
 use bus::Stream;
 use lifecycle_core::subject;
+use sea_orm::TransactionTrait as _;
 use serde_json::Value as Json;
 use store::entity::ConnectionKind;
 use store::entity::inbound_endpoint::Registration;
@@ -180,8 +181,9 @@ impl World {
                 verified_by: None,
             },
         };
+        let txn = self.env.db.db.begin().await?;
         let recorded = store::inbound::record(
-            &self.env.db.db,
+            &txn,
             NewMessage {
                 endpoint,
                 verification: "token".into(),
@@ -199,6 +201,7 @@ impl World {
         let Recorded::Accepted(accepted) = recorded else {
             anyhow::bail!("not stored: {recorded:?}");
         };
+        txn.commit().await?;
         Ok(accepted.message_id)
     }
 

@@ -65,25 +65,43 @@ impl NoteRow<'_> {
                     self.fields.updated_at,
                 )
                 .await?;
-                // A reply refers to the first comment of its thread.
+                // A reply refers to the first comment of its thread, whatever order the
+                // thread's hooks arrive in (the merge request's lock orders its writers).
+                let key = (self.fields.created_at, self.fields.native_id);
                 let first: Option<i64> = sqlx::query_scalar(
-                    "SELECT native_id FROM review_comment WHERE thread_id = $1
+                    "SELECT native_id FROM review_comment
+                      WHERE thread_id = $1 AND (upstream_created_at, native_id) < ($2, $3)
                       ORDER BY upstream_created_at, native_id LIMIT 1",
                 )
                 .bind(thread_id)
+                .bind(key.0)
+                .bind(key.1)
                 .fetch_optional(&mut *txn)
                 .await?;
                 let row = ReviewComment {
                     pull_request_id,
                     thread_id: Some(thread_id),
                     review_native_id: None,
-                    in_reply_to: first.filter(|f| *f != self.fields.native_id),
+                    in_reply_to: first,
                     path: diff.path,
                     line: diff.line,
                     commit_sha: diff.commit_sha,
                     fields: self.fields,
                 };
-                comments::apply(txn, item, action, &row, version, deleted_at).await
+                let changed = comments::apply(txn, item, action, &row, version, deleted_at).await?;
+                if first.is_none() {
+                    // The thread's first comment arrived after replies: they refer to it.
+                    sqlx::query(
+                        "UPDATE review_comment SET in_reply_to = $3
+                          WHERE thread_id = $1 AND (upstream_created_at, native_id) > ($2, $3)",
+                    )
+                    .bind(thread_id)
+                    .bind(key.0)
+                    .bind(key.1)
+                    .execute(&mut *txn)
+                    .await?;
+                }
+                Ok(changed)
             }
             _ => {
                 let row = Comment {
