@@ -10,6 +10,7 @@ mod support;
 
 mod checks;
 mod consumers;
+mod gitlab;
 mod history;
 mod metrics;
 mod redeliver;

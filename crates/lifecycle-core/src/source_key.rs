@@ -189,6 +189,18 @@ pub fn state_event_publishes<S: PartialEq>(stored_state: &S, payload_state: &S) 
     stored_state == payload_state
 }
 
+/// [`state_event_publishes`] for a delivery whose forward-only step came to `freshness`: a
+/// stale payload (older than the stored row) publishes too, so a first delivery after a later
+/// change still records its event; a redelivery is absorbed by the source key.
+pub fn state_change_publishes<S: PartialEq>(
+    freshness: crate::forward::Freshness,
+    stored_state: &S,
+    payload_state: &S,
+) -> bool {
+    freshness == crate::forward::Freshness::Stale
+        || state_event_publishes(stored_state, payload_state)
+}
+
 /// The name of an item event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ItemEventName {

@@ -240,7 +240,9 @@ impl ItemFields {
             .set("title", Replace, &self.title)
             .set("body", Replace, &self.body)
             .set("state", Replace, &self.state)
-            .set("author", Replace, &self.author)
+            // Partial metadata: a writer that does not know the author (a GitLab hook names
+            // only the actor) keeps the stored one.
+            .set("author", Coalesce, &self.author)
             // Partial metadata: an unknown lock keeps the stored lock and its reason.
             .set("locked", Coalesce, self.locked)
             .set("lock_reason", FollowsKnown("locked"), &self.lock_reason)

@@ -114,6 +114,26 @@ impl Thread<'_> {
         .await
     }
 
+    /// The row of thread `node_id` of a pull request, created when missing, for a comment that
+    /// names its thread but not its resolution state (which stays as stored); `latest` moves
+    /// the thread's last activity forward only. Returns the row id.
+    pub async fn ensure(
+        txn: &mut sqlx::PgConnection,
+        pull_request_id: Uuid,
+        node_id: &str,
+        path: Option<&str>,
+        latest: OffsetDateTime,
+    ) -> Result<Uuid, sqlx::Error> {
+        use OnConflict::{Coalesce, Greatest, Keep};
+        let mut row = Upsert::new("review_thread");
+        row.set("pull_request_id", Keep, pull_request_id)
+            .set("node_id", Keep, node_id)
+            .set("path", Coalesce, path)
+            .set("upstream_updated_at", Greatest, Some(latest));
+        row.write(txn, "pull_request_id, node_id", &["mirrored_at = now()"])
+            .await
+    }
+
     /// Writes the thread over its locked row (the caller compared the dates); a resolution
     /// already stored keeps its date and author. Returns the row id.
     pub async fn write(&self, txn: &mut sqlx::PgConnection) -> Result<Uuid, sqlx::Error> {

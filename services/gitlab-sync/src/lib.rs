@@ -270,6 +270,7 @@ pub async fn run(
         request_timeout: config.request_timeout(),
         retry: RetryPolicy::default(),
     };
+    let factory_for_hooks = factory.clone();
     let engine = Engine::new(
         Arc::new(sync::GitlabVendor {
             pool: pool.clone(),
@@ -303,12 +304,56 @@ pub async fn run(
         ],
     }
     .register(&mut service, &mut schedules, &bus, &db)?;
+    webhook_consumers(&config, &mut service, &bus, &db, factory_for_hooks);
     service.schedules(schedules);
     service.relay(&db, &bus);
     // Health and metrics only: gitlab-sync serves no API.
     service
         .serve(&db, Some(bus.client().clone()), on_listen)
         .await
+}
+
+/// Declares the webhook consumers: the hooks we registered (with route admission of undiscovered
+/// projects) and operator-created hooks, each following its filters.
+fn webhook_consumers(
+    config: &Config,
+    service: &mut runtime::Service,
+    bus: &bus::Bus,
+    db: &sea_orm::DatabaseConnection,
+    factory: source::ClientFactory,
+) {
+    use sync_engine::webhook::{WebhookConsumer, follow};
+    let pool = db.get_postgres_connection_pool().clone();
+    let refresh = Duration::from_millis(config.filter_refresh_ms);
+    let registered = Arc::new(WebhookConsumer::new(
+        pool.clone(),
+        webhooks::GitlabWebhooks {
+            pool: pool.clone(),
+            route: Some(webhooks::route::RouteAdmission {
+                db: db.clone(),
+                factory,
+            }),
+        },
+    ));
+    let operator = Arc::new(WebhookConsumer::new(
+        pool.clone(),
+        webhooks::GitlabWebhooks {
+            pool: pool.clone(),
+            route: None,
+        },
+    ));
+    let registered_spec = webhooks::filters::connection_events_spec(config.webhook_concurrency);
+    let operator_spec = webhooks::filters::project_events_spec(config.webhook_concurrency);
+    service.task("registered hooks consumer", {
+        let (bus, db) = (bus.clone(), db.clone());
+        let filters = webhooks::filters::connection_filters(pool.clone());
+        move |stop| follow::run(bus, db, registered_spec, registered, filters, refresh, stop)
+    });
+    service.task("operator hooks consumer", {
+        let (bus, db) = (bus.clone(), db.clone());
+        let filters = webhooks::filters::project_filters(pool);
+        move |stop| follow::run(bus, db, operator_spec, operator, filters, refresh, stop)
+    });
 }
 
 runtime::launch!(Config, "gitlab-sync", run);

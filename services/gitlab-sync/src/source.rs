@@ -2,7 +2,8 @@
 //! connection's instance, with a request budget kept in reserve, and its failures classed for
 //! the sync engine (what a failed read stops).
 //!
-//! Connection settings: `{"group": "<root group full path>", "min_remaining": N}`; secret
+//! Connection settings: `{"group": "<root group full path>", "projects": ["<full path>", ...],
+//! "min_remaining": N}` (`projects` absent: every project of the group); secret
 //! `token` (a personal, group or OAuth token). The provider instance's server URL names the
 //! GitLab instance (gitlab.com when unset).
 
@@ -26,9 +27,31 @@ pub const DEFAULT_SERVER: &str = "https://gitlab.com";
 pub struct Settings {
     /// The connected (root) group's full path.
     pub group: String,
+    /// The projects selected in the group, by full path; `None`: every project.
+    #[serde(default)]
+    pub projects: Option<Vec<String>>,
     /// Requests kept in reserve for webhooks' follow-up reads (500 when unset).
     #[serde(default)]
     pub min_remaining: Option<u32>,
+}
+
+impl Settings {
+    /// Whether the project at `full_path` is in the connected group: below it, at any depth.
+    pub fn contains(&self, full_path: &str) -> bool {
+        let (path, group) = (
+            full_path.to_ascii_lowercase(),
+            self.group.trim_end_matches('/').to_ascii_lowercase(),
+        );
+        !group.is_empty() && path.starts_with(&format!("{group}/"))
+    }
+
+    /// Whether the selection permits the project at `full_path`.
+    pub fn selects(&self, full_path: &str) -> bool {
+        match &self.projects {
+            None => true,
+            Some(list) => list.iter().any(|p| p.eq_ignore_ascii_case(full_path)),
+        }
+    }
 }
 
 /// A connection's reader: the client acting with its token, and the group it connects.

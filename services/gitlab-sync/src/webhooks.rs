@@ -1,1 +1,137 @@
-//! GitLab webhook deliveries applied to the mirror (`WebhookApply`) and route admission of projects not yet discovered.
+//! GitLab webhooks, consumed from JetStream after ingress stored them, through the shared front
+//! half (`sync_engine::webhook`). [`GitlabWebhooks`] decodes Issue, Merge Request and Note Hooks
+//! (any other event is acknowledged and ignored) and writes them through the SCM mirror's
+//! forward-only steps, each in one transaction that first admits the delivery for the project
+//! by its native id (`Scope::GitlabProject`): a redelivered, late or reordered hook only ever
+//! moves the mirror forward.
+//!
+//! Two consumers: the hooks we registered (`gitlab.?connection.<id>.<event>`, consumer
+//! [`filters::CONNECTION_EVENTS_CONSUMER`]), whose deliveries about a project not discovered
+//! yet go through [`route`] admission; and operator-created hooks on the shared endpoint
+//! (`gitlab.<namespace>.<project>.<event>`, [`filters::PROJECT_EVENTS_CONSUMER`], following the
+//! monitors), which only ever write to monitored projects.
+
+pub mod filters;
+pub mod items;
+pub mod notes;
+pub mod payload;
+pub mod route;
+
+use sqlx::{PgPool, Postgres, Transaction};
+use store::admission::{Refusal, Scope};
+use store::entity::ConnectionKind;
+use sync_engine::webhook::{Outcome, Webhook, WebhookApply, WebhookError, parse};
+use uuid::Uuid;
+
+use crate::mirror::split_path;
+use payload::HookProject;
+
+/// gitlab-sync's [`WebhookApply`]: GitLab's hooks by `object_kind`, each to its writer.
+pub struct GitlabWebhooks {
+    pub pool: PgPool,
+    /// Route admission of undiscovered projects; `None` on the shared endpoint's consumer,
+    /// where a hook writes only to projects already monitored.
+    pub route: Option<route::RouteAdmission>,
+}
+
+/// A GitLab hook decoded for its event.
+pub enum Event {
+    Issue(payload::IssueHook),
+    MergeRequest(payload::MergeRequestHook),
+    Note(Box<payload::NoteHook>),
+}
+
+impl WebhookApply for GitlabWebhooks {
+    const KIND: ConnectionKind = ConnectionKind::Gitlab;
+    type Payload = Event;
+
+    fn decode(&self, hook: &Webhook<'_>) -> Result<Option<Event>, WebhookError> {
+        // Ingress names the event by the payload's `object_kind`.
+        Ok(Some(match hook.event {
+            "issue" => Event::Issue(parse(hook)?),
+            "merge_request" => Event::MergeRequest(parse(hook)?),
+            "note" => Event::Note(Box::new(parse(hook)?)),
+            _ => return Ok(None),
+        }))
+    }
+
+    async fn apply(&self, hook: &Webhook<'_>, event: Event) -> Result<Outcome, WebhookError> {
+        match event {
+            Event::Issue(e) => items::issue(self, hook, e).await,
+            Event::MergeRequest(e) => items::merge_request(self, hook, e).await,
+            Event::Note(e) => notes::note(self, hook, *e).await,
+        }
+    }
+}
+
+impl GitlabWebhooks {
+    /// A transaction that has admitted the delivery for `project` (by its native id), and the
+    /// project's mirrored row (created from the payload when it is not mirrored yet). A project
+    /// no monitor of the delivering connection is bound to goes through route admission when
+    /// the delivery came on a route of ours; otherwise, or when route admission refuses it,
+    /// [`WebhookError::OutOfScope`] and nothing is written.
+    pub async fn admitted_project(
+        &self,
+        hook: &Webhook<'_>,
+        project: &HookProject,
+    ) -> Result<(Transaction<'static, Postgres>, Uuid), WebhookError> {
+        let mut txn = self.pool.begin().await?;
+        match in_scope(&mut txn, hook, project).await {
+            Ok(id) => return Ok((txn, id)),
+            Err(WebhookError::OutOfScope(Refusal::NotMonitored)) if self.route.is_some() => {}
+            Err(e) => return Err(e),
+        }
+        // Nothing is held while GitLab is read.
+        txn.rollback().await?;
+        if let Some(route) = &self.route {
+            route.admit(&self.pool, hook, project.id).await?;
+        }
+        let mut txn = self.pool.begin().await?;
+        let id = in_scope(&mut txn, hook, project).await?;
+        Ok((txn, id))
+    }
+}
+
+/// Admits the delivery for `project` in `txn`, then finds its mirrored row by native id
+/// (never by path: a reused path cannot capture another project's work), creating it when
+/// missing.
+async fn in_scope(
+    txn: &mut sqlx::PgConnection,
+    hook: &Webhook<'_>,
+    project: &HookProject,
+) -> Result<Uuid, WebhookError> {
+    hook.admit(
+        &mut *txn,
+        Scope::GitlabProject {
+            native_id: project.id,
+        },
+    )
+    .await?;
+    let found: Option<Uuid> = sqlx::query_scalar(
+        "SELECT id FROM repository WHERE provider_instance_id = $1 AND native_id = $2",
+    )
+    .bind(hook.provider_instance_id)
+    .bind(project.id)
+    .fetch_optional(&mut *txn)
+    .await?;
+    if let Some(id) = found {
+        return Ok(id);
+    }
+    let (owner, name) = split_path(&project.path_with_namespace).ok_or_else(|| {
+        WebhookError::Invalid(format!(
+            "the project's path has no namespace: {:?}",
+            project.path_with_namespace
+        ))
+    })?;
+    let header = scm_mirror::repository::RepoHeader {
+        native_id: project.id,
+        node_id: format!("gid://gitlab/Project/{}", project.id),
+        owner: owner.to_owned(),
+        name: name.to_owned(),
+        archived: None,
+    };
+    let id =
+        scm_mirror::repository::ensure_repository(&mut *txn, hook.provider_instance_id, &header)
+            .await?;
+    Ok(id)
+}

@@ -1,7 +1,9 @@
 //! Simulated GitLab: groups, subgroups, projects, issues, merge requests and notes served from an
 //! in-memory [`Model`] over GitLab's GraphQL (`/api/graphql`, the operations of our contract)
 //! and REST (`/api/v4`: flat notes with GitLab's paging headers, a note, a project, group
-//! hooks), each answer carrying `RateLimit-*`, with per-call [`GitlabFault`] injection.
+//! hooks), each answer carrying `RateLimit-*`, with per-call [`GitlabFault`] injection. Group
+//! hooks are executed as GitLab does ([`webhook`]): real-shaped Issue, Merge Request and Note
+//! Hooks with GitLab's headers, and failing hooks disabled.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -18,12 +20,13 @@ mod fault;
 mod graphql;
 mod model;
 mod server;
+pub mod webhook;
 
 pub use super::github::{Calls, Fault};
 pub use fault::{GitlabFault, Mutation, ops};
 pub use graphql::sdl;
 pub use model::{
-    Group, Hook, Issue, MergeRequest, Model, NewIssue, NewMergeRequest, Note, NoteOn, Project,
-    RateLimit,
+    DiffPosition, Group, Hook, HookAlert, Issue, MergeRequest, Model, NewIssue, NewMergeRequest,
+    Note, NoteOn, Project, RateLimit,
 };
 pub use server::GitlabSim;

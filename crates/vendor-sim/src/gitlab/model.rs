@@ -1,5 +1,7 @@
 //! What the simulated GitLab knows: groups in a tree, projects in groups, issues, merge
-//! requests and their notes, group hooks, the accepted tokens and the rate-limit window.
+//! requests and their notes, group hooks, the accepted tokens and the rate-limit window. A change
+//! of an issue, a merge request or a note made through the model's methods queues the hook
+//! deliveries GitLab would make for it (see [`super::webhook`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -128,7 +130,42 @@ pub enum NoteOn {
     MergeRequest(u64, u64),
 }
 
-/// A note (user, system or diff).
+/// Where a diff note sits: a line of a file in the diff between the refs it was written on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiffPosition {
+    /// Path before the change.
+    pub old_path: String,
+    /// Path after the change (GraphQL's `filePath`).
+    pub new_path: String,
+    /// Line in the old file.
+    pub old_line: Option<i32>,
+    /// Line in the new file.
+    pub new_line: Option<i32>,
+    /// Merge base.
+    pub base_sha: String,
+    /// Start of the diff.
+    pub start_sha: String,
+    /// Head the note was written on.
+    pub head_sha: String,
+}
+
+impl DiffPosition {
+    /// A position on `new_line` of `path`, written on `head_sha`.
+    pub fn line(path: &str, new_line: i32, head_sha: &str) -> Self {
+        Self {
+            old_path: path.to_owned(),
+            new_path: path.to_owned(),
+            old_line: None,
+            new_line: Some(new_line),
+            base_sha: format!("{:040x}", 0xba5e),
+            start_sha: format!("{:040x}", 0x5747),
+            head_sha: head_sha.to_owned(),
+        }
+    }
+}
+
+/// A note (user, system or diff). Every note belongs to a discussion: a lone note to its own,
+/// a reply to its thread's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Note {
     /// Note id.
@@ -145,6 +182,34 @@ pub struct Note {
     pub system: bool,
     /// Created.
     pub created_at: OffsetDateTime,
+    /// Updated (an edit moves it).
+    pub updated_at: OffsetDateTime,
+    /// Its discussion's id (40 hex digits, as GitLab's REST shows it).
+    pub discussion: String,
+    /// Set on a diff note (and on replies in a diff thread).
+    pub position: Option<DiffPosition>,
+}
+
+/// Whether GitLab still executes a hook, as its API's `alert_status` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookAlert {
+    /// `executable`
+    Executable,
+    /// `temporarily_disabled`: not executed until `disabled_until`.
+    TemporarilyDisabled,
+    /// `disabled`: never executed again until re-enabled.
+    Disabled,
+}
+
+impl HookAlert {
+    /// As GitLab's API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookAlert::Executable => "executable",
+            HookAlert::TemporarilyDisabled => "temporarily_disabled",
+            HookAlert::Disabled => "disabled",
+        }
+    }
 }
 
 /// A group hook.
@@ -164,6 +229,16 @@ pub struct Hook {
     pub merge_requests_events: bool,
     /// Note events.
     pub note_events: bool,
+    /// `X-Gitlab-Webhook-UUID`: the hook's own identity.
+    pub uuid: String,
+    /// Whether GitLab still executes it.
+    pub alert_status: HookAlert,
+    /// Until when a temporarily disabled hook rests.
+    pub disabled_until: Option<OffsetDateTime>,
+    /// Failed executions in a row.
+    pub recent_failures: u32,
+    /// How often it was disabled temporarily since its last success.
+    pub backoff_count: u32,
 }
 
 /// The rate-limit window every call draws on (GitLab counts requests, one each).
@@ -179,6 +254,14 @@ pub struct RateLimit {
 
 /// A fixed start for generated times, so runs are reproducible.
 pub const EPOCH: OffsetDateTime = time::macros::datetime!(2026-01-01 00:00 UTC);
+
+/// A new `updated_at` after `previous`: now (whole seconds, as GitLab's hooks state it), or a
+/// second after `previous` when that is later.
+fn later(previous: OffsetDateTime) -> OffsetDateTime {
+    let now = OffsetDateTime::now_utc();
+    let now = now.replace_nanosecond(0).unwrap_or(now);
+    now.max(previous + time::Duration::seconds(1))
+}
 
 /// The simulated instance.
 #[derive(Debug, Clone)]
@@ -199,6 +282,10 @@ pub struct Model {
     pub tokens: BTreeSet<String>,
     /// The rate-limit window.
     pub rate_limit: RateLimit,
+    /// The instance's external URL (payload links, `X-Gitlab-Instance`); the server sets it.
+    pub instance_url: String,
+    /// Hook deliveries made by changes, not sent yet.
+    pub(crate) pending_hooks: Vec<super::webhook::Pending>,
     next_id: u64,
 }
 
@@ -217,6 +304,8 @@ impl Default for Model {
                 remaining: 2000,
                 reset_at: OffsetDateTime::now_utc() + time::Duration::minutes(1),
             },
+            instance_url: "https://gitlab.example.com".into(),
+            pending_hooks: Vec::new(),
             next_id: 1,
         }
     }
@@ -316,6 +405,7 @@ impl Model {
                 author: "alice".into(),
             },
         );
+        self.issue_changed(project, iid, "open", None);
         iid
     }
 
@@ -346,12 +436,76 @@ impl Model {
                 reviewers: Vec::new(),
             },
         );
+        self.merge_request_changed(project, iid, "open", None);
         iid
     }
 
-    /// Adds a note; returns its id.
+    /// Adds a note starting its own discussion; returns its id. A `DiffNote` gets a position on
+    /// line 1 of `README.md` at the merge request's head.
     pub fn add_note(&mut self, on: NoteOn, body: &str, system: bool, kind: Option<&str>) -> u64 {
+        let position = (kind == Some("DiffNote")).then(|| {
+            let head = match on {
+                NoteOn::MergeRequest(p, i) => self
+                    .merge_requests
+                    .get(&(p, i))
+                    .and_then(|mr| mr.diff_head_sha.clone()),
+                NoteOn::Issue(..) => None,
+            };
+            DiffPosition::line(
+                "README.md",
+                1,
+                &head.unwrap_or_else(|| format!("{:040x}", 1)),
+            )
+        });
+        self.insert_note(on, body, system, kind, None, position)
+    }
+
+    /// Adds a diff note at `position`, starting a resolvable thread; returns its id.
+    pub fn add_diff_note(&mut self, on: NoteOn, body: &str, position: DiffPosition) -> u64 {
+        self.insert_note(on, body, false, Some("DiffNote"), None, Some(position))
+    }
+
+    /// Adds a reply to `to`'s discussion (a diff thread's reply is a diff note at the same
+    /// position); returns its id, or `None` when `to` is unknown.
+    pub fn add_reply(&mut self, to: u64, body: &str) -> Option<u64> {
+        let first = self.notes.get(&to)?.clone();
+        let kind = first
+            .kind
+            .clone()
+            .unwrap_or_else(|| "DiscussionNote".into());
+        Some(self.insert_note(
+            first.on,
+            body,
+            false,
+            Some(&kind),
+            Some(first.discussion),
+            first.position,
+        ))
+    }
+
+    /// Edits note `id`'s body (GitLab sends an `update` note hook); `false` when it does not
+    /// exist.
+    pub fn edit_note(&mut self, id: u64, body: &str) -> bool {
+        let Some(note) = self.notes.get_mut(&id) else {
+            return false;
+        };
+        note.body = body.to_owned();
+        note.updated_at = later(note.updated_at);
+        self.note_changed(id, "update");
+        true
+    }
+
+    fn insert_note(
+        &mut self,
+        on: NoteOn,
+        body: &str,
+        system: bool,
+        kind: Option<&str>,
+        discussion: Option<String>,
+        position: Option<DiffPosition>,
+    ) -> u64 {
         let id = self.id();
+        let at = EPOCH + time::Duration::seconds(id as i64);
         self.notes.insert(
             id,
             Note {
@@ -361,10 +515,71 @@ impl Model {
                 body: body.to_owned(),
                 author: "bob".into(),
                 system,
-                created_at: EPOCH + time::Duration::seconds(id as i64),
+                created_at: at,
+                updated_at: at,
+                discussion: discussion.unwrap_or_else(|| format!("{id:040x}")),
+                position,
             },
         );
+        self.note_changed(id, "create");
         id
+    }
+
+    /// Changes issue (`project`, `iid`) with `f` and sends the hook GitLab would (`close`,
+    /// `reopen` or `update`); `updated_at` moves to now unless `f` set it. `false` when the
+    /// issue does not exist.
+    pub fn update_issue(&mut self, project: u64, iid: u64, f: impl FnOnce(&mut Issue)) -> bool {
+        let Some(issue) = self.issues.get_mut(&(project, iid)) else {
+            return false;
+        };
+        let before = issue.clone();
+        f(issue);
+        if issue.updated_at == before.updated_at {
+            issue.updated_at = later(before.updated_at);
+        }
+        let action = match (before.state.as_str(), issue.state.as_str()) {
+            ("opened", "closed") => {
+                issue.closed_at.get_or_insert(issue.updated_at);
+                "close"
+            }
+            ("closed", "opened") => {
+                issue.closed_at = None;
+                "reopen"
+            }
+            _ => "update",
+        };
+        self.issue_changed(project, iid, action, Some(&before));
+        true
+    }
+
+    /// Changes merge request (`project`, `iid`) with `f` and sends the hook GitLab would
+    /// (`merge`, `close`, `reopen` or `update`); `updated_at` moves to now unless `f` set it.
+    /// `false` when the merge request does not exist.
+    pub fn update_merge_request(
+        &mut self,
+        project: u64,
+        iid: u64,
+        f: impl FnOnce(&mut MergeRequest),
+    ) -> bool {
+        let Some(mr) = self.merge_requests.get_mut(&(project, iid)) else {
+            return false;
+        };
+        let before = mr.clone();
+        f(mr);
+        if mr.updated_at == before.updated_at {
+            mr.updated_at = later(before.updated_at);
+        }
+        let action = match (before.state.as_str(), mr.state.as_str()) {
+            ("opened", "merged") => {
+                mr.merged_at.get_or_insert(mr.updated_at);
+                "merge"
+            }
+            ("opened", "closed") => "close",
+            ("closed", "opened") => "reopen",
+            _ => "update",
+        };
+        self.merge_request_changed(project, iid, action, Some(&before));
+        true
     }
 
     /// A group's full path (`top/sub`).

@@ -24,7 +24,8 @@ use tokio::task::JoinHandle;
 
 use super::fault::{GitlabFault, ops};
 use super::graphql::{self, GitlabSchema};
-use super::model::{Hook, Model, Note, NoteOn};
+use super::model::{Model, Note, NoteOn};
+use super::webhook::{self, HookAttempt};
 use crate::github::{Fault, Faults};
 
 /// GitLab leaves `X-Total` (and `X-Total-Pages`) out past this many rows.
@@ -35,6 +36,14 @@ struct Shared {
     faults: Mutex<Faults<GitlabFault>>,
     schema: GitlabSchema,
     base_url: String,
+    /// Sends the hooks' deliveries.
+    http: reqwest::Client,
+    /// Wakes the sender when a change queued deliveries.
+    hooks_queued: tokio::sync::Notify,
+    /// One sender at a time, so deliveries leave in the order they were queued.
+    sending: tokio::sync::Mutex<()>,
+    /// Every execution of a hook so far.
+    attempts: Mutex<Vec<HookAttempt>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -46,6 +55,7 @@ pub struct GitlabSim {
     shared: Arc<Shared>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
+    sender: Option<JoinHandle<()>>,
 }
 
 impl GitlabSim {
@@ -53,12 +63,20 @@ impl GitlabSim {
     pub async fn start(model: Model) -> std::io::Result<GitlabSim> {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let base_url = format!("http://{}", listener.local_addr()?);
+        let mut model = model;
+        model.instance_url = base_url.clone();
         let model = Arc::new(Mutex::new(model));
+        // reqwest needs the process's rustls provider even for plain http.
+        runtime::install_crypto_provider();
         let shared = Arc::new(Shared {
             schema: graphql::schema(model.clone()),
             model,
             faults: Mutex::new(Faults::default()),
             base_url,
+            http: reqwest::Client::new(),
+            hooks_queued: tokio::sync::Notify::new(),
+            sending: tokio::sync::Mutex::new(()),
+            attempts: Mutex::new(Vec::new()),
         });
         let app = Router::new()
             .route("/api/graphql", post(graphql_call))
@@ -85,10 +103,20 @@ impl GitlabSim {
                 tracing::warn!(error = %e, "gitlab simulator stopped");
             }
         });
+        let sender = {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                loop {
+                    shared.hooks_queued.notified().await;
+                    send_pending_hooks(&shared).await;
+                }
+            })
+        };
         Ok(GitlabSim {
             shared,
             shutdown: Some(tx),
             task: Some(task),
+            sender: Some(sender),
         })
     }
 
@@ -97,9 +125,30 @@ impl GitlabSim {
         &self.shared.base_url
     }
 
-    /// Reads or changes the model while the simulator runs.
+    /// Reads or changes the model while the simulator runs. The hook deliveries a change
+    /// queues are sent right after, in the background ([`GitlabSim::flush_hooks`] waits for
+    /// them).
     pub fn model<R>(&self, f: impl FnOnce(&mut Model) -> R) -> R {
-        f(&mut lock(&self.shared.model))
+        let (out, queued) = {
+            let mut m = lock(&self.shared.model);
+            let out = f(&mut m);
+            (out, !m.pending_hooks.is_empty())
+        };
+        if queued {
+            self.shared.hooks_queued.notify_one();
+        }
+        out
+    }
+
+    /// Sends every hook delivery queued so far (waiting for a send in progress) and returns
+    /// the executions this call made.
+    pub async fn flush_hooks(&self) -> Vec<HookAttempt> {
+        send_pending_hooks(&self.shared).await
+    }
+
+    /// Every execution of a hook so far, oldest first.
+    pub fn hook_attempts(&self) -> Vec<HookAttempt> {
+        lock(&self.shared.attempts).clone()
     }
 
     /// Arms a fault; it counts matching calls from now on.
@@ -142,7 +191,56 @@ impl Drop for GitlabSim {
         if let Some(task) = self.task.take() {
             task.abort();
         }
+        if let Some(sender) = self.sender.take() {
+            sender.abort();
+        }
     }
+}
+
+/// Executes the queued deliveries in order, each with its hook's URL, token and UUID, skipping
+/// hooks GitLab would not execute now, and records each outcome on its hook.
+async fn send_pending_hooks(shared: &Shared) -> Vec<HookAttempt> {
+    let _one_sender = shared.sending.lock().await;
+    let pending = lock(&shared.model).take_pending_hooks();
+    let mut made = Vec::new();
+    for p in pending {
+        let target = {
+            let m = lock(&shared.model);
+            m.hooks
+                .get(&p.hook_id)
+                .filter(|_| m.hook_executable(p.hook_id, OffsetDateTime::now_utc()))
+                .map(|h| {
+                    (
+                        h.url.clone(),
+                        h.token.clone(),
+                        h.uuid.clone(),
+                        m.instance_url.clone(),
+                    )
+                })
+        };
+        let Some((url, token, hook_uuid, instance)) = target else {
+            continue;
+        };
+        let sent = p
+            .delivery
+            .send(&shared.http, &url, &token, &hook_uuid, &instance)
+            .await;
+        let attempt = HookAttempt {
+            hook_id: p.hook_id,
+            event: p.delivery.event.clone(),
+            event_uuid: p.delivery.event_uuid.clone(),
+            status: sent.map(|s| s.as_u16()).unwrap_or(0),
+            body: p.delivery.body.clone(),
+        };
+        lock(&shared.model).record_hook_result(
+            p.hook_id,
+            attempt.succeeded(),
+            OffsetDateTime::now_utc(),
+        );
+        lock(&shared.attempts).push(attempt.clone());
+        made.push(attempt);
+    }
+    made
 }
 
 fn message(status: StatusCode, text: &str) -> Response {
@@ -402,7 +500,7 @@ fn note_json(n: &Note) -> Json {
         "body": n.body,
         "author": { "id": 1, "username": n.author },
         "created_at": n.created_at.format(&Rfc3339).unwrap_or_default(),
-        "updated_at": n.created_at.format(&Rfc3339).unwrap_or_default(),
+        "updated_at": n.updated_at.format(&Rfc3339).unwrap_or_default(),
         "system": n.system,
         "noteable_type": match n.on { NoteOn::Issue(..) => "Issue", NoteOn::MergeRequest(..) => "MergeRequest" },
     })
@@ -534,19 +632,6 @@ async fn get_project(
     r
 }
 
-fn hook_json(h: &Hook) -> Json {
-    json!({
-        "id": h.id,
-        "url": h.url,
-        "group_id": h.group,
-        "issues_events": h.issues_events,
-        "merge_requests_events": h.merge_requests_events,
-        "note_events": h.note_events,
-        "alert_status": "executable",
-        "disabled_until": null,
-    })
-}
-
 async fn list_hooks(
     State(shared): State<Arc<Shared>>,
     Path(group): Path<u64>,
@@ -563,7 +648,7 @@ async fn list_hooks(
         .hooks
         .values()
         .filter(|h| h.group == group)
-        .map(hook_json)
+        .map(webhook::hook_json)
         .collect();
     let mut r = axum::Json(hooks).into_response();
     rate_headers(r.headers_mut(), &m);
@@ -617,16 +702,13 @@ fn created_hook(shared: &Shared, group: u64, new: NewHook) -> Response {
         return message(StatusCode::NOT_FOUND, "404 Group Not Found");
     }
     let id = m.hooks.keys().next_back().copied().unwrap_or(0) + 1;
-    let hook = Hook {
-        id,
-        group,
-        url: new.url,
-        token: new.token,
-        issues_events: new.issues_events,
-        merge_requests_events: new.merge_requests_events,
-        note_events: new.note_events,
-    };
-    let out = hook_json(&hook);
+    let events = [
+        new.issues_events,
+        new.merge_requests_events,
+        new.note_events,
+    ];
+    let hook = webhook::new_hook(id, group, &new.url, &new.token, events);
+    let out = webhook::hook_json(&hook);
     m.hooks.insert(id, hook);
     let mut r = (StatusCode::CREATED, axum::Json(out)).into_response();
     rate_headers(r.headers_mut(), &m);

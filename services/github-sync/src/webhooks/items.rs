@@ -3,7 +3,7 @@
 //! item event under its source key, so duplicates, late copies and the sync add nothing twice.
 
 use lifecycle_core::forward::{Freshness, Push};
-use lifecycle_core::source_key::{LifecycleChange, state_event_publishes};
+use lifecycle_core::source_key::{LifecycleChange, state_change_publishes as publishes};
 use scm_mirror::events::{self, Item, Origin};
 use scm_mirror::items::{self, Counts, ItemNode, ItemStep, StoredItem};
 use serde::Deserialize;
@@ -31,13 +31,6 @@ pub struct PullRequestEvent {
     before: Option<String>,
     #[serde(default)]
     after: Option<String>,
-}
-
-/// Whether a state change's item event publishes: the stored state is the payload's, or the
-/// payload is older than the stored row (a first delivery after a later change still records
-/// its event; a redelivery is absorbed by the source key).
-fn publishes<S: PartialEq>(freshness: Freshness, stored: &S, payload: &S) -> bool {
-    freshness == Freshness::Stale || state_event_publishes(stored, payload)
 }
 
 /// Handles an `issues` delivery.

@@ -1,0 +1,608 @@
+//! gitlab-sync's webhook consumers, running in-process against real Postgres and JetStream and
+//! the simulated GitLab: deliveries are stored as ingress stores them (`store::inbound::record`,
+//! on the subject ingress derives), relayed by the service and consumed. Bodies are the
+//! simulator's real-shaped hooks.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::Result;
+use bus::Stream;
+use lifecycle_core::subject;
+use sea_orm::TransactionTrait as _;
+use serde_json::Value as Json;
+use store::entity::ConnectionKind;
+use store::entity::inbound_endpoint::Registration;
+use store::inbound::{Dedup, EndpointIds, NewEndpoint, NewMessage, Recorded};
+use store::secrets::Keyring;
+use uuid::Uuid;
+use vendor_sim::gitlab::webhook::{issue_hook, merge_request_hook, note_hook};
+use vendor_sim::gitlab::{DiffPosition, GitlabSim, Model, NewIssue, NewMergeRequest, NoteOn};
+
+const REGISTERED: &str = "gitlab-sync-connection-events";
+const OPERATOR: &str = "gitlab-sync-project-events";
+
+/// A workspace's GitLab connection and its endpoints.
+#[derive(Clone, Copy)]
+struct Tenant {
+    connection_id: Uuid,
+    /// The endpoint of the group hook we registered.
+    route: EndpointIds,
+    /// An operator-created hook's endpoint on the shared route.
+    shared: EndpointIds,
+}
+
+/// The projects of the simulated instance (native ids).
+struct Projects {
+    /// `acme/api`: discovered and monitored by A.
+    api: u64,
+    /// `acme/team/new`: in A's group and selection, not discovered yet.
+    fresh: u64,
+    /// `acme/hidden`: in A's group, not selected.
+    hidden: u64,
+    /// `other/x`: outside A's group.
+    outside: u64,
+}
+
+struct World {
+    env: testkit::TestEnv,
+    sim: GitlabSim,
+    service: Option<testkit::Running>,
+    a: Tenant,
+    b: Tenant,
+    p: Projects,
+}
+
+impl World {
+    /// A (group `acme`, selecting `acme/api` and `acme/team/new`, monitoring `acme/api`) and B
+    /// (group `globex`) on one GitLab instance, and gitlab-sync running.
+    async fn start() -> Result<World> {
+        let env = testkit::TestEnv::new().await?;
+        let mut model = Model::default();
+        model.add_token("token-a");
+        model.add_token("token-b");
+        let acme = model.add_group(None, "acme");
+        let team = model.add_group(Some(acme), "team");
+        let other = model.add_group(None, "other");
+        model.add_group(None, "globex");
+        let p = Projects {
+            api: model.add_project(acme, "api"),
+            fresh: model.add_project(team, "new"),
+            hidden: model.add_project(acme, "hidden"),
+            outside: model.add_project(other, "x"),
+        };
+        let sim = GitlabSim::start(model).await?;
+        let pool = env.db.db.get_postgres_connection_pool().clone();
+        let instance = Uuid::now_v7();
+        sqlx::query(
+            "INSERT INTO provider_instance (id, kind, server_url) VALUES ($1, 'gitlab', $2)",
+        )
+        .bind(instance)
+        .bind(sim.base_url())
+        .execute(&pool)
+        .await?;
+        let keyring = Keyring::parse(&testkit::secret_key())?;
+        let settings_a =
+            serde_json::json!({"group": "acme", "projects": ["acme/api", "acme/team/new"]});
+        let a = tenant(&env, &keyring, instance, settings_a, "token-a").await?;
+        let b = tenant(
+            &env,
+            &keyring,
+            instance,
+            serde_json::json!({"group": "globex"}),
+            "token-b",
+        )
+        .await?;
+        sqlx::query(
+            "INSERT INTO repository_to_monitor (id, workspace_id, connection_id, owner, name, native_id)
+             VALUES ($1, $2, $3, 'acme', 'api', $4)",
+        )
+        .bind(Uuid::now_v7())
+        .bind(a.route.workspace_id)
+        .bind(a.connection_id)
+        .bind(p.api as i64)
+        .execute(&pool)
+        .await?;
+        let config: gitlab_sync::Config = testkit::config(
+            env.common_args(),
+            &[
+                format!("--secret-key={}", testkit::secret_key()),
+                "--reconcile-cron=off".to_owned(),
+                "--backfill-cron=off".to_owned(),
+                "--filter-refresh-ms=200".to_owned(),
+            ],
+        )?;
+        let service = Some(testkit::spawn(config).await?);
+        Ok(World {
+            env,
+            sim,
+            service,
+            a,
+            b,
+            p,
+        })
+    }
+
+    fn pool(&self) -> &sqlx::PgPool {
+        self.env.db.db.get_postgres_connection_pool()
+    }
+
+    /// Stores `body` as ingress does for a hook we registered for `tenant`. `replay_of`: an
+    /// explicit replay of an earlier delivery (no dedup), as a redelivery reaches the consumer.
+    async fn registered(
+        &self,
+        tenant: Tenant,
+        body: &Json,
+        replay_of: Option<Uuid>,
+    ) -> Result<Uuid> {
+        let event = body["object_kind"].as_str().unwrap_or("unknown").to_owned();
+        let subject = subject::gitlab_connection(&tenant.connection_id.to_string(), &event)?;
+        self.store(
+            tenant.route,
+            subject,
+            event,
+            serde_json::to_vec(body)?,
+            replay_of,
+        )
+        .await
+    }
+
+    /// Stores `body` as ingress does for an operator-created hook of `tenant`, routed by path.
+    async fn operator(&self, tenant: Tenant, body: &Json) -> Result<Uuid> {
+        let event = body["object_kind"].as_str().unwrap_or("unknown").to_owned();
+        let path = body["project"]["path_with_namespace"]
+            .as_str()
+            .unwrap_or_default();
+        let (namespace, project) = path.rsplit_once('/').unwrap_or(("", path));
+        let subject = subject::gitlab_project(namespace, project, &event)?;
+        self.store(
+            tenant.shared,
+            subject,
+            event,
+            serde_json::to_vec(body)?,
+            None,
+        )
+        .await
+    }
+
+    async fn store(
+        &self,
+        endpoint: EndpointIds,
+        subject: String,
+        event: String,
+        body: Vec<u8>,
+        replay_of: Option<Uuid>,
+    ) -> Result<Uuid> {
+        let dedup = match replay_of {
+            Some(of) => Dedup::Replay { of },
+            None => Dedup::Keys {
+                event_id: Some(Uuid::now_v7().to_string()),
+                digest_window: Duration::from_secs(1),
+                verified_by: None,
+            },
+        };
+        let txn = self.env.db.db.begin().await?;
+        let recorded = store::inbound::record(
+            &txn,
+            NewMessage {
+                endpoint,
+                verification: "token".into(),
+                headers: BTreeMap::new(),
+                body,
+                event,
+                subject,
+                dedup,
+                retention: Duration::from_secs(3600),
+                inline_body_max: usize::MAX,
+                relay_hold: Duration::ZERO,
+            },
+        )
+        .await?;
+        let Recorded::Accepted(accepted) = recorded else {
+            anyhow::bail!("not stored: {recorded:?}");
+        };
+        txn.commit().await?;
+        Ok(accepted.message_id)
+    }
+
+    /// Waits until every stored delivery is published and both consumers settled them.
+    async fn settle(&self) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let ns = self.env.bus.namespace();
+        let mut quiet = 0;
+        while quiet < 3 {
+            anyhow::ensure!(tokio::time::Instant::now() < deadline, "did not settle");
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let unpublished: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
+                .fetch_one(self.pool())
+                .await?;
+            let mut busy = unpublished > 0;
+            let stream = self
+                .env
+                .bus
+                .jetstream()
+                .get_stream(ns.name(Stream::WebhooksGitlab.name()))
+                .await?;
+            for durable in [REGISTERED, OPERATOR] {
+                if let Ok(info) = stream.consumer_info(ns.name(durable)).await {
+                    busy |= info.num_pending > 0 || info.num_ack_pending > 0;
+                }
+            }
+            quiet = if busy { 0 } else { quiet + 1 };
+        }
+        Ok(())
+    }
+
+    /// The body of `build` over the simulator's model.
+    fn body(&self, build: impl FnOnce(&mut Model) -> Json) -> Json {
+        self.sim.model(build)
+    }
+
+    /// (title, state, author) of the merge request `iid` of project `native_id`.
+    async fn merge_request(
+        &self,
+        native_id: u64,
+        iid: i32,
+    ) -> Result<Option<(String, String, Option<String>)>> {
+        Ok(sqlx::query_as(
+            "SELECT p.title, p.state, p.author FROM pull_request p
+               JOIN repository r ON r.id = p.repository_id
+              WHERE r.native_id = $1 AND p.number = $2",
+        )
+        .bind(native_id as i64)
+        .bind(iid)
+        .fetch_optional(self.pool())
+        .await?)
+    }
+
+    async fn count(&self, sql: &str) -> Result<i64> {
+        Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_one(self.pool())
+            .await?)
+    }
+
+    async fn stop(mut self) -> Result<()> {
+        if let Some(s) = self.service.take() {
+            s.stop().await?;
+        }
+        Ok(())
+    }
+}
+
+/// A workspace with an active GitLab connection on `instance`, its token, and two endpoints.
+async fn tenant(
+    env: &testkit::TestEnv,
+    keyring: &Keyring,
+    instance: Uuid,
+    settings: Json,
+    token: &str,
+) -> Result<Tenant> {
+    let pool = env.db.db.get_postgres_connection_pool();
+    let (workspace_id, connection_id) = (Uuid::now_v7(), Uuid::now_v7());
+    sqlx::query("INSERT INTO workspace (id, name) VALUES ($1, 'w')")
+        .bind(workspace_id)
+        .execute(pool)
+        .await?;
+    sqlx::query(
+        "INSERT INTO connection (id, workspace_id, kind, status, provider_instance_id, settings)
+         VALUES ($1, $2, 'gitlab', 'active', $3, $4)",
+    )
+    .bind(connection_id)
+    .bind(workspace_id)
+    .bind(instance)
+    .bind(settings)
+    .execute(pool)
+    .await?;
+    store::secrets::put(
+        &env.db.db,
+        keyring,
+        connection_id,
+        "token",
+        token.as_bytes(),
+    )
+    .await?;
+    let mut endpoints = Vec::new();
+    for registration in [Registration::Registered, Registration::Operator] {
+        let endpoint = store::inbound::create_endpoint(
+            &env.db.db,
+            keyring,
+            NewEndpoint {
+                workspace_id,
+                connection_id,
+                kind: ConnectionKind::Gitlab,
+                registration,
+                provider_ref: None,
+                address_token: Some(Uuid::now_v7().simple().to_string()),
+            },
+            Uuid::now_v7().as_bytes(),
+        )
+        .await?;
+        endpoints.push(EndpointIds {
+            endpoint_id: endpoint.id,
+            workspace_id,
+            connection_id,
+            kind: ConnectionKind::Gitlab,
+        });
+    }
+    Ok(Tenant {
+        connection_id,
+        route: endpoints[0],
+        shared: endpoints[1],
+    })
+}
+
+/// A review comment: native id, the comment it answers, path, line.
+type ThreadRow = (i64, Option<i64>, Option<String>, Option<i32>);
+
+fn at(seconds: i64) -> time::OffsetDateTime {
+    time::macros::datetime!(2026-03-01 00:00 UTC) + time::Duration::seconds(seconds)
+}
+
+#[tokio::test]
+async fn applied_then_redelivery_and_older_copies_change_nothing() -> Result<()> {
+    let w = World::start().await?;
+    let api = w.p.api;
+    let iid = w.sim.model(|m| {
+        m.add_merge_request(
+            api,
+            NewMergeRequest {
+                title: "first".into(),
+                updated_at: at(10),
+            },
+        )
+    });
+    let opened = w.body(|m| {
+        let mr = m.merge_requests[&(api, iid)].clone();
+        merge_request_hook(m, &mr, "open", None)
+    });
+    let first = w.registered(w.a, &opened, None).await?;
+    w.settle().await?;
+    assert_eq!(
+        w.merge_request(api, iid as i32).await?,
+        Some(("first".into(), "open".into(), Some("alice".into())))
+    );
+    let opened_events = "SELECT count(*) FROM item_event WHERE name = 'scm.pull_request.opened'";
+    assert_eq!(w.count(opened_events).await?, 1);
+
+    // The same delivery again, and an older copy with another title: nothing moves.
+    w.registered(w.a, &opened, Some(first)).await?;
+    let older = w.body(|m| {
+        let mut mr = m.merge_requests[&(api, iid)].clone();
+        mr.title = "older".into();
+        mr.updated_at = at(5);
+        merge_request_hook(m, &mr, "update", None)
+    });
+    w.registered(w.a, &older, None).await?;
+    w.settle().await?;
+    assert_eq!(
+        w.merge_request(api, iid as i32).await?,
+        Some(("first".into(), "open".into(), Some("alice".into())))
+    );
+    assert_eq!(w.count(opened_events).await?, 1, "one opened event");
+
+    // A newer edit applies and keeps the author an update hook does not name.
+    let edited = w.body(|m| {
+        m.update_merge_request(api, iid, |mr| {
+            mr.title = "second".into();
+            mr.updated_at = at(20);
+        });
+        let mr = m.merge_requests[&(api, iid)].clone();
+        merge_request_hook(m, &mr, "update", None)
+    });
+    w.registered(w.a, &edited, None).await?;
+
+    // Notes: a plain note, a diff note and its reply; an issue's close.
+    let (plain, diff, reply) = w.sim.model(|m| {
+        let on = NoteOn::MergeRequest(api, iid);
+        let plain = m.add_note(on, "looks good", false, None);
+        let diff = m.add_diff_note(on, "nit", DiffPosition::line("src/lib.rs", 7, "abc"));
+        let reply = m.add_reply(diff, "fixed").unwrap();
+        (plain, diff, reply)
+    });
+    for id in [plain, diff, reply] {
+        let body = w.body(|m| {
+            let n = m.notes[&id].clone();
+            note_hook(m, &n, "create")
+        });
+        w.registered(w.a, &body, None).await?;
+    }
+    let issue = w.sim.model(|m| {
+        m.add_issue(
+            api,
+            NewIssue {
+                title: "bug".into(),
+                updated_at: at(30),
+            },
+        )
+    });
+    let closed = w.body(|m| {
+        m.update_issue(api, issue, |i| {
+            i.state = "closed".into();
+            i.updated_at = at(40);
+        });
+        let i = m.issues[&(api, issue)].clone();
+        issue_hook(m, &i, "close", None)
+    });
+    w.registered(w.a, &closed, None).await?;
+    w.settle().await?;
+
+    assert_eq!(
+        w.merge_request(api, iid as i32).await?,
+        Some(("second".into(), "open".into(), Some("alice".into())))
+    );
+    assert_eq!(
+        w.count(&format!(
+            "SELECT count(*) FROM comment WHERE native_id = {plain} AND body = 'looks good'"
+        ))
+        .await?,
+        1
+    );
+    let thread: Vec<ThreadRow> = sqlx::query_as(
+        "SELECT c.native_id, c.in_reply_to, c.path, c.line FROM review_comment c
+           JOIN review_thread t ON t.id = c.thread_id ORDER BY c.native_id",
+    )
+    .fetch_all(w.pool())
+    .await?;
+    assert_eq!(
+        thread,
+        [
+            (diff as i64, None, Some("src/lib.rs".into()), Some(7)),
+            (
+                reply as i64,
+                Some(diff as i64),
+                Some("src/lib.rs".into()),
+                Some(7)
+            ),
+        ]
+    );
+    let closed_issue: (String, Option<time::OffsetDateTime>) =
+        sqlx::query_as("SELECT state, closed_at FROM issue WHERE number = $1")
+            .bind(issue as i32)
+            .fetch_one(w.pool())
+            .await?;
+    assert_eq!(closed_issue, ("closed".into(), Some(at(40))));
+    assert_eq!(w.count("SELECT count(*) FROM dead_message").await?, 0);
+    w.stop().await
+}
+
+#[tokio::test]
+async fn an_undiscovered_projects_first_merge_request_hook_admits_it() -> Result<()> {
+    let w = World::start().await?;
+    let fresh = w.p.fresh;
+    let body = w.body(|m| {
+        let iid = m.add_merge_request(
+            fresh,
+            NewMergeRequest {
+                title: "new work".into(),
+                updated_at: at(1),
+            },
+        );
+        let mr = m.merge_requests[&(fresh, iid)].clone();
+        merge_request_hook(m, &mr, "open", None)
+    });
+    w.registered(w.a, &body, None).await?;
+    w.settle().await?;
+    let monitor: Option<(String, String, Option<i64>)> = sqlx::query_as(
+        "SELECT owner, name, native_id FROM repository_to_monitor WHERE connection_id = $1 AND native_id = $2",
+    )
+    .bind(w.a.connection_id)
+    .bind(fresh as i64)
+    .fetch_optional(w.pool())
+    .await?;
+    assert_eq!(
+        monitor,
+        Some(("acme/team".into(), "new".into(), Some(fresh as i64)))
+    );
+    assert_eq!(
+        w.merge_request(fresh, 1).await?.map(|(title, ..)| title),
+        Some("new work".into())
+    );
+    assert!(w.sim.calls(vendor_sim::gitlab::ops::PROJECT_BY_ID) >= 1);
+    w.stop().await
+}
+
+#[tokio::test]
+async fn a_project_outside_the_group_or_the_selection_stores_nothing() -> Result<()> {
+    let w = World::start().await?;
+    for project in [w.p.outside, w.p.hidden] {
+        let body = w.body(|m| {
+            let iid = m.add_merge_request(
+                project,
+                NewMergeRequest {
+                    title: "not ours".into(),
+                    updated_at: at(1),
+                },
+            );
+            let mr = m.merge_requests[&(project, iid)].clone();
+            merge_request_hook(m, &mr, "open", None)
+        });
+        w.registered(w.a, &body, None).await?;
+    }
+    w.settle().await?;
+    // Asked GitLab, refused, acknowledged: no monitor, no project row, no merge request.
+    assert!(w.sim.calls(vendor_sim::gitlab::ops::PROJECT_BY_ID) >= 2);
+    assert_eq!(
+        w.count("SELECT count(*) FROM repository_to_monitor")
+            .await?,
+        1
+    );
+    assert_eq!(w.count("SELECT count(*) FROM repository").await?, 0);
+    assert_eq!(w.count("SELECT count(*) FROM pull_request").await?, 0);
+    assert_eq!(w.count("SELECT count(*) FROM dead_message").await?, 0);
+    w.stop().await
+}
+
+#[tokio::test]
+async fn another_workspaces_endpoint_cannot_write_a_project_of_a() -> Result<()> {
+    let w = World::start().await?;
+    let api = w.p.api;
+    let iid = w.sim.model(|m| {
+        m.add_merge_request(
+            api,
+            NewMergeRequest {
+                title: "A's".into(),
+                updated_at: at(10),
+            },
+        )
+    });
+    let genuine = w.body(|m| {
+        let mr = m.merge_requests[&(api, iid)].clone();
+        merge_request_hook(m, &mr, "open", None)
+    });
+    w.registered(w.a, &genuine, None).await?;
+    w.settle().await?;
+    // B forges a newer edit of A's project through its own registered route and its own
+    // operator endpoint: B's token reads the project, but it is outside B's group.
+    let forged = w.body(|m| {
+        let mut mr = m.merge_requests[&(api, iid)].clone();
+        mr.title = "B was here".into();
+        mr.updated_at = at(99);
+        merge_request_hook(m, &mr, "update", None)
+    });
+    w.registered(w.b, &forged, None).await?;
+    w.operator(w.b, &forged).await?;
+    w.settle().await?;
+    assert_eq!(
+        w.merge_request(api, iid as i32)
+            .await?
+            .map(|(title, ..)| title),
+        Some("A's".into())
+    );
+    let b_monitors = format!(
+        "SELECT count(*) FROM repository_to_monitor WHERE connection_id = '{}'",
+        w.b.connection_id
+    );
+    assert_eq!(w.count(&b_monitors).await?, 0);
+    // A's own operator hook on its monitored project does write.
+    w.operator(w.a, &forged).await?;
+    w.settle().await?;
+    assert_eq!(
+        w.merge_request(api, iid as i32)
+            .await?
+            .map(|(title, ..)| title),
+        Some("B was here".into())
+    );
+    w.stop().await
+}
+
+#[tokio::test]
+async fn a_malformed_payload_is_recorded_dead_and_changes_nothing() -> Result<()> {
+    let w = World::start().await?;
+    let broken = serde_json::json!({
+        "object_kind": "merge_request",
+        "project": {"id": w.p.api, "path_with_namespace": "acme/api"},
+        "object_attributes": {"id": "not a number"},
+    });
+    w.registered(w.a, &broken, None).await?;
+    w.settle().await?;
+    let dead: Vec<(String, String)> = sqlx::query_as("SELECT consumer, reason FROM dead_message")
+        .fetch_all(w.pool())
+        .await?;
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert!(
+        dead[0].1.contains("malformed merge_request payload"),
+        "{dead:?}"
+    );
+    assert_eq!(w.count("SELECT count(*) FROM pull_request").await?, 0);
+    w.stop().await
+}
