@@ -29,7 +29,6 @@ use lifecycle_core::gitlab::route_credential::{RouteBinding, mint};
 use lifecycle_core::subject::{Monitor, filter_covers, filter_subjects};
 use scm_mirror::repository::RepoRef;
 use sea_orm::{DatabaseConnection, EntityTrait};
-use serde::Deserialize;
 use serde_json::json;
 use sqlx::PgPool;
 use store::entity::inbound_endpoint::Registration as EndpointRegistration;
@@ -40,6 +39,8 @@ use store::registration::{
 };
 use store::secrets::Keyring;
 use sync_engine::Moment;
+
+use crate::source::Settings;
 use sync_engine::webhook::follow::Monitors;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -85,37 +86,6 @@ impl Monitors for ConnectionRoutes {
         .fetch_all(&self.pool)
         .await?;
         Ok(ids.into_iter().map(connection_route).collect())
-    }
-}
-
-/// What a GitLab connection's settings say activation needs: the group it connects
-/// (`"group": "acme"`) and, optionally, the projects selected in it (`"projects": ["acme/api"]`,
-/// full paths; absent: every project of the group).
-#[derive(Debug, Clone, Deserialize)]
-pub struct Target {
-    pub group: String,
-    #[serde(default)]
-    pub projects: Option<Vec<String>>,
-}
-
-impl Target {
-    /// Reads the target from a connection's settings.
-    pub fn from_settings(settings: &serde_json::Value) -> anyhow::Result<Target> {
-        let target: Target = serde_json::from_value(settings.clone())
-            .context("GitLab connection settings must name the connected `group`")?;
-        anyhow::ensure!(
-            !target.group.trim().is_empty(),
-            "GitLab connection settings name an empty `group`"
-        );
-        Ok(target)
-    }
-
-    /// Whether the selection permits the project at `full_path`.
-    pub fn selects(&self, full_path: &str) -> bool {
-        match &self.projects {
-            None => true,
-            Some(list) => list.iter().any(|p| p.eq_ignore_ascii_case(full_path)),
-        }
     }
 }
 
@@ -465,7 +435,7 @@ impl Activator {
         if conn.status != ConnectionStatus::Active {
             return Ok(None);
         }
-        let target = Target::from_settings(&conn.settings)?;
+        let target = Settings::from_settings(&conn.settings)?;
         let instance = provider_instance::Entity::find_by_id(conn.provider_instance_id)
             .one(&self.db)
             .await?
@@ -563,7 +533,7 @@ impl Activator {
     async fn apply_discovery(
         &self,
         conn: &connection::Model,
-        target: &Target,
+        target: &Settings,
         d: &Discovery,
         moment: Moment,
     ) -> anyhow::Result<Result<(), String>> {
@@ -623,7 +593,7 @@ impl Activator {
         &self,
         conn: &connection::Model,
         client: &GitlabClient,
-        target: &Target,
+        target: &Settings,
         origin: &str,
         d: &Discovery,
         discovery: &Result<(), String>,
@@ -868,7 +838,7 @@ pub async fn rekey_project(
     new_full_path: &str,
     previous_full_path: Option<&str>,
 ) -> anyhow::Result<bool> {
-    let target = Target::from_settings(&conn.settings)?;
+    let target = Settings::from_settings(&conn.settings)?;
     // Within the connected group only; a move across root groups heals on reconcile.
     let (path, group) = (
         new_full_path.to_ascii_lowercase(),

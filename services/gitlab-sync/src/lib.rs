@@ -271,11 +271,18 @@ pub async fn run(
         retry: RetryPolicy::default(),
     };
     let factory_for_hooks = factory.clone();
+    let activator = activation::Activator::new(
+        &config,
+        db.clone(),
+        bus.clone(),
+        Arc::new(factory.secret_key.clone()),
+    )?;
     let engine = Engine::new(
         Arc::new(sync::GitlabVendor {
             pool: pool.clone(),
             factory,
             backfill: config.backfill_batches(),
+            activator: Some(activator),
         }),
         pool,
         replica.clone(),

@@ -36,6 +36,17 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// Reads a connection's settings; a missing or empty `group` is refused.
+    pub fn from_settings(settings: &serde_json::Value) -> anyhow::Result<Settings> {
+        let parsed: Settings = serde_json::from_value(settings.clone())
+            .context("GitLab connection settings must name the connected `group`")?;
+        anyhow::ensure!(
+            !parsed.group.trim().is_empty(),
+            "GitLab connection settings name an empty `group`"
+        );
+        Ok(parsed)
+    }
+
     /// Whether the project at `full_path` is in the connected group: below it, at any depth.
     pub fn contains(&self, full_path: &str) -> bool {
         let (path, group) = (
@@ -94,8 +105,7 @@ impl ClientFactory {
                 conn.status
             ));
         }
-        let settings: Settings = serde_json::from_value(conn.settings.clone())
-            .context("GitLab connection settings must name `group`")?;
+        let settings = Settings::from_settings(&conn.settings)?;
         let instance = provider_instance::Entity::find_by_id(conn.provider_instance_id)
             .one(&self.db)
             .await?

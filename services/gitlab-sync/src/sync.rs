@@ -49,6 +49,9 @@ pub struct GitlabVendor {
     pub pool: PgPool,
     pub factory: ClientFactory,
     pub backfill: BackfillBatches,
+    /// Discovery, the connection's consumer and its group hook before INITIAL and every
+    /// RECONCILIATION; `None` runs jobs over the monitors as they stand (tests of the jobs alone).
+    pub activator: Option<crate::activation::Activator>,
 }
 
 /// A project monitor as a pass walks it.
@@ -280,6 +283,19 @@ impl Vendor for GitlabVendor {
     type Scope = Project;
     type Class = ItemClass;
     type Id = i64;
+
+    // Activation order: discovery, then the consumer, then the hook, before INITIAL is queued;
+    // every RECONCILIATION retries what an earlier activation left unfinished.
+    async fn activate(
+        &self,
+        conn: &store::entity::connection::Model,
+        moment: sync_engine::Moment,
+    ) -> anyhow::Result<()> {
+        match &self.activator {
+            Some(activator) => activator.activate(conn, moment).await.map(|_| ()),
+            None => Ok(()),
+        }
+    }
     type Page = ProjectPage;
     type Error = ReadFailure;
 

@@ -151,6 +151,7 @@ impl Fixture {
                 },
             },
             backfill: self.config.backfill_batches(),
+            activator: None,
         }
     }
 

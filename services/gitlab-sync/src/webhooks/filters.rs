@@ -11,48 +11,17 @@ use bus::consumer::ConsumerSpec;
 use lifecycle_core::subject::Monitor;
 use sqlx::PgPool;
 use sync_engine::webhook::follow::{Filters, Monitors};
-use uuid::Uuid;
 
-/// The durable consumer of the hooks we registered.
-pub const CONNECTION_EVENTS_CONSUMER: &str = "gitlab-sync-connection-events";
+pub use crate::activation::{CONNECTION_EVENTS_CONSUMER, ConnectionRoutes, connection_events_spec};
+
 /// The durable consumer of operator-created hooks.
 pub const PROJECT_EVENTS_CONSUMER: &str = "gitlab-sync-project-events";
-
-/// The spec of [`CONNECTION_EVENTS_CONSUMER`] (its filters follow [`ConnectionRoutes`]).
-pub fn connection_events_spec(concurrency: usize) -> ConsumerSpec {
-    ConsumerSpec {
-        concurrency: concurrency.max(1),
-        ..ConsumerSpec::new(Stream::WebhooksGitlab, CONNECTION_EVENTS_CONSUMER)
-    }
-}
 
 /// The spec of [`PROJECT_EVENTS_CONSUMER`] (its filters follow [`ProjectMonitors`]).
 pub fn project_events_spec(concurrency: usize) -> ConsumerSpec {
     ConsumerSpec {
         concurrency: concurrency.max(1),
         ..ConsumerSpec::new(Stream::WebhooksGitlab, PROJECT_EVENTS_CONSUMER)
-    }
-}
-
-/// The connections whose registered hooks are consumed: every active GitLab connection.
-#[derive(Clone)]
-pub struct ConnectionRoutes {
-    pub pool: PgPool,
-}
-
-impl Monitors for ConnectionRoutes {
-    async fn monitors(&self) -> Result<Vec<Monitor>, sqlx::Error> {
-        let ids: Vec<Uuid> = sqlx::query_scalar(
-            "SELECT id FROM connection WHERE kind = 'gitlab' AND status = 'active' ORDER BY id",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(ids
-            .into_iter()
-            .map(|id| Monitor::GitlabConnection {
-                connection_id: id.to_string(),
-            })
-            .collect())
     }
 }
 

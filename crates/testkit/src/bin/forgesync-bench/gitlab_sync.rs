@@ -116,6 +116,7 @@ pub async fn run() -> Result<()> {
                 retry: gitlab_client::RetryPolicy::default(),
             },
             backfill: config.backfill_batches(),
+            activator: None,
         }),
         pool.clone(),
         "bench",
