@@ -25,8 +25,9 @@ pub use budget::{Budget, BudgetStop, RateLimit};
 pub use client::{ClientConfig, DEFAULT_MAX_RESPONSE_BYTES, GitlabClient, MAX_PAGE_SIZE, Page};
 pub use error::{Error, GraphqlError, PathSegment};
 pub use queries::{
-    DetailedMergeStatus, GroupNode, IssueNode, IssueState, MergeRequestNode, MergeRequestState,
-    PageInfo, ProjectNode, ReviewState, Time,
+    DetailedMergeStatus, DiffPosition, DiffRefs, Discussion, DiscussionGid, DiscussionNote,
+    GroupNode, IssueNode, IssueState, MergeRequestNode, MergeRequestState, NoteGid, PageInfo,
+    ProjectNode, ReviewState, Time,
 };
 pub use rest::{GroupHook, NewGroupHook, Note, NoteParent, NotesPage, PageHeaders, RestProject};
 pub use retry::RetryPolicy;

@@ -23,7 +23,7 @@ pub use super::github::{Calls, Fault};
 pub use fault::{GitlabFault, ops};
 pub use graphql::sdl;
 pub use model::{
-    Group, Hook, Issue, MergeRequest, Model, NewIssue, NewMergeRequest, Note, NoteOn, Project,
-    RateLimit,
+    DiffPosition, Group, Hook, Issue, MergeRequest, Model, NewIssue, NewMergeRequest, Note, NoteOn,
+    Project, RateLimit,
 };
 pub use server::GitlabSim;

@@ -128,7 +128,42 @@ pub enum NoteOn {
     MergeRequest(u64, u64),
 }
 
-/// A note (user, system or diff).
+/// Where a diff note sits: a line of a file in the diff between the refs it was written on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiffPosition {
+    /// Path before the change.
+    pub old_path: String,
+    /// Path after the change (GraphQL's `filePath`).
+    pub new_path: String,
+    /// Line in the old file.
+    pub old_line: Option<i32>,
+    /// Line in the new file.
+    pub new_line: Option<i32>,
+    /// Merge base.
+    pub base_sha: String,
+    /// Start of the diff.
+    pub start_sha: String,
+    /// Head the note was written on.
+    pub head_sha: String,
+}
+
+impl DiffPosition {
+    /// A position on `new_line` of `path`, written on `head_sha`.
+    pub fn line(path: &str, new_line: i32, head_sha: &str) -> Self {
+        Self {
+            old_path: path.to_owned(),
+            new_path: path.to_owned(),
+            old_line: None,
+            new_line: Some(new_line),
+            base_sha: format!("{:040x}", 0xba5e),
+            start_sha: format!("{:040x}", 0x5747),
+            head_sha: head_sha.to_owned(),
+        }
+    }
+}
+
+/// A note (user, system or diff). Every note belongs to a discussion: a lone note to its own,
+/// a reply to its thread's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Note {
     /// Note id.
@@ -145,6 +180,20 @@ pub struct Note {
     pub system: bool,
     /// Created.
     pub created_at: OffsetDateTime,
+    /// Updated (an edit moves it).
+    pub updated_at: OffsetDateTime,
+    /// Its discussion's id (40 hex digits, as GitLab's REST shows it).
+    pub discussion: String,
+    /// Set on a diff note (and on replies in a diff thread).
+    pub position: Option<DiffPosition>,
+}
+
+impl Note {
+    /// Whether it can be resolved: a thread note (diff or discussion), never a lone or system
+    /// note.
+    pub fn resolvable(&self) -> bool {
+        !self.system && self.kind.is_some()
+    }
 }
 
 /// A group hook.
@@ -195,6 +244,8 @@ pub struct Model {
     pub notes: BTreeMap<u64, Note>,
     /// Group hooks by id.
     pub hooks: BTreeMap<u64, Hook>,
+    /// Resolved discussions by id.
+    pub resolved_discussions: BTreeSet<String>,
     /// Tokens accepted (as `Authorization: Bearer` or `PRIVATE-TOKEN`).
     pub tokens: BTreeSet<String>,
     /// The rate-limit window.
@@ -211,6 +262,7 @@ impl Default for Model {
             merge_requests: BTreeMap::new(),
             notes: BTreeMap::new(),
             hooks: BTreeMap::new(),
+            resolved_discussions: BTreeSet::new(),
             tokens: BTreeSet::new(),
             rate_limit: RateLimit {
                 limit: 2000,
@@ -329,9 +381,60 @@ impl Model {
         iid
     }
 
-    /// Adds a note; returns its id.
+    /// Adds a note starting its own discussion; returns its id. A `DiffNote` gets a position on
+    /// line 1 of `README.md` at the merge request's head.
     pub fn add_note(&mut self, on: NoteOn, body: &str, system: bool, kind: Option<&str>) -> u64 {
+        let position = (kind == Some("DiffNote")).then(|| {
+            let head = match on {
+                NoteOn::MergeRequest(p, i) => self
+                    .merge_requests
+                    .get(&(p, i))
+                    .and_then(|mr| mr.diff_head_sha.clone()),
+                NoteOn::Issue(..) => None,
+            };
+            DiffPosition::line(
+                "README.md",
+                1,
+                &head.unwrap_or_else(|| format!("{:040x}", 1)),
+            )
+        });
+        self.insert_note(on, body, system, kind, None, position)
+    }
+
+    /// Adds a diff note at `position`, starting a resolvable thread; returns its id.
+    pub fn add_diff_note(&mut self, on: NoteOn, body: &str, position: DiffPosition) -> u64 {
+        self.insert_note(on, body, false, Some("DiffNote"), None, Some(position))
+    }
+
+    /// Adds a reply to `to`'s discussion (a diff thread's reply is a diff note at the same
+    /// position); returns its id, or `None` when `to` is unknown.
+    pub fn add_reply(&mut self, to: u64, body: &str) -> Option<u64> {
+        let first = self.notes.get(&to)?.clone();
+        let kind = first
+            .kind
+            .clone()
+            .unwrap_or_else(|| "DiscussionNote".into());
+        Some(self.insert_note(
+            first.on,
+            body,
+            false,
+            Some(&kind),
+            Some(first.discussion),
+            first.position,
+        ))
+    }
+
+    fn insert_note(
+        &mut self,
+        on: NoteOn,
+        body: &str,
+        system: bool,
+        kind: Option<&str>,
+        discussion: Option<String>,
+        position: Option<DiffPosition>,
+    ) -> u64 {
         let id = self.id();
+        let at = EPOCH + time::Duration::seconds(id as i64);
         self.notes.insert(
             id,
             Note {
@@ -341,10 +444,25 @@ impl Model {
                 body: body.to_owned(),
                 author: "bob".into(),
                 system,
-                created_at: EPOCH + time::Duration::seconds(id as i64),
+                created_at: at,
+                updated_at: at,
+                discussion: discussion.unwrap_or_else(|| format!("{id:040x}")),
+                position,
             },
         );
         id
+    }
+
+    /// A parent's discussions, oldest first, each with its notes oldest first.
+    pub fn discussions_of(&self, on: NoteOn) -> Vec<(String, Vec<&Note>)> {
+        let mut out: Vec<(String, Vec<&Note>)> = Vec::new();
+        for note in self.notes_of(on) {
+            match out.iter_mut().find(|(id, _)| *id == note.discussion) {
+                Some((_, notes)) => notes.push(note),
+                None => out.push((note.discussion.clone(), vec![note])),
+            }
+        }
+        out
     }
 
     /// A group's full path (`top/sub`).
