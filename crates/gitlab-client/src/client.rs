@@ -75,6 +75,18 @@ pub struct Page<T> {
     pub errors: Vec<GraphqlError>,
     /// When we asked (our clock): the page's observation time.
     pub fetched_at: OffsetDateTime,
+    /// The project a project listing (issues, merge requests) was read from, as GitLab
+    /// answered it; `None` for other listings.
+    pub project: Option<PageProject>,
+}
+
+/// The project a listing page names: its global id and full path now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageProject {
+    /// `gid://gitlab/Project/<id>`.
+    pub id: String,
+    /// `group/subgroup/project`.
+    pub full_path: String,
 }
 
 impl<T> Page<T> {
@@ -192,6 +204,7 @@ impl GitlabClient {
             nodes: connection.nodes.unwrap_or_default(),
             errors,
             fetched_at,
+            project: None,
         })
     }
 
@@ -216,6 +229,7 @@ impl GitlabClient {
             nodes: connection.nodes.unwrap_or_default(),
             errors,
             fetched_at,
+            project: None,
         })
     }
 
@@ -267,6 +281,10 @@ impl GitlabClient {
             .project
             .ok_or_else(|| missing("project", project, &errors))?;
         let full_path = project.full_path.into_inner();
+        let named = PageProject {
+            id: project.id.into_inner(),
+            full_path: full_path.clone(),
+        };
         let connection = project
             .issues
             .ok_or_else(|| missing("issues of", &full_path, &errors))?;
@@ -276,6 +294,7 @@ impl GitlabClient {
             nodes: connection.nodes.unwrap_or_default(),
             errors,
             fetched_at,
+            project: Some(named),
         })
     }
 
@@ -297,6 +316,10 @@ impl GitlabClient {
             .project
             .ok_or_else(|| missing("project", project, &errors))?;
         let full_path = project.full_path.into_inner();
+        let named = PageProject {
+            id: project.id.into_inner(),
+            full_path: full_path.clone(),
+        };
         let connection = project
             .merge_requests
             .ok_or_else(|| missing("mergeRequests of", &full_path, &errors))?;
@@ -306,6 +329,7 @@ impl GitlabClient {
             nodes: connection.nodes.unwrap_or_default(),
             errors,
             fetched_at,
+            project: Some(named),
         })
     }
 

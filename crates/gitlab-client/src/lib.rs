@@ -22,7 +22,9 @@ mod rest;
 mod retry;
 
 pub use budget::{Budget, BudgetStop, RateLimit};
-pub use client::{ClientConfig, DEFAULT_MAX_RESPONSE_BYTES, GitlabClient, MAX_PAGE_SIZE, Page};
+pub use client::{
+    ClientConfig, DEFAULT_MAX_RESPONSE_BYTES, GitlabClient, MAX_PAGE_SIZE, Page, PageProject,
+};
 pub use error::{Error, GraphqlError, PathSegment};
 pub use queries::{
     DetailedMergeStatus, DiffPosition, DiffRefs, Discussion, DiscussionGid, DiscussionNote,

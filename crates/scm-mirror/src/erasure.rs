@@ -74,6 +74,11 @@ pub const ERASABLE: Erasable = Erasable {
             table: "pull_request",
             selector: Selector::Repository("repository_id = $1"),
         },
+        // gitlab-sync's listing state of the project (watermark, backfill progress).
+        ErasableTable {
+            table: "gitlab_listing_state",
+            selector: Selector::Repository("repository_id = $1"),
+        },
         ErasableTable {
             table: "repository",
             selector: Selector::Repository("id = $1"),

@@ -12,13 +12,15 @@ use std::time::Duration;
 use backon::BackoffBuilder as _;
 use lifecycle_core::deletion::{BlastRadius, SkipReason, SweepDecision, SweepPass};
 use lifecycle_core::job::SyncJobType;
-use lifecycle_core::listing::{ListingFault, NextStep, UpstreamListing};
+use lifecycle_core::listing::{ListingFault, NextStep, TotalCount, UpstreamListing};
 use lifecycle_core::vendor_error::VendorErrorClass;
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::jobs::{ClaimedJob, JobControl, JobOutcome, Jobs};
-use crate::vendor::{Listed as _, PageCheck, Pass, ReadError as _, ReadStop, Vendor};
+use crate::vendor::{
+    Listed as _, ListingEnd, ListingPlan, PageCheck, Pass, ReadError as _, ReadStop, Vendor,
+};
 
 /// Tunables of a pass. Their defaults are the service's flags (e.g. github-sync's `Config`),
 /// nowhere else.
@@ -272,20 +274,32 @@ impl<V: Vendor> Engine<V> {
         let mut first_gap: Option<String> = None;
         for mut scope in scopes.scopes {
             self.vendor.before_scope(pass, source, &mut scope).await?;
-            if reconciling
+            let cooling = reconciling
                 && job.scheduled
                 && self
                     .vendor
                     .reconciled_within(pass, &scope, self.settings.reconcile_cooldown)
-                    .await?
-            {
-                tracing::info!(scope = %scope, "reconciled recently; the scheduled pass skips it");
-                continue;
-            }
+                    .await?;
             let mut complete = true;
             for &class in V::CLASSES {
+                let plan = self
+                    .vendor
+                    .plan_listing(pass, &mut scope, class, cooling)
+                    .await?;
+                match plan {
+                    ListingPlan::Skip => {
+                        if cooling {
+                            tracing::info!(scope = %scope, class = V::class_name(class), "reconciled recently; the scheduled pass skips it");
+                        }
+                        complete = false;
+                        continue;
+                    }
+                    // Only a whole listing stamps a reconcile.
+                    ListingPlan::Filtered | ListingPlan::Batch { .. } => complete = false,
+                    ListingPlan::Whole => {}
+                }
                 let (stop, listed) = self
-                    .sync_class(pass, &mut scope, class, source, done)
+                    .sync_class(pass, &mut scope, class, &plan, source, done)
                     .await?;
                 match listed {
                     Listed::Whole => {}
@@ -328,21 +342,32 @@ impl<V: Vendor> Engine<V> {
         pass: &Pass<'_>,
         scope: &mut V::Scope,
         class: V::Class,
+        plan: &ListingPlan,
         source: &V::Source,
         done: &mut i64,
     ) -> Result<(Option<PassEnd>, Listed), sqlx::Error> {
         let job = pass.job;
-        // Deletion gate: candidates are the live rows before the listing starts.
-        let candidates = if job.job_type == SyncJobType::Reconciliation {
+        let whole = *plan == ListingPlan::Whole;
+        // Deletion gate: candidates are the live rows before the listing starts, and only a
+        // whole listing is compared with them.
+        let candidates = if whole && job.job_type == SyncJobType::Reconciliation {
             self.vendor.live_ids(pass, scope, class).await?
         } else {
             Vec::new()
         };
         let sweep = SweepPass::capture(job.job_type, candidates);
-        let mut listing =
-            UpstreamListing::with_total_count(self.settings.page_cap, V::total_count(class));
-        let mut after: Option<String> = None;
+        let (mut after, batch_pages, total_count) = match plan {
+            // A batch starting mid-listing cannot count the listing's total.
+            ListingPlan::Batch { after, pages } => {
+                (after.clone(), Some(*pages), TotalCount::NotOffered)
+            }
+            _ => (None, None, V::total_count(class)),
+        };
+        let mut listing = UpstreamListing::with_total_count(self.settings.page_cap, total_count);
         let mut stop: Option<PassEnd> = None;
+        let mut pages_written: u32 = 0;
+        let mut batch_full = false;
+        let mut last_cursor: Option<String> = None;
         loop {
             // Cancel and lease checks per page.
             match self.jobs.heartbeat(job, *done, None).await? {
@@ -389,10 +414,21 @@ impl<V: Vendor> Engine<V> {
                 }
             };
             if self.vendor.check_page(pass, scope, &page).await? == PageCheck::SkipScope {
+                let end = ListingEnd {
+                    plan: plan.clone(),
+                    complete: false,
+                    batch_full: false,
+                    last_cursor,
+                };
+                self.vendor.listing_ended(pass, scope, class, &end).await?;
                 return Ok((None, Listed::Skipped));
             }
             let applied = self.vendor.write_page(pass, scope, class, &page).await?;
+            pages_written += 1;
             let read = page.listing();
+            if read.end_cursor.is_some() {
+                last_cursor.clone_from(&read.end_cursor);
+            }
             *done += read.ids.len() as i64;
             metrics::counter!("sync_items_total", "vendor" => V::KIND.as_str(), "class" => V::class_name(class))
                 .increment(applied);
@@ -401,6 +437,11 @@ impl<V: Vendor> Engine<V> {
                 listing.record_fault(ListingFault::GraphQlError);
             }
             match listing.accept_page(read) {
+                NextStep::FetchAfter(_) if batch_pages.is_some_and(|n| pages_written >= n) => {
+                    // The batch has taken its share; the vendor resumes it from here later.
+                    batch_full = true;
+                    break;
+                }
                 NextStep::FetchAfter(cursor) => after = Some(cursor),
                 NextStep::Finished => break,
                 NextStep::Stopped(reason) => {
@@ -409,13 +450,28 @@ impl<V: Vendor> Engine<V> {
                 }
             }
         }
-        let finished = listing.finish();
+        let finished = if batch_full {
+            Err(lifecycle_core::listing::IncompleteReason::NotFinished)
+        } else {
+            listing.finish()
+        };
         let listed = match &finished {
             Ok(_) => Listed::Whole,
+            // A full batch did what the pass asked of it.
+            Err(_) if batch_full => Listed::Whole,
             Err(reason) => Listed::Partial(reason.to_string()),
         };
-        let decision = sweep.decide(finished, &self.settings.blast_radius);
-        self.apply_decision(pass, scope, class, decision).await?;
+        let end = ListingEnd {
+            plan: plan.clone(),
+            complete: finished.is_ok(),
+            batch_full,
+            last_cursor,
+        };
+        if whole {
+            let decision = sweep.decide(finished, &self.settings.blast_radius);
+            self.apply_decision(pass, scope, class, decision).await?;
+        }
+        self.vendor.listing_ended(pass, scope, class, &end).await?;
         Ok((stop, listed))
     }
 

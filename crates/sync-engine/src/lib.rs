@@ -15,4 +15,6 @@ pub mod webhook;
 pub use engine::{BackfillPolicy, Engine, SyncSettings};
 pub use jobs::{ClaimedJob, JobControl, JobOutcome, Jobs};
 pub use service::{JobSchedule, SyncJobs};
-pub use vendor::{Listed, PageCheck, Pass, ReadError, ReadStop, Scopes, Vendor};
+pub use vendor::{
+    Listed, ListingEnd, ListingPlan, PageCheck, Pass, ReadError, ReadStop, Scopes, Vendor,
+};

@@ -125,6 +125,35 @@ pub trait Vendor: Send + Sync + 'static {
         Ok(())
     }
 
+    /// How the class's listing of the scope runs in this pass. `cooling`: a scheduled
+    /// RECONCILIATION found the scope completely reconciled within the cooldown. By default a
+    /// cooling scope is skipped and every other listing is whole.
+    async fn plan_listing(
+        &self,
+        _pass: &Pass<'_>,
+        _scope: &mut Self::Scope,
+        _class: Self::Class,
+        cooling: bool,
+    ) -> Result<ListingPlan, sqlx::Error> {
+        Ok(if cooling {
+            ListingPlan::Skip
+        } else {
+            ListingPlan::Whole
+        })
+    }
+
+    /// Runs after each planned listing of the class ends, however it ended (a vendor keeps its
+    /// watermark or a backfill's resume point here).
+    async fn listing_ended(
+        &self,
+        _pass: &Pass<'_>,
+        _scope: &mut Self::Scope,
+        _class: Self::Class,
+        _end: &ListingEnd,
+    ) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
+
     /// Looks at each page before it is written: the scope's listing may end here, inferring
     /// nothing (GitHub: the monitored name now belongs to another repository), and the scope may
     /// learn what the page says of it (GitHub: the repository was renamed).
@@ -136,6 +165,35 @@ pub trait Vendor: Send + Sync + 'static {
     ) -> Result<PageCheck, sqlx::Error> {
         Ok(PageCheck::Write)
     }
+}
+
+/// How one class's listing of one scope runs in a pass ([`Vendor::plan_listing`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListingPlan {
+    /// Not listed in this pass.
+    Skip,
+    /// The whole class from its first page: the only listing a RECONCILIATION's deletion gate
+    /// may follow.
+    Whole,
+    /// Only what the vendor's own filter selects (e.g. changed since its watermark), read to
+    /// its end: it never sweeps, since what it leaves out is not gone.
+    Filtered,
+    /// At most `pages` pages from `after`: one batch of a longer listing. It never sweeps, and
+    /// a batch that stops at its page limit has done its share of the pass.
+    Batch { after: Option<String>, pages: u32 },
+}
+
+/// How a planned listing ended ([`Vendor::listing_ended`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListingEnd {
+    pub plan: ListingPlan,
+    /// The listing reached its last page with every check clean (for a batch: the rest of the
+    /// listing from where it started).
+    pub complete: bool,
+    /// A batch stopped at its page limit, with more to come.
+    pub batch_full: bool,
+    /// The cursor after the last page written, if any page was.
+    pub last_cursor: Option<String>,
 }
 
 /// The job a pass runs for, as a vendor sees it.

@@ -1,0 +1,141 @@
+//! A connection's GitLab reader: gitlab-client with the connection's own token, against the
+//! connection's instance, with a request budget kept in reserve, and its failures classed for
+//! the sync engine (what a failed read stops).
+//!
+//! Connection settings: `{"group": "<root group full path>", "min_remaining": N}`; secret
+//! `token` (a personal, group or OAuth token). The provider instance's server URL names the
+//! GitLab instance (gitlab.com when unset).
+
+use std::fmt;
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow};
+use gitlab_client::{Budget, ClientConfig, Error, GitlabClient, RetryPolicy};
+use lifecycle_core::vendor_error::VendorErrorClass;
+use sea_orm::{DatabaseConnection, EntityTrait};
+use serde::Deserialize;
+use store::entity::{ConnectionStatus, connection, provider_instance};
+use store::secrets::Keyring;
+use sync_engine::{ReadError, ReadStop};
+
+/// GitLab's own instance, for a provider instance without a server URL.
+pub const DEFAULT_SERVER: &str = "https://gitlab.com";
+
+/// What a GitLab connection's settings hold.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Settings {
+    /// The connected (root) group's full path.
+    pub group: String,
+    /// Requests kept in reserve for webhooks' follow-up reads (500 when unset).
+    #[serde(default)]
+    pub min_remaining: Option<u32>,
+}
+
+/// A connection's reader: the client acting with its token, and the group it connects.
+#[derive(Debug, Clone)]
+pub struct GitlabSource {
+    pub client: GitlabClient,
+    pub settings: Settings,
+}
+
+/// Builds each connection's reader from its stored settings and sealed token.
+#[derive(Clone)]
+pub struct ClientFactory {
+    pub db: DatabaseConnection,
+    pub secret_key: Keyring,
+    /// One request's time limit.
+    pub request_timeout: Duration,
+    /// Retries of 5xx, 429 and transport failures.
+    pub retry: RetryPolicy,
+}
+
+impl fmt::Debug for ClientFactory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The keyring never reaches logs.
+        f.debug_struct("ClientFactory")
+            .field("request_timeout", &self.request_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientFactory {
+    /// The connection's reader. Only an active or suspended connection reads: a pending or
+    /// disconnected one has no verified credentials to read with.
+    pub async fn source(&self, conn: &connection::Model) -> anyhow::Result<GitlabSource> {
+        if !matches!(
+            conn.status,
+            ConnectionStatus::Active | ConnectionStatus::Suspended
+        ) {
+            return Err(anyhow!(
+                "the connection is {:?}; it reads nothing from GitLab",
+                conn.status
+            ));
+        }
+        let settings: Settings = serde_json::from_value(conn.settings.clone())
+            .context("GitLab connection settings must name `group`")?;
+        let instance = provider_instance::Entity::find_by_id(conn.provider_instance_id)
+            .one(&self.db)
+            .await?
+            .ok_or_else(|| anyhow!("the connection's provider instance is missing"))?;
+        let token = store::secrets::get(&self.db, &self.secret_key, conn.id, "token")
+            .await?
+            .ok_or_else(|| anyhow!("the connection has no `token` secret"))?;
+        let token = String::from_utf8(token).context("the connection's token is not text")?;
+        let mut config =
+            ClientConfig::new(instance.server_url.as_deref().unwrap_or(DEFAULT_SERVER));
+        config.timeout = self.request_timeout;
+        config.retry = self.retry;
+        let budget = Budget::keep(settings.min_remaining.unwrap_or(500));
+        let client = GitlabClient::new(&config, token)?.with_budget(budget);
+        Ok(GitlabSource { client, settings })
+    }
+}
+
+/// A failed GitLab read, as the engine weighs it.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct ReadFailure(#[from] pub Error);
+
+impl ReadError for ReadFailure {
+    fn class(&self) -> VendorErrorClass {
+        match &self.0 {
+            Error::Auth { .. } | Error::Http { status: 401, .. } => {
+                VendorErrorClass::BadCredentials
+            }
+            Error::Http { status: 403, .. } => VendorErrorClass::Forbidden { permission: None },
+            Error::Http { status: 404, .. } => VendorErrorClass::NotFound,
+            Error::Http { status, .. } if *status >= 500 => VendorErrorClass::ServerError,
+            Error::Http { .. } | Error::Decode { .. } | Error::Redirected { .. } => {
+                VendorErrorClass::InvalidResponse
+            }
+            Error::TooLarge { .. } => VendorErrorClass::InvalidResponse,
+            Error::Graphql { .. } => VendorErrorClass::GraphqlError("GITLAB".into()),
+            Error::RateLimited { .. } => VendorErrorClass::RateLimited,
+            Error::BudgetExhausted(_) => VendorErrorClass::BudgetExhausted,
+            Error::Transport(e) if e.is_timeout() => VendorErrorClass::Timeout,
+            Error::Transport(_) => VendorErrorClass::Unreachable,
+        }
+    }
+
+    fn stops(&self) -> ReadStop {
+        match &self.0 {
+            // Quota: another pass would only spend what is left of it.
+            Error::BudgetExhausted(stop) => {
+                ReadStop::Job(format!("quota budget exhausted: {stop}"))
+            }
+            Error::RateLimited { .. } => {
+                ReadStop::Job("GitLab's rate limit outlasted the retries".into())
+            }
+            Error::Auth { .. }
+            | Error::Http {
+                status: 401 | 403, ..
+            } => ReadStop::Job(self.to_string()),
+            // The project is gone or hidden, or a field failed: only this listing is in doubt.
+            Error::Http { status: 404, .. } | Error::Graphql { .. } => ReadStop::Listing,
+            Error::Http { status, .. } if *status >= 500 => {
+                ReadStop::Pass(format!("GitLab is failing (HTTP {status} after retries)"))
+            }
+            _ => ReadStop::Pass(self.to_string()),
+        }
+    }
+}

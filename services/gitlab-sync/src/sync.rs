@@ -1,0 +1,596 @@
+//! GitLab as the sync engine's vendor: a connection's scopes are its project monitors (found by
+//! discovery, matched by native id), each holding issues and merge requests listed by
+//! `updatedAfter`, least recently updated first, one GraphQL page at a time, and written
+//! forward-only through [`crate::mirror`]. The engine owns the jobs, passes and the deletion
+//! gate; GitLab's own plan per listing is here:
+//!
+//! - INITIAL and RECONCILIATION list each class whole (only a RECONCILIATION sweeps); a scheduled
+//!   RECONCILIATION of a project reconciled within the cooldown reads only what changed since
+//!   its watermark instead (hooks it missed), sweeping nothing.
+//! - The watermark is the newest `updatedAt` a clean listing read; it moves only after a clean
+//!   listing, and the next filtered read starts one second before it.
+//! - BACKFILL: a request marks the connection's projects pending and takes one batch of pages of
+//!   each; the scheduled cycle drains the rest of every pending project whose last batch is
+//!   older than the backfill cooldown.
+
+use std::fmt;
+use std::time::Duration;
+
+use gitlab_client::{IssueNode, MergeRequestNode, Page};
+use lifecycle_core::deletion::TombstonePlan;
+use lifecycle_core::job::SyncJobType;
+use lifecycle_core::listing::ListingPage;
+use scm_mirror::items::{self, ItemClass};
+use scm_mirror::repository::RepoHeader;
+use sqlx::PgPool;
+use store::entity::{ConnectionKind, connection};
+use sync_engine::{Listed, ListingEnd, ListingPlan, PageCheck, Pass, Scopes, Vendor};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::mirror::{self, GitlabNode, gid_number, split_path};
+use crate::source::{ClientFactory, GitlabSource, ReadFailure};
+
+/// The overlap of a filtered read before the watermark: GitLab's times have second precision,
+/// so an item updated in the watermark's second may not have been read yet.
+pub const WATERMARK_OVERLAP: time::Duration = time::Duration::seconds(1);
+
+/// How BACKFILL batches run.
+#[derive(Debug, Clone, Copy)]
+pub struct BackfillBatches {
+    /// Pages of each class one request takes per pending project.
+    pub pages: u32,
+    /// The scheduled cycle leaves a project alone this long after its last batch.
+    pub cooldown: Duration,
+}
+
+/// GitLab's side of the sync engine.
+pub struct GitlabVendor {
+    pub pool: PgPool,
+    pub factory: ClientFactory,
+    pub backfill: BackfillBatches,
+}
+
+/// A project monitor as a pass walks it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Project {
+    id: Uuid,
+    owner: String,
+    name: String,
+    native_id: Option<i64>,
+    /// The mirrored repository row, once the pass knows it.
+    #[sqlx(skip)]
+    repository_id: Option<Uuid>,
+    /// The current listing's `updatedAfter`, when it is filtered.
+    #[sqlx(skip)]
+    updated_after: Option<OffsetDateTime>,
+    /// The newest `updatedAt` the current listing wrote.
+    #[sqlx(skip)]
+    newest: Option<OffsetDateTime>,
+}
+
+impl Project {
+    fn full_path(&self) -> String {
+        format!("{}/{}", self.owner, self.name)
+    }
+}
+
+impl fmt::Display for Project {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.owner, self.name)
+    }
+}
+
+/// A page of one class, waiting to be written.
+pub enum ListedPage {
+    Issues(Page<IssueNode>),
+    MergeRequests(Page<MergeRequestNode>),
+}
+
+/// One page with the project it was read from.
+pub struct ProjectPage {
+    /// The project's native id as GitLab answered it.
+    pub project_id: Option<i64>,
+    /// Its full path now.
+    pub project_path: String,
+    pub page: ListedPage,
+}
+
+impl ProjectPage {
+    fn of(page: ListedPage, asked: String) -> Self {
+        let named = match &page {
+            ListedPage::Issues(p) => p.project.clone(),
+            ListedPage::MergeRequests(p) => p.project.clone(),
+        };
+        ProjectPage {
+            project_id: named.as_ref().and_then(|p| gid_number(&p.id)),
+            project_path: named.map_or(asked, |p| p.full_path),
+            page,
+        }
+    }
+}
+
+fn listing_of<T: GitlabNode>(page: &Page<T>) -> ListingPage<i64> {
+    ListingPage {
+        // A node GitLab failed to resolve has no id: the page is errored, so the listing is
+        // incomplete whatever else it says.
+        ids: page
+            .nodes
+            .iter()
+            .flatten()
+            .filter_map(GitlabNode::native_id)
+            .collect(),
+        has_next_page: page.page_info.has_next_page,
+        end_cursor: page.page_info.end_cursor.clone(),
+        total_count: page.count.map(u64::from),
+    }
+}
+
+fn errored<T: GitlabNode>(page: &Page<T>) -> bool {
+    !page.is_whole() || page.nodes.iter().flatten().any(|n| n.native_id().is_none())
+}
+
+impl Listed<i64> for ProjectPage {
+    fn listing(&self) -> ListingPage<i64> {
+        match &self.page {
+            ListedPage::Issues(page) => listing_of(page),
+            ListedPage::MergeRequests(page) => listing_of(page),
+        }
+    }
+
+    fn errored(&self) -> bool {
+        match &self.page {
+            ListedPage::Issues(page) => errored(page),
+            ListedPage::MergeRequests(page) => errored(page),
+        }
+    }
+}
+
+/// A project's listing state of one class.
+#[derive(Debug, Default, sqlx::FromRow)]
+struct ListingState {
+    watermark: Option<OffsetDateTime>,
+    backfill_pending: bool,
+    backfill_cursor: Option<String>,
+    backfill_requested_by: Option<Uuid>,
+    backfill_batch_job: Option<Uuid>,
+    backfill_batch_at: Option<OffsetDateTime>,
+}
+
+impl GitlabVendor {
+    /// The mirrored repository of the project, remembered for the rest of the pass.
+    async fn repository_id(
+        &self,
+        provider_instance_id: Uuid,
+        project: &mut Project,
+    ) -> Result<Option<Uuid>, sqlx::Error> {
+        if project.repository_id.is_some() {
+            return Ok(project.repository_id);
+        }
+        let Some(native_id) = project.native_id else {
+            return Ok(None);
+        };
+        let row: Option<(Uuid,)> = sqlx::query_as(
+            "SELECT id FROM repository WHERE provider_instance_id = $1 AND native_id = $2",
+        )
+        .bind(provider_instance_id)
+        .bind(native_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        project.repository_id = row.map(|(id,)| id);
+        Ok(project.repository_id)
+    }
+
+    async fn state(
+        &self,
+        repository_id: Uuid,
+        class: ItemClass,
+    ) -> Result<ListingState, sqlx::Error> {
+        let row: Option<ListingState> = sqlx::query_as(
+            "SELECT watermark, backfill_pending, backfill_cursor, backfill_requested_by,
+                    backfill_batch_job, backfill_batch_at
+               FROM gitlab_listing_state WHERE repository_id = $1 AND class = $2",
+        )
+        .bind(repository_id)
+        .bind(class.table())
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.unwrap_or_default())
+    }
+
+    /// A BACKFILL's plan for one class of a project.
+    async fn backfill_plan(
+        &self,
+        pass: &Pass<'_>,
+        project: &mut Project,
+        class: ItemClass,
+    ) -> Result<ListingPlan, sqlx::Error> {
+        let job = pass.job;
+        let Some(repository_id) = self
+            .repository_id(pass.provider_instance_id, project)
+            .await?
+        else {
+            // Never mirrored: a request starts it from the first page (the row appears with it).
+            return Ok(if job.scheduled {
+                ListingPlan::Skip
+            } else {
+                ListingPlan::Batch {
+                    after: None,
+                    pages: self.backfill.pages,
+                }
+            });
+        };
+        let state = self.state(repository_id, class).await?;
+        if job.scheduled {
+            // The cycle drains what requests left pending, once a project's batch has cooled.
+            let cooled = state
+                .backfill_batch_at
+                .is_none_or(|at| OffsetDateTime::now_utc() - at >= self.backfill.cooldown);
+            return Ok(if state.backfill_pending && cooled {
+                ListingPlan::Batch {
+                    after: state.backfill_cursor,
+                    pages: u32::MAX,
+                }
+            } else {
+                ListingPlan::Skip
+            });
+        }
+        // One batch per pending project per request: a later pass of the same request takes
+        // no second one.
+        if state.backfill_batch_job == Some(job.id) {
+            return Ok(ListingPlan::Skip);
+        }
+        if !state.backfill_pending {
+            if state.backfill_requested_by == Some(job.id) {
+                // Finished within this request.
+                return Ok(ListingPlan::Skip);
+            }
+            sqlx::query(
+                "INSERT INTO gitlab_listing_state
+                        (repository_id, class, backfill_pending, backfill_cursor, backfill_requested_by)
+                 VALUES ($1, $2, true, NULL, $3)
+                 ON CONFLICT (repository_id, class) DO UPDATE
+                    SET backfill_pending = true, backfill_cursor = NULL,
+                        backfill_requested_by = $3",
+            )
+            .bind(repository_id)
+            .bind(class.table())
+            .bind(job.id)
+            .execute(&self.pool)
+            .await?;
+            return Ok(ListingPlan::Batch {
+                after: None,
+                pages: self.backfill.pages,
+            });
+        }
+        Ok(ListingPlan::Batch {
+            after: state.backfill_cursor,
+            pages: self.backfill.pages,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Vendor for GitlabVendor {
+    const KIND: ConnectionKind = ConnectionKind::Gitlab;
+    const SCOPES: &'static str = "projects";
+    const CLASSES: &'static [ItemClass] = &[ItemClass::Issue, ItemClass::PullRequest];
+
+    type Source = GitlabSource;
+    type Scope = Project;
+    type Class = ItemClass;
+    type Id = i64;
+    type Page = ProjectPage;
+    type Error = ReadFailure;
+
+    fn class_name(class: ItemClass) -> &'static str {
+        match class {
+            ItemClass::Issue => "issue",
+            ItemClass::PullRequest => "merge_request",
+        }
+    }
+
+    async fn source(&self, conn: &connection::Model) -> anyhow::Result<GitlabSource> {
+        self.factory.source(conn).await
+    }
+
+    /// The connection's project monitors, as discovery (with the connection's own token)
+    /// recorded them; a project is matched by its native id once known.
+    async fn scopes(
+        &self,
+        pass: &Pass<'_>,
+        _source: &GitlabSource,
+    ) -> Result<Result<Scopes<Project>, ReadFailure>, sqlx::Error> {
+        let projects: Vec<Project> = sqlx::query_as(
+            "SELECT id, owner, name, native_id FROM repository_to_monitor
+              WHERE connection_id = $1 ORDER BY lower(owner), lower(name)",
+        )
+        .bind(pass.job.connection_id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(Ok(Scopes {
+            scopes: projects,
+            unresolved: None,
+        }))
+    }
+
+    async fn plan_listing(
+        &self,
+        pass: &Pass<'_>,
+        project: &mut Project,
+        class: ItemClass,
+        cooling: bool,
+    ) -> Result<ListingPlan, sqlx::Error> {
+        project.updated_after = None;
+        project.newest = None;
+        match pass.job.job_type {
+            SyncJobType::Backfill => self.backfill_plan(pass, project, class).await,
+            SyncJobType::Reconciliation if cooling => {
+                // Within the cooldown: what changed since the watermark (missed hooks).
+                let watermark = match self
+                    .repository_id(pass.provider_instance_id, project)
+                    .await?
+                {
+                    Some(id) => self.state(id, class).await?.watermark,
+                    None => None,
+                };
+                project.updated_after = watermark.map(|w| w - WATERMARK_OVERLAP);
+                Ok(ListingPlan::Filtered)
+            }
+            // INITIAL never sweeps: the engine's gate lets only a RECONCILIATION do that.
+            SyncJobType::Initial | SyncJobType::Reconciliation => Ok(ListingPlan::Whole),
+        }
+    }
+
+    async fn read_page(
+        &self,
+        source: &GitlabSource,
+        project: &Project,
+        class: ItemClass,
+        after: Option<&str>,
+        page_size: u32,
+    ) -> Result<ProjectPage, ReadFailure> {
+        let path = project.full_path();
+        let client = &source.client;
+        let since = project.updated_after;
+        let page = match class {
+            ItemClass::Issue => {
+                ListedPage::Issues(client.issues_page(&path, since, page_size, after).await?)
+            }
+            ItemClass::PullRequest => ListedPage::MergeRequests(
+                client
+                    .merge_requests_page(&path, since, page_size, after)
+                    .await?,
+            ),
+        };
+        Ok(ProjectPage::of(page, path))
+    }
+
+    async fn write_page(
+        &self,
+        pass: &Pass<'_>,
+        project: &mut Project,
+        class: ItemClass,
+        page: &ProjectPage,
+    ) -> Result<u64, sqlx::Error> {
+        let repository_id = match self
+            .repository_id(pass.provider_instance_id, project)
+            .await?
+        {
+            Some(id) => id,
+            None => {
+                let Some(native_id) = page.project_id.or(project.native_id) else {
+                    return Ok(0);
+                };
+                let (owner, name) = split_path(&page.project_path)
+                    .unwrap_or((project.owner.as_str(), project.name.as_str()));
+                let header = RepoHeader {
+                    native_id,
+                    node_id: format!("gid://gitlab/Project/{native_id}"),
+                    owner: owner.to_owned(),
+                    name: name.to_owned(),
+                    archived: None,
+                };
+                let id = scm_mirror::repository::ensure_repository(
+                    &self.pool,
+                    pass.provider_instance_id,
+                    &header,
+                )
+                .await?;
+                sqlx::query("UPDATE repository_to_monitor SET native_id = $2, updated_at = now() WHERE id = $1 AND native_id IS NULL")
+                    .bind(project.id)
+                    .bind(native_id)
+                    .execute(&self.pool)
+                    .await?;
+                project.native_id = Some(native_id);
+                project.repository_id = Some(id);
+                id
+            }
+        };
+        let written = match &page.page {
+            ListedPage::Issues(p) => {
+                mirror::upsert_page(&self.pool, class, repository_id, p).await?
+            }
+            ListedPage::MergeRequests(p) => {
+                mirror::upsert_page(&self.pool, class, repository_id, p).await?
+            }
+        };
+        project.newest = project.newest.max(written.newest);
+        if written.unusable > 0 {
+            tracing::warn!(project = %project, unusable = written.unusable, "nodes GitLab failed to resolve or this build cannot store; left as stored");
+        }
+        Ok(written.applied)
+    }
+
+    async fn live_ids(
+        &self,
+        pass: &Pass<'_>,
+        project: &mut Project,
+        class: ItemClass,
+    ) -> Result<Vec<i64>, sqlx::Error> {
+        match self
+            .repository_id(pass.provider_instance_id, project)
+            .await?
+        {
+            Some(id) => items::live_native_ids(&self.pool, class, id).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    async fn tombstone(
+        &self,
+        _pass: &Pass<'_>,
+        project: &Project,
+        class: ItemClass,
+        plan: &TombstonePlan<i64>,
+    ) -> Result<u64, sqlx::Error> {
+        let Some(repository_id) = project.repository_id else {
+            return Ok(0);
+        };
+        let ids: Vec<i64> = plan.ids().iter().copied().collect();
+        items::tombstone(
+            &self.pool,
+            class,
+            repository_id,
+            &ids,
+            OffsetDateTime::now_utc(),
+        )
+        .await
+    }
+
+    fn scope_detail(&self, project: &Project) -> serde_json::Map<String, serde_json::Value> {
+        let mut detail = serde_json::Map::new();
+        detail.insert(
+            "repository_id".into(),
+            serde_json::json!(project.repository_id),
+        );
+        detail.insert("project_id".into(), serde_json::json!(project.native_id));
+        detail
+    }
+
+    async fn reconciled_within(
+        &self,
+        pass: &Pass<'_>,
+        project: &Project,
+        cooldown: Duration,
+    ) -> Result<bool, sqlx::Error> {
+        let Some(native_id) = project.native_id else {
+            return Ok(false);
+        };
+        let row: Option<(bool,)> = sqlx::query_as(
+            "SELECT coalesce(reconciled_at > now() - make_interval(secs => $3), false)
+               FROM repository WHERE provider_instance_id = $1 AND native_id = $2",
+        )
+        .bind(pass.provider_instance_id)
+        .bind(native_id)
+        .bind(cooldown.as_secs_f64())
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.is_some_and(|(cooling,)| cooling))
+    }
+
+    async fn mark_reconciled(&self, pass: &Pass<'_>, project: &Project) -> Result<(), sqlx::Error> {
+        let Some(native_id) = project.native_id else {
+            return Ok(());
+        };
+        sqlx::query(
+            "UPDATE repository SET reconciled_at = now()
+              WHERE provider_instance_id = $1 AND native_id = $2",
+        )
+        .bind(pass.provider_instance_id)
+        .bind(native_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// A monitor keeps the project it was matched to: a path now naming another project (by
+    /// native id) ends the listing, inferring nothing.
+    async fn check_page(
+        &self,
+        pass: &Pass<'_>,
+        project: &mut Project,
+        page: &ProjectPage,
+    ) -> Result<PageCheck, sqlx::Error> {
+        if let (Some(expected), Some(found)) = (project.native_id, page.project_id)
+            && expected != found
+        {
+            tracing::warn!(monitor = %project.id, expected, found, "monitored path now names another project; skipped");
+            pass.job
+                .record_activity(
+                    &self.pool,
+                    "monitor_path_reused",
+                    serde_json::json!({
+                        "monitor_id": project.id, "expected_native_id": expected,
+                        "found_native_id": found,
+                    }),
+                )
+                .await?;
+            return Ok(PageCheck::SkipScope);
+        }
+        Ok(PageCheck::Write)
+    }
+
+    async fn listing_ended(
+        &self,
+        pass: &Pass<'_>,
+        project: &mut Project,
+        class: ItemClass,
+        end: &ListingEnd,
+    ) -> Result<(), sqlx::Error> {
+        let Some(repository_id) = project.repository_id else {
+            return Ok(());
+        };
+        match &end.plan {
+            ListingPlan::Whole | ListingPlan::Filtered => {
+                // The watermark moves only after a clean listing, and never back.
+                if end.complete
+                    && let Some(newest) = project.newest
+                {
+                    sqlx::query(
+                        "INSERT INTO gitlab_listing_state (repository_id, class, watermark)
+                         VALUES ($1, $2, $3)
+                         ON CONFLICT (repository_id, class) DO UPDATE
+                            SET watermark = GREATEST(gitlab_listing_state.watermark, $3)",
+                    )
+                    .bind(repository_id)
+                    .bind(class.table())
+                    .bind(newest)
+                    .execute(&self.pool)
+                    .await?;
+                }
+            }
+            ListingPlan::Batch { .. } => {
+                let job = pass.job;
+                // Progress is kept page by page: a later batch resumes after the last written.
+                let (pending, batch_job) = if end.complete {
+                    (false, None)
+                } else {
+                    (true, end.batch_full.then_some(job.id))
+                };
+                sqlx::query(
+                    "INSERT INTO gitlab_listing_state
+                            (repository_id, class, backfill_pending, backfill_cursor,
+                             backfill_requested_by, backfill_batch_job, backfill_batch_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, now())
+                     ON CONFLICT (repository_id, class) DO UPDATE
+                        SET backfill_pending = $3,
+                            backfill_cursor = CASE WHEN $3 THEN coalesce($4, gitlab_listing_state.backfill_cursor) END,
+                            backfill_requested_by = coalesce(gitlab_listing_state.backfill_requested_by, $5),
+                            backfill_batch_job = coalesce($6, gitlab_listing_state.backfill_batch_job),
+                            backfill_batch_at = now()",
+                )
+                .bind(repository_id)
+                .bind(class.table())
+                .bind(pending)
+                .bind(&end.last_cursor)
+                .bind(job.id)
+                .bind(batch_job)
+                .execute(&self.pool)
+                .await?;
+            }
+            ListingPlan::Skip => {}
+        }
+        Ok(())
+    }
+}
