@@ -365,6 +365,7 @@ impl GitlabClient {
             nodes: connection.nodes.unwrap_or_default(),
             errors,
             fetched_at,
+            project: None,
         })
     }
 

@@ -438,9 +438,10 @@ impl Model {
         // Saving a note touches its parent (GitLab's `touch_noteable`).
         let touched = match on {
             NoteOn::Issue(p, i) => self.issues.get_mut(&(p, i)).map(|x| &mut x.updated_at),
-            NoteOn::MergeRequest(p, i) => {
-                self.merge_requests.get_mut(&(p, i)).map(|x| &mut x.updated_at)
-            }
+            NoteOn::MergeRequest(p, i) => self
+                .merge_requests
+                .get_mut(&(p, i))
+                .map(|x| &mut x.updated_at),
         };
         if let Some(updated_at) = touched {
             *updated_at = (*updated_at).max(at);
