@@ -251,6 +251,8 @@ pub struct Model {
     /// The rate-limit window.
     pub rate_limit: RateLimit,
     next_id: u64,
+    /// The latest time the model handed out: a note is saved after it, as at GitLab's "now".
+    clock: OffsetDateTime,
 }
 
 impl Default for Model {
@@ -270,6 +272,7 @@ impl Default for Model {
                 reset_at: OffsetDateTime::now_utc() + time::Duration::minutes(1),
             },
             next_id: 1,
+            clock: EPOCH,
         }
     }
 }
@@ -332,6 +335,7 @@ impl Model {
     pub fn add_issue(&mut self, project: u64, new: NewIssue) -> u64 {
         let id = self.id();
         let iid = self.next_iid(project);
+        self.clock = self.clock.max(new.updated_at);
         self.issues.insert(
             (project, iid),
             Issue {
@@ -355,6 +359,7 @@ impl Model {
     pub fn add_merge_request(&mut self, project: u64, new: NewMergeRequest) -> u64 {
         let id = self.id();
         let iid = self.next_iid(project);
+        self.clock = self.clock.max(new.updated_at);
         self.merge_requests.insert(
             (project, iid),
             MergeRequest {
@@ -434,7 +439,9 @@ impl Model {
         position: Option<DiffPosition>,
     ) -> u64 {
         let id = self.id();
-        let at = EPOCH + time::Duration::seconds(id as i64);
+        let at =
+            (EPOCH + time::Duration::seconds(id as i64)).max(self.clock + time::Duration::SECOND);
+        self.clock = at;
         // Saving a note touches its parent (GitLab's `touch_noteable`).
         let touched = match on {
             NoteOn::Issue(p, i) => self.issues.get_mut(&(p, i)).map(|x| &mut x.updated_at),
