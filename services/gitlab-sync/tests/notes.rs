@@ -104,7 +104,10 @@ async fn fixture() -> Result<Fixture> {
     sqlx::query("INSERT INTO repository_to_monitor (id, workspace_id, connection_id, owner, name, native_id) VALUES ($1, $2, $3, 'top', 'p', $4)")
         .bind(Uuid::now_v7()).bind(workspace_id).bind(connection_id).bind(project as i64).execute(&pool).await?;
     Ok(Fixture {
-        config: testkit::config(db.common_args()?, &[])?,
+        config: testkit::config(
+            db.common_args()?,
+            &[format!("--secret-key={}", testkit::secret_key())],
+        )?,
         db,
         pool,
         sim,
