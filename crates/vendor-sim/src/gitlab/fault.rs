@@ -1,9 +1,13 @@
 //! How a GitLab call misbehaves. Which calls a fault fires on is the GitHub simulator's
 //! [`super::Fault`] and [`super::Calls`], with these kinds.
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value as Json;
+
+use super::Model;
 
 /// Operation names calls are counted under: the GraphQL operation name, or one of these for
 /// REST.
@@ -82,4 +86,24 @@ pub enum GitlabFault {
     Status(u16),
     /// The answer is held back this long (combines with any other kind).
     Delay(Duration),
+    /// The model changes just before this call is answered: rows added or deleted mid-listing
+    /// (which also shifts offsets and changes the count under a listing).
+    Mutate(Mutation),
+}
+
+/// A change to the model a [`GitlabFault::Mutate`] makes.
+#[derive(Clone)]
+pub struct Mutation(pub Arc<dyn Fn(&mut Model) + Send + Sync>);
+
+impl fmt::Debug for Mutation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Mutation(..)")
+    }
+}
+
+impl GitlabFault {
+    /// A [`GitlabFault::Mutate`] from a closure.
+    pub fn mutate(f: impl Fn(&mut Model) + Send + Sync + 'static) -> Self {
+        GitlabFault::Mutate(Mutation(Arc::new(f)))
+    }
 }

@@ -20,7 +20,7 @@ mod model;
 mod server;
 
 pub use super::github::{Calls, Fault};
-pub use fault::{GitlabFault, ops};
+pub use fault::{GitlabFault, Mutation, ops};
 pub use graphql::sdl;
 pub use model::{
     DiffPosition, Group, Hook, Issue, MergeRequest, Model, NewIssue, NewMergeRequest, Note, NoteOn,

@@ -321,14 +321,11 @@ impl Model {
     }
 
     fn next_iid(&self, project: u64) -> u64 {
-        let issues = self.issues.keys().filter(|(p, _)| *p == project).count();
-        let mrs = self
-            .merge_requests
-            .keys()
-            .filter(|(p, _)| *p == project)
-            .count();
+        let issues = self.issues.keys().filter(|(p, _)| *p == project);
+        let mrs = self.merge_requests.keys().filter(|(p, _)| *p == project);
         // Issues and merge requests number separately in GitLab; a shared counter is harmless.
-        (issues + mrs) as u64 + 1
+        // Above every number in use, so deleting a row never makes the next one collide.
+        issues.chain(mrs).map(|(_, iid)| *iid).max().unwrap_or(0) + 1
     }
 
     /// Adds an issue; returns its iid.

@@ -212,6 +212,11 @@ async fn begin(
     }
     m.rate_limit.remaining -= 1;
     for kind in &fired {
+        if let GitlabFault::Mutate(mutation) = kind {
+            (mutation.0)(&mut m);
+        }
+    }
+    for kind in &fired {
         if let GitlabFault::Status(code) = kind {
             let status = StatusCode::from_u16(*code).unwrap_or(StatusCode::BAD_GATEWAY);
             let mut r = message(status, "500 Internal Server Error");
