@@ -18,9 +18,10 @@ use time::OffsetDateTime;
 use crate::budget::{Budget, BudgetStop, Ledger, RateLimit};
 use crate::error::{Error, GraphqlError, PathSegment};
 use crate::queries::{
-    GroupNode, GroupPageVariables, GroupPathVariables, GroupProjectCount, GroupProjects,
-    GroupSubgroups, IssueNode, MergeRequestNode, PageInfo, ProjectById, ProjectByIdVariables,
-    ProjectIssues, ProjectMergeRequests, ProjectNode, ProjectPageVariables, Time,
+    Discussion, DiscussionPageVariables, GroupNode, GroupPageVariables, GroupPathVariables,
+    GroupProjectCount, GroupProjects, GroupSubgroups, IssueNode, MergeRequestDiscussions,
+    MergeRequestNode, PageInfo, ProjectById, ProjectByIdVariables, ProjectIssues,
+    ProjectMergeRequests, ProjectNode, ProjectPageVariables, Time,
 };
 use crate::rest::{
     GroupHook, MessageBody, NewGroupHook, Note, NoteParent, NotesPage, PageHeaders, RestProject,
@@ -337,6 +338,42 @@ impl GitlabClient {
             errors,
             fetched_at,
             project: Some(named),
+        })
+    }
+
+    /// One page of a merge request's discussions (threads) with their notes, diff notes with
+    /// their positions included, oldest first. A discussion whose notes continue past GitLab's
+    /// nested page says so (`notes.page_info.has_next_page`); errors keep their paths
+    /// (`...discussions.nodes[i]...`, see [`Page::field_unknown`]).
+    #[tracing::instrument(skip(self))]
+    pub async fn merge_request_discussions_page(
+        &self,
+        project: &str,
+        iid: u64,
+        first: u32,
+        after: Option<&str>,
+    ) -> Result<Page<Discussion>, Error> {
+        let fetched_at = OffsetDateTime::now_utc();
+        let op = MergeRequestDiscussions::build(DiscussionPageVariables {
+            full_path: cynic::Id::new(project),
+            iid: iid.to_string(),
+            first: first.clamp(1, MAX_PAGE_SIZE) as i32,
+            after: after.map(str::to_owned),
+        });
+        let (data, errors) = self.graphql("MergeRequestDiscussions", op).await?;
+        let connection = data
+            .project
+            .ok_or_else(|| missing("project", project, &errors))?
+            .merge_request
+            .ok_or_else(|| missing("mergeRequest of", &format!("{project}!{iid}"), &errors))?
+            .discussions;
+        Ok(Page {
+            count: None,
+            page_info: connection.page_info,
+            nodes: connection.nodes.unwrap_or_default(),
+            errors,
+            fetched_at,
+            project: None,
         })
     }
 

@@ -27,8 +27,9 @@ pub use client::{
 };
 pub use error::{Error, GraphqlError, PathSegment};
 pub use queries::{
-    DetailedMergeStatus, GroupNode, IssueNode, IssueState, MergeRequestNode, MergeRequestState,
-    PageInfo, ProjectNode, ReviewState, Time,
+    DetailedMergeStatus, DiffPosition, DiffRefs, Discussion, DiscussionGid, DiscussionNote,
+    GroupNode, IssueNode, IssueState, MergeRequestNode, MergeRequestState, NoteGid, PageInfo,
+    ProjectNode, ReviewState, Time,
 };
 pub use rest::{GroupHook, NewGroupHook, Note, NoteParent, NotesPage, PageHeaders, RestProject};
 pub use retry::RetryPolicy;

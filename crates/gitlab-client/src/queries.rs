@@ -541,3 +541,192 @@ pub struct ProjectMergeRequests {
     #[arguments(fullPath: $full_path)]
     pub project: Option<MergeRequestsProject>,
 }
+
+/// A `NoteID`: `gid://gitlab/<Note|DiffNote|DiscussionNote>/<id>`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct NoteGid(pub String);
+
+impl NoteGid {
+    /// The REST note id (the number after the last `/`).
+    pub fn number(&self) -> Option<u64> {
+        gid_tail(&self.0).parse().ok()
+    }
+}
+
+/// A `DiscussionID`: `gid://gitlab/Discussion/<40 hex>`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct DiscussionGid(pub String);
+
+impl DiscussionGid {
+    /// The REST discussion id (the hex after the last `/`).
+    pub fn tail(&self) -> &str {
+        gid_tail(&self.0)
+    }
+}
+
+fn gid_tail(gid: &str) -> &str {
+    gid.rsplit('/').next().unwrap_or_default()
+}
+
+cynic::impl_scalar!(NoteGid, schema::NoteID);
+cynic::impl_scalar!(DiscussionGid, schema::DiscussionID);
+
+/// Variables of `MergeRequestDiscussions`.
+#[derive(cynic::QueryVariables, Debug, Clone)]
+pub struct DiscussionPageVariables {
+    /// The project's full path.
+    pub full_path: cynic::Id,
+    /// The merge request's number within the project.
+    pub iid: String,
+    /// Page size (1..=100).
+    pub first: i32,
+    /// The previous page's `endCursor`.
+    pub after: Option<String>,
+}
+
+/// A note's author (`UserCore`).
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "UserCore")]
+pub struct NoteAuthor {
+    /// Global id (`gid://gitlab/User/<n>`).
+    pub id: cynic::Id,
+    /// Username.
+    pub username: String,
+}
+
+/// Who resolved a discussion.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "UserCore")]
+pub struct Resolver {
+    /// Username.
+    pub username: String,
+}
+
+/// `diffRefs`: the versions a diff note was written against.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "DiffRefs")]
+pub struct DiffRefs {
+    /// Merge base; `None` when GitLab has none.
+    pub base_sha: Option<String>,
+    /// The target branch's commit the diff starts from.
+    pub start_sha: String,
+    /// The head commit the note was written on.
+    pub head_sha: String,
+}
+
+/// A diff note's place in the diff.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "DiffPosition")]
+pub struct DiffPosition {
+    /// The file (new path, else old).
+    pub file_path: String,
+    /// Path before the change.
+    pub old_path: Option<String>,
+    /// Path after the change.
+    pub new_path: Option<String>,
+    /// Line in the old file (a removed or unchanged line).
+    pub old_line: Option<i32>,
+    /// Line in the new file (an added or unchanged line).
+    pub new_line: Option<i32>,
+    /// The diff's versions.
+    pub diff_refs: DiffRefs,
+}
+
+/// One note of a discussion.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq)]
+#[cynic(graphql_type = "Note")]
+pub struct DiscussionNote {
+    /// Global id; [`NoteGid::number`] is the REST note id.
+    pub id: NoteGid,
+    /// The author.
+    pub author: NoteAuthor,
+    /// Markdown body.
+    pub body: String,
+    /// Written by GitLab (state changes, approvals, review requests).
+    pub system: bool,
+    /// Created.
+    pub created_at: Time,
+    /// Last updated: the forward-only comparison key.
+    pub updated_at: Time,
+    /// Whether the note can be resolved (a thread note).
+    pub resolvable: bool,
+    /// Resolved.
+    pub resolved: bool,
+    /// Set on a diff note.
+    pub position: Option<DiffPosition>,
+}
+
+/// `notes { pageInfo nodes }` of a discussion.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq)]
+#[cynic(graphql_type = "NoteConnection")]
+pub struct DiscussionNotes {
+    /// Whether more notes follow: then this thread is incomplete.
+    pub page_info: NestedPageInfo,
+    /// The notes, oldest first.
+    pub nodes: Option<Vec<Option<DiscussionNote>>>,
+}
+
+/// One discussion (thread).
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq)]
+#[cynic(graphql_type = "Discussion")]
+pub struct Discussion {
+    /// Global id; [`DiscussionGid::tail`] is the REST discussion id.
+    pub id: DiscussionGid,
+    /// Created.
+    pub created_at: Time,
+    /// Whether it can be resolved (a thread, not a lone note).
+    pub resolvable: bool,
+    /// Resolved.
+    pub resolved: bool,
+    /// When resolved.
+    pub resolved_at: Option<Time>,
+    /// Who resolved it.
+    pub resolved_by: Option<Resolver>,
+    /// Its notes; the first starts the thread, the rest reply.
+    pub notes: DiscussionNotes,
+}
+
+/// `discussions(...) { pageInfo nodes }` (GitLab gives no count here).
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "DiscussionConnection")]
+pub struct DiscussionConnection {
+    /// Cursor state.
+    pub page_info: PageInfo,
+    /// The page; a `null` entry is a discussion GitLab failed to resolve.
+    pub nodes: Option<Vec<Option<Discussion>>>,
+}
+
+/// The merge request of a `MergeRequestDiscussions` page.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "MergeRequest", variables = "DiscussionPageVariables")]
+pub struct DiscussionsMergeRequest {
+    /// Global id.
+    pub id: cynic::Id,
+    /// Number within the project.
+    pub iid: String,
+    /// Oldest first.
+    #[arguments(first: $first, after: $after)]
+    pub discussions: DiscussionConnection,
+}
+
+/// The project of a `MergeRequestDiscussions` page.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Project", variables = "DiscussionPageVariables")]
+pub struct DiscussionsProject {
+    /// Global id.
+    pub id: cynic::Id,
+    /// `None` when the merge request is gone or not visible.
+    #[arguments(iid: $iid)]
+    pub merge_request: Option<DiscussionsMergeRequest>,
+}
+
+/// Operation `MergeRequestDiscussions`.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Query", variables = "DiscussionPageVariables")]
+pub struct MergeRequestDiscussions {
+    /// `None` when the project is gone or not visible.
+    #[arguments(fullPath: $full_path)]
+    pub project: Option<DiscussionsProject>,
+}

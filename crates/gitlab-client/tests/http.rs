@@ -10,7 +10,7 @@ use gitlab_client::{
 };
 use time::OffsetDateTime;
 use vendor_sim::gitlab::{
-    Fault, GitlabFault, GitlabSim, Model, NewIssue, NewMergeRequest, NoteOn, ops,
+    DiffPosition, Fault, GitlabFault, GitlabSim, Model, NewIssue, NewMergeRequest, NoteOn, ops,
 };
 
 const TOKEN: &str = "glpat-test";
@@ -465,4 +465,143 @@ async fn what_gitlab_says_is_left_is_reported_for_the_connection() {
         rendered.contains(&format!("vendor_quota_limit{labels} ")),
         "{rendered}"
     );
+}
+
+#[tokio::test]
+async fn discussions_page_with_threads_diff_positions_and_replies() {
+    let w = world().await;
+    let c = client(&w.sim);
+    let on = NoteOn::MergeRequest(w.p0, 6);
+    let (lone, system, diff, reply, thread) = w.sim.model(|m| {
+        let lone = m.add_note(on, "looks good", false, None);
+        let system = m.add_note(on, "approved this merge request", true, None);
+        let head = m.merge_requests[&(w.p0, 6)].diff_head_sha.clone().unwrap();
+        let diff = m.add_diff_note(
+            on,
+            "off by one?",
+            DiffPosition::line("src/lib.rs", 42, &head),
+        );
+        let reply = m.add_reply(diff, "fixed").unwrap();
+        let thread = m.notes[&diff].discussion.clone();
+        m.resolved_discussions.insert(thread.clone());
+        (lone, system, diff, reply, thread)
+    });
+    let mut discussions = Vec::new();
+    let mut after = None;
+    loop {
+        let page = c
+            .merge_request_discussions_page("top/p0", 6, 2, after.as_deref())
+            .await
+            .unwrap();
+        assert!(page.is_whole());
+        discussions.extend(page.nodes.into_iter().flatten());
+        if !page.page_info.has_next_page {
+            break;
+        }
+        after = page.page_info.end_cursor;
+    }
+    assert_eq!(discussions.len(), 3, "lone note, system note, diff thread");
+    let ids = |d: &gitlab_client::Discussion| -> Vec<u64> {
+        d.notes
+            .nodes
+            .iter()
+            .flatten()
+            .flatten()
+            .map(|n| n.id.number().unwrap())
+            .collect()
+    };
+    assert_eq!(ids(&discussions[0]), [lone]);
+    assert_eq!(ids(&discussions[1]), [system]);
+    assert_eq!(ids(&discussions[2]), [diff, reply]);
+    assert!(!discussions[0].resolvable && !discussions[0].resolved);
+    let notes = discussions[1].notes.nodes.as_ref().unwrap();
+    assert!(notes[0].as_ref().unwrap().system);
+    let t = &discussions[2];
+    assert_eq!(t.id.tail(), thread);
+    assert!(t.resolvable && t.resolved && t.resolved_at.is_some());
+    assert!(!t.notes.page_info.has_next_page);
+    let first = t.notes.nodes.as_ref().unwrap()[0].as_ref().unwrap();
+    let position = first.position.as_ref().expect("a diff note has a position");
+    assert_eq!(
+        (
+            position.file_path.as_str(),
+            position.new_line,
+            position.old_line
+        ),
+        ("src/lib.rs", Some(42), None)
+    );
+    assert_eq!(position.diff_refs.head_sha.len(), 40);
+    assert_eq!(first.author.username, "bob");
+    let second = t.notes.nodes.as_ref().unwrap()[1].as_ref().unwrap();
+    assert_eq!(
+        second.position, first.position,
+        "a reply sits where its thread does"
+    );
+
+    // A field GitLab failed keeps its path: that discussion's notes are unknown, the rest known.
+    w.sim.inject(Fault::nth(
+        ops::MERGE_REQUEST_DISCUSSIONS,
+        1,
+        GitlabFault::FieldError {
+            path: "project.mergeRequest.discussions.nodes.1.notes.nodes.0.position".into(),
+            message: "timeout".into(),
+        },
+    ));
+    let page = c
+        .merge_request_discussions_page("top/p0", 6, 100, None)
+        .await
+        .unwrap();
+    assert!(!page.is_whole());
+    assert!(page.field_unknown(1, "notes"));
+    assert!(!page.field_unknown(0, "notes"));
+    // A merge request that is not there is an error, not an empty listing.
+    let err = c
+        .merge_request_discussions_page("top/p0", 999, 100, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Graphql { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn notes_listing_faults_deleted_mid_listing_and_hidden_but_readable() {
+    let w = world().await;
+    let c = client(&w.sim);
+    let on = NoteOn::Issue(w.p0, 1);
+    let ids: Vec<u64> = w.sim.model(|m| {
+        (0..4)
+            .map(|n| m.add_note(on, &format!("n{n}"), false, None))
+            .collect()
+    });
+    let parent = NoteParent::Issue {
+        project: w.p0,
+        iid: 1,
+    };
+    // Hidden: left out of the listing and its total, yet it still reads by id.
+    w.sim.inject(Fault::always(
+        ops::LIST_NOTES,
+        GitlabFault::HideNote(ids[1]),
+    ));
+    let page = c.notes_page(parent, 1, 100).await.unwrap();
+    assert_eq!(
+        page.notes.iter().map(|n| n.id).collect::<Vec<_>>(),
+        [ids[0], ids[2], ids[3]]
+    );
+    assert_eq!(page.headers.total(), Some(3));
+    assert!(c.note(parent, ids[1]).await.unwrap().is_some());
+    w.sim.clear_faults();
+    // Deleted between the first and the second page: the total changes and the pages shift.
+    w.sim.inject(Fault::nth(
+        ops::LIST_NOTES,
+        2,
+        GitlabFault::DeleteNote(ids[0]),
+    ));
+    let first = c.notes_page(parent, 1, 2).await.unwrap();
+    let second = c.notes_page(parent, 2, 2).await.unwrap();
+    assert_eq!(first.headers.total(), Some(4));
+    assert_eq!(second.headers.total(), Some(3));
+    assert_eq!(
+        second.notes.iter().map(|n| n.id).collect::<Vec<_>>(),
+        [ids[3]]
+    );
+    assert!(c.note(parent, ids[0]).await.unwrap().is_none());
 }

@@ -338,6 +338,9 @@ impl<V: Vendor> Engine<V> {
                     return Ok(end);
                 }
             }
+            self.vendor
+                .after_scope(pass, source, &mut scope, cooling)
+                .await?;
             if reconciling && complete {
                 self.vendor.mark_reconciled(pass, &scope).await?;
             }

@@ -134,6 +134,19 @@ pub trait Vendor: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Runs after a scope's listings in a pass that walked them all (GitLab mirrors and
+    /// reconciles the notes of the scope's items here). `cooling`: as for
+    /// [`plan_listing`](Self::plan_listing).
+    async fn after_scope(
+        &self,
+        _pass: &Pass<'_>,
+        _source: &Self::Source,
+        _scope: &mut Self::Scope,
+        _cooling: bool,
+    ) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
+
     /// How the class's listing of the scope runs in this pass. `cooling`: a scheduled
     /// RECONCILIATION found the scope completely reconciled within the cooldown. By default a
     /// cooling scope is skipped and every other listing is whole.

@@ -1,1 +1,743 @@
-//! Notes reconciliation: every live mirrored issue and merge request's notes and discussions read by REST and applied without tombstones.
+//! Notes of a project's issues and merge requests on the SCM mirror, after its items in every
+//! pass ([`sync_scope`]):
+//!
+//! - What a pass read (INITIAL, the incremental pass, a BACKFILL batch; saving a note touches
+//!   its parent, so the incremental pass reads it) gets its notes mirrored: an issue's from the
+//!   flat REST listing, a merge request's from its discussions, diff threads included. Lone
+//!   notes go to `comment`; diff notes to `review_comment` filed under their `review_thread`.
+//!   System notes are not mirrored.
+//! - A RECONCILIATION (outside its cooldown) walks every live mirrored issue and merge request,
+//!   not only the recent ones: discussions are mirrored again, then the flat REST listing is held
+//!   to `lifecycle_core::gitlab::notes`. Only notes confirmed gone are deleted (no tombstone):
+//!   review notes with the reply references to them, then threads they emptied. Item events
+//!   already recorded stay. Any doubt leaves the parent as stored and is counted in
+//!   `gitlab_notes_unreconciled_total{reason}`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use gitlab_client::{
+    Discussion, DiscussionNote, Error as ClientError, GitlabClient, Note, NoteParent, Page,
+};
+use lifecycle_core::forward::Freshness;
+use lifecycle_core::gitlab::notes::{
+    Confirmation, NotePageHeaders, NoteReconciliation, NoteStep, NotesUnreconciled,
+};
+use lifecycle_core::job::SyncJobType;
+use scm_mirror::comments::{self, Comment, CommentFields, CommentRow, ReviewComment};
+use scm_mirror::events::Item;
+use scm_mirror::reviews::Thread;
+use sqlx::PgPool;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use uuid::Uuid;
+
+use sync_engine::Pass;
+
+use crate::mirror::VENDOR;
+use crate::sync::{ListedPage, Project};
+
+/// Notes per REST page and discussions per GraphQL page: GitLab's largest.
+const PAGE_SIZE: u32 = 100;
+/// Pages of one parent's notes a pass reads at most: 10,000 notes, past which GitLab stops
+/// counting them (no `X-Total`), so a longer listing could never reconcile anyway.
+const PAGE_CAP: u32 = 100;
+
+/// The project whose notes a pass mirrors.
+#[derive(Debug, Clone)]
+pub struct NoteScope {
+    /// The mirrored `repository` row.
+    pub repository_id: Uuid,
+    /// GitLab's project id (REST paths).
+    pub project_id: u64,
+    /// `group/sub/project` now (GraphQL paths).
+    pub full_path: String,
+}
+
+/// An issue or merge request whose notes are mirrored: its row and its number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Parent {
+    Issue { row: Uuid, iid: u64 },
+    MergeRequest { row: Uuid, iid: u64 },
+}
+
+impl Parent {
+    fn rest(self, project: u64) -> NoteParent {
+        match self {
+            Parent::Issue { iid, .. } => NoteParent::Issue { project, iid },
+            Parent::MergeRequest { iid, .. } => NoteParent::MergeRequest { project, iid },
+        }
+    }
+
+    fn item(self, repository_id: Uuid) -> Item {
+        match self {
+            Parent::Issue { row, .. } => Item::issue(VENDOR, row, repository_id),
+            Parent::MergeRequest { row, .. } => Item::pull_request(VENDOR, row, repository_id),
+        }
+    }
+}
+
+impl std::fmt::Display for Parent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Parent::Issue { iid, .. } => write!(f, "#{iid}"),
+            Parent::MergeRequest { iid, .. } => write!(f, "!{iid}"),
+        }
+    }
+}
+
+/// What a scope's notes pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct NotesSummary {
+    /// Notes written (new or newer).
+    pub written: u64,
+    /// Notes deleted as confirmed gone.
+    pub removed: u64,
+    /// Threads deleted because their last note went.
+    pub threads_removed: u64,
+    /// Parents whose notes were reconciled.
+    pub reconciled: u64,
+    /// Parents left as stored, with why.
+    pub unreconciled: Vec<(Parent, NotesUnreconciled)>,
+    /// Parents whose notes could not be read whole (mirrored as far as read).
+    pub unread: Vec<Parent>,
+    /// Why the pass stopped early (rate limit, budget), if it did.
+    pub stopped: Option<String>,
+}
+
+/// An issue (`merge_request: false`) or merge request a pass read, by number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Touched {
+    pub merge_request: bool,
+    pub iid: u64,
+}
+
+/// Remembers the items of a page the pass wrote: their notes follow after the scope.
+pub(crate) fn touch(touched: &mut Vec<Touched>, page: &ListedPage) {
+    match page {
+        ListedPage::Issues(p) => touched.extend(p.nodes.iter().flatten().filter_map(|n| {
+            Some(Touched {
+                merge_request: false,
+                iid: n.iid.inner().parse().ok()?,
+            })
+        })),
+        ListedPage::MergeRequests(p) => touched.extend(p.nodes.iter().flatten().filter_map(|n| {
+            Some(Touched {
+                merge_request: true,
+                iid: n.iid.parse().ok()?,
+            })
+        })),
+    }
+}
+
+/// The engine's hook after a project's listings: its notes in this pass. A scheduled reconcile
+/// within the project's cooldown reconciles no notes (it mirrors those of what it read).
+pub(crate) async fn after_scope(
+    pool: &PgPool,
+    pass: &Pass<'_>,
+    client: &GitlabClient,
+    project: &mut Project,
+    cooling: bool,
+) -> Result<(), sqlx::Error> {
+    let touched = std::mem::take(&mut project.touched);
+    let (Some(repository_id), Some(project_id)) = (
+        project.repository_id,
+        project.native_id.and_then(|n| u64::try_from(n).ok()),
+    ) else {
+        return Ok(());
+    };
+    let scope = NoteScope {
+        repository_id,
+        project_id,
+        full_path: project.full_path(),
+    };
+    let mut parents = Vec::with_capacity(touched.len());
+    for t in touched.iter().collect::<BTreeSet<_>>() {
+        if let Some(p) = parent(pool, repository_id, t.merge_request, t.iid).await? {
+            parents.push(p);
+        }
+    }
+    let summary = sync_scope(pool, client, pass.job.job_type, !cooling, &scope, &parents).await?;
+    tracing::info!(
+        project = %scope.full_path,
+        written = summary.written,
+        removed = summary.removed,
+        threads_removed = summary.threads_removed,
+        reconciled = summary.reconciled,
+        unreconciled = summary.unreconciled.len(),
+        unread = summary.unread.len(),
+        "notes synced"
+    );
+    Ok(())
+}
+
+/// The metric label of a reason.
+pub fn reason_label(reason: NotesUnreconciled) -> &'static str {
+    match reason {
+        NotesUnreconciled::NotReconciliation => "not_reconciliation",
+        NotesUnreconciled::MissingHeaders => "missing_headers",
+        NotesUnreconciled::InconsistentPages => "inconsistent_pages",
+        NotesUnreconciled::TotalChanged => "total_changed",
+        NotesUnreconciled::DuplicateId => "duplicate_id",
+        NotesUnreconciled::CountMismatch => "count_mismatch",
+        NotesUnreconciled::FailedPage => "failed_page",
+        NotesUnreconciled::Cancelled => "cancelled",
+        NotesUnreconciled::PageCap => "page_cap",
+        NotesUnreconciled::NotFinished => "not_finished",
+        NotesUnreconciled::NotConfirmedGone => "not_confirmed_gone",
+    }
+}
+
+/// The live mirrored issues and merge requests of a repository.
+pub async fn live_parents(pool: &PgPool, repository_id: Uuid) -> Result<Vec<Parent>, sqlx::Error> {
+    let rows: Vec<(String, Uuid, i32)> = sqlx::query_as(
+        "SELECT 'issue', id, number FROM issue WHERE repository_id = $1 AND deleted_at IS NULL
+         UNION ALL
+         SELECT 'mr', id, number FROM pull_request WHERE repository_id = $1 AND deleted_at IS NULL
+         ORDER BY 1, 3",
+    )
+    .bind(repository_id)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(kind, row, number)| {
+            let iid = u64::try_from(number).ok()?;
+            Some(if kind == "issue" {
+                Parent::Issue { row, iid }
+            } else {
+                Parent::MergeRequest { row, iid }
+            })
+        })
+        .collect())
+}
+
+/// The mirrored issue (or merge request) numbered `iid` in the repository.
+pub async fn parent(
+    pool: &PgPool,
+    repository_id: Uuid,
+    merge_request: bool,
+    iid: u64,
+) -> Result<Option<Parent>, sqlx::Error> {
+    let table = if merge_request {
+        "pull_request"
+    } else {
+        "issue"
+    };
+    let sql = format!("SELECT id FROM {table} WHERE repository_id = $1 AND number = $2");
+    let row: Option<(Uuid,)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(repository_id)
+        .bind(i32::try_from(iid).unwrap_or(i32::MAX))
+        .fetch_optional(pool)
+        .await?;
+    Ok(row.map(|(row,)| {
+        if merge_request {
+            Parent::MergeRequest { row, iid }
+        } else {
+            Parent::Issue { row, iid }
+        }
+    }))
+}
+
+/// A scope's notes in one pass: a whole RECONCILIATION walks every live parent and reconciles
+/// it; any other pass mirrors the notes of the parents it read (`touched`).
+pub async fn sync_scope(
+    pool: &PgPool,
+    client: &GitlabClient,
+    job: SyncJobType,
+    reconcile: bool,
+    scope: &NoteScope,
+    touched: &[Parent],
+) -> Result<NotesSummary, sqlx::Error> {
+    let notes = Notes {
+        pool,
+        client,
+        scope,
+    };
+    let mut summary = NotesSummary::default();
+    // Reconciliation-only: no other pass removes a note.
+    let reconciling = reconcile && job == SyncJobType::Reconciliation;
+    let parents: Vec<Parent> = if reconciling {
+        live_parents(pool, scope.repository_id).await?
+    } else {
+        let set: BTreeSet<Parent> = touched.iter().copied().collect();
+        set.into_iter().collect()
+    };
+    for parent in parents {
+        if let Err(stop) = notes.parent(parent, job, reconciling, &mut summary).await? {
+            tracing::warn!(project = %scope.full_path, %parent, error = %stop, "GitLab stopped the notes pass; the rest stay as stored");
+            summary.stopped = Some(stop.to_string());
+            break;
+        }
+    }
+    for (parent, reason) in &summary.unreconciled {
+        tracing::info!(project = %scope.full_path, %parent, reason = reason_label(*reason), "notes left as stored");
+    }
+    Ok(summary)
+}
+
+struct Notes<'a> {
+    pool: &'a PgPool,
+    client: &'a GitlabClient,
+    scope: &'a NoteScope,
+}
+
+/// A client error that ends the notes pass (the rate limit or budget: every later call would
+/// fail too); other errors end only the parent's read.
+fn stops_pass(e: &ClientError) -> bool {
+    e.is_rate_limited() || matches!(e, ClientError::Auth { .. })
+}
+
+impl Notes<'_> {
+    /// One parent: its discussions (a merge request), then its REST listing (an issue's notes,
+    /// or any parent a reconcile holds to the rule). `Err` inside: the pass must stop.
+    async fn parent(
+        &self,
+        parent: Parent,
+        job: SyncJobType,
+        reconciling: bool,
+        summary: &mut NotesSummary,
+    ) -> Result<Result<(), ClientError>, sqlx::Error> {
+        if let Parent::MergeRequest { row, iid } = parent {
+            // Discussions never depend on the stored or reported note count.
+            match self.discussions(row, iid, summary).await? {
+                Ok(()) => {}
+                Err(e) if stops_pass(&e) => return Ok(Err(e)),
+                Err(e) => {
+                    tracing::warn!(project = %self.scope.full_path, %parent, error = %e, "discussions not read; mirrored as stored");
+                    summary.unread.push(parent);
+                }
+            }
+        }
+        if !reconciling && matches!(parent, Parent::MergeRequest { .. }) {
+            return Ok(Ok(()));
+        }
+        self.listing(parent, job, reconciling, summary).await
+    }
+
+    /// Every page of a merge request's discussions, then one write with the merge request
+    /// locked. A discussion with an error anywhere in it is left as stored.
+    async fn discussions(
+        &self,
+        row: Uuid,
+        iid: u64,
+        summary: &mut NotesSummary,
+    ) -> Result<Result<(), ClientError>, sqlx::Error> {
+        let mut known: Vec<(Discussion, OffsetDateTime)> = Vec::new();
+        let mut after: Option<String> = None;
+        let mut whole = true;
+        for _ in 0..PAGE_CAP {
+            let page: Page<Discussion> = match self
+                .client
+                .merge_request_discussions_page(
+                    &self.scope.full_path,
+                    iid,
+                    PAGE_SIZE,
+                    after.as_deref(),
+                )
+                .await
+            {
+                Ok(page) => page,
+                Err(e) => {
+                    // What was read is still written.
+                    self.write_discussions(row, &known, summary).await?;
+                    return Ok(Err(e));
+                }
+            };
+            for (i, d) in page.nodes.iter().enumerate() {
+                match d {
+                    // Partial metadata: an error inside a discussion leaves that one unknown.
+                    Some(d) if !page.field_unknown(i, "notes") && !page.field_unknown(i, "id") => {
+                        if d.notes.page_info.has_next_page {
+                            whole = false;
+                        }
+                        known.push((d.clone(), page.fetched_at));
+                    }
+                    _ => whole = false,
+                }
+            }
+            if !page.page_info.has_next_page {
+                break;
+            }
+            after = page.page_info.end_cursor.clone();
+            if after.is_none() {
+                whole = false;
+                break;
+            }
+        }
+        self.write_discussions(row, &known, summary).await?;
+        if !whole {
+            summary.unread.push(Parent::MergeRequest { row, iid });
+        }
+        Ok(Ok(()))
+    }
+
+    async fn write_discussions(
+        &self,
+        pr: Uuid,
+        discussions: &[(Discussion, OffsetDateTime)],
+        summary: &mut NotesSummary,
+    ) -> Result<(), sqlx::Error> {
+        if discussions.is_empty() {
+            return Ok(());
+        }
+        let repository_id = self.scope.repository_id;
+        let item = Item::pull_request(VENDOR, pr, repository_id);
+        let mut txn = self.pool.begin().await?;
+        if !lock_parent(&mut txn, Parent::MergeRequest { row: pr, iid: 0 }).await? {
+            return Ok(());
+        }
+        for (d, fetched_at) in discussions {
+            let notes: Vec<&DiscussionNote> = d
+                .notes
+                .nodes
+                .iter()
+                .flatten()
+                .flatten()
+                .filter(|n| !n.system)
+                .collect();
+            let diff = notes.iter().any(|n| n.position.is_some());
+            if !diff {
+                for n in notes {
+                    let Some(owned) = fields(n) else { continue };
+                    let comment = Comment {
+                        parent: item,
+                        fields: owned.borrowed(),
+                    };
+                    summary.written += u64::from(write_fresh(&mut txn, &comment).await?);
+                }
+                continue;
+            }
+            let first = notes.first().and_then(|n| n.id.number());
+            let path = notes
+                .iter()
+                .find_map(|n| n.position.as_ref().map(|p| p.file_path.as_str()));
+            let thread = Thread {
+                pull_request_id: pr,
+                node_id: &d.id.0,
+                path,
+                resolved: d.resolved,
+                received_at: *fetched_at,
+                resolved_by: d.resolved_by.as_ref().map(|r| r.username.as_str()),
+                latest: notes.iter().map(|n| n.updated_at.0).max(),
+            };
+            // Dated state: an older read never restates a resolution a newer one replaced.
+            let thread_id = match Thread::lock(&mut txn, pr, &d.id.0).await? {
+                Some(stored)
+                    if stored
+                        .resolution_received_at
+                        .is_some_and(|at| at > *fetched_at) =>
+                {
+                    stored.id
+                }
+                _ => thread.write(&mut txn).await?,
+            };
+            for n in notes {
+                let Some(f) = fields(n) else { continue };
+                let number = f.native_id;
+                let position = n.position.as_ref();
+                let comment = ReviewComment {
+                    pull_request_id: pr,
+                    thread_id: Some(thread_id),
+                    review_native_id: None,
+                    in_reply_to: first
+                        .and_then(|f| i64::try_from(f).ok())
+                        .filter(|f| *f != number),
+                    path: position.map(|p| p.file_path.as_str()),
+                    line: position.and_then(|p| p.new_line.or(p.old_line)),
+                    commit_sha: position.map(|p| p.diff_refs.head_sha.as_str()),
+                    fields: f.borrowed(),
+                };
+                summary.written += u64::from(write_fresh(&mut txn, &comment).await?);
+                // A note stored before its thread was known is filed under it now.
+                comment.file_under(&mut txn, thread_id).await?;
+            }
+        }
+        txn.commit().await?;
+        Ok(())
+    }
+
+    /// The REST listing of one parent: an issue's notes are written page by page; a reconcile
+    /// holds the listing to the rule and removes what is confirmed gone.
+    async fn listing(
+        &self,
+        parent: Parent,
+        job: SyncJobType,
+        reconciling: bool,
+        summary: &mut NotesSummary,
+    ) -> Result<Result<(), ClientError>, sqlx::Error> {
+        let rest = parent.rest(self.scope.project_id);
+        // Candidates before listing: notes inserted during the pass survive.
+        let mut rule = if reconciling {
+            let candidates = mirrored_notes(self.pool, parent).await?;
+            Some(NoteReconciliation::begin(job, candidates, PAGE_CAP))
+        } else {
+            None
+        };
+        let mut next = Some(1u32);
+        let mut pages = 0;
+        let mut failure = None;
+        while let Some(number) = next.take() {
+            let page = match self.client.notes_page(rest, number, PAGE_SIZE).await {
+                Ok(page) => page,
+                Err(e) => {
+                    if let Some(rule) = rule.as_mut() {
+                        rule.record_fault(lifecycle_core::gitlab::notes::NoteFault::FailedPage);
+                    }
+                    failure = Some(e);
+                    break;
+                }
+            };
+            pages += 1;
+            if let Parent::Issue { .. } = parent {
+                summary.written += self.write_rest_notes(parent, &page.notes).await?;
+            }
+            let headers = NotePageHeaders::parse(
+                page.headers.page.as_deref(),
+                page.headers.next_page.as_deref(),
+                page.headers.total.as_deref(),
+            );
+            next = match rule.as_mut() {
+                Some(rule) => {
+                    match rule.accept_page(headers, page.notes.iter().map(|n| n.id).collect()) {
+                        NoteStep::FetchPage(n) => Some(n),
+                        NoteStep::Finished | NoteStep::Stopped(_) => None,
+                    }
+                }
+                // Mirroring only: follow GitLab's next page while there is one.
+                None => page.headers.next().flatten().filter(|_| pages < PAGE_CAP),
+            };
+        }
+        if let Some(e) = &failure {
+            tracing::warn!(project = %self.scope.full_path, %parent, error = %e, "notes page failed");
+            summary.unread.push(parent);
+        }
+        if let Some(rule) = rule {
+            let outcome = match rule.finish() {
+                Ok(missing) => {
+                    let mut results = BTreeMap::new();
+                    for id in missing.to_confirm().iter().copied() {
+                        // Offset pages can shift without changing their total: each missing
+                        // note must read 404 itself.
+                        let confirmation = match self.client.note(rest, id).await {
+                            Ok(None) => Confirmation::Gone,
+                            Ok(Some(_)) => Confirmation::StillThere,
+                            Err(e) => {
+                                tracing::warn!(%parent, note = id, error = %e, "note confirmation failed");
+                                Confirmation::Failed
+                            }
+                        };
+                        results.insert(id, confirmation);
+                        if confirmation != Confirmation::Gone {
+                            break;
+                        }
+                    }
+                    missing.confirm(&results)
+                }
+                Err(reason) => Err(reason),
+            };
+            match outcome {
+                Ok(gone) => {
+                    let (notes, threads) = self.remove(parent, &gone).await?;
+                    summary.removed += notes;
+                    summary.threads_removed += threads;
+                    summary.reconciled += 1;
+                }
+                Err(reason) => {
+                    metrics::counter!("gitlab_notes_unreconciled_total", "reason" => reason_label(reason))
+                        .increment(1);
+                    summary.unreconciled.push((parent, reason));
+                }
+            }
+        }
+        Ok(match failure {
+            Some(e) if stops_pass(&e) => Err(e),
+            _ => Ok(()),
+        })
+    }
+
+    async fn write_rest_notes(&self, parent: Parent, notes: &[Note]) -> Result<u64, sqlx::Error> {
+        let wanted: Vec<Owned> = notes
+            .iter()
+            .filter(|n| !n.system)
+            .filter_map(|n| {
+                Some(Owned {
+                    native_id: i64::try_from(n.id).ok()?,
+                    node_id: format!("gid://gitlab/Note/{}", n.id),
+                    author: n.author.username.clone(),
+                    body: n.body.clone(),
+                    created_at: OffsetDateTime::parse(&n.created_at, &Rfc3339).ok()?,
+                    updated_at: OffsetDateTime::parse(&n.updated_at, &Rfc3339).ok()?,
+                })
+            })
+            .collect();
+        if wanted.is_empty() {
+            return Ok(0);
+        }
+        let item = parent.item(self.scope.repository_id);
+        let mut txn = self.pool.begin().await?;
+        if !lock_parent(&mut txn, parent).await? {
+            return Ok(0);
+        }
+        let mut written = 0;
+        for n in &wanted {
+            let comment = Comment {
+                parent: item,
+                fields: n.borrowed(),
+            };
+            written += u64::from(write_fresh(&mut txn, &comment).await?);
+        }
+        txn.commit().await?;
+        Ok(written)
+    }
+
+    /// Deletes the confirmed-gone notes of `parent` with the parent locked: comments; review
+    /// comments, first clearing replies' references to them; then the threads they emptied.
+    async fn remove(
+        &self,
+        parent: Parent,
+        gone: &BTreeSet<u64>,
+    ) -> Result<(u64, u64), sqlx::Error> {
+        let ids: Vec<i64> = gone
+            .iter()
+            .filter_map(|id| i64::try_from(*id).ok())
+            .collect();
+        if ids.is_empty() {
+            return Ok((0, 0));
+        }
+        let mut txn = self.pool.begin().await?;
+        if !lock_parent(&mut txn, parent).await? {
+            return Ok((0, 0));
+        }
+        let (column, row) = match parent {
+            Parent::Issue { row, .. } => ("issue_id", row),
+            Parent::MergeRequest { row, .. } => ("pull_request_id", row),
+        };
+        let sql = format!("DELETE FROM comment WHERE {column} = $1 AND native_id = ANY($2)");
+        let mut removed = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(row)
+            .bind(&ids)
+            .execute(&mut *txn)
+            .await?
+            .rows_affected();
+        let mut threads = 0;
+        if let Parent::MergeRequest { row, .. } = parent {
+            sqlx::query(
+                "UPDATE review_comment SET in_reply_to = NULL
+                  WHERE pull_request_id = $1 AND in_reply_to = ANY($2)",
+            )
+            .bind(row)
+            .bind(&ids)
+            .execute(&mut *txn)
+            .await?;
+            let emptied: Vec<(Option<Uuid>,)> = sqlx::query_as(
+                "DELETE FROM review_comment WHERE pull_request_id = $1 AND native_id = ANY($2)
+                 RETURNING thread_id",
+            )
+            .bind(row)
+            .bind(&ids)
+            .fetch_all(&mut *txn)
+            .await?;
+            removed += emptied.len() as u64;
+            let thread_ids: Vec<Uuid> = emptied.into_iter().filter_map(|(t,)| t).collect();
+            threads = sqlx::query(
+                "DELETE FROM review_thread t
+                  WHERE t.pull_request_id = $1 AND t.id = ANY($2)
+                    AND NOT EXISTS (SELECT 1 FROM review_comment c WHERE c.thread_id = t.id)",
+            )
+            .bind(row)
+            .bind(&thread_ids)
+            .execute(&mut *txn)
+            .await?
+            .rows_affected();
+        }
+        txn.commit().await?;
+        Ok((removed, threads))
+    }
+}
+
+/// The native ids of a parent's mirrored notes (comments and review comments).
+async fn mirrored_notes(pool: &PgPool, parent: Parent) -> Result<Vec<u64>, sqlx::Error> {
+    let rows: Vec<(i64,)> = match parent {
+        Parent::Issue { row, .. } => {
+            sqlx::query_as("SELECT native_id FROM comment WHERE issue_id = $1")
+                .bind(row)
+                .fetch_all(pool)
+                .await?
+        }
+        Parent::MergeRequest { row, .. } => {
+            sqlx::query_as(
+                "SELECT native_id FROM comment WHERE pull_request_id = $1
+                 UNION SELECT native_id FROM review_comment WHERE pull_request_id = $1",
+            )
+            .bind(row)
+            .fetch_all(pool)
+            .await?
+        }
+    };
+    Ok(rows
+        .into_iter()
+        .filter_map(|(id,)| u64::try_from(id).ok())
+        .collect())
+}
+
+/// Locks the parent's row; `false` when it is gone (erased meanwhile).
+async fn lock_parent(txn: &mut sqlx::PgConnection, parent: Parent) -> Result<bool, sqlx::Error> {
+    let (sql, row) = match parent {
+        Parent::Issue { row, .. } => ("SELECT id FROM issue WHERE id = $1 FOR UPDATE", row),
+        Parent::MergeRequest { row, .. } => {
+            ("SELECT id FROM pull_request WHERE id = $1 FOR UPDATE", row)
+        }
+    };
+    let found: Option<(Uuid,)> = sqlx::query_as(sql)
+        .bind(row)
+        .fetch_optional(&mut *txn)
+        .await?;
+    Ok(found.is_some())
+}
+
+/// Writes the comment if it is newer than stored (forward-only); returns whether it did.
+async fn write_fresh<C: CommentRow>(
+    txn: &mut sqlx::PgConnection,
+    comment: &C,
+) -> Result<bool, sqlx::Error> {
+    let stored = comments::lock(txn, comment).await?;
+    if stored.freshness(comment.key().updated_at) != Freshness::Apply {
+        return Ok(false);
+    }
+    comments::write(txn, comment).await?;
+    Ok(true)
+}
+
+/// A note's common fields, owned.
+struct Owned {
+    native_id: i64,
+    node_id: String,
+    author: String,
+    body: String,
+    created_at: OffsetDateTime,
+    updated_at: OffsetDateTime,
+}
+
+impl Owned {
+    fn borrowed(&self) -> CommentFields<'_> {
+        CommentFields {
+            native_id: self.native_id,
+            node_id: &self.node_id,
+            author: Some(&self.author),
+            body: Some(&self.body),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+}
+
+fn fields(n: &DiscussionNote) -> Option<Owned> {
+    Some(Owned {
+        native_id: i64::try_from(n.id.number()?).ok()?,
+        node_id: n.id.0.clone(),
+        author: n.author.username.clone(),
+        body: n.body.clone(),
+        created_at: n.created_at.0,
+        updated_at: n.updated_at.0,
+    })
+}

@@ -60,20 +60,23 @@ pub struct Project {
     id: Uuid,
     owner: String,
     name: String,
-    native_id: Option<i64>,
+    pub(crate) native_id: Option<i64>,
     /// The mirrored repository row, once the pass knows it.
     #[sqlx(skip)]
-    repository_id: Option<Uuid>,
+    pub(crate) repository_id: Option<Uuid>,
     /// The current listing's `updatedAfter`, when it is filtered.
     #[sqlx(skip)]
     updated_after: Option<OffsetDateTime>,
     /// The newest `updatedAt` the current listing wrote.
     #[sqlx(skip)]
     newest: Option<OffsetDateTime>,
+    /// The issues and merge requests this pass read, whose notes follow ([`crate::notes`]).
+    #[sqlx(skip)]
+    pub(crate) touched: Vec<crate::notes::Touched>,
 }
 
 impl Project {
-    fn full_path(&self) -> String {
+    pub(crate) fn full_path(&self) -> String {
         format!("{}/{}", self.owner, self.name)
     }
 }
@@ -432,6 +435,7 @@ impl Vendor for GitlabVendor {
             }
         };
         project.newest = project.newest.max(written.newest);
+        crate::notes::touch(&mut project.touched, &page.page);
         if written.unusable > 0 {
             tracing::warn!(project = %project, unusable = written.unusable, "nodes GitLab failed to resolve or this build cannot store; left as stored");
         }
@@ -545,6 +549,16 @@ impl Vendor for GitlabVendor {
             return Ok(PageCheck::SkipScope);
         }
         Ok(PageCheck::Write)
+    }
+
+    async fn after_scope(
+        &self,
+        pass: &Pass<'_>,
+        source: &GitlabSource,
+        project: &mut Project,
+        cooling: bool,
+    ) -> Result<(), sqlx::Error> {
+        crate::notes::after_scope(&self.pool, pass, &source.client, project, cooling).await
     }
 
     async fn listing_ended(

@@ -24,6 +24,8 @@ pub mod ops {
     pub const PROJECT_ISSUES: &str = "ProjectIssues";
     /// GraphQL `ProjectMergeRequests`.
     pub const PROJECT_MERGE_REQUESTS: &str = "ProjectMergeRequests";
+    /// GraphQL `MergeRequestDiscussions`.
+    pub const MERGE_REQUEST_DISCUSSIONS: &str = "MergeRequestDiscussions";
     /// `GET /projects/{id}/(issues|merge_requests)/{iid}/notes`
     pub const LIST_NOTES: &str = "notes/list";
     /// `GET /projects/{id}/(issues|merge_requests)/{iid}/notes/{note_id}`
@@ -74,6 +76,12 @@ pub enum GitlabFault {
         /// `Retry-After` seconds.
         retry_after: u64,
     },
+    /// REST notes listing: this note is left out of the listing (and of `X-Total`, so the
+    /// headers agree) while a direct read of it still answers, as when offset pages shift.
+    HideNote(u64),
+    /// The note is deleted as this call arrives: on a later page of a listing, a deletion
+    /// mid-listing (`X-Total` changes and offset pages shift).
+    DeleteNote(u64),
     /// An HTTP error status with GitLab's plain error body (e.g. 500, 502).
     Status(u16),
     /// The answer is held back this long (combines with any other kind).

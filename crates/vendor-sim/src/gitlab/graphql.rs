@@ -394,6 +394,13 @@ impl Project {
             page_info,
         }))
     }
+    async fn merge_request(&self, ctx: &Context<'_>, iid: String) -> Option<MergeRequest> {
+        let m = model(ctx);
+        let iid: u64 = iid.parse().ok()?;
+        let mr = m.merge_requests.get(&(self.0.id, iid))?.clone();
+        let notes = m.user_notes_count(NoteOn::MergeRequest(mr.project, mr.iid)) as i32;
+        Some(MergeRequest(mr, notes))
+    }
     async fn merge_requests(
         &self,
         ctx: &Context<'_>,
@@ -463,10 +470,25 @@ pub(crate) struct MergeRequestConnection {
     page_info: PageInfo,
 }
 
-/// `UserCore` (an issue's author).
+/// `UserCore` (an issue's or a note's author).
 #[derive(SimpleObject)]
 pub(crate) struct UserCore {
+    id: ID,
     username: String,
+}
+
+impl UserCore {
+    fn named(username: &str) -> Self {
+        // The simulator knows users by name only; a stable id per name will do.
+        let id = username
+            .bytes()
+            .fold(7u64, |h, b| h.wrapping_mul(31) + u64::from(b))
+            % 1_000_000;
+        UserCore {
+            id: gid("User", id),
+            username: username.to_owned(),
+        }
+    }
 }
 
 /// `MergeRequestAuthor`.
@@ -511,9 +533,7 @@ impl Issue {
         self.1
     }
     async fn author(&self) -> UserCore {
-        UserCore {
-            username: self.0.author.clone(),
-        }
+        UserCore::named(&self.0.author)
     }
 }
 
@@ -595,6 +615,33 @@ impl MergeRequest {
             username: self.0.author.clone(),
         })
     }
+    async fn discussions(
+        &self,
+        ctx: &Context<'_>,
+        after: Option<String>,
+        before: Option<String>,
+        first: Option<i32>,
+        last: Option<i32>,
+    ) -> async_graphql::Result<DiscussionConnection> {
+        if before.is_some() || last.is_some() {
+            return Err("the simulator pages discussions forward only".into());
+        }
+        let m = model(ctx);
+        let all: Vec<Discussion> = m
+            .discussions_of(NoteOn::MergeRequest(self.0.project, self.0.iid))
+            .into_iter()
+            .map(|(id, notes)| Discussion {
+                resolved: m.resolved_discussions.contains(&id),
+                id,
+                notes: notes.into_iter().cloned().collect(),
+            })
+            .collect();
+        let (nodes, page_info) = page(&all, first, after)?;
+        Ok(DiscussionConnection {
+            nodes: Some(nodes.into_iter().map(Some).collect()),
+            page_info,
+        })
+    }
     async fn reviewers(&self) -> Option<MergeRequestReviewerConnection> {
         Some(MergeRequestReviewerConnection {
             nodes: Some(
@@ -615,6 +662,188 @@ impl MergeRequest {
                 end_cursor: None,
                 has_next_page: false,
             },
+        })
+    }
+}
+
+/// `NoteID`: `gid://gitlab/<Note|DiffNote|DiscussionNote>/<id>`.
+#[derive(Clone, Debug)]
+pub(crate) struct NoteId(String);
+
+#[Scalar(name = "NoteID")]
+impl ScalarType for NoteId {
+    fn parse(value: Value) -> InputValueResult<Self> {
+        match value {
+            Value::String(s) => Ok(NoteId(s)),
+            other => Err(InputValueError::expected_type(other)),
+        }
+    }
+    fn to_value(&self) -> Value {
+        Value::String(self.0.clone())
+    }
+}
+
+/// `DiscussionID`: `gid://gitlab/Discussion/<40 hex>`.
+#[derive(Clone, Debug)]
+pub(crate) struct DiscussionId(String);
+
+#[Scalar(name = "DiscussionID")]
+impl ScalarType for DiscussionId {
+    fn parse(value: Value) -> InputValueResult<Self> {
+        match value {
+            Value::String(s) => Ok(DiscussionId(s)),
+            other => Err(InputValueError::expected_type(other)),
+        }
+    }
+    fn to_value(&self) -> Value {
+        Value::String(self.0.clone())
+    }
+}
+
+/// `DiscussionConnection` (no count, as GitLab's).
+#[derive(SimpleObject)]
+pub(crate) struct DiscussionConnection {
+    nodes: Option<Vec<Option<Discussion>>>,
+    page_info: PageInfo,
+}
+
+/// `NoteConnection`.
+#[derive(SimpleObject)]
+pub(crate) struct NoteConnection {
+    nodes: Option<Vec<Option<Note>>>,
+    page_info: PageInfo,
+}
+
+/// A discussion (thread) with its notes.
+#[derive(Clone)]
+pub(crate) struct Discussion {
+    id: String,
+    resolved: bool,
+    notes: Vec<model::Note>,
+}
+
+impl Discussion {
+    fn is_resolved(&self) -> bool {
+        self.notes.iter().any(model::Note::resolvable) && self.resolved
+    }
+}
+
+#[Object]
+impl Discussion {
+    async fn id(&self) -> DiscussionId {
+        DiscussionId(format!("gid://gitlab/Discussion/{}", self.id))
+    }
+    async fn created_at(&self) -> Time {
+        Time(self.notes.first().map_or(model::EPOCH, |n| n.created_at))
+    }
+    async fn resolvable(&self) -> bool {
+        self.notes.iter().any(model::Note::resolvable)
+    }
+    async fn resolved(&self) -> bool {
+        self.is_resolved()
+    }
+    async fn resolved_at(&self) -> Option<Time> {
+        self.is_resolved().then(|| {
+            Time(
+                self.notes
+                    .iter()
+                    .map(|n| n.updated_at)
+                    .max()
+                    .unwrap_or(model::EPOCH),
+            )
+        })
+    }
+    async fn resolved_by(&self) -> Option<UserCore> {
+        let first = self.notes.first().filter(|_| self.is_resolved())?;
+        Some(UserCore::named(&first.author))
+    }
+    async fn notes(
+        &self,
+        after: Option<String>,
+        before: Option<String>,
+        first: Option<i32>,
+        last: Option<i32>,
+    ) -> async_graphql::Result<NoteConnection> {
+        if before.is_some() || last.is_some() {
+            return Err("the simulator pages notes forward only".into());
+        }
+        let resolved = self.is_resolved();
+        let notes: Vec<Note> = self
+            .notes
+            .iter()
+            .map(|n| Note(n.clone(), resolved && n.resolvable()))
+            .collect();
+        let (nodes, page_info) = page(&notes, first, after)?;
+        Ok(NoteConnection {
+            nodes: Some(nodes.into_iter().map(Some).collect()),
+            page_info,
+        })
+    }
+}
+
+/// A note, with whether its thread is resolved.
+#[derive(Clone)]
+pub(crate) struct Note(model::Note, bool);
+
+/// `DiffRefs`.
+#[derive(SimpleObject)]
+pub(crate) struct DiffRefs {
+    base_sha: Option<String>,
+    head_sha: String,
+    start_sha: String,
+}
+
+/// `DiffPosition`.
+#[derive(SimpleObject)]
+pub(crate) struct DiffPosition {
+    diff_refs: DiffRefs,
+    file_path: String,
+    new_line: Option<i32>,
+    new_path: Option<String>,
+    old_line: Option<i32>,
+    old_path: Option<String>,
+}
+
+#[Object]
+impl Note {
+    async fn id(&self) -> NoteId {
+        let kind = self.0.kind.as_deref().unwrap_or("Note");
+        NoteId(format!("gid://gitlab/{kind}/{}", self.0.id))
+    }
+    async fn author(&self) -> UserCore {
+        UserCore::named(&self.0.author)
+    }
+    async fn body(&self) -> &str {
+        &self.0.body
+    }
+    async fn system(&self) -> bool {
+        self.0.system
+    }
+    async fn created_at(&self) -> Time {
+        Time(self.0.created_at)
+    }
+    async fn updated_at(&self) -> Time {
+        Time(self.0.updated_at)
+    }
+    async fn resolvable(&self) -> bool {
+        self.0.resolvable()
+    }
+    async fn resolved(&self) -> bool {
+        self.1
+    }
+    async fn position(&self) -> Option<DiffPosition> {
+        let p = self.0.position.as_ref()?;
+        Some(DiffPosition {
+            diff_refs: DiffRefs {
+                base_sha: Some(p.base_sha.clone()),
+                head_sha: p.head_sha.clone(),
+                start_sha: p.start_sha.clone(),
+            },
+            file_path: p.new_path.clone(),
+            new_line: p.new_line,
+            new_path: Some(p.new_path.clone()),
+            old_line: p.old_line,
+            old_path: Some(p.old_path.clone()),
         })
     }
 }

@@ -212,6 +212,14 @@ impl HookAlert {
     }
 }
 
+impl Note {
+    /// Whether it can be resolved: a thread note (diff or discussion), never a lone or system
+    /// note.
+    pub fn resolvable(&self) -> bool {
+        !self.system && self.kind.is_some()
+    }
+}
+
 /// A group hook.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hook {
@@ -278,6 +286,8 @@ pub struct Model {
     pub notes: BTreeMap<u64, Note>,
     /// Group hooks by id.
     pub hooks: BTreeMap<u64, Hook>,
+    /// Resolved discussions by id.
+    pub resolved_discussions: BTreeSet<String>,
     /// Tokens accepted (as `Authorization: Bearer` or `PRIVATE-TOKEN`).
     pub tokens: BTreeSet<String>,
     /// The rate-limit window.
@@ -287,6 +297,8 @@ pub struct Model {
     /// Hook deliveries made by changes, not sent yet.
     pub(crate) pending_hooks: Vec<super::webhook::Pending>,
     next_id: u64,
+    /// The latest time the model handed out: a note is saved after it, as at GitLab's "now".
+    clock: OffsetDateTime,
 }
 
 impl Default for Model {
@@ -298,6 +310,7 @@ impl Default for Model {
             merge_requests: BTreeMap::new(),
             notes: BTreeMap::new(),
             hooks: BTreeMap::new(),
+            resolved_discussions: BTreeSet::new(),
             tokens: BTreeSet::new(),
             rate_limit: RateLimit {
                 limit: 2000,
@@ -307,6 +320,7 @@ impl Default for Model {
             instance_url: "https://gitlab.example.com".into(),
             pending_hooks: Vec::new(),
             next_id: 1,
+            clock: EPOCH,
         }
     }
 }
@@ -389,6 +403,7 @@ impl Model {
     pub fn add_issue(&mut self, project: u64, new: NewIssue) -> u64 {
         let id = self.id();
         let iid = self.next_iid(project);
+        self.clock = self.clock.max(new.updated_at);
         self.issues.insert(
             (project, iid),
             Issue {
@@ -413,6 +428,7 @@ impl Model {
     pub fn add_merge_request(&mut self, project: u64, new: NewMergeRequest) -> u64 {
         let id = self.id();
         let iid = self.next_iid(project);
+        self.clock = self.clock.max(new.updated_at);
         self.merge_requests.insert(
             (project, iid),
             MergeRequest {
@@ -505,7 +521,20 @@ impl Model {
         position: Option<DiffPosition>,
     ) -> u64 {
         let id = self.id();
-        let at = EPOCH + time::Duration::seconds(id as i64);
+        let at =
+            (EPOCH + time::Duration::seconds(id as i64)).max(self.clock + time::Duration::SECOND);
+        self.clock = at;
+        // Saving a note touches its parent (GitLab's `touch_noteable`).
+        let touched = match on {
+            NoteOn::Issue(p, i) => self.issues.get_mut(&(p, i)).map(|x| &mut x.updated_at),
+            NoteOn::MergeRequest(p, i) => self
+                .merge_requests
+                .get_mut(&(p, i))
+                .map(|x| &mut x.updated_at),
+        };
+        if let Some(updated_at) = touched {
+            *updated_at = (*updated_at).max(at);
+        }
         self.notes.insert(
             id,
             Note {
@@ -580,6 +609,18 @@ impl Model {
         };
         self.merge_request_changed(project, iid, action, Some(&before));
         true
+    }
+
+    /// A parent's discussions, oldest first, each with its notes oldest first.
+    pub fn discussions_of(&self, on: NoteOn) -> Vec<(String, Vec<&Note>)> {
+        let mut out: Vec<(String, Vec<&Note>)> = Vec::new();
+        for note in self.notes_of(on) {
+            match out.iter_mut().find(|(id, _)| *id == note.discussion) {
+                Some((_, notes)) => notes.push(note),
+                None => out.push((note.discussion.clone(), vec![note])),
+            }
+        }
+        out
     }
 
     /// A group's full path (`top/sub`).

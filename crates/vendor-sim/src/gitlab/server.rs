@@ -502,6 +502,17 @@ fn note_json(n: &Note) -> Json {
         "created_at": n.created_at.format(&Rfc3339).unwrap_or_default(),
         "updated_at": n.updated_at.format(&Rfc3339).unwrap_or_default(),
         "system": n.system,
+        "resolvable": n.resolvable(),
+        "position": n.position.as_ref().map(|p| json!({
+            "base_sha": p.base_sha,
+            "start_sha": p.start_sha,
+            "head_sha": p.head_sha,
+            "old_path": p.old_path,
+            "new_path": p.new_path,
+            "position_type": "text",
+            "old_line": p.old_line,
+            "new_line": p.new_line,
+        })),
         "noteable_type": match n.on { NoteOn::Issue(..) => "Issue", NoteOn::MergeRequest(..) => "MergeRequest" },
     })
 }
@@ -522,11 +533,27 @@ async fn list_notes(
         Ok(f) => f,
         Err(r) => return r,
     };
-    let m = lock(&shared.model);
+    let mut m = lock(&shared.model);
+    for kind in &fired {
+        if let GitlabFault::DeleteNote(id) = kind {
+            m.notes.remove(id);
+        }
+    }
     let Some(on) = note_on(&kind, project, iid).filter(|on| parent_exists(&m, *on)) else {
         return message(StatusCode::NOT_FOUND, "404 Not found");
     };
-    let notes = m.notes_of(on);
+    let hidden: Vec<u64> = fired
+        .iter()
+        .filter_map(|k| match k {
+            GitlabFault::HideNote(id) => Some(*id),
+            _ => None,
+        })
+        .collect();
+    let notes: Vec<&Note> = m
+        .notes_of(on)
+        .into_iter()
+        .filter(|n| !hidden.contains(&n.id))
+        .collect();
     let per_page = q.per_page.unwrap_or(20).clamp(1, 100);
     let page = q.page.unwrap_or(1).max(1);
     let start = (page - 1) * per_page;
