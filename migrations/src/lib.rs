@@ -23,6 +23,7 @@ mod m0016_erasure;
 mod m0017_erasure_indexes;
 mod m0018_credentials_refused;
 mod m0019_repository_renamed_at;
+mod m0024_trace_context;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -129,6 +130,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0019_repository_renamed_at",
                 up: m0019_repository_renamed_at::UP,
+            }),
+            Box::new(Sql {
+                name: "m0024_trace_context",
+                up: m0024_trace_context::UP,
             }),
         ]
     }

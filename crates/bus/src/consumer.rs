@@ -319,7 +319,10 @@ async fn handle_one<H: Handler>(handler: &H, delivery: Delivery) {
     let message = match decoded {
         Ok(m) => m,
         // A message that does not decode never will.
-        Err(reason) => return delivery.reject(&format!("undecodable: {reason}")).await,
+        Err(reason) => {
+            tracing::Span::current().record("otel.status_code", "ERROR");
+            return delivery.reject(&format!("undecodable: {reason}")).await;
+        }
     };
     // Keep the message ours while the handler works; a dead replica's message comes back.
     let every = (delivery.ctx.spec.ack_wait / 3).max(Duration::from_millis(100));
@@ -349,8 +352,14 @@ async fn handle_one<H: Handler>(handler: &H, delivery: Delivery) {
                 tracing::warn!(error = %e, "ack failed; the message will come again");
             }
         }
-        Err(HandlerError::Transient(reason)) => delivery.retry(&reason).await,
-        Err(HandlerError::Permanent(reason)) => delivery.reject(&reason).await,
+        Err(HandlerError::Transient(reason)) => {
+            tracing::Span::current().record("otel.status_code", "ERROR");
+            delivery.retry(&reason).await
+        }
+        Err(HandlerError::Permanent(reason)) => {
+            tracing::Span::current().record("otel.status_code", "ERROR");
+            delivery.reject(&reason).await
+        }
     }
 }
 
@@ -456,9 +465,9 @@ pub async fn run<H: Handler>(
         };
         // Reap finished handlers so the set does not grow.
         while in_flight.try_join_next().is_some() {}
-        let (attempt, stored_at) = match message.info() {
-            Ok(info) => (info.delivered, info.published),
-            Err(_) => (1, OffsetDateTime::now_utc()),
+        let (attempt, stored_at, sequence) = match message.info() {
+            Ok(info) => (info.delivered, info.published, info.stream_sequence),
+            Err(_) => (1, OffsetDateTime::now_utc(), 0),
         };
         let subject = ns
             .strip(message.subject.as_str())
@@ -482,13 +491,20 @@ pub async fn run<H: Handler>(
         }
         let span = tracing::info_span!(
             "message",
+            otel.name = %format_args!("consume {}", ctx.spec.durable),
+            otel.kind = "consumer",
+            otel.status_code = tracing::field::Empty,
             consumer = %consumer_name,
             subject = %delivery.subject,
+            stream_sequence = sequence,
             attempt,
             workspace_id = delivery.header(headers::WORKSPACE).unwrap_or_default(),
             connection_id = delivery.header(headers::CONNECTION).unwrap_or_default(),
             delivery_id = delivery.header(headers::DELIVERY).unwrap_or_default(),
+            replay_of = delivery.header(store::headers::REPLAY_OF).unwrap_or_default(),
         );
+        // The handling continues the trace the message carries (and links a replay's original).
+        store::trace::continue_from(&span, |name| delivery.header(name));
         let handler = handler.clone();
         in_flight.spawn(
             async move {

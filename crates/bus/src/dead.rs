@@ -97,8 +97,9 @@ pub async fn replay(
         .one(&txn)
         .await?
         .ok_or(ReplayError::NotFound(id))?;
-    let headers: BTreeMap<String, String> =
+    let mut headers: BTreeMap<String, String> =
         serde_json::from_value(row.headers.clone()).unwrap_or_default();
+    relink_trace(&mut headers);
     // A message of a connection replays only while it is active (and its endpoint enabled).
     if let Some(conn) = headers.get(store::headers::CONNECTION) {
         let conn = Uuid::parse_str(conn).unwrap_or_default();
@@ -123,6 +124,21 @@ pub async fn replay(
     let updated = active.update(&txn).await?;
     txn.commit().await?;
     Ok(updated)
+}
+
+/// A replay travels in the trace of whoever replays it (the enqueue stamps it) and is linked to
+/// the trace the message first travelled in: that `traceparent` moves to
+/// [`store::trace::TRACE_LINK`] (a replay of a replay keeps the first original).
+pub fn relink_trace(headers: &mut BTreeMap<String, String>) {
+    use store::trace::{TRACE_LINK, TRACEPARENT, TRACESTATE};
+    let original = headers.remove(TRACEPARENT);
+    headers.remove(TRACESTATE);
+    if let Some(original) = original
+        && !headers.contains_key(TRACE_LINK)
+        && store::trace::parse_traceparent(&original).is_some()
+    {
+        headers.insert(TRACE_LINK.to_owned(), original);
+    }
 }
 
 /// What the bus holds of a connection, for the eraser: dispatch records of content not yet

@@ -137,6 +137,12 @@ impl Service {
             mut tasks,
             routes,
         } = self;
+        // Every API request is a server span continuing the caller's trace (health is not).
+        let routes = routes.route_layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                crate::telemetry::trace_request(name, request, next)
+            },
+        ));
         let health = crate::health::router(HealthState {
             db: db.clone(),
             nats,

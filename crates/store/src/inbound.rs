@@ -152,7 +152,9 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
         replay_of,
         body: if inline { new.body.clone() } else { Vec::new() },
     }
-    .outbox_message(new.subject.clone(), msg_id.clone());
+    .outbox_message(new.subject.clone(), msg_id.clone())
+    // The delivery's trace travels with its dispatch record and message (inline publish too).
+    .traced();
 
     // Raw body first, then the message that points at it, then its dispatch record.
     db.execute_raw(Statement::from_sql_and_values(
@@ -171,12 +173,15 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
     let outbox_id = Uuid::now_v7();
     let headers = serde_json::to_string(&new.headers)
         .map_err(|e| DbErr::Custom(format!("inbound headers: {e}")))?;
+    let trace_context = serde_json::to_string(&crate::trace::current())
+        .map_err(|e| DbErr::Custom(format!("trace context: {e}")))?;
     db.execute_raw(Statement::from_sql_and_values(
         DbBackend::Postgres,
         "INSERT INTO inbound_message (id, endpoint_id, workspace_id, connection_id, kind, \
          verification, headers, body_digest, provider_event_id, event, subject, msg_id, \
-         outbox_id, replay_of) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, $11, $12, $13, $14)",
+         outbox_id, replay_of, trace_context) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, $11, $12, $13, $14, \
+         NULLIF($15::jsonb, '{}'::jsonb))",
         [
             message_id.into(),
             ep.endpoint_id.into(),
@@ -192,6 +197,7 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
             msg_id.clone().into(),
             outbox_id.into(),
             replay_of.into(),
+            trace_context.into(),
         ],
     ))
     .await?;

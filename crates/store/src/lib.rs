@@ -15,5 +15,6 @@ pub mod lifecycle;
 pub mod outbox;
 pub mod scm_scope;
 pub mod secrets;
+pub mod trace;
 
 pub use sea_orm;

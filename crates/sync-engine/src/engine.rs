@@ -15,6 +15,7 @@ use lifecycle_core::job::SyncJobType;
 use lifecycle_core::listing::{ListingFault, NextStep, UpstreamListing};
 use lifecycle_core::vendor_error::VendorErrorClass;
 use sqlx::PgPool;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::jobs::{ClaimedJob, JobControl, JobOutcome, Jobs};
@@ -137,8 +138,28 @@ impl<V: Vendor> Engine<V> {
     }
 
     /// Runs a claimed job to its end and records the outcome on its row.
-    #[tracing::instrument(skip_all, fields(vendor = V::KIND.as_str(), job_id = %job.id, connection_id = %job.connection_id, workspace_id = %job.workspace_id, job_type = %job.job_type))]
     pub async fn run(
+        &self,
+        job: &ClaimedJob,
+        provider_instance_id: Uuid,
+        source: V::Source,
+    ) -> Result<JobOutcome, sqlx::Error> {
+        let span = tracing::info_span!(
+            "sync job",
+            vendor = V::KIND.as_str(),
+            job_id = %job.id,
+            connection_id = %job.connection_id,
+            workspace_id = %job.workspace_id,
+            job_type = %job.job_type,
+        );
+        // A job's spans continue the trace of the request or schedule that queued it.
+        store::trace::continue_from_map(&span, &job.trace_context);
+        self.run_traced(job, provider_instance_id, source)
+            .instrument(span)
+            .await
+    }
+
+    async fn run_traced(
         &self,
         job: &ClaimedJob,
         provider_instance_id: Uuid,
@@ -391,7 +412,11 @@ impl<V: Vendor> Engine<V> {
             if self.vendor.check_page(pass, scope, &page).await? == PageCheck::SkipScope {
                 return Ok((None, Listed::Skipped));
             }
-            let applied = self.vendor.write_page(pass, scope, class, &page).await?;
+            let applied = self
+                .vendor
+                .write_page(pass, scope, class, &page)
+                .instrument(tracing::info_span!("page write"))
+                .await?;
             let read = page.listing();
             *done += read.ids.len() as i64;
             metrics::counter!("sync_items_total", "vendor" => V::KIND.as_str(), "class" => V::class_name(class))
@@ -415,7 +440,9 @@ impl<V: Vendor> Engine<V> {
             Err(reason) => Listed::Partial(reason.to_string()),
         };
         let decision = sweep.decide(finished, &self.settings.blast_radius);
-        self.apply_decision(pass, scope, class, decision).await?;
+        self.apply_decision(pass, scope, class, decision)
+            .instrument(tracing::info_span!("sweep"))
+            .await?;
         Ok((stop, listed))
     }
 
