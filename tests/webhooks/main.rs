@@ -14,3 +14,4 @@ mod history;
 mod redeliver;
 mod released;
 mod signals;
+mod traces;

@@ -181,3 +181,38 @@ pub const ERASABLE: store::erasure::Erasable = store::erasure::Erasable {
     connection_subjects: store::erasure::no_subjects,
     workspace_subjects: store::erasure::no_workspace_subjects,
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use store::trace::{TRACE_LINK, TRACEPARENT, TRACESTATE};
+
+    const FIRST: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    #[test]
+    fn a_replay_links_the_trace_it_first_travelled_in_and_drops_its_context() {
+        let mut h = BTreeMap::from([
+            (TRACEPARENT.to_owned(), FIRST.to_owned()),
+            (TRACESTATE.to_owned(), "a=b".to_owned()),
+        ]);
+        relink_trace(&mut h);
+        assert_eq!(h.get(TRACE_LINK).map(String::as_str), Some(FIRST));
+        assert!(!h.contains_key(TRACEPARENT) && !h.contains_key(TRACESTATE));
+    }
+
+    #[test]
+    fn a_replay_of_a_replay_keeps_the_first_original_and_a_malformed_one_is_dropped() {
+        let mut h = BTreeMap::from([
+            (TRACE_LINK.to_owned(), FIRST.to_owned()),
+            (
+                TRACEPARENT.to_owned(),
+                "00-1af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_owned(),
+            ),
+        ]);
+        relink_trace(&mut h);
+        assert_eq!(h[TRACE_LINK], FIRST);
+        let mut bad = BTreeMap::from([(TRACEPARENT.to_owned(), "garbage".to_owned())]);
+        relink_trace(&mut bad);
+        assert!(bad.is_empty(), "{bad:?}");
+    }
+}

@@ -138,7 +138,7 @@ impl Service {
             routes,
         } = self;
         // Every API request is a server span continuing the caller's trace (health is not).
-        let routes = routes.route_layer(axum::middleware::from_fn(
+        let routes = routes.layer(axum::middleware::from_fn(
             move |request: axum::extract::Request, next: axum::middleware::Next| {
                 crate::telemetry::trace_request(name, request, next)
             },

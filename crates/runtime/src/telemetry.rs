@@ -149,7 +149,8 @@ where
 }
 
 /// A JSON log line with the `trace_id` and `span_id` of the span it was logged in, so logs and
-/// traces join.
+/// traces join. The ids are asked of the process's (global) subscriber, as [`init`] installs
+/// it; under a scoped one (`tracing::subscriber::with_default`) lines carry none.
 struct WithTraceIds<F>(F);
 
 impl<S, N, F> FormatEvent<S, N> for WithTraceIds<F>
@@ -297,6 +298,47 @@ mod tests {
             text.contains("runtime_telemetry_test_total 3"),
             "metrics text was: {text}"
         );
+    }
+
+    #[derive(Clone, Default)]
+    struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn json_log_lines_carry_the_trace_and_span_ids_of_their_span() {
+        // The process's subscriber, as a service installs it (nextest runs each test in its own
+        // process): from inside an event only the global dispatcher can be asked for the span.
+        let sink = Sink::default();
+        let lines = sink.clone();
+        let _guard =
+            init_with_writer("test-ids", LogFormat::Json, None, move || lines.clone()).unwrap();
+        tracing::info!("outside");
+        let ids = {
+            let span = tracing::info_span!("work", job = 7);
+            let _entered = span.enter();
+            tracing::info!("inside");
+            current_ids().expect("a traced span")
+        };
+        let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(lines[0].get("trace_id").is_none(), "{text}");
+        assert_eq!(lines[1]["message"], "inside");
+        assert_eq!(lines[1]["span"]["job"], 7, "the span's fields stay: {text}");
+        assert_eq!(lines[1]["trace_id"], ids.0.as_str(), "{text}");
+        assert_eq!(lines[1]["span_id"], ids.1.as_str(), "{text}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -155,6 +155,14 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
     .outbox_message(new.subject.clone(), msg_id.clone())
     // The delivery's trace travels with its dispatch record and message (inline publish too).
     .traced();
+    // A replay is linked to the trace its original delivery travelled in.
+    let message = match replay_of {
+        Some(of) => match original_traceparent(db, of).await? {
+            Some(original) => message.header(crate::trace::TRACE_LINK, original),
+            None => message,
+        },
+        None => message,
+    };
 
     // Raw body first, then the message that points at it, then its dispatch record.
     db.execute_raw(Statement::from_sql_and_values(
@@ -208,6 +216,26 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
         msg_id,
         message,
     }))
+}
+
+/// The `traceparent` inbound message `id` was delivered in, if it was traced and it is valid.
+async fn original_traceparent<C: ConnectionTrait>(
+    db: &C,
+    id: Uuid,
+) -> Result<Option<String>, DbErr> {
+    let row = db
+        .query_one_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT trace_context ->> 'traceparent' AS traceparent FROM inbound_message \
+             WHERE id = $1",
+            [id.into()],
+        ))
+        .await?;
+    let value: Option<String> = match row {
+        Some(row) => row.try_get("", "traceparent")?,
+        None => None,
+    };
+    Ok(value.filter(|v| crate::trace::parse_traceparent(v).is_some()))
 }
 
 /// What [`insert_dedup_keys`] found.
