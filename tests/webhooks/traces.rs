@@ -19,7 +19,7 @@ fn in_trace<'a>(spans: &'a [ReceivedSpan], trace_id: &str) -> Vec<&'a ReceivedSp
 }
 
 /// The webhook's server span in ingress, once it arrived.
-fn webhook_request<'a>(spans: &'a [ReceivedSpan], nth: usize) -> Option<&'a ReceivedSpan> {
+fn webhook_request(spans: &[ReceivedSpan], nth: usize) -> Option<&ReceivedSpan> {
     let mut requests: Vec<&ReceivedSpan> = spans
         .iter()
         .filter(|s| s.kind == "server" && s.attr("http.route") == Some("/webhooks/github"))

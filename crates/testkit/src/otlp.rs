@@ -280,7 +280,7 @@ async fn list(State(shared): State<Shared>) -> String {
             )
         })
         .collect();
-    rows.sort_by(|a, b| b.0.cmp(&a.0));
+    rows.sort_by_key(|row| std::cmp::Reverse(row.0));
     let mut text =
         String::from("trace id                          root span (GET /traces/<id> shows one)\n");
     for (_, row) in rows {
