@@ -25,6 +25,7 @@ mod m0018_credentials_refused;
 mod m0019_repository_renamed_at;
 mod m0020_gitlab_watermark;
 mod m0021_registration;
+mod m0024_trace_context;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -139,6 +140,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0021_registration",
                 up: m0021_registration::UP,
+            }),
+            Box::new(Sql {
+                name: "m0024_trace_context",
+                up: m0024_trace_context::UP,
             }),
         ]
     }

@@ -16,3 +16,4 @@ mod metrics;
 mod redeliver;
 mod released;
 mod signals;
+mod traces;

@@ -331,6 +331,7 @@ async fn handle_one<H: Handler>(handler: &H, delivery: Delivery) {
         Ok(m) => m,
         // A message that does not decode never will.
         Err(reason) => {
+            tracing::Span::current().record("otel.status_code", "ERROR");
             report::failed(&consumer, "undecodable");
             delivery.reject(&format!("undecodable: {reason}")).await;
             return report::handled(&consumer, "dead", started.elapsed());
@@ -366,11 +367,13 @@ async fn handle_one<H: Handler>(handler: &H, delivery: Delivery) {
             report::handled(&consumer, settle.outcome(), started.elapsed());
         }
         Err(HandlerError::Transient(reason)) => {
+            tracing::Span::current().record("otel.status_code", "ERROR");
             report::failed(&consumer, "transient");
             delivery.retry(&reason).await;
             report::handled(&consumer, failure, started.elapsed());
         }
         Err(HandlerError::Permanent(reason)) => {
+            tracing::Span::current().record("otel.status_code", "ERROR");
             report::failed(&consumer, "permanent");
             delivery.reject(&reason).await;
             report::handled(&consumer, "dead", started.elapsed());
@@ -586,9 +589,9 @@ pub async fn run<H: Handler>(
         };
         // Reap finished handlers so the set does not grow.
         while in_flight.try_join_next().is_some() {}
-        let (attempt, stored_at) = match message.info() {
-            Ok(info) => (info.delivered, info.published),
-            Err(_) => (1, OffsetDateTime::now_utc()),
+        let (attempt, stored_at, sequence) = match message.info() {
+            Ok(info) => (info.delivered, info.published, info.stream_sequence),
+            Err(_) => (1, OffsetDateTime::now_utc(), 0),
         };
         let subject = ns
             .strip(message.subject.as_str())
@@ -616,13 +619,20 @@ pub async fn run<H: Handler>(
         }
         let span = tracing::info_span!(
             "message",
+            otel.name = %format_args!("consume {}", ctx.spec.durable),
+            otel.kind = "consumer",
+            otel.status_code = tracing::field::Empty,
             consumer = %consumer_name,
             subject = %delivery.subject,
+            stream_sequence = sequence,
             attempt,
             workspace_id = delivery.header(headers::WORKSPACE).unwrap_or_default(),
             connection_id = delivery.header(headers::CONNECTION).unwrap_or_default(),
             delivery_id = delivery.header(headers::DELIVERY).unwrap_or_default(),
+            replay_of = delivery.header(store::headers::REPLAY_OF).unwrap_or_default(),
         );
+        // The handling continues the trace the message carries (and links a replay's original).
+        store::trace::continue_from(&span, |name| delivery.header(name));
         let handler = handler.clone();
         in_flight.spawn(
             async move {

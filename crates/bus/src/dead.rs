@@ -97,8 +97,9 @@ pub async fn replay(
         .one(&txn)
         .await?
         .ok_or(ReplayError::NotFound(id))?;
-    let headers: BTreeMap<String, String> =
+    let mut headers: BTreeMap<String, String> =
         serde_json::from_value(row.headers.clone()).unwrap_or_default();
+    relink_trace(&mut headers);
     // A message of a connection replays only while it is active (and its endpoint enabled).
     if let Some(conn) = headers.get(store::headers::CONNECTION) {
         let conn = Uuid::parse_str(conn).unwrap_or_default();
@@ -123,6 +124,21 @@ pub async fn replay(
     let updated = active.update(&txn).await?;
     txn.commit().await?;
     Ok(updated)
+}
+
+/// A replay travels in the trace of whoever replays it (the enqueue stamps it) and is linked to
+/// the trace the message first travelled in: that `traceparent` moves to
+/// [`store::trace::TRACE_LINK`] (a replay of a replay keeps the first original).
+pub fn relink_trace(headers: &mut BTreeMap<String, String>) {
+    use store::trace::{TRACE_LINK, TRACEPARENT, TRACESTATE};
+    let original = headers.remove(TRACEPARENT);
+    headers.remove(TRACESTATE);
+    if let Some(original) = original
+        && !headers.contains_key(TRACE_LINK)
+        && store::trace::parse_traceparent(&original).is_some()
+    {
+        headers.insert(TRACE_LINK.to_owned(), original);
+    }
 }
 
 /// What the bus holds of a connection, for the eraser: dispatch records of content not yet
@@ -165,3 +181,38 @@ pub const ERASABLE: store::erasure::Erasable = store::erasure::Erasable {
     connection_subjects: store::erasure::no_subjects,
     workspace_subjects: store::erasure::no_workspace_subjects,
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use store::trace::{TRACE_LINK, TRACEPARENT, TRACESTATE};
+
+    const FIRST: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    #[test]
+    fn a_replay_links_the_trace_it_first_travelled_in_and_drops_its_context() {
+        let mut h = BTreeMap::from([
+            (TRACEPARENT.to_owned(), FIRST.to_owned()),
+            (TRACESTATE.to_owned(), "a=b".to_owned()),
+        ]);
+        relink_trace(&mut h);
+        assert_eq!(h.get(TRACE_LINK).map(String::as_str), Some(FIRST));
+        assert!(!h.contains_key(TRACEPARENT) && !h.contains_key(TRACESTATE));
+    }
+
+    #[test]
+    fn a_replay_of_a_replay_keeps_the_first_original_and_a_malformed_one_is_dropped() {
+        let mut h = BTreeMap::from([
+            (TRACE_LINK.to_owned(), FIRST.to_owned()),
+            (
+                TRACEPARENT.to_owned(),
+                "00-1af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_owned(),
+            ),
+        ]);
+        relink_trace(&mut h);
+        assert_eq!(h[TRACE_LINK], FIRST);
+        let mut bad = BTreeMap::from([(TRACEPARENT.to_owned(), "garbage".to_owned())]);
+        relink_trace(&mut bad);
+        assert!(bad.is_empty(), "{bad:?}");
+    }
+}

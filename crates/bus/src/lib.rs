@@ -17,6 +17,7 @@ use std::time::Duration;
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, message::PublishMessage};
 use bytes::Bytes;
+use tracing::Instrument as _;
 
 pub use namespace::Namespace;
 pub use streams::{Stream, StreamSettings};
@@ -378,10 +379,27 @@ impl Bus {
                 max: MAX_CONTROL_LINE - PUB_LINE_ROOM,
             });
         }
-        let err = move |message: String, permanent: bool| BusError::Publish {
-            subject: full.clone(),
-            message,
-            permanent,
+        // One producer span per message, from the send until the stream's ack.
+        let span = tracing::info_span!(
+            "publish",
+            otel.name = %format_args!("publish {}", subject.split('.').next().unwrap_or_default()),
+            otel.kind = "producer",
+            otel.status_code = tracing::field::Empty,
+            subject,
+            msg_id,
+            stream_sequence = tracing::field::Empty,
+            duplicate = tracing::field::Empty,
+        );
+        let err = {
+            let span = span.clone();
+            move |message: String, permanent: bool| {
+                span.record("otel.status_code", "ERROR");
+                BusError::Publish {
+                    subject: full.clone(),
+                    message,
+                    permanent,
+                }
+            }
         };
         let ack = self
             .js
@@ -392,6 +410,7 @@ impl Bus {
                     .headers(headers)
                     .message_id(msg_id),
             )
+            .instrument(span.clone())
             .await
             .map_err(|e| {
                 let connected =
@@ -402,11 +421,15 @@ impl Bus {
             let ack = ack
                 .await
                 .map_err(|e| err(e.to_string(), publish_failure_is_permanent(&e, true)))?;
+            let span = tracing::Span::current();
+            span.record("stream_sequence", ack.sequence);
+            span.record("duplicate", ack.duplicate);
             Ok(Published {
                 sequence: ack.sequence,
                 duplicate: ack.duplicate,
             })
-        })
+        }
+        .instrument(span))
     }
 }
 

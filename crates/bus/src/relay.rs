@@ -23,6 +23,7 @@ use sea_orm::{
 use sqlx::postgres::PgListener;
 use store::entity::outbox;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::{Bus, BusError, Stream, dead};
 
@@ -196,6 +197,9 @@ impl Relay {
             .flatten()
             .filter_map(|(k, v)| v.as_str().map(|v| (k.as_str(), v)));
         let headers = crate::header_map(pairs).map_err(|e| refuse(e.to_string()))?;
+        // The publish continues the trace of whoever wrote the row.
+        let span = tracing::info_span!("outbox relay", outbox_id = %row.id);
+        store::trace::continue_from(&span, |name| row.headers.get(name)?.as_str());
         self.bus
             .publish_start(
                 &row.subject,
@@ -203,6 +207,7 @@ impl Relay {
                 headers,
                 Bytes::from(row.payload.clone()),
             )
+            .instrument(span)
             .await
     }
 

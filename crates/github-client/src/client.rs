@@ -637,10 +637,13 @@ impl GithubClient {
         V: Serialize,
     {
         let url = &self.shared.graphql_url;
+        // The call's client span, to record the query's cost on once it is decoded.
+        let call = std::sync::OnceLock::new();
         let (headers, body) = self
             .shared
             .retry
             .run(name, || async {
+                call.get_or_init(tracing::Span::current);
                 self.admit(Resource::Graphql, name)?;
                 self.send(Method::POST, url, Resource::Graphql, Some(&operation))
                     .await
@@ -685,6 +688,9 @@ impl GithubClient {
         let rate_limit = match data.rate_limit() {
             Some(fields) => {
                 let seen = rate_limit_from(name, fields)?;
+                if let Some(span) = call.get() {
+                    vendor_http::record_cost(span, seen.cost.into(), Some(seen.remaining.into()));
+                }
                 lock(&self.shared.ledger).record(Resource::Graphql, name, seen);
                 Some(seen)
             }
@@ -710,8 +716,18 @@ impl GithubClient {
             .retry
             .run(operation, || async {
                 self.admit(Resource::Rest, operation)?;
-                self.send::<()>(Method::GET, url, Resource::Rest, None)
-                    .await
+                let answer = self
+                    .send::<()>(Method::GET, url, Resource::Rest, None)
+                    .await;
+                if let Ok((headers, _)) = &answer {
+                    // Each REST request costs one.
+                    vendor_http::record_cost(
+                        &tracing::Span::current(),
+                        1,
+                        vendor_http::header_number(headers, "x-ratelimit-remaining"),
+                    );
+                }
+                answer
             })
             .await?;
         record_rest(&self.shared.ledger, operation, &headers);

@@ -138,6 +138,12 @@ impl Service {
             routes,
         } = self;
         let routes = crate::http_metrics::layer(routes, name);
+        // Every API request is a server span continuing the caller's trace (health is not).
+        let routes = routes.layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                crate::telemetry::trace_request(name, request, next)
+            },
+        ));
         let health = crate::health::router(HealthState {
             db: db.clone(),
             nats,

@@ -15,6 +15,8 @@ use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -75,23 +77,39 @@ pub fn init(
     format: LogFormat,
     otlp_endpoint: Option<&str>,
 ) -> anyhow::Result<TelemetryGuard> {
+    init_with_writer(service, format, otlp_endpoint, std::io::stdout)
+}
+
+/// [`init`], with log lines written to `writer` (a test reading back what was logged).
+///
+/// Spans are always traced, exported or not, so trace context travels between services and log
+/// lines carry `trace_id`/`span_id` even without an exporter. `RUST_LOG` filters the log lines
+/// only; spans at `info` and above are traced whatever it says (a quiet log must not cut a
+/// trace in two). Sampling follows `OTEL_TRACES_SAMPLER`/`OTEL_TRACES_SAMPLER_ARG` (the SDK
+/// reads them); the default, `parentbased_always_on`, keeps every trace, so every error trace.
+pub fn init_with_writer<W>(
+    service: &str,
+    format: LogFormat,
+    otlp_endpoint: Option<&str>,
+    writer: W,
+) -> anyhow::Result<TelemetryGuard>
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     crate::crypto::install_crypto_provider();
     metrics_handle();
 
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,sea_orm_migration=warn"));
-    let fmt_layer = log_layer(format, std::io::stdout);
+    let fmt_layer = log_layer(format, writer).with_filter(filter);
 
-    let provider = match otlp_endpoint.filter(|e| !e.trim().is_empty()) {
-        Some(endpoint) => Some(tracer_provider(service, endpoint)?),
-        None => None,
-    };
-    let otel_layer = provider
-        .as_ref()
-        .map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer(service.to_owned())));
+    let exporting = otlp_endpoint.is_some_and(|e| !e.trim().is_empty());
+    let provider = tracer_provider(service, otlp_endpoint.filter(|e| !e.trim().is_empty()))?;
+    let otel_layer = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer(service.to_owned()))
+        .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
 
     let installed = tracing_subscriber::registry()
-        .with(filter)
         .with(fmt_layer)
         .with(otel_layer)
         .try_init()
@@ -100,13 +118,13 @@ pub fn init(
         // Another call already installed the process's subscriber; ours would see no spans.
         return Ok(TelemetryGuard { provider: None });
     }
-    if provider.is_some() {
-        opentelemetry::global::set_text_map_propagator(
-            opentelemetry_sdk::propagation::TraceContextPropagator::new(),
-        );
-    }
-    tracing::debug!(service, otlp = provider.is_some(), "telemetry initialised");
-    Ok(TelemetryGuard { provider })
+    opentelemetry::global::set_text_map_propagator(
+        opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+    );
+    tracing::debug!(service, otlp = exporting, "telemetry initialised");
+    Ok(TelemetryGuard {
+        provider: Some(provider),
+    })
 }
 
 /// The log lines of a service in `format`, written to `writer`: stdout in a service, a buffer in
@@ -123,13 +141,71 @@ where
                 .flatten_event(true)
                 .with_current_span(true)
                 .with_span_list(false)
+                .map_event_format(WithTraceIds)
                 .with_writer(writer),
         ),
         LogFormat::Pretty => Box::new(tracing_subscriber::fmt::layer().with_writer(writer)),
     }
 }
 
-fn tracer_provider(service: &str, endpoint: &str) -> anyhow::Result<SdkTracerProvider> {
+/// A JSON log line with the `trace_id` and `span_id` of the span it was logged in, so logs and
+/// traces join. The ids are asked of the process's (global) subscriber, as [`init`] installs
+/// it; under a scoped one (`tracing::subscriber::with_default`) lines carry none.
+struct WithTraceIds<F>(F);
+
+impl<S, N, F> FormatEvent<S, N> for WithTraceIds<F>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    F: FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        // Asked before the inner format locks any span's extensions.
+        let ids = current_ids();
+        let mut line = String::new();
+        self.0.format_event(ctx, Writer::new(&mut line), event)?;
+        match (ids, line.trim_end().strip_suffix('}')) {
+            (Some((trace_id, span_id)), Some(head)) => {
+                let comma = if head.trim_end().ends_with('{') {
+                    ""
+                } else {
+                    ","
+                };
+                writeln!(
+                    writer,
+                    "{head}{comma}\"trace_id\":\"{trace_id}\",\"span_id\":\"{span_id}\"}}"
+                )
+            }
+            _ => writer.write_str(&line),
+        }
+    }
+}
+
+/// The trace id and span id of the current span as lower-case hex, when it is traced.
+pub fn current_ids() -> Option<(String, String)> {
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let cx = tracing::Span::current().context();
+    let span = cx.span();
+    let sc = span.span_context();
+    sc.is_valid()
+        .then(|| (sc.trace_id().to_string(), sc.span_id().to_string()))
+}
+
+/// The process's tracer: exporting over OTLP/HTTP to `endpoint` when set, else tracing only (ids
+/// for propagation and logs, nothing exported).
+fn tracer_provider(service: &str, endpoint: Option<&str>) -> anyhow::Result<SdkTracerProvider> {
+    let resource = Resource::builder()
+        .with_service_name(service.to_owned())
+        .build();
+    let Some(endpoint) = endpoint else {
+        return Ok(SdkTracerProvider::builder().with_resource(resource).build());
+    };
     // The exporter's HTTP client panics without a process-wide rustls provider.
     crate::install_crypto_provider();
     let base = endpoint.trim_end_matches('/');
@@ -155,11 +231,7 @@ fn tracer_provider(service: &str, endpoint: &str) -> anyhow::Result<SdkTracerPro
         BatchSpanProcessor::builder(exporter, opentelemetry_sdk::runtime::Tokio).build();
     Ok(SdkTracerProvider::builder()
         .with_span_processor(processor)
-        .with_resource(
-            Resource::builder()
-                .with_service_name(service.to_owned())
-                .build(),
-        )
+        .with_resource(resource)
         .build())
 }
 
@@ -169,6 +241,40 @@ fn tracer_provider(service: &str, endpoint: &str) -> anyhow::Result<SdkTracerPro
 pub const SECONDS_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
 ];
+
+/// Serves one request of `service` inside a server span that continues the trace the request's
+/// `traceparent`/`tracestate` carry (parsed by the W3C propagator, never copied), or starts one.
+pub async fn trace_request(
+    service: &'static str,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use tracing::Instrument as _;
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_default();
+    let method = request.method().clone();
+    let span = tracing::info_span!(
+        "http request",
+        otel.name = %format_args!("{method} {route}"),
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        forgesync.service = service,
+        http.request.method = %method,
+        http.route = %route,
+        http.response.status_code = tracing::field::Empty,
+    );
+    let headers = request.headers();
+    store::trace::continue_from(&span, |name| headers.get(name)?.to_str().ok());
+    let response = next.run(request).instrument(span.clone()).await;
+    span.record("http.response.status_code", response.status().as_u16());
+    if response.status().is_server_error() {
+        span.record("otel.status_code", "ERROR");
+    }
+    response
+}
 
 /// The process's Prometheus handle, installing the global metrics recorder on first use.
 pub fn metrics_handle() -> PrometheusHandle {
@@ -207,11 +313,52 @@ mod tests {
         );
     }
 
+    #[derive(Clone, Default)]
+    struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn json_log_lines_carry_the_trace_and_span_ids_of_their_span() {
+        // The process's subscriber, as a service installs it (nextest runs each test in its own
+        // process): from inside an event only the global dispatcher can be asked for the span.
+        let sink = Sink::default();
+        let lines = sink.clone();
+        let _guard =
+            init_with_writer("test-ids", LogFormat::Json, None, move || lines.clone()).unwrap();
+        tracing::info!("outside");
+        let ids = {
+            let span = tracing::info_span!("work", job = 7);
+            let _entered = span.enter();
+            tracing::info!("inside");
+            current_ids().expect("a traced span")
+        };
+        let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(lines[0].get("trace_id").is_none(), "{text}");
+        assert_eq!(lines[1]["message"], "inside");
+        assert_eq!(lines[1]["span"]["job"], 7, "the span's fields stay: {text}");
+        assert_eq!(lines[1]["trace_id"], ids.0.as_str(), "{text}");
+        assert_eq!(lines[1]["span_id"], ids.1.as_str(), "{text}");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn otlp_export_builds_and_shuts_down() {
         // Nothing listens there: building must still work and shutdown must not hang.
         use opentelemetry::trace::{Span as _, Tracer as _};
-        let guard = tracer_provider("test-otlp", "http://127.0.0.1:9/").unwrap();
+        let guard = tracer_provider("test-otlp", Some("http://127.0.0.1:9/")).unwrap();
         guard.tracer("t").start("span").end();
         let started = std::time::Instant::now();
         drop(TelemetryGuard {

@@ -152,7 +152,17 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
         replay_of,
         body: if inline { new.body.clone() } else { Vec::new() },
     }
-    .outbox_message(new.subject.clone(), msg_id.clone());
+    .outbox_message(new.subject.clone(), msg_id.clone())
+    // The delivery's trace travels with its dispatch record and message (inline publish too).
+    .traced();
+    // A replay is linked to the trace its original delivery travelled in.
+    let message = match replay_of {
+        Some(of) => match original_traceparent(db, of).await? {
+            Some(original) => message.header(crate::trace::TRACE_LINK, original),
+            None => message,
+        },
+        None => message,
+    };
 
     // Raw body first, then the message that points at it, then its dispatch record.
     db.execute_raw(Statement::from_sql_and_values(
@@ -171,12 +181,15 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
     let outbox_id = Uuid::now_v7();
     let headers = serde_json::to_string(&new.headers)
         .map_err(|e| DbErr::Custom(format!("inbound headers: {e}")))?;
+    let trace_context = serde_json::to_string(&crate::trace::current())
+        .map_err(|e| DbErr::Custom(format!("trace context: {e}")))?;
     db.execute_raw(Statement::from_sql_and_values(
         DbBackend::Postgres,
         "INSERT INTO inbound_message (id, endpoint_id, workspace_id, connection_id, kind, \
          verification, headers, body_digest, provider_event_id, event, subject, msg_id, \
-         outbox_id, replay_of) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, $11, $12, $13, $14)",
+         outbox_id, replay_of, trace_context) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, $11, $12, $13, $14, \
+         NULLIF($15::jsonb, '{}'::jsonb))",
         [
             message_id.into(),
             ep.endpoint_id.into(),
@@ -192,6 +205,7 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
             msg_id.clone().into(),
             outbox_id.into(),
             replay_of.into(),
+            trace_context.into(),
         ],
     ))
     .await?;
@@ -202,6 +216,26 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
         msg_id,
         message,
     }))
+}
+
+/// The `traceparent` inbound message `id` was delivered in, if it was traced and it is valid.
+async fn original_traceparent<C: ConnectionTrait>(
+    db: &C,
+    id: Uuid,
+) -> Result<Option<String>, DbErr> {
+    let row = db
+        .query_one_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT trace_context ->> 'traceparent' AS traceparent FROM inbound_message \
+             WHERE id = $1",
+            [id.into()],
+        ))
+        .await?;
+    let value: Option<String> = match row {
+        Some(row) => row.try_get("", "traceparent")?,
+        None => None,
+    };
+    Ok(value.filter(|v| crate::trace::parse_traceparent(v).is_some()))
 }
 
 /// What [`insert_dedup_keys`] found.

@@ -28,6 +28,8 @@ pub async fn queue<C: ConnectionTrait>(
         status: Set(JobStatus::Queued),
         progress_done: Set(0),
         dedup_key: Set(dedup_key),
+        // The request or schedule queueing the job: its spans continue this trace.
+        trace_context: Set(trace_json(crate::trace::current())),
         ..Default::default()
     })
     .on_conflict(OnConflict::new().do_nothing().to_owned())
@@ -50,4 +52,9 @@ pub async fn queue<C: ConnectionTrait>(
     };
     outbox::enqueue_contract(db, &message).await?;
     Ok(Some(job))
+}
+
+/// A trace context as the JSON object stored on the row; `None` when not traced.
+fn trace_json(headers: std::collections::BTreeMap<String, String>) -> Option<serde_json::Value> {
+    (!headers.is_empty()).then(|| serde_json::json!(headers))
 }

@@ -17,5 +17,6 @@ pub mod outbox;
 pub mod registration;
 pub mod scm_scope;
 pub mod secrets;
+pub mod trace;
 
 pub use sea_orm;

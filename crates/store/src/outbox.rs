@@ -64,6 +64,13 @@ impl OutboxMessage {
         self
     }
 
+    /// Carries the current trace context (unless it already carries one); every enqueue does
+    /// this, a caller that publishes the message itself does it first.
+    pub fn traced(mut self) -> Self {
+        crate::trace::stamp(&mut self.headers);
+        self
+    }
+
     /// The id the relay will publish with for outbox row `id`.
     pub fn effective_msg_id(&self, id: Uuid) -> String {
         self.msg_id.clone().unwrap_or_else(|| id.to_string())
@@ -178,9 +185,11 @@ pub async fn enqueue<X: OutboxConn>(db: X, message: OutboxMessage) -> Result<Uui
 pub async fn enqueue_with_id<X: OutboxConn>(
     db: X,
     id: Uuid,
-    message: OutboxMessage,
+    mut message: OutboxMessage,
     hold: Duration,
 ) -> Result<Uuid, X::Error> {
+    // The record carries the trace of whoever wrote it, so its publish and handling continue it.
+    crate::trace::stamp(&mut message.headers);
     message
         .check()
         .map_err(|e| X::invalid(format!("outbox message refused: {e}")))?;

@@ -15,6 +15,7 @@ use lifecycle_core::job::SyncJobType;
 use lifecycle_core::listing::{ListingFault, NextStep, TotalCount, UpstreamListing};
 use lifecycle_core::vendor_error::VendorErrorClass;
 use sqlx::PgPool;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::jobs::{ClaimedJob, JobControl, JobOutcome, Jobs};
@@ -158,8 +159,28 @@ impl<V: Vendor> Engine<V> {
     }
 
     /// Runs a claimed job to its end and records the outcome on its row.
-    #[tracing::instrument(skip_all, fields(vendor = V::KIND.as_str(), job_id = %job.id, connection_id = %job.connection_id, workspace_id = %job.workspace_id, job_type = %job.job_type))]
     pub async fn run(
+        &self,
+        job: &ClaimedJob,
+        provider_instance_id: Uuid,
+        source: V::Source,
+    ) -> Result<JobOutcome, sqlx::Error> {
+        let span = tracing::info_span!(
+            "sync job",
+            vendor = V::KIND.as_str(),
+            job_id = %job.id,
+            connection_id = %job.connection_id,
+            workspace_id = %job.workspace_id,
+            job_type = %job.job_type,
+        );
+        // A job's spans continue the trace of the request or schedule that queued it.
+        store::trace::continue_from_map(&span, &job.trace_context);
+        self.run_traced(job, provider_instance_id, source)
+            .instrument(span)
+            .await
+    }
+
+    async fn run_traced(
         &self,
         job: &ClaimedJob,
         provider_instance_id: Uuid,
@@ -449,7 +470,11 @@ impl<V: Vendor> Engine<V> {
                 self.vendor.listing_ended(pass, scope, class, &end).await?;
                 return Ok((None, Listed::Skipped));
             }
-            let applied = self.vendor.write_page(pass, scope, class, &page).await?;
+            let applied = self
+                .vendor
+                .write_page(pass, scope, class, &page)
+                .instrument(tracing::info_span!("page write"))
+                .await?;
             pages_written += 1;
             let read = page.listing();
             if read.end_cursor.is_some() {
@@ -495,7 +520,9 @@ impl<V: Vendor> Engine<V> {
         };
         if whole {
             let decision = sweep.decide(finished, &self.settings.blast_radius);
-            self.apply_decision(pass, scope, class, decision).await?;
+            self.apply_decision(pass, scope, class, decision)
+                .instrument(tracing::info_span!("sweep"))
+                .await?;
         }
         self.vendor.listing_ended(pass, scope, class, &end).await?;
         Ok((stop, listed))

@@ -2,6 +2,7 @@
 //! run jobs and a dead replica's job is taken over after its lease; progress and cancellation are
 //! read and written through the same row. A replica claims only its vendor's jobs.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use lifecycle_core::job::SyncJobType;
@@ -20,6 +21,8 @@ pub struct ClaimedJob {
     pub scheduled: bool,
     /// When this replica claimed it (before it read the connection's credentials).
     pub claimed_at: time::OffsetDateTime,
+    /// The trace context of whoever queued it (`traceparent`, `tracestate`); empty when none.
+    pub trace_context: BTreeMap<String, String>,
 }
 
 impl ClaimedJob {
@@ -51,6 +54,7 @@ struct ClaimedRow {
     job_type: String,
     trigger: String,
     claimed_at: time::OffsetDateTime,
+    trace_context: Option<serde_json::Value>,
 }
 
 /// What the job should do after a heartbeat.
@@ -114,7 +118,8 @@ impl Jobs {
                     started_at = coalesce(started_at, now()), updated_at = now()
               WHERE id = $1 AND kind = $4
                 AND (status = 'queued' OR (status = 'running' AND lease_until < now()))
-          RETURNING id, connection_id, workspace_id, job_type, trigger, now() AS claimed_at",
+          RETURNING id, connection_id, workspace_id, job_type, trigger, now() AS claimed_at,
+                    trace_context",
         )
         .bind(job_id)
         .bind(&self.replica)
@@ -130,6 +135,10 @@ impl Jobs {
                 job_type: row.job_type.parse().ok()?,
                 scheduled: row.trigger == "scheduled",
                 claimed_at: row.claimed_at,
+                trace_context: row
+                    .trace_context
+                    .and_then(|v| serde_json::from_value(v).ok())
+                    .unwrap_or_default(),
             })
         }))
     }

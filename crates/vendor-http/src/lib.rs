@@ -102,8 +102,47 @@ impl RetryPolicy {
         }
     }
 
-    /// Runs `attempt` until it succeeds, fails for good, or the retries run out.
-    pub async fn run<T, E, F, Fut>(&self, operation: &'static str, attempt: F) -> Result<T, E>
+    /// Runs `attempt` until it succeeds, fails for good, or the retries run out, inside one
+    /// client span for the call (the vendor, `operation`, how many attempts it took; the client
+    /// adds the cost with [`record_cost`]).
+    pub async fn run<T, E, F, Fut>(&self, operation: &'static str, mut attempt: F) -> Result<T, E>
+    where
+        E: RetryableError,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        use tracing::Instrument as _;
+        let span = tracing::info_span!(
+            "vendor call",
+            otel.name = %format_args!("{} {operation}", E::VENDOR),
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            vendor = E::VENDOR,
+            operation,
+            attempts = tracing::field::Empty,
+            cost = tracing::field::Empty,
+            rate_limit_remaining = tracing::field::Empty,
+        );
+        let attempts = std::sync::atomic::AtomicU32::new(0);
+        let counted = || {
+            attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            attempt()
+        };
+        let result = self
+            .retry(operation, counted)
+            .instrument(span.clone())
+            .await;
+        span.record(
+            "attempts",
+            attempts.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        if result.is_err() {
+            span.record("otel.status_code", "ERROR");
+        }
+        result
+    }
+
+    async fn retry<T, E, F, Fut>(&self, operation: &'static str, attempt: F) -> Result<T, E>
     where
         E: RetryableError,
         F: FnMut() -> Fut,
@@ -131,5 +170,14 @@ impl RetryPolicy {
                 tracing::warn!(operation, error = %err, ?wait, "{} call failed; retrying", E::VENDOR);
             })
             .await
+    }
+}
+
+/// Records on a call's client span (the current span inside an attempt of
+/// [`RetryPolicy::run`]) what the call cost and what the vendor says is left.
+pub fn record_cost(span: &tracing::Span, cost: u64, remaining: Option<u64>) {
+    span.record("cost", cost);
+    if let Some(remaining) = remaining {
+        span.record("rate_limit_remaining", remaining);
     }
 }

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use sea_orm::TransactionTrait as _;
 use store::inbound::{Dedup, NewMessage, Recorded};
 use store::outbox::OutboxMessage;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::AppState;
@@ -82,7 +83,15 @@ pub async fn accept(
     // dispatch record that could never publish.
     routed.vet(state.bus.max_subject_bytes())?;
     let ids = endpoint.ids;
-    let txn = state.db.begin().await?;
+    // The transaction that makes the delivery durable: the dispatch record it writes carries
+    // this span's trace, which the publish and every consumer continue.
+    let insert = tracing::info_span!(
+        "durable insert",
+        vendor,
+        connection_id = %ids.connection_id,
+        outcome = tracing::field::Empty,
+    );
+    let txn = state.db.begin().instrument(insert.clone()).await?;
     let recorded = store::inbound::record(
         &txn,
         NewMessage {
@@ -106,6 +115,7 @@ pub async fn accept(
             relay_hold: state.settings.relay_hold,
         },
     )
+    .instrument(insert.clone())
     .await?;
     match recorded {
         Recorded::EndpointClosed => {
@@ -114,6 +124,7 @@ pub async fn accept(
         }
         Recorded::Duplicate => {
             let _ = txn.rollback().await;
+            insert.record("outcome", "duplicate");
             metrics::counter!("ingress_duplicates_total", "vendor" => vendor).increment(1);
             tracing::info!(vendor, endpoint = %ids.endpoint_id, connection = %ids.connection_id,
                 event_id = ?routed.event_id, "duplicate delivery; nothing stored");
@@ -124,7 +135,8 @@ pub async fn accept(
                 .into_response())
         }
         Recorded::Accepted(a) => {
-            txn.commit().await?;
+            txn.commit().instrument(insert.clone()).await?;
+            insert.record("outcome", "accepted");
             metrics::counter!("ingress_accepted_total", "vendor" => vendor).increment(1);
             tracing::info!(vendor, endpoint = %ids.endpoint_id, connection = %ids.connection_id,
                 workspace = %ids.workspace_id, message = %a.message_id, subject = %routed.subject,
@@ -147,15 +159,20 @@ pub fn spawn_publish(state: &AppState, outbox_id: Uuid, message: OutboxMessage) 
     };
     let bus = state.bus.clone();
     let published = state.published.clone();
-    tokio::spawn(async move {
-        let _permit = permit;
-        match publish_now(&bus, outbox_id, message).await {
-            Ok(landed) => published.record(landed),
-            Err(e) => {
-                tracing::warn!(error = %e, outbox = %outbox_id, "inline publish failed; the relay will retry");
+    // Inside the request's trace, though it outlives the response.
+    let span = tracing::info_span!("inline publish", outbox = %outbox_id);
+    tokio::spawn(
+        async move {
+            let _permit = permit;
+            match publish_now(&bus, outbox_id, message).await {
+                Ok(landed) => published.record(landed),
+                Err(e) => {
+                    tracing::warn!(error = %e, outbox = %outbox_id, "inline publish failed; the relay will retry");
+                }
             }
         }
-    });
+        .instrument(span),
+    );
 }
 
 /// Publishes and says where the stream stored the message (the ack's sequence).

@@ -107,6 +107,9 @@ pub struct Model {
     /// Passes started so far (a manual backfill repeats an incomplete one); `progress_done`
     /// counts the current pass.
     pub passes: i32,
+    /// The trace context of whoever queued the job (`traceparent`, `tracestate`): the job's
+    /// spans continue that trace.
+    pub trace_context: Option<Json>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -23,6 +23,7 @@ use sqlx::{PgConnection, PgPool};
 use store::admission::{self, Admitted, Origin, Refusal, Scope};
 use store::entity::ConnectionKind;
 use time::OffsetDateTime;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 /// What applying a delivery came to.
@@ -193,7 +194,24 @@ impl<A: WebhookApply> WebhookConsumer<A> {
         match self.vendor.decode(&hook)? {
             Some(payload) => {
                 *known = true;
-                self.vendor.apply(&hook, payload).await
+                // The mirror write: admission and the vendor's transaction.
+                let span = tracing::info_span!(
+                    "mirror write",
+                    vendor = A::KIND.as_str(),
+                    event = %event,
+                    outcome = tracing::field::Empty,
+                    otel.status_code = tracing::field::Empty,
+                );
+                let applied = self
+                    .vendor
+                    .apply(&hook, payload)
+                    .instrument(span.clone())
+                    .await;
+                match &applied {
+                    Ok(outcome) => span.record("outcome", outcome.as_str()),
+                    Err(_) => span.record("otel.status_code", "ERROR"),
+                };
+                applied
             }
             None => Ok(Outcome::Ignored),
         }

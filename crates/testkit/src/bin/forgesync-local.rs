@@ -33,6 +33,17 @@ enum Command {
         /// Do not start the GitHub simulator and its demo workspace.
         #[arg(long)]
         no_demo: bool,
+        /// Start a local OTLP/HTTP receiver and export every service's spans to it: traces are
+        /// listed as text at its `/traces` and appended to `--otlp-out` as JSON lines. (Without
+        /// it, `OTEL_EXPORTER_OTLP_ENDPOINT` sends spans to a collector of your own.)
+        #[arg(long)]
+        otlp: bool,
+        /// Where the local OTLP receiver listens.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:4318")]
+        otlp_listen: SocketAddr,
+        /// Where the local OTLP receiver appends every span, one JSON object a line.
+        #[arg(long, value_name = "FILE", default_value = "forgesync-traces.jsonl")]
+        otlp_out: std::path::PathBuf,
     },
     /// Print the erasure-completeness scan of a workspace as JSON: what of its connections'
     /// content remains, per table, stream and subject. Exits non-zero when anything remains.
@@ -57,7 +68,45 @@ fn env(var: &str) -> Result<String> {
 async fn main() -> Result<()> {
     runtime::install_crypto_provider();
     let cli = Cli::parse();
-    let _telemetry = runtime::telemetry::init("forgesync-local", runtime::LogFormat::Pretty, None)?;
+    // The receiver runs before telemetry starts, so the first span already has somewhere to go.
+    let receiver = match &cli.command {
+        Command::Up {
+            otlp: true,
+            otlp_listen,
+            otlp_out,
+            ..
+        } => {
+            let out = std::path::absolute(otlp_out)?;
+            let receiver = testkit::otlp::OtlpReceiver::start(*otlp_listen, Some(&out)).await?;
+            Some((receiver, out))
+        }
+        _ => None,
+    };
+    let endpoint = match &receiver {
+        Some((r, _)) => Some(r.endpoint()),
+        None => std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .ok()
+            .filter(|e| !e.trim().is_empty()),
+    };
+    let _telemetry = runtime::telemetry::init(
+        "forgesync-local",
+        runtime::LogFormat::Pretty,
+        endpoint.as_deref(),
+    )?;
+    let traces = match &receiver {
+        Some((r, out)) => format!(
+            "  traces        {0}/traces   (newest first; one trace: curl -s {0}/traces/<trace_id>)\n                every span as a JSON line in {1}\n",
+            r.endpoint(),
+            out.display()
+        ),
+        None => match &endpoint {
+            Some(e) => format!(
+                "  traces        exported to {}\n",
+                runtime::config::redact_url(e)
+            ),
+            None => String::new(),
+        },
+    };
     let database_url = env("DATABASE_URL")?;
     match cli.command {
         Command::ErasureScan {
@@ -77,9 +126,9 @@ async fn main() -> Result<()> {
             );
             Ok(())
         }
-        Command::Up { listen, no_demo } => {
-            up(&database_url, &env("NATS_URL")?, listen, !no_demo).await
-        }
+        Command::Up {
+            listen, no_demo, ..
+        } => up(&database_url, &env("NATS_URL")?, listen, !no_demo, &traces).await,
     }
 }
 
@@ -87,7 +136,13 @@ fn next_port(addr: SocketAddr, n: u16) -> SocketAddr {
     SocketAddr::new(addr.ip(), addr.port().saturating_add(n))
 }
 
-async fn up(database_url: &str, nats_url: &str, listen: SocketAddr, demo: bool) -> Result<()> {
+async fn up(
+    database_url: &str,
+    nats_url: &str,
+    listen: SocketAddr,
+    demo: bool,
+    traces: &str,
+) -> Result<()> {
     let shutdown = runtime::shutdown_token();
     let common = |port: SocketAddr, migrate: bool| {
         let mut c = testkit::common_args(database_url, nats_url, None);
@@ -153,7 +208,7 @@ forgesync is up.
   eraser        {eraser}   (disconnect and purge; health and metrics only)
   Postgres      {db}
   NATS          {nats}
-{demo_lines}
+{traces}{demo_lines}
 An operator's admin token valid for one hour (HS256, iss {iss}, aud {aud}, "operator": true):
   export TOKEN={token}
 
