@@ -741,8 +741,9 @@ fn check_public_routes(docs: &[&Value], fullname: &str, problems: &mut Vec<Strin
 
 /// `ConsumerSpec::new(Stream::X, "durable")` in a service's sources, as (STREAM, durable).
 fn declared_consumers<'a>(sources: impl Iterator<Item = &'a str>) -> BTreeSet<(String, String)> {
+    let sources: Vec<&str> = sources.collect();
     let mut found = BTreeSet::new();
-    for text in sources {
+    for text in sources.iter().copied() {
         for call in text.split("ConsumerSpec::new(Stream::").skip(1) {
             let Some((variant, rest)) = call.split_once(',') else {
                 continue;
@@ -751,7 +752,18 @@ fn declared_consumers<'a>(sources: impl Iterator<Item = &'a str>) -> BTreeSet<(S
             // kept as the template `{}-jobs`.
             let rest = rest.trim_start();
             let rest = rest.strip_prefix("format!(").unwrap_or(rest);
-            let Some(durable) = rest.strip_prefix('"').and_then(|r| r.split('"').next()) else {
+            // Or a constant: `const NAME: &str = "durable";` in the same sources.
+            let durable = match rest.strip_prefix('"') {
+                Some(r) => r.split('"').next(),
+                None => {
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                        .collect();
+                    constant_text(&sources, &name)
+                }
+            };
+            let Some(durable) = durable else {
                 continue;
             };
             // Stream::WebhooksGithub is the stream WEBHOOKS_GITHUB.
@@ -766,6 +778,18 @@ fn declared_consumers<'a>(sources: impl Iterator<Item = &'a str>) -> BTreeSet<(S
         }
     }
     found
+}
+
+/// The text of `const NAME: &str = "...";` in `sources`.
+fn constant_text<'a>(sources: &[&'a str], name: &str) -> Option<&'a str> {
+    if name.is_empty() {
+        return None;
+    }
+    let declaration = format!("const {name}: &str = \"");
+    sources.iter().find_map(|text| {
+        let (_, rest) = text.split_once(declaration.as_str())?;
+        rest.split('"').next()
+    })
 }
 
 /// KEDA scales each service on exactly the consumers its code declares.
@@ -1576,6 +1600,19 @@ mod tests {
         assert_eq!(parse_size("25m"), Some(25 << 20));
         assert_eq!(parse_size("26214400"), Some(26214400));
         assert_eq!(parse_size("1x"), None);
+    }
+
+    #[test]
+    fn a_durable_named_by_a_constant_is_declared() {
+        let sources = [
+            "pub const EVENTS: &str = \"svc-events\";",
+            "..ConsumerSpec::new(Stream::WebhooksGitlab, EVENTS)",
+        ];
+        let found = declared_consumers(sources.into_iter());
+        assert_eq!(
+            found,
+            BTreeSet::from([("WEBHOOKS_GITLAB".to_owned(), "svc-events".to_owned())])
+        );
     }
 
     #[test]

@@ -120,6 +120,8 @@ impl ClientFactory {
         config.retry = self.retry;
         let budget = Budget::keep(settings.min_remaining.unwrap_or(500));
         let client = GitlabClient::new(&config, token)?.with_budget(budget);
+        // What GitLab says is left, as `vendor_quota_remaining{vendor="gitlab",connection}`.
+        client.report_quota_as(conn.id.to_string());
         Ok(GitlabSource { client, settings })
     }
 }
