@@ -355,20 +355,45 @@ pub fn eraser_config(common: runtime::CommonArgs) -> eraser::Config {
 /// The routing key (`k1`) tests and the local stack sign GitLab route credentials with.
 pub const ROUTING_KEY: &[u8; 32] = b"forgesync-local-routing-key-0001";
 
+/// The `--routing-keys` flag of [`ROUTING_KEY`], as ingress and gitlab-sync take it.
+fn routing_keys_flag() -> String {
+    use base64::Engine as _;
+    format!(
+        "--routing-keys=k1={}",
+        base64::engine::general_purpose::STANDARD.encode(ROUTING_KEY)
+    )
+}
+
 /// ingress's config for the given flags, with the local stack's keys.
 pub fn ingress_config(common: runtime::CommonArgs) -> ingress::Config {
-    use base64::Engine as _;
     config(
         common,
         &[
             format!("--secret-key={}", secret_key()),
-            format!(
-                "--routing-keys=k1={}",
-                base64::engine::general_purpose::STANDARD.encode(ROUTING_KEY)
-            ),
+            routing_keys_flag(),
         ],
     )
     .expect("ingress's test flags parse")
+}
+
+/// gitlab-sync's config for the given flags, with the local stack's keys, no schedules and
+/// prompt filter refreshes; it registers group hooks at `public_webhook_url` (ingress's URL)
+/// when one is given.
+pub fn gitlab_sync_config(
+    common: runtime::CommonArgs,
+    public_webhook_url: Option<&str>,
+) -> gitlab_sync::Config {
+    let mut flags = vec![
+        format!("--secret-key={}", secret_key()),
+        routing_keys_flag(),
+        "--reconcile-cron=off".to_owned(),
+        "--backfill-cron=off".to_owned(),
+        "--filter-refresh-ms=200".to_owned(),
+    ];
+    if let Some(url) = public_webhook_url {
+        flags.push(format!("--public-webhook-url={url}"));
+    }
+    config(common, &flags).expect("gitlab-sync's test flags parse")
 }
 
 /// A bearer token valid for an hour: `role` is admin or viewer; `workspace` scopes it, and

@@ -1,7 +1,7 @@
 //! The local stack (`cargo xtask up`): every service that exists, in one process (each started
 //! through `testkit::spawn`), against the
-//! Postgres and NATS that xtask provisioned, plus the GitHub simulator with a demo workspace
-//! connected to it. (`cargo xtask migrate` and `reseal` run `forgesync-admin`, crates/admin.)
+//! Postgres and NATS that xtask provisioned, plus the GitHub and GitLab simulators with a demo
+//! workspace connected to both. (`cargo xtask migrate` and `reseal` run `forgesync-admin`, crates/admin.)
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
@@ -21,8 +21,8 @@ struct Cli {
 enum Command {
     /// Migrate, then run every service until Ctrl-C.
     Up {
-        /// Where control-api listens; ingress, github-sync and the eraser take the next three
-        /// ports.
+        /// Where control-api listens; ingress, github-sync, the eraser and gitlab-sync take the
+        /// next four ports.
         #[arg(
             long,
             env = "FORGESYNC_LISTEN",
@@ -30,7 +30,7 @@ enum Command {
             default_value = "127.0.0.1:8080"
         )]
         listen: SocketAddr,
-        /// Do not start the GitHub simulator and its demo workspace.
+        /// Do not start the GitHub and GitLab simulators and their demo workspace.
         #[arg(long)]
         no_demo: bool,
         /// Start a local OTLP/HTTP receiver and export every service's spans to it: traces are
@@ -172,6 +172,15 @@ async fn up(
     eraser_config.ledger_prune_cron = eraser_defaults.ledger_prune_cron;
     eraser_config.audit_prune_cron = eraser_defaults.audit_prune_cron;
     let eraser = testkit::spawn(eraser_config).await?;
+    // gitlab-sync registers each GitLab connection's group hook at ingress's URL.
+    let mut gitlab_config =
+        testkit::gitlab_sync_config(common(next_port(listen, 4), false), Some(&ingress.url()));
+    let gitlab_defaults: gitlab_sync::Config = testkit::config(
+        common(next_port(listen, 4), false),
+        &[format!("--secret-key={}", testkit::secret_key())],
+    )?;
+    gitlab_config.reconcile_cron = gitlab_defaults.reconcile_cron;
+    let gitlab_sync = testkit::spawn(gitlab_config).await?;
 
     let token = testkit::token(&keys, control_api::Role::Admin, None)?;
     let base = control_api.url();
@@ -179,6 +188,10 @@ async fn up(
         Some(start_demo(&base, &token).await?)
     } else {
         None
+    };
+    let gitlab = match &sim {
+        Some((_, ws, _)) => Some(start_gitlab_demo(&base, &token, ws).await?),
+        None => None,
     };
     // The walk-through's PAT connection names a repository its token resolves (the simulator's
     // when the demo runs); control-api refuses names the token cannot see.
@@ -189,15 +202,19 @@ async fn up(
         ),
         None => r#"{"kind":"github","settings":{"auth":"pat","repositories":["OWNER/NAME"]},"secrets":{"token":"<a PAT that can read OWNER/NAME>"}}"#.to_owned(),
     };
-    let demo_lines = match &sim {
-        Some((sim, ws, conn)) => format!(
-            "  GitHub sim    {}   (3 repositories, 300 issues and pull requests)\n\n\
-             A demo workspace {ws} has an active GitHub connection {conn} to the simulator;\n\
-             its INITIAL sync is running. Watch it:\n  \
-             curl -s {base}/workspaces/{ws}/connections/{conn}/jobs -H \"Authorization: Bearer $TOKEN\"\n",
-            sim.base_url()
+    let demo_lines = match (&sim, &gitlab) {
+        (Some((sim, ws, conn)), Some((gitlab, gl_conn))) => format!(
+            "  GitHub sim    {}   (3 repositories, 300 issues and pull requests)\n\
+             \x20 GitLab sim    {}   (group acme: 3 projects in it and a subgroup, 90 issues and merge requests with notes)\n\n\
+             A demo workspace {ws} has an active GitHub connection {conn} and an active GitLab\n\
+             connection {gl_conn} to the simulators; their INITIAL syncs are running. Watch them:\n  \
+             curl -s {base}/workspaces/{ws}/connections/{conn}/jobs -H \"Authorization: Bearer $TOKEN\"\n  \
+             curl -s {base}/workspaces/{ws}/connections/{gl_conn}/gitlab/activation -H \"Authorization: Bearer $TOKEN\"\n  \
+             curl -s {base}/workspaces/{ws}/gitlab/projects -H \"Authorization: Bearer $TOKEN\"\n",
+            sim.base_url(),
+            gitlab.base_url(),
         ),
-        None => String::new(),
+        _ => String::new(),
     };
     println!(
         r#"
@@ -206,6 +223,7 @@ forgesync is up.
   ingress       {ingress}   (webhooks: /webhooks/github, /webhooks/gitlab, /webhooks/slack, ...)
   github-sync   {sync}   (health and metrics only)
   eraser        {eraser}   (disconnect and purge; health and metrics only)
+  gitlab-sync   {gitlab_sync}   (health and metrics only)
   Postgres      {db}
   NATS          {nats}
 {traces}{demo_lines}
@@ -224,6 +242,7 @@ Ctrl-C stops everything.
         ingress = ingress.url(),
         sync = github_sync.url(),
         eraser = eraser.url(),
+        gitlab_sync = gitlab_sync.url(),
         iss = testkit::JWT_ISSUER,
         aud = testkit::JWT_AUDIENCE,
         db = runtime::config::redact_url(database_url),
@@ -235,8 +254,10 @@ Ctrl-C stops everything.
         ingress.stop().await,
         github_sync.stop().await,
         eraser.stop().await,
+        gitlab_sync.stop().await,
     ];
     drop(sim);
+    drop(gitlab);
     println!("forgesync stopped");
     results.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
 }
@@ -296,4 +317,101 @@ async fn start_demo(
     )
     .await?;
     Ok((sim, ws, conn))
+}
+
+/// Starts the GitLab simulator (group `acme` with a subgroup, three projects, issues, merge
+/// requests and notes) and connects the demo workspace to it through control-api; activation
+/// discovers the projects and registers the group hook at ingress.
+async fn start_gitlab_demo(
+    base: &str,
+    token: &str,
+    ws: &str,
+) -> Result<(vendor_sim::gitlab::GitlabSim, String)> {
+    use vendor_sim::gitlab::{DiffPosition, GitlabSim, Model, NewIssue, NewMergeRequest, NoteOn};
+    const TOKEN: &str = "glpat-forgesync-demo";
+    let mut model = Model::default();
+    model.add_token(TOKEN);
+    let acme = model.add_group(None, "acme");
+    let platform = model.add_group(Some(acme), "platform");
+    let projects = [
+        model.add_project(acme, "web"),
+        model.add_project(platform, "api"),
+        model.add_project(platform, "worker"),
+    ];
+    let start = time::OffsetDateTime::now_utc() - time::Duration::days(30);
+    for (p, project) in projects.into_iter().enumerate() {
+        for i in 0..30i64 {
+            let updated_at = start + time::Duration::hours(i * 3 + p as i64);
+            if i % 3 == 0 {
+                let iid = model.add_merge_request(
+                    project,
+                    NewMergeRequest {
+                        title: format!("Merge request {i}"),
+                        updated_at,
+                    },
+                );
+                let on = NoteOn::MergeRequest(project, iid);
+                model.add_note(on, "Looks good to me", false, None);
+                let head = model.merge_requests[&(project, iid)]
+                    .diff_head_sha
+                    .clone()
+                    .unwrap_or_default();
+                let diff = model.add_diff_note(
+                    on,
+                    "Could this be simpler?",
+                    DiffPosition::line("src/main.rs", 10, &head),
+                );
+                model.add_reply(diff, "Simplified.");
+            } else {
+                let iid = model.add_issue(
+                    project,
+                    NewIssue {
+                        title: format!("Issue {i}"),
+                        updated_at,
+                    },
+                );
+                model.add_note(
+                    NoteOn::Issue(project, iid),
+                    "Seen on staging too",
+                    false,
+                    None,
+                );
+            }
+        }
+    }
+    let sim = GitlabSim::start(model).await?;
+    let http = reqwest::Client::new();
+    let post = |path: String, body: Value| {
+        let req = http
+            .post(format!("{base}{path}"))
+            .bearer_auth(token)
+            .json(&body);
+        async move {
+            let res = req.send().await?;
+            let status = res.status();
+            let body: Value = res.json().await?;
+            anyhow::ensure!(
+                status.is_success(),
+                "GitLab demo setup: {path} answered {status}: {body}"
+            );
+            anyhow::Ok(body)
+        }
+    };
+    let conn = post(
+        format!("/workspaces/{ws}/connections"),
+        json!({
+            "kind": "gitlab",
+            "server_url": sim.base_url(),
+            "settings": { "group": "acme" },
+            "secrets": { "token": TOKEN },
+        }),
+    )
+    .await?;
+    let conn = conn["id"].as_str().context("connection id")?.to_owned();
+    post(
+        format!("/workspaces/{ws}/connections/{conn}/activate"),
+        json!({}),
+    )
+    .await?;
+    Ok((sim, conn))
 }
