@@ -1414,8 +1414,8 @@ mod tests {
         let copy = ChartCopy::new("dockerfile");
         copy.edit("deploy/Dockerfile", |t| {
             t.replace(
-                "ARG SERVICE_BINARIES=\"control-api eraser github-sync ingress\"",
-                "ARG SERVICE_BINARIES=\"control-api github-sync ingress\"",
+                "ARG SERVICE_BINARIES=\"control-api eraser github-sync gitlab-sync ingress\"",
+                "ARG SERVICE_BINARIES=\"control-api github-sync gitlab-sync ingress\"",
             )
         });
         let err = failure(&copy);
