@@ -514,7 +514,16 @@ impl GitlabClient {
             .retry
             .run(operation, || async {
                 self.admit(operation)?;
-                self.send(method.clone(), url, json).await
+                let answer = self.send(method.clone(), url, json).await;
+                if let Ok((headers, _)) = &answer {
+                    // GitLab counts requests: each GraphQL or REST call costs one.
+                    vendor_http::record_cost(
+                        &tracing::Span::current(),
+                        1,
+                        vendor_http::header_number(headers, "ratelimit-remaining"),
+                    );
+                }
+                answer
             })
             .await
     }
