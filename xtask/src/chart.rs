@@ -743,7 +743,7 @@ fn check_public_routes(docs: &[&Value], fullname: &str, problems: &mut Vec<Strin
 fn declared_consumers<'a>(sources: impl Iterator<Item = &'a str>) -> BTreeSet<(String, String)> {
     let sources: Vec<&str> = sources.collect();
     let mut found = BTreeSet::new();
-    for text in sources.iter().copied() {
+    for text in &sources {
         for call in text.split("ConsumerSpec::new(Stream::").skip(1) {
             let Some((variant, rest)) = call.split_once(',') else {
                 continue;
