@@ -44,6 +44,8 @@ struct Shared {
     sending: tokio::sync::Mutex<()>,
     /// Every execution of a hook so far.
     attempts: Mutex<Vec<HookAttempt>>,
+    /// Every call's operation, in the order the calls arrived.
+    log: Mutex<Vec<String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -77,6 +79,7 @@ impl GitlabSim {
             hooks_queued: tokio::sync::Notify::new(),
             sending: tokio::sync::Mutex::new(()),
             attempts: Mutex::new(Vec::new()),
+            log: Mutex::new(Vec::new()),
         });
         let app = Router::new()
             .route("/api/graphql", post(graphql_call))
@@ -164,6 +167,11 @@ impl GitlabSim {
     /// How many calls of `operation` were answered or refused.
     pub fn calls(&self, operation: &str) -> u64 {
         self.call_counts().get(operation).copied().unwrap_or(0)
+    }
+
+    /// Every call's operation (as [`ops`] names it), in the order the calls arrived.
+    pub fn call_log(&self) -> Vec<String> {
+        lock(&self.shared.log).clone()
     }
 
     /// Calls per operation.
@@ -269,6 +277,7 @@ async fn begin(
     operation: &str,
     headers: &HeaderMap,
 ) -> Result<Vec<GitlabFault>, Response> {
+    lock(&shared.log).push(operation.to_owned());
     let fired = lock(&shared.faults).on_call(operation);
     let delay: Duration = fired
         .iter()
