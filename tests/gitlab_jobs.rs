@@ -62,7 +62,8 @@ fn model() -> (Model, Vec<u64>) {
     for i in 0..ITEMS {
         let project = projects[(i % 12) as usize];
         let updated_at = base + time::Duration::seconds(i as i64);
-        if i % 3 == 0 {
+        // A third of each project's items are merge requests.
+        if (i / 12) % 3 == 0 {
             let iid = m.add_merge_request(
                 project,
                 NewMergeRequest {
