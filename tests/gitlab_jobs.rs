@@ -431,7 +431,7 @@ async fn activation_discovers_12_projects_registers_one_hook_and_initial_mirrors
             .find(|mr| {
                 mr.project == infra && mr.state == "merged" && {
                     let i: u64 = mr.title[3..].parse().unwrap();
-                    i % 5 != 0
+                    !i.is_multiple_of(5)
                 }
             })
             .unwrap()
