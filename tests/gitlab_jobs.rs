@@ -62,7 +62,8 @@ fn model() -> (Model, Vec<u64>) {
     for i in 0..ITEMS {
         let project = projects[(i % 12) as usize];
         let updated_at = base + time::Duration::seconds(i as i64);
-        if i % 3 == 0 {
+        // A third of each project's items are merge requests.
+        if (i / 12) % 3 == 0 {
             let iid = m.add_merge_request(
                 project,
                 NewMergeRequest {
@@ -430,7 +431,7 @@ async fn activation_discovers_12_projects_registers_one_hook_and_initial_mirrors
             .find(|mr| {
                 mr.project == infra && mr.state == "merged" && {
                     let i: u64 = mr.title[3..].parse().unwrap();
-                    i % 5 != 0
+                    !i.is_multiple_of(5)
                 }
             })
             .unwrap()
