@@ -395,6 +395,23 @@ fn durable_config(spec: &ConsumerSpec, durable: String, filters: Vec<String>) ->
     }
 }
 
+/// The stream of `spec`'s durable on the server, and the durable's namespaced name.
+async fn durable_stream(
+    bus: &Bus,
+    spec: &ConsumerSpec,
+) -> Result<(async_nats::jetstream::stream::Stream, String), BusError> {
+    let ns = bus.namespace();
+    let consumer_name = ns.name(&spec.durable);
+    let stream_name = ns.name(spec.stream.name());
+    match bus.jetstream().get_stream(&stream_name).await {
+        Ok(stream) => Ok((stream, consumer_name)),
+        Err(e) => Err(BusError::Consumer {
+            consumer: consumer_name,
+            message: format!("stream {stream_name}: {e}"),
+        }),
+    }
+}
+
 /// Declares the durable of `spec` with a filter no published subject matches (`<root>.%`: a
 /// lone `%` is never an encoded token, and no subject of the stream has two levels), so a
 /// consumer with nothing to take keeps its position but stops counting deliveries of subjects
@@ -402,17 +419,11 @@ fn durable_config(spec: &ConsumerSpec, durable: String, filters: Vec<String>) ->
 /// durable is not left holding a backlog nobody will pull.
 pub async fn park(bus: &Bus, spec: &ConsumerSpec) -> Result<(), BusError> {
     let ns = bus.namespace();
-    let consumer_name = ns.name(&spec.durable);
+    let (stream, consumer_name) = durable_stream(bus, spec).await?;
     let err = |message: String| BusError::Consumer {
         consumer: consumer_name.clone(),
         message,
     };
-    let stream_name = ns.name(spec.stream.name());
-    let stream = bus
-        .jetstream()
-        .get_stream(&stream_name)
-        .await
-        .map_err(|e| err(format!("stream {stream_name}: {e}")))?;
     let idle = ns.subject(&format!("{}.%", spec.stream.root_token()));
     stream
         .create_consumer(durable_config(spec, consumer_name.clone(), vec![idle]))
@@ -429,17 +440,11 @@ pub async fn server_filters(
 ) -> Result<Option<Vec<String>>, BusError> {
     use async_nats::jetstream::context::ConsumerInfoErrorKind;
     let ns = bus.namespace();
-    let consumer_name = ns.name(&spec.durable);
+    let (stream, consumer_name) = durable_stream(bus, spec).await?;
     let err = |message: String| BusError::Consumer {
         consumer: consumer_name.clone(),
         message,
     };
-    let stream_name = ns.name(spec.stream.name());
-    let stream = bus
-        .jetstream()
-        .get_stream(&stream_name)
-        .await
-        .map_err(|e| err(format!("stream {stream_name}: {e}")))?;
     let info = match stream.consumer_info(&consumer_name).await {
         Ok(info) => info,
         Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => return Ok(None),
@@ -469,17 +474,11 @@ pub async fn ensure_filter(
 ) -> Result<Vec<String>, BusError> {
     use lifecycle_core::subject::filter_covers;
     let ns = bus.namespace();
-    let consumer_name = ns.name(&spec.durable);
+    let (stream, consumer_name) = durable_stream(bus, spec).await?;
     let err = |message: String| BusError::Consumer {
         consumer: consumer_name.clone(),
         message,
     };
-    let stream_name = ns.name(spec.stream.name());
-    let stream = bus
-        .jetstream()
-        .get_stream(&stream_name)
-        .await
-        .map_err(|e| err(format!("stream {stream_name}: {e}")))?;
     let wanted = ns.subject(filter);
     let idle = ns.subject(&format!("{}.%", spec.stream.root_token()));
     match server_filters(bus, spec).await? {
