@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 use testkit::TestEnv;
 use time::OffsetDateTime;
-use vendor_sim::gitlab::{DiffPosition, GitlabSim, Model, NewIssue, NewMergeRequest, NoteOn, ops};
+use vendor_sim::gitlab::{GitlabSim, Model, NoteOn, ops};
 
 const TOKEN: &str = "glpat-e2e";
 const ITEMS: u64 = 10_000;
@@ -38,83 +38,13 @@ struct Counts {
 /// Group `acme` with subgroups `acme/platform`, `acme/platform/infra` and `acme/apps`, three
 /// projects in each; `ITEMS` issues and merge requests spread over them, three notes each.
 fn model() -> (Model, Vec<u64>) {
-    let mut m = Model::default();
-    m.add_token(TOKEN);
-    // INITIAL reads some 10,000 parents' notes: GitLab's default window would stop it.
-    m.rate_limit.limit = 1_000_000;
-    m.rate_limit.remaining = 1_000_000;
-    let acme = m.add_group(None, "acme");
-    let platform = m.add_group(Some(acme), "platform");
-    let infra = m.add_group(Some(platform), "infra");
-    let apps = m.add_group(Some(acme), "apps");
-    let mut projects = Vec::new();
-    for (group, prefix) in [
-        (acme, "core"),
-        (platform, "plat"),
-        (infra, "infra"),
-        (apps, "app"),
-    ] {
-        for k in 0..3 {
-            projects.push(m.add_project(group, &format!("{prefix}-{k}")));
-        }
-    }
-    let base = OffsetDateTime::now_utc() - time::Duration::days(30);
-    for i in 0..ITEMS {
-        let project = projects[(i % 12) as usize];
-        let updated_at = base + time::Duration::seconds(i as i64);
-        // A third of each project's items are merge requests.
-        if (i / 12) % 3 == 0 {
-            let iid = m.add_merge_request(
-                project,
-                NewMergeRequest {
-                    title: format!("MR {i}"),
-                    updated_at,
-                },
-            );
-            let on = NoteOn::MergeRequest(project, iid);
-            let head = m.merge_requests[&(project, iid)]
-                .diff_head_sha
-                .clone()
-                .unwrap();
-            m.add_note(on, &format!("looks fine {i}"), false, None);
-            let diff = m.add_diff_note(
-                on,
-                &format!("off by one {i}"),
-                DiffPosition::line(&format!("src/m{}.rs", i % 7), (i % 50) as i32 + 1, &head),
-            );
-            if i % 5 == 0 {
-                m.add_note(on, "approved this merge request", true, None);
-            } else {
-                m.add_reply(diff, &format!("fixed {i}")).unwrap();
-            }
-            // Every other round over the projects.
-            if (i / 12) % 2 == 0 {
-                m.merge_requests.get_mut(&(project, iid)).unwrap().state = "merged".into();
-            }
-        } else {
-            let iid = m.add_issue(
-                project,
-                NewIssue {
-                    title: format!("Issue {i}"),
-                    updated_at,
-                },
-            );
-            let on = NoteOn::Issue(project, iid);
-            m.add_note(on, &format!("first {i}"), false, None);
-            m.add_note(on, &format!("second {i}"), false, None);
-            if i % 4 == 1 {
-                m.add_note(on, "changed the description", true, None);
-            } else {
-                m.add_note(on, &format!("third {i}"), false, None);
-            }
-            if i % 7 == 2 {
-                let issue = m.issues.get_mut(&(project, iid)).unwrap();
-                issue.state = "closed".into();
-                issue.closed_at = Some(issue.updated_at);
-            }
-        }
-    }
-    (m, projects)
+    let generated = vendor_sim::gitlab::generate(&vendor_sim::gitlab::Scenario {
+        group: "acme".into(),
+        token: TOKEN.into(),
+        items: ITEMS,
+        first_update: OffsetDateTime::now_utc() - time::Duration::days(30),
+    });
+    (generated.model, generated.projects)
 }
 
 fn expected(m: &Model) -> BTreeMap<i64, Counts> {

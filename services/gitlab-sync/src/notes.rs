@@ -36,6 +36,9 @@ use sync_engine::Pass;
 use crate::mirror::VENDOR;
 use crate::sync::{ListedPage, Project};
 
+/// The name of [`sync_scope`]'s span.
+pub const NOTES_PASS_SPAN: &str = "notes pass";
+
 /// Notes per REST page and discussions per GraphQL page: GitLab's largest.
 const PAGE_SIZE: u32 = 100;
 /// Pages of one parent's notes a pass reads at most: 10,000 notes, past which GitLab stops
@@ -239,7 +242,9 @@ pub async fn parent(
 }
 
 /// A scope's notes in one pass: a whole RECONCILIATION walks every live parent and reconciles
-/// it; any other pass mirrors the notes of the parents it read (`touched`).
+/// it; any other pass mirrors the notes of the parents it read (`touched`). Its span,
+/// [`NOTES_PASS_SPAN`], is what `cargo xtask bench gitlab-sync` times.
+#[tracing::instrument(name = "notes pass", skip_all, fields(project = %scope.full_path))]
 pub async fn sync_scope(
     pool: &PgPool,
     client: &GitlabClient,

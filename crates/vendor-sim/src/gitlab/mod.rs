@@ -17,6 +17,7 @@
 //! ```
 
 mod fault;
+mod generate;
 mod graphql;
 mod model;
 mod server;
@@ -24,6 +25,7 @@ pub mod webhook;
 
 pub use super::github::{Calls, Fault};
 pub use fault::{GitlabFault, Mutation, ops};
+pub use generate::{Generated, Scenario, generate};
 pub use graphql::sdl;
 pub use model::{
     DiffPosition, Group, Hook, HookAlert, Issue, MergeRequest, Model, NewIssue, NewMergeRequest,

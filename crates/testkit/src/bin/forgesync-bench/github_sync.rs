@@ -17,7 +17,7 @@ use crate::table::{Table, rate, ratio, thousands};
 
 const APP_KEY: &[u8] = include_bytes!("../../../../github-client/tests/fixtures/test-app-key.pem");
 /// Rows per transaction in the ceilings: the engine's page size.
-const BATCH: usize = 100;
+pub(crate) const BATCH: usize = 100;
 /// The job must finish within this, or the benchmark fails.
 const JOB_TIMEOUT: Duration = Duration::from_secs(600);
 
