@@ -177,6 +177,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 Needs {
                     postgres: true,
                     nats: true,
+                    durable: false,
                 },
             )?;
             let mut cmd = cargo(&layout);
@@ -204,6 +205,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 Needs {
                     postgres: true,
                     nats: true,
+                    durable: true,
                 },
             )?;
             let mut cmd = Command::new(bin);
@@ -218,6 +220,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 Needs {
                     postgres: true,
                     nats: false,
+                    durable: false,
                 },
             )?;
             if stack.throwaway_postgres {
@@ -264,6 +267,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 Needs {
                     postgres: true,
                     nats: true,
+                    durable: false,
                 },
             )?;
             eprintln!(
@@ -279,6 +283,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 Needs {
                     postgres: true,
                     nats: true,
+                    durable: false,
                 },
             )?;
             let (program, args) = command.split_first().expect("clap requires a command");

