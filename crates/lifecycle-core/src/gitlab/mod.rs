@@ -2,12 +2,14 @@
 //!
 //! - [`checks`]: the check state a head pipeline reports.
 //! - [`review`]: the review decision and approval acts.
+//! - [`paging`]: completeness of an offset-paged REST listing (notes, group hooks).
 //! - [`notes`]: note listing completeness and removal confirmation.
 //! - [`route_credential`]: route credentials for the hooks we register.
 //! - [`JOBS`]: the job types GitLab connections run.
 
 pub mod checks;
 pub mod notes;
+pub mod paging;
 pub mod review;
 pub mod route_credential;
 
