@@ -22,8 +22,9 @@ use crate::paths::Layout;
 pub struct VendorPaths {
     /// The vendor's name in `cargo xtask schema <name>` and in the output's header.
     pub name: &'static str,
-    /// The raw schema used when `--from` is not given (the shared vendor copy).
-    pub default_source: PathBuf,
+    /// The raw schema used when `--from` is not given: this file of the shared vendor copies
+    /// (`shared/vendor/`, found by [`shared_vendor_file`]).
+    pub vendor_file: &'static str,
     /// The folder of `.graphql` query documents that decide what is kept.
     pub queries: PathBuf,
     /// The project's own additions to the vendor schema (`extend enum` only), if any.
@@ -36,8 +37,7 @@ pub struct VendorPaths {
 pub fn github_paths(workspace_root: &Path) -> VendorPaths {
     VendorPaths {
         name: "github",
-        // shared/ sits beside the project checkout on every machine, CI included.
-        default_source: workspace_root.join("../shared/vendor/github-schema.graphql"),
+        vendor_file: "github-schema.graphql",
         queries: workspace_root.join("crates/github-client/queries"),
         supplement: None,
         output: workspace_root.join("schemas/github.graphql"),
@@ -49,7 +49,7 @@ pub fn github_paths(workspace_root: &Path) -> VendorPaths {
 pub fn gitlab_paths(workspace_root: &Path) -> VendorPaths {
     VendorPaths {
         name: "gitlab",
-        default_source: workspace_root.join("../shared/vendor/gitlab-schema.graphql"),
+        vendor_file: "gitlab-schema.graphql",
         queries: workspace_root.join("crates/gitlab-client/queries"),
         supplement: Some(workspace_root.join("schemas/gitlab-supplement.graphql")),
         output: workspace_root.join("schemas/gitlab.graphql"),
@@ -67,7 +67,10 @@ pub fn refresh(
     let raw = match from {
         Some(url) if url.starts_with("https://") || url.starts_with("http://") => fetch(url)?,
         Some(file) => read(Path::new(file))?,
-        None => read(&paths.default_source)?,
+        None => read(&shared_vendor_file(
+            &layout.workspace_root,
+            paths.vendor_file,
+        )?)?,
     };
     let pruned = prune_vendor(&paths, &raw)?;
     let changed = std::fs::read_to_string(&paths.output).ok().as_deref() != Some(&pruned);
@@ -83,6 +86,77 @@ pub fn refresh(
         pruned.lines().count()
     );
     Ok(())
+}
+
+/// Finds `shared/vendor/<file>`. `shared/` sits beside the main checkout, so from a git
+/// worktree (elsewhere on disk) `../shared` is not it: the places tried are beside the
+/// workspace, beside the main checkout (git's common dir), and `shared/` in any parent.
+fn shared_vendor_file(workspace_root: &Path, file: &str) -> anyhow::Result<PathBuf> {
+    let tried = vendor_candidates(
+        workspace_root,
+        main_checkout(workspace_root).as_deref(),
+        file,
+    );
+    if let Some(found) = tried.iter().find(|p| p.is_file()) {
+        return Ok(found.clone());
+    }
+    let tried: Vec<String> = tried.iter().map(|p| p.display().to_string()).collect();
+    bail!(
+        "no shared vendor copy of {file} (tried {}); pass --from FILE|URL",
+        tried.join(", ")
+    )
+}
+
+/// The places `shared/vendor/<file>` may be, in order, without repeats.
+fn vendor_candidates(workspace_root: &Path, main: Option<&Path>, file: &str) -> Vec<PathBuf> {
+    let beside = |checkout: &Path| checkout.join("../shared/vendor").join(file);
+    let mut all = vec![beside(workspace_root)];
+    all.extend(main.map(beside));
+    all.extend(
+        workspace_root
+            .ancestors()
+            .map(|dir| dir.join("shared/vendor").join(file)),
+    );
+    let mut unique: Vec<PathBuf> = Vec::new();
+    for path in all.iter().map(|p| lexical(p)) {
+        if !unique.contains(&path) {
+            unique.push(path);
+        }
+    }
+    unique
+}
+
+/// The main checkout of the repository `workspace_root` is in (a worktree's included): the
+/// folder holding git's common dir. `None` when git cannot tell.
+fn main_checkout(workspace_root: &Path) -> Option<PathBuf> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(workspace_root)
+        .args(["rev-parse", "--git-common-dir"])
+        .output()
+        .ok()
+        .filter(|out| out.status.success())?;
+    let common = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim());
+    // Relative answers are relative to the directory git ran in.
+    lexical(&workspace_root.join(common))
+        .parent()
+        .map(Path::to_path_buf)
+}
+
+/// `path` with `.` and `..` resolved by name (no symlinks followed).
+fn lexical(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 fn read(path: &Path) -> anyhow::Result<String> {
@@ -843,6 +917,53 @@ query Q($name: String!) {
                 "{value} missing"
             );
         }
+    }
+
+    #[test]
+    fn the_vendor_copy_is_found_beside_the_main_checkout_or_in_a_parent() {
+        let base = std::env::temp_dir().join(format!("xtask-vendor-{}", std::process::id()));
+        let (main, worktree) = (base.join("main"), base.join("wt/h9"));
+        let vendor = base.join("shared/vendor");
+        for dir in [&main, &worktree, &vendor] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        let file = vendor.join("x-schema.graphql");
+        std::fs::write(&file, "type Query { a: Int }").unwrap();
+        let tried = vendor_candidates(&worktree, Some(&main), "x-schema.graphql");
+        // Beside the worktree, beside the main checkout, then `shared/` in each parent.
+        assert_eq!(
+            tried[..3],
+            [
+                base.join("wt/shared/vendor/x-schema.graphql"),
+                file.clone(),
+                base.join("wt/h9/shared/vendor/x-schema.graphql"),
+            ]
+        );
+        let mut unique = tried.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), tried.len(), "{tried:?}");
+        // Found from the worktree, whose `../shared` does not exist.
+        assert_eq!(
+            shared_vendor_file(&worktree, "x-schema.graphql").unwrap(),
+            file
+        );
+        // Not found anywhere: one line naming the places tried and --from.
+        let err = shared_vendor_file(&worktree, "absent.graphql")
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains('\n'), "{err}");
+        assert!(err.contains("--from FILE|URL"), "{err}");
+        assert!(
+            err.contains(
+                &base
+                    .join("shared/vendor/absent.graphql")
+                    .display()
+                    .to_string()
+            ),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     const ENUM_SDL: &str = "type Query { s: State }\nenum State { OLD }\n";

@@ -24,7 +24,8 @@ use crate::queries::{
     ProjectMergeRequests, ProjectNode, ProjectPageVariables, Time,
 };
 use crate::rest::{
-    GroupHook, MessageBody, NewGroupHook, Note, NoteParent, NotesPage, PageHeaders, RestProject,
+    GroupHook, GroupHooksPage, MessageBody, NewGroupHook, Note, NoteParent, NotesPage, PageHeaders,
+    RestProject,
 };
 use crate::retry::RetryPolicy;
 
@@ -396,19 +397,9 @@ impl GitlabClient {
             .rest("GET notes", Method::GET, &url, None::<&()>)
             .await?;
         let notes: Vec<Note> = decode_json("GET notes", &body)?;
-        let raw = |name: &str| {
-            headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        };
         Ok(NotesPage {
             notes,
-            headers: PageHeaders {
-                page: raw("x-page"),
-                next_page: raw("x-next-page"),
-                total: raw("x-total"),
-            },
+            headers: PageHeaders::from_map(&headers),
         })
     }
 
@@ -426,17 +417,28 @@ impl GitlabClient {
         self.rest_optional("GET project", &url).await
     }
 
-    /// A group's hooks (first 100: forgesync registers one per connection).
+    /// One page of a group's hooks with the paging headers as GitLab sent them (GitLab pages
+    /// this list like any other: a group can hold more hooks than one page).
     #[tracing::instrument(skip(self))]
-    pub async fn group_hooks(&self, group_id: u64) -> Result<Vec<GroupHook>, Error> {
+    pub async fn group_hooks_page(
+        &self,
+        group_id: u64,
+        page: u32,
+        per_page: u32,
+    ) -> Result<GroupHooksPage, Error> {
         let url = format!(
-            "{}?per_page=100",
-            self.api(&format!("groups/{group_id}/hooks"))
+            "{}?page={}&per_page={}",
+            self.api(&format!("groups/{group_id}/hooks")),
+            page.max(1),
+            per_page.clamp(1, MAX_PAGE_SIZE)
         );
-        let (_, body) = self
+        let (headers, body) = self
             .rest("GET group hooks", Method::GET, &url, None::<&()>)
             .await?;
-        decode_json("GET group hooks", &body)
+        Ok(GroupHooksPage {
+            hooks: decode_json("GET group hooks", &body)?,
+            headers: PageHeaders::from_map(&headers),
+        })
     }
 
     /// Creates a group hook. Not retried: a create that timed out may have created the hook,

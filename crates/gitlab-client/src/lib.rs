@@ -3,8 +3,8 @@
 //! project), and the transport policy around them, shaped like `github-client`'s.
 //!
 //! - [`GitlabClient`] answers one page per call; the caller paginates and decides completeness.
-//!   GraphQL pages keep their errors with paths ([`Page::field_unknown`]); REST note pages keep
-//!   GitLab's raw `X-Page`, `X-Next-Page` and `X-Total` ([`PageHeaders`]).
+//!   GraphQL pages keep their errors with paths ([`Page::field_unknown`]); REST pages (notes,
+//!   group hooks) keep GitLab's raw `X-Page`, `X-Next-Page` and `X-Total` ([`PageHeaders`]).
 //! - Every call is checked against the caller's [`Budget`] first, using what GitLab's
 //!   `RateLimit-*` headers last said; a refused call is [`Error::BudgetExhausted`], sent nowhere.
 //! - 5xx, 429 and transport failures are retried by one [`RetryPolicy`] (backon).
@@ -31,5 +31,7 @@ pub use queries::{
     GroupNode, IssueNode, IssueState, MergeRequestNode, MergeRequestState, NoteGid, PageInfo,
     ProjectNode, ReviewState, Time,
 };
-pub use rest::{GroupHook, NewGroupHook, Note, NoteParent, NotesPage, PageHeaders, RestProject};
+pub use rest::{
+    GroupHook, GroupHooksPage, NewGroupHook, Note, NoteParent, NotesPage, PageHeaders, RestProject,
+};
 pub use retry::RetryPolicy;

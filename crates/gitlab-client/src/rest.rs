@@ -1,4 +1,4 @@
-//! The REST objects of the contract: flat notes with GitLab's paging headers, group hooks, a
+//! The REST objects of the contract: flat notes and group hooks with GitLab's paging headers, a
 //! project.
 
 use serde::{Deserialize, Serialize};
@@ -95,6 +95,20 @@ impl PageHeaders {
     pub fn page(&self) -> Option<u32> {
         self.page.as_deref()?.trim().parse().ok()
     }
+
+    pub(crate) fn from_map(headers: &reqwest::header::HeaderMap) -> Self {
+        let raw = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        PageHeaders {
+            page: raw("x-page"),
+            next_page: raw("x-next-page"),
+            total: raw("x-total"),
+        }
+    }
 }
 
 /// One page of a parent's notes.
@@ -102,6 +116,15 @@ impl PageHeaders {
 pub struct NotesPage {
     /// The notes, in GitLab's order.
     pub notes: Vec<Note>,
+    /// The paging headers as sent.
+    pub headers: PageHeaders,
+}
+
+/// One page of a group's hooks.
+#[derive(Debug, Clone)]
+pub struct GroupHooksPage {
+    /// The hooks, in GitLab's order.
+    pub hooks: Vec<GroupHook>,
     /// The paging headers as sent.
     pub headers: PageHeaders,
 }

@@ -341,7 +341,16 @@ async fn past_ten_thousand_notes_gitlab_sends_no_total() {
 async fn group_hooks_and_a_project_over_rest() {
     let w = world().await;
     let c = client(&w.sim);
-    assert!(c.group_hooks(w.top).await.unwrap().is_empty());
+    let empty = c.group_hooks_page(w.top, 1, 100).await.unwrap();
+    assert!(empty.hooks.is_empty());
+    assert_eq!(
+        (
+            empty.headers.page(),
+            empty.headers.next(),
+            empty.headers.total()
+        ),
+        (Some(1), Some(None), Some(0))
+    );
     let hook = c
         .create_group_hook(
             w.top,
@@ -357,9 +366,42 @@ async fn group_hooks_and_a_project_over_rest() {
         .await
         .unwrap();
     assert_eq!(
-        c.group_hooks(w.top).await.unwrap(),
+        c.group_hooks_page(w.top, 1, 100).await.unwrap().hooks,
         std::slice::from_ref(&hook)
     );
+    // GitLab pages the list: two more hooks make three, two to a page.
+    let others: Vec<u64> = w.sim.model(|m| {
+        (0..2)
+            .map(|i| m.add_hook(w.top, &format!("https://elsewhere.example/{i}"), "t"))
+            .collect()
+    });
+    let first = c.group_hooks_page(w.top, 1, 2).await.unwrap();
+    assert_eq!(
+        first.hooks.iter().map(|h| h.id).collect::<Vec<_>>(),
+        [hook.id, others[0]]
+    );
+    assert_eq!(
+        (
+            first.headers.page(),
+            first.headers.next(),
+            first.headers.total()
+        ),
+        (Some(1), Some(Some(2)), Some(3))
+    );
+    let last = c.group_hooks_page(w.top, 2, 2).await.unwrap();
+    assert_eq!(
+        last.hooks.iter().map(|h| h.id).collect::<Vec<_>>(),
+        [others[1]]
+    );
+    assert_eq!(
+        (last.headers.page(), last.headers.next()),
+        (Some(2), Some(None))
+    );
+    w.sim.model(|m| {
+        for id in &others {
+            m.hooks.remove(id);
+        }
+    });
     assert_eq!(
         w.sim.model(|m| m.hooks[&hook.id].token.clone()),
         "route-credential"

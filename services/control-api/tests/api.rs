@@ -703,3 +703,118 @@ async fn replacing_secrets_is_scoped_audited_and_clears_refused_credentials() ->
     );
     running.stop().await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_name_the_kind_does_not_take_is_422_and_stores_nothing() -> Result<()> {
+    let env = TestEnv::new().await?;
+    let (api, running) = Api::start(&env).await?;
+    let ws = api.workspace("acme").await?;
+    let conn = api.connection(&ws, "gitlab").await?;
+    let id = conn["id"].as_str().unwrap();
+    let path = format!("/workspaces/{ws}/connections/{id}/secrets");
+    let sealed = format!(
+        "SELECT coalesce(string_agg(name || ':' || encode(ciphertext, 'hex'), ',' ORDER BY name), '')
+           FROM connection_secret WHERE connection_id = '{id}'"
+    );
+    let stored = || async {
+        let row = env
+            .db
+            .db
+            .query_one_raw(Statement::from_string(DbBackend::Postgres, sealed.clone()))
+            .await?
+            .expect("a row");
+        anyhow::Ok(row.try_get_by_index::<String>(0)?)
+    };
+    let before = stored().await?;
+    assert!(before.starts_with("token:"), "{before}");
+    let audits = "SELECT count(*) FROM connection_audit";
+    let audited = count(&env.db.db, audits).await?;
+
+    // A GitLab connection takes only `token`: another name, even beside `token`, or a name
+    // shaped like an endpoint's own secret, is refused whole and names what is allowed.
+    let endpoint_like = format!("webhook/{}/{}", uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+    for secrets in [
+        json!({"webhook_secret": "x"}),
+        json!({"token": "glpat-new", "private_key": "-----BEGIN"}),
+        json!({ endpoint_like.clone(): "attacker-chosen" }),
+        json!({"": "x"}),
+    ] {
+        let (s, body) = api
+            .call(
+                reqwest::Method::PUT,
+                &path,
+                Some(&api.admin),
+                Some(json!({ "secrets": secrets })),
+            )
+            .await?;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{secrets}: {body}");
+        assert_eq!(body["error"], "unknown_secret_name", "{body}");
+        let message = body["message"].as_str().unwrap();
+        assert!(message.contains("only the secrets `token`"), "{message}");
+        assert!(!message.contains("attacker-chosen"), "{message}");
+    }
+    // Another workspace's admin reaches nothing, whatever the name: 404, never the kind's rule.
+    let ws_b = api.workspace("other").await?;
+    let b_admin = testkit::token(&api.keys, Role::Admin, Some(ws_b.parse()?))?;
+    for p in [
+        path.clone(),
+        format!("/workspaces/{ws_b}/connections/{id}/secrets"),
+    ] {
+        for secrets in [json!({"token": "glpat-attacker"}), json!({"nope": "x"})] {
+            let (s, body) = api
+                .call(
+                    reqwest::Method::PUT,
+                    &p,
+                    Some(&b_admin),
+                    Some(json!({ "secrets": secrets })),
+                )
+                .await?;
+            assert_eq!(s, StatusCode::NOT_FOUND, "{p}: {body}");
+            assert_eq!(body["error"], "not_found", "{body}");
+        }
+    }
+    assert_eq!(stored().await?, before);
+    assert_eq!(count(&env.db.db, audits).await?, audited);
+
+    // Creation holds the same rule: nothing is created.
+    let connections = "SELECT count(*) FROM connection";
+    let existing = count(&env.db.db, connections).await?;
+    let (s, body) = api
+        .post(
+            &format!("/workspaces/{ws}/connections"),
+            json!({"kind": "gitlab", "settings": {"group": "acme"},
+                   "secrets": {"token": "glpat-x", "private_key": "k"}}),
+        )
+        .await?;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"], "unknown_secret_name", "{body}");
+    assert_eq!(count(&env.db.db, connections).await?, existing);
+
+    // The names the kind takes are accepted: GitLab's `token`, a GitHub App's `private_key`.
+    let (s, view) = api
+        .call(
+            reqwest::Method::PUT,
+            &path,
+            Some(&api.admin),
+            Some(json!({"secrets": {"token": "glpat-replacement"}})),
+        )
+        .await?;
+    assert_eq!(s, StatusCode::OK, "{view}");
+    assert_eq!(view["secret_names"], json!(["token"]));
+    assert_ne!(stored().await?, before);
+    let github = api.connection(&ws, "github").await?;
+    let (s, view) = api
+        .call(
+            reqwest::Method::PUT,
+            &format!(
+                "/workspaces/{ws}/connections/{}/secrets",
+                github["id"].as_str().unwrap()
+            ),
+            Some(&api.admin),
+            Some(json!({"secrets": {"private_key": "-----BEGIN PRIVATE KEY-----"}})),
+        )
+        .await?;
+    assert_eq!(s, StatusCode::OK, "{view}");
+    assert_eq!(view["secret_names"], json!(["private_key", "token"]));
+    running.stop().await
+}

@@ -10,7 +10,8 @@
 //! 3. Only after both: the group hook, on an `inbound_endpoint` of its own, with a route
 //!    credential as its token. Its `provider_registration` row (marker = the route id in the
 //!    hook URL) is persisted before the create call; a create whose outcome is unknown is
-//!    resolved by listing the group's hooks for the marker, never by creating again.
+//!    resolved by listing the group's hooks (every page) for the marker, never by creating
+//!    again. A listing not read whole leaves it unresolved, with the reason.
 //! 4. The INITIAL job: queued by the engine once [`Activator::activate`] returns.
 //!
 //! Every RECONCILIATION (scheduled or Sync now) runs the same steps again, so an incomplete
@@ -24,7 +25,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use bus::consumer::ConsumerSpec;
 use bus::{Bus, Stream};
-use gitlab_client::{ClientConfig, Error as GitlabError, GitlabClient, GroupHook, NewGroupHook};
+use gitlab_client::{
+    ClientConfig, Error as GitlabError, GitlabClient, GroupHook, MAX_PAGE_SIZE, NewGroupHook,
+};
+use lifecycle_core::gitlab::paging::{OffsetListing, OffsetPageHeaders};
 use lifecycle_core::gitlab::route_credential::{RouteBinding, mint};
 use lifecycle_core::subject::{Monitor, filter_covers, filter_subjects};
 use scm_mirror::repository::RepoRef;
@@ -386,6 +390,58 @@ pub async fn discover(
     d
 }
 
+/// A group's hooks as listed: every page, or as far as the listing got and why it stopped.
+#[derive(Debug)]
+enum HookListing {
+    Whole(Vec<GroupHook>),
+    Partial { hooks: Vec<GroupHook>, why: String },
+}
+
+impl HookListing {
+    fn hooks(&self) -> &[GroupHook] {
+        match self {
+            HookListing::Whole(hooks) | HookListing::Partial { hooks, .. } => hooks,
+        }
+    }
+}
+
+/// Lists a group's hooks page by page to the last one (at most `page_cap` pages). GitLab pages
+/// this list like any other, so a hook past the first page is found only by following it; the
+/// listing is whole only when every page read cleanly and its headers agree.
+async fn list_group_hooks(client: &GitlabClient, group: u64, page_cap: u32) -> HookListing {
+    let mut rule = OffsetListing::new(page_cap.max(1));
+    let mut hooks = Vec::new();
+    let mut failure = None;
+    while let Some(page) = rule.next_page() {
+        match client.group_hooks_page(group, page, MAX_PAGE_SIZE).await {
+            Ok(listed) => {
+                let h = &listed.headers;
+                rule.accept_page(
+                    OffsetPageHeaders::parse(
+                        h.page.as_deref(),
+                        h.next_page.as_deref(),
+                        h.total.as_deref(),
+                    ),
+                    listed.hooks.iter().map(|hook| hook.id),
+                );
+                hooks.extend(listed.hooks);
+            }
+            Err(e) => {
+                rule.record_failed_page();
+                failure = Some(format!("page {page} failed: {e}"));
+            }
+        }
+    }
+    match rule.finish() {
+        Ok(_) => HookListing::Whole(hooks),
+        Err(gap) => {
+            let why = failure.unwrap_or_else(|| gap.to_string());
+            tracing::warn!(group, reason = %why, "the group's hook listing is not whole");
+            HookListing::Partial { hooks, why }
+        }
+    }
+}
+
 /// Whether a listed hook's URL carries `marker` as its route id.
 fn carries_marker(hook: &GroupHook, connection_id: Uuid, marker: &str) -> bool {
     let url = hook.url.split(['?', '#']).next().unwrap_or_default();
@@ -733,13 +789,11 @@ impl Activator {
         reg: Registration,
     ) -> anyhow::Result<HookState> {
         let group: u64 = reg.target.parse().context("stored group id")?;
-        let listed = client.group_hooks(group).await;
-        let found = match &listed {
-            Ok(hooks) => hooks
-                .iter()
-                .find(|h| carries_marker(h, conn.id, &reg.marker)),
-            Err(_) => None,
-        };
+        let listing = list_group_hooks(client, group, self.page_cap).await;
+        let found = listing
+            .hooks()
+            .iter()
+            .find(|h| carries_marker(h, conn.id, &reg.marker));
         match reg.state {
             RegistrationState::Adopted => {
                 let id = reg.vendor_id.clone().unwrap_or_default();
@@ -759,16 +813,19 @@ impl Activator {
                 }
                 Ok(HookState::Open(id))
             }
-            RegistrationState::Requested => match (found, &listed) {
+            // Only a whole listing says the marker is not there; a partial one says nothing.
+            RegistrationState::Requested => match (found, &listing) {
                 (Some(hook), _) => self.resolved(conn, reg.id, &hook.id.to_string()).await,
-                (None, Ok(_)) => Ok(HookState::Missing(format!(
+                (None, HookListing::Whole(_)) => Ok(HookState::Missing(format!(
                     "the hook create's outcome is unknown and its marker is not listed yet \
                      (registration {}); it is never created twice, the next reconcile looks again",
                     reg.id
                 ))),
-                (None, Err(e)) => Ok(HookState::Missing(format!(
+                (None, HookListing::Partial { why, .. }) => Ok(HookState::Missing(format!(
                     "the hook create's outcome is unknown and the group's hooks could not be \
-                     listed ({e}); the next reconcile looks again"
+                     listed whole ({why}); its marker is not found yet (registration {}), it is \
+                     never created twice, the next reconcile looks again",
+                    reg.id
                 ))),
             },
             RegistrationState::Created | RegistrationState::Failed => Ok(HookState::Missing(

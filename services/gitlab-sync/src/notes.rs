@@ -20,8 +20,9 @@ use gitlab_client::{
 };
 use lifecycle_core::forward::Freshness;
 use lifecycle_core::gitlab::notes::{
-    Confirmation, NotePageHeaders, NoteReconciliation, NoteStep, NotesUnreconciled,
+    Confirmation, NoteReconciliation, NoteStep, NotesUnreconciled,
 };
+use lifecycle_core::gitlab::paging::OffsetPageHeaders;
 use lifecycle_core::job::SyncJobType;
 use scm_mirror::comments::{self, Comment, CommentFields, CommentRow, ReviewComment};
 use scm_mirror::events::Item;
@@ -496,7 +497,7 @@ impl Notes<'_> {
             if let Parent::Issue { .. } = parent {
                 summary.written += self.write_rest_notes(parent, &page.notes).await?;
             }
-            let headers = NotePageHeaders::parse(
+            let headers = OffsetPageHeaders::parse(
                 page.headers.page.as_deref(),
                 page.headers.next_page.as_deref(),
                 page.headers.total.as_deref(),

@@ -1,6 +1,7 @@
 //! Activation against real Postgres and NATS and the simulated GitLab over HTTP: discovery, the
 //! connection consumer confirmed on the server, then exactly one group hook whose token ingress
-//! accepts; faults leave no hook and say why; an unknown create is adopted once, by its marker.
+//! accepts; faults leave no hook and say why; an unknown create is adopted once, by its marker,
+//! found on whichever page of the group's hooks it is; a listing not read whole proves nothing.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,12 +16,13 @@ use sea_orm::EntityTrait;
 use serde_json::json;
 use sqlx::PgPool;
 use store::entity::connection;
+use store::gitlab_activation;
 use store::registration::{self, RegistrationState, Resolved, ResourceKind};
 use store::secrets::Keyring;
 use sync_engine::Moment;
 use testkit::TestEnv;
 use uuid::Uuid;
-use vendor_sim::gitlab::{Fault, GitlabFault, GitlabSim, Model, ops};
+use vendor_sim::gitlab::{Calls, Fault, GitlabFault, GitlabSim, HookAlert, Model, ops};
 
 const TOKEN: &str = "glpat-activation";
 
@@ -344,6 +346,135 @@ async fn a_timed_out_create_is_found_by_its_marker_and_adopted_once() -> Result<
     }
     assert_eq!(s.sim.calls(ops::CREATE_GROUP_HOOK), 1);
     assert_eq!(hooks(&s.sim).len(), 1);
+    let regs =
+        registration::of_connection(&s.pool, s.conn.id, ResourceKind::GitlabGroupHook).await?;
+    assert_eq!(regs.len(), 1);
+    assert_eq!(regs[0].state, RegistrationState::Adopted);
+    Ok(())
+}
+
+/// Gives the connected group `n` hooks of others, created before ours: ours lists past them.
+fn crowd_hooks(sim: &GitlabSim, group: u64, n: usize) {
+    sim.model(|m| {
+        for i in 0..n {
+            m.add_hook(
+                group,
+                &format!("https://elsewhere.example/hooks/{i}"),
+                "other",
+            );
+        }
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_create_is_found_on_a_later_page_and_adopted_once() -> Result<()> {
+    let s = setup(Duration::from_secs(1)).await?;
+    // More hooks than GitLab's largest page: ours is listed on page 2.
+    crowd_hooks(&s.sim, s.acme, 120);
+    s.sim.inject(Fault::always(
+        ops::CREATE_GROUP_HOOK,
+        GitlabFault::AnswerLate(Duration::from_secs(3)),
+    ));
+    let done = s.act.activate(&s.conn, Moment::Activated).await?.unwrap();
+    let HookState::Open(id) = &done.hook else {
+        panic!("the hook the timed-out create made is adopted from page 2: {done:?}");
+    };
+    let ours: Vec<_> = hooks(&s.sim)
+        .into_iter()
+        .filter(|h| h.url.contains(&s.conn.id.to_string()))
+        .collect();
+    assert_eq!(ours.len(), 1);
+    assert_eq!(id, &ours[0].id.to_string());
+    assert!(
+        s.sim.calls(ops::LIST_GROUP_HOOKS) >= 2,
+        "every page was read"
+    );
+    s.sim.clear_faults();
+
+    // Later reconciles read the adopted hook's health from page 2; nothing is created again.
+    s.sim.model(|m| {
+        m.hooks.get_mut(&ours[0].id).unwrap().alert_status = HookAlert::TemporarilyDisabled;
+    });
+    let again = s
+        .act
+        .activate(&s.conn, Moment::Reconciliation)
+        .await?
+        .unwrap();
+    assert_eq!(again.hook, HookState::Open(id.clone()));
+    let state = gitlab_activation::get(&s.pool, s.conn.id).await?.unwrap();
+    assert_eq!(
+        state.hook_alert_status.as_deref(),
+        Some("temporarily_disabled")
+    );
+    assert!(state.hook_checked_at.is_some());
+    assert_eq!(s.sim.calls(ops::CREATE_GROUP_HOOK), 1);
+    assert_eq!(hooks(&s.sim).len(), 121);
+    let regs =
+        registration::of_connection(&s.pool, s.conn.id, ResourceKind::GitlabGroupHook).await?;
+    assert_eq!(regs.len(), 1);
+    assert_eq!(regs[0].state, RegistrationState::Adopted);
+    assert_eq!(regs[0].vendor_id.as_deref(), Some(id.as_str()));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_listing_not_read_whole_proves_nothing_and_says_why() -> Result<()> {
+    let s = setup(Duration::from_secs(1)).await?;
+    crowd_hooks(&s.sim, s.acme, 120);
+    s.sim.inject(Fault::always(
+        ops::CREATE_GROUP_HOOK,
+        GitlabFault::AnswerLate(Duration::from_secs(3)),
+    ));
+    // Page 1 reads; page 2, where our hook is, keeps failing (retries included).
+    s.sim.inject(Fault {
+        operation: Some(ops::LIST_GROUP_HOOKS.to_owned()),
+        calls: Calls::From(2),
+        kind: GitlabFault::Status(500),
+    });
+    let done = s.act.activate(&s.conn, Moment::Activated).await?.unwrap();
+    let HookState::Missing(why) = &done.hook else {
+        panic!("a partial listing adopts nothing: {done:?}");
+    };
+    assert!(why.contains("could not be listed whole"), "{why}");
+    assert!(why.contains("page 2 failed"), "{why}");
+    assert!(why.contains("never created twice"), "{why}");
+    // The reason is what the activation record shows.
+    let state = gitlab_activation::get(&s.pool, s.conn.id).await?.unwrap();
+    assert_eq!(state.hook_reason.as_deref(), Some(why.as_str()));
+    let regs =
+        registration::of_connection(&s.pool, s.conn.id, ResourceKind::GitlabGroupHook).await?;
+    assert_eq!(regs.len(), 1);
+    assert_eq!(regs[0].state, RegistrationState::Requested);
+
+    // Headers that do not add up prove nothing either.
+    s.sim.clear_faults();
+    s.sim.inject(Fault::nth(
+        ops::LIST_GROUP_HOOKS,
+        1,
+        GitlabFault::OmitHeaders(vec!["x-next-page"]),
+    ));
+    let again = s
+        .act
+        .activate(&s.conn, Moment::Reconciliation)
+        .await?
+        .unwrap();
+    let HookState::Missing(why) = &again.hook else {
+        panic!("{again:?}");
+    };
+    assert!(why.contains("paging headers"), "{why}");
+
+    // Once the listing reads whole, the marker on page 2 is adopted, never created twice.
+    s.sim.clear_faults();
+    let healed = s
+        .act
+        .activate(&s.conn, Moment::Reconciliation)
+        .await?
+        .unwrap();
+    assert!(matches!(healed.hook, HookState::Open(_)), "{healed:?}");
+    assert_eq!(s.sim.calls(ops::CREATE_GROUP_HOOK), 1);
+    assert_eq!(hooks(&s.sim).len(), 121);
+    let state = gitlab_activation::get(&s.pool, s.conn.id).await?.unwrap();
+    assert_eq!(state.hook_reason, None);
     let regs =
         registration::of_connection(&s.pool, s.conn.id, ResourceKind::GitlabGroupHook).await?;
     assert_eq!(regs.len(), 1);

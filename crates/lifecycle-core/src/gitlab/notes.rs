@@ -6,40 +6,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::paging::{ListingGap, OffsetListing, OffsetPageHeaders};
 use crate::job::SyncJobType;
-
-/// The pagination headers of one notes page.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NotePageHeaders {
-    /// `X-Page`.
-    pub page: Option<u32>,
-    /// `X-Next-Page`: `Some(None)` when present and empty (the last page).
-    pub next_page: Option<Option<u32>>,
-    /// `X-Total`.
-    pub total: Option<u64>,
-}
-
-impl NotePageHeaders {
-    /// Parses the raw header values; a malformed value counts as missing.
-    pub fn parse(page: Option<&str>, next_page: Option<&str>, total: Option<&str>) -> Self {
-        fn number<T: std::str::FromStr>(v: Option<&str>) -> Option<T> {
-            v.and_then(|v| v.trim().parse().ok())
-        }
-        let next_page = next_page.and_then(|v| {
-            let v = v.trim();
-            if v.is_empty() {
-                Some(None)
-            } else {
-                v.parse().ok().map(Some)
-            }
-        });
-        Self {
-            page: number(page),
-            next_page,
-            total: number(total),
-        }
-    }
-}
 
 /// Why a parent's notes stay untouched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,15 +56,27 @@ pub enum NoteFault {
     Cancelled,
 }
 
+impl From<ListingGap> for NotesUnreconciled {
+    fn from(gap: ListingGap) -> Self {
+        match gap {
+            ListingGap::MissingHeaders => NotesUnreconciled::MissingHeaders,
+            ListingGap::InconsistentPages => NotesUnreconciled::InconsistentPages,
+            ListingGap::TotalChanged => NotesUnreconciled::TotalChanged,
+            ListingGap::DuplicateId => NotesUnreconciled::DuplicateId,
+            ListingGap::CountMismatch => NotesUnreconciled::CountMismatch,
+            ListingGap::FailedPage => NotesUnreconciled::FailedPage,
+            ListingGap::PageCap => NotesUnreconciled::PageCap,
+            ListingGap::NotFinished => NotesUnreconciled::NotFinished,
+        }
+    }
+}
+
 /// The note reconciliation of one parent.
 #[derive(Debug, Clone)]
 pub struct NoteReconciliation<Id> {
     candidates: BTreeSet<Id>,
-    seen: BTreeSet<Id>,
-    next_page: Option<u32>,
-    total: Option<u64>,
-    page_cap: u32,
-    pages: u32,
+    listing: OffsetListing<Id>,
+    /// Why it stopped before the listing could decide (not a reconcile, cancelled).
     failed: Option<NotesUnreconciled>,
 }
 
@@ -109,11 +89,7 @@ impl<Id: Ord + Clone> NoteReconciliation<Id> {
     ) -> Self {
         Self {
             candidates: candidates.into_iter().collect(),
-            seen: BTreeSet::new(),
-            next_page: Some(1),
-            total: None,
-            page_cap,
-            pages: 0,
+            listing: OffsetListing::new(page_cap),
             // Reconciliation-only: no other job removes notes.
             failed: (!job.may_infer_deletion()).then_some(NotesUnreconciled::NotReconciliation),
         }
@@ -121,60 +97,32 @@ impl<Id: Ord + Clone> NoteReconciliation<Id> {
 
     /// Records a fault; the parent stays unchanged.
     pub fn record_fault(&mut self, fault: NoteFault) {
-        self.fail(match fault {
-            NoteFault::FailedPage => NotesUnreconciled::FailedPage,
-            NoteFault::Cancelled => NotesUnreconciled::Cancelled,
-        });
-    }
-
-    fn fail(&mut self, reason: NotesUnreconciled) {
-        self.failed.get_or_insert(reason);
+        match fault {
+            NoteFault::FailedPage => self.listing.record_failed_page(),
+            // The first reason stands.
+            NoteFault::Cancelled if self.listing.gap().is_none() => {
+                self.failed.get_or_insert(NotesUnreconciled::Cancelled);
+            }
+            NoteFault::Cancelled => {}
+        }
     }
 
     fn step(&self) -> NoteStep {
-        match (self.failed, self.next_page) {
-            (Some(reason), _) => NoteStep::Stopped(reason),
-            (None, Some(page)) => NoteStep::FetchPage(page),
-            (None, None) => NoteStep::Finished,
+        if let Some(reason) = self.failed.or(self.listing.gap().map(Into::into)) {
+            return NoteStep::Stopped(reason);
+        }
+        match self.listing.next_page() {
+            Some(page) => NoteStep::FetchPage(page),
+            None => NoteStep::Finished,
         }
     }
 
     /// Accepts one page with its headers and note ids.
-    pub fn accept_page(&mut self, headers: NotePageHeaders, ids: Vec<Id>) -> NoteStep {
-        if self.failed.is_some() {
-            return self.step();
-        }
-        if let Err(reason) = self.check(headers, ids) {
-            self.fail(reason);
+    pub fn accept_page(&mut self, headers: OffsetPageHeaders, ids: Vec<Id>) -> NoteStep {
+        if self.failed.is_none() {
+            self.listing.accept_page(headers, ids);
         }
         self.step()
-    }
-
-    fn check(&mut self, headers: NotePageHeaders, ids: Vec<Id>) -> Result<(), NotesUnreconciled> {
-        let (Some(page), Some(next), Some(total)) =
-            (headers.page, headers.next_page, headers.total)
-        else {
-            // Missing headers mean not reconcilable.
-            return Err(NotesUnreconciled::MissingHeaders);
-        };
-        if Some(page) != self.next_page || next.is_some_and(|n| Some(n) != page.checked_add(1)) {
-            return Err(NotesUnreconciled::InconsistentPages);
-        }
-        if self.total.is_some_and(|first| first != total) {
-            return Err(NotesUnreconciled::TotalChanged);
-        }
-        self.total = Some(total);
-        for id in ids {
-            if !self.seen.insert(id) {
-                return Err(NotesUnreconciled::DuplicateId);
-            }
-        }
-        self.pages += 1;
-        self.next_page = next;
-        if next.is_some() && self.pages >= self.page_cap {
-            return Err(NotesUnreconciled::PageCap);
-        }
-        Ok(())
     }
 
     /// Ends the listing: the missing candidates to confirm, or why the parent stays unchanged.
@@ -182,14 +130,9 @@ impl<Id: Ord + Clone> NoteReconciliation<Id> {
         if let Some(reason) = self.failed {
             return Err(reason);
         }
-        if self.next_page.is_some() {
-            return Err(NotesUnreconciled::NotFinished);
-        }
-        if Some(self.seen.len() as u64) != self.total {
-            return Err(NotesUnreconciled::CountMismatch);
-        }
+        let seen = self.listing.finish()?;
         // Captured candidates only: notes inserted during the pass survive.
-        let ids = self.candidates.difference(&self.seen).cloned().collect();
+        let ids = self.candidates.difference(&seen).cloned().collect();
         Ok(MissingNotes { ids })
     }
 }
@@ -240,8 +183,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn headers(page: u32, next: Option<u32>, total: u64) -> NotePageHeaders {
-        NotePageHeaders {
+    fn headers(page: u32, next: Option<u32>, total: u64) -> OffsetPageHeaders {
+        OffsetPageHeaders {
             page: Some(page),
             next_page: Some(next),
             total: Some(total),
@@ -250,25 +193,6 @@ mod tests {
 
     fn reconcile(candidates: &[u32]) -> NoteReconciliation<u32> {
         NoteReconciliation::begin(SyncJobType::Reconciliation, candidates.iter().copied(), 10)
-    }
-
-    #[test]
-    fn headers_parse_with_empty_next_page_as_last() {
-        assert_eq!(
-            NotePageHeaders::parse(Some("2"), Some(""), Some("40")),
-            headers(2, None, 40)
-        );
-        assert_eq!(
-            NotePageHeaders::parse(Some("1"), Some("2"), Some("40")),
-            headers(1, Some(2), 40)
-        );
-        let missing = NotePageHeaders::parse(Some("1"), None, Some("x"));
-        assert_eq!(missing.next_page, None);
-        assert_eq!(missing.total, None);
-        assert_eq!(
-            NotePageHeaders::parse(None, Some("z"), None).next_page,
-            None
-        );
     }
 
     #[test]
@@ -297,15 +221,15 @@ mod tests {
     #[test]
     fn fails_closed_on_missing_headers() {
         for h in [
-            NotePageHeaders {
+            OffsetPageHeaders {
                 page: None,
                 ..headers(1, None, 1)
             },
-            NotePageHeaders {
+            OffsetPageHeaders {
                 next_page: None,
                 ..headers(1, None, 1)
             },
-            NotePageHeaders {
+            OffsetPageHeaders {
                 total: None,
                 ..headers(1, None, 1)
             },

@@ -1,8 +1,13 @@
 //! Outline-specific rules.
 //!
 //! - [`JOBS`]: the job types Outline connections run.
+//! - [`SECRETS`]: the secrets an Outline connection holds.
 
 use crate::job::{JobSupport, SyncJobType};
+
+/// An Outline connection's one secret: its API `token` (webhook signing secrets belong to its
+/// endpoints).
+pub const SECRETS: &[&str] = &["token"];
 
 /// Outline never backfills: its reconcile enumerates everything, so no older horizon is left.
 pub const JOBS: JobSupport = JobSupport {

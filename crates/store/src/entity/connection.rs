@@ -43,6 +43,17 @@ impl ConnectionKind {
             ConnectionKind::Outline => lifecycle_core::outline::JOBS,
         }
     }
+
+    /// The secret names a connection of this kind takes through the API, as the vendor's rules
+    /// declare them (endpoint secrets are named by `store::inbound`, never by a caller).
+    pub fn secret_names(self) -> &'static [&'static str] {
+        match self {
+            ConnectionKind::Github => lifecycle_core::github::SECRETS,
+            ConnectionKind::Gitlab => lifecycle_core::gitlab::SECRETS,
+            ConnectionKind::Slack => lifecycle_core::slack::SECRETS,
+            ConnectionKind::Outline => lifecycle_core::outline::SECRETS,
+        }
+    }
 }
 
 /// The stored form of [`ConnectionState`].

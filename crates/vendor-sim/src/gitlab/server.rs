@@ -563,16 +563,25 @@ async fn list_notes(
         .into_iter()
         .filter(|n| !hidden.contains(&n.id))
         .collect();
+    let body: Vec<Json> = notes.iter().map(|n| note_json(n)).collect();
+    let mut r = offset_page(body, &q, &fired);
+    rate_headers(r.headers_mut(), &m);
+    r
+}
+
+/// One page of a REST listing as GitLab pages it: `page` from 1, `per_page` 20 by default and
+/// at most 100, with `X-Page`, `X-Per-Page`, `X-Next-Page` (empty on the last page),
+/// `X-Prev-Page`, and `X-Total`/`X-Total-Pages` up to GitLab's counting limit. The paging
+/// faults shape the page and its headers.
+fn offset_page(items: Vec<Json>, q: &PageQuery, fired: &[GitlabFault]) -> Response {
     let per_page = q.per_page.unwrap_or(20).clamp(1, 100);
     let page = q.page.unwrap_or(1).max(1);
-    let start = (page - 1) * per_page;
-    let mut body: Vec<Json> = notes
-        .iter()
-        .skip(start)
+    let total = items.len();
+    let mut body: Vec<Json> = items
+        .into_iter()
+        .skip((page - 1).saturating_mul(per_page))
         .take(per_page)
-        .map(|n| note_json(n))
         .collect();
-    let total = notes.len();
     let pages = total.div_ceil(per_page).max(1);
     let next = if page < pages {
         (page + 1).to_string()
@@ -581,7 +590,7 @@ async fn list_notes(
     };
     let mut total_header = Some(total as i64);
     let mut omit: Vec<&str> = Vec::new();
-    for kind in &fired {
+    for kind in fired {
         match kind {
             GitlabFault::ShortPage { keep } => body.truncate(*keep),
             GitlabFault::TotalOffBy(d) => total_header = total_header.map(|t| (t + d).max(0)),
@@ -591,7 +600,6 @@ async fn list_notes(
     }
     let mut r = axum::Json(body).into_response();
     let h = r.headers_mut();
-    rate_headers(h, &m);
     let mut set = |name: &'static str, value: String| {
         if !omit.contains(&name)
             && let Ok(v) = HeaderValue::from_str(&value)
@@ -671,11 +679,13 @@ async fn get_project(
 async fn list_hooks(
     State(shared): State<Arc<Shared>>,
     Path(group): Path<u64>,
+    Query(q): Query<PageQuery>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(r) = begin(&shared, ops::LIST_GROUP_HOOKS, &headers).await {
-        return r;
-    }
+    let fired = match begin(&shared, ops::LIST_GROUP_HOOKS, &headers).await {
+        Ok(fired) => fired,
+        Err(r) => return r,
+    };
     let m = lock(&shared.model);
     if !m.groups.contains_key(&group) {
         return message(StatusCode::NOT_FOUND, "404 Group Not Found");
@@ -686,7 +696,7 @@ async fn list_hooks(
         .filter(|h| h.group == group)
         .map(webhook::hook_json)
         .collect();
-    let mut r = axum::Json(hooks).into_response();
+    let mut r = offset_page(hooks, &q, &fired);
     rate_headers(r.headers_mut(), &m);
     r
 }

@@ -42,7 +42,8 @@ pub struct CreateConnection {
     #[serde(default)]
     #[schema(value_type = Object)]
     pub settings: Option<serde_json::Value>,
-    /// Credentials by name (e.g. `token`, `webhook_secret`); stored encrypted, never returned.
+    /// Credentials by name, those the kind takes only: `token` (GitHub PAT, GitLab, Slack,
+    /// Outline) or `private_key` (GitHub App). Stored encrypted, never returned.
     #[serde(default)]
     pub secrets: BTreeMap<String, String>,
 }
@@ -154,7 +155,7 @@ pub(crate) async fn find_connection<C: ConnectionTrait>(
               (status = 404, description = "No such workspace reachable with this token.", body = ErrorBody),
               (status = 409, description = "The workspace is being purged (`workspace_not_active`).", body = ErrorBody),
               (status = 413, response = PayloadTooLarge), (status = 415, response = UnsupportedMediaType),
-              (status = 422, description = "The server URL is not acceptable, or the token cannot read the named repositories.", body = ErrorBody),
+              (status = 422, description = "The server URL is not acceptable, a secret name the kind does not take (`unknown_secret_name`, naming the allowed ones), or the token cannot read the named repositories.", body = ErrorBody),
               (status = 502, description = "The vendor could not be asked to verify the token.", body = ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
@@ -162,7 +163,7 @@ pub async fn create(
     PathParams(workspace_id): PathParams<Uuid>,
     JsonBody(body): JsonBody<CreateConnection>,
 ) -> Result<(StatusCode, Json<ConnectionView>), ApiError> {
-    check_secret_names(&body.secrets)?;
+    check_secret_names(body.kind, &body.secrets)?;
     let settings = body.settings.unwrap_or_else(|| serde_json::json!({}));
     if !settings.is_object() {
         return Err(ApiError::bad_request("settings must be a JSON object"));
@@ -218,22 +219,50 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(view)))
 }
 
-fn check_secret_names(secrets: &BTreeMap<String, String>) -> Result<(), ApiError> {
-    for name in secrets.keys() {
-        if name.is_empty() || name.len() > 100 {
-            return Err(ApiError::bad_request(
-                "secret names must be 1 to 100 characters",
-            ));
-        }
+/// Only the names the connection's kind reads may be set: any other name would be stored and
+/// never used, or shadow a secret the system names itself (an endpoint's).
+fn check_secret_names(
+    kind: ConnectionKind,
+    secrets: &BTreeMap<String, String>,
+) -> Result<(), ApiError> {
+    let allowed = kind.secret_names();
+    let unknown: Vec<&str> = secrets
+        .keys()
+        .map(String::as_str)
+        .filter(|name| !allowed.contains(name))
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    // Names are echoed only when short; a long one is a mistake or a probe.
+    let shown: Vec<String> = unknown
+        .iter()
+        .map(|n| match n.chars().count() {
+            0 => "an empty name".to_owned(),
+            1..=100 => format!("{n:?}"),
+            _ => "a name over 100 characters".to_owned(),
+        })
+        .collect();
+    Err(ApiError::unprocessable(
+        "unknown_secret_name",
+        format!(
+            "a {} connection takes only the secrets {}; not {}",
+            kind.as_str(),
+            allowed
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            shown.join(", ")
+        ),
+    ))
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplaceSecrets {
-    /// Credentials by name (e.g. `token`, `private_key`); each named secret is replaced, the
-    /// others are kept. Stored encrypted, never returned.
+    /// Credentials by name, those the connection's kind takes only (as at creation); each named
+    /// secret is replaced, the others are kept. Stored encrypted, never returned.
     pub secrets: BTreeMap<String, String>,
 }
 
@@ -250,7 +279,7 @@ pub struct ReplaceSecrets {
               (status = 404, description = "No such connection in a workspace this token reaches.", body = ErrorBody),
               (status = 409, description = "The connection is disconnected (`connection_disconnected`), or the workspace is being purged (`workspace_not_active`).", body = ErrorBody),
               (status = 413, response = PayloadTooLarge), (status = 415, response = UnsupportedMediaType),
-              (status = 422, description = "GitHub refused the new token (`credentials_refused`) or it cannot read the connection's repositories (`repository_not_accessible`); nothing was stored.", body = ErrorBody),
+              (status = 422, description = "A secret name the connection's kind does not take (`unknown_secret_name`, naming the allowed ones), GitHub refused the new token (`credentials_refused`) or it cannot read the connection's repositories (`repository_not_accessible`); nothing was stored.", body = ErrorBody),
               (status = 502, description = "The vendor could not be asked to verify the token; nothing was stored.", body = ErrorBody)))]
 pub async fn replace_secrets(
     State(state): State<AppState>,
@@ -261,8 +290,9 @@ pub async fn replace_secrets(
     if body.secrets.is_empty() {
         return Err(ApiError::bad_request("name at least one secret to replace"));
     }
-    check_secret_names(&body.secrets)?;
     let row = find_connection(&state.db, &caller, workspace_id, connection_id, false).await?;
+    // Checked once the caller reaches the connection: a stranger learns nothing of its kind.
+    check_secret_names(row.kind, &body.secrets)?;
     // Reads follow verified access: a new PAT resolves the connection's repositories first.
     if row.kind == ConnectionKind::Github
         && let Some(token) = body.secrets.get("token")
