@@ -60,9 +60,9 @@ impl Stack {
             testkit::control_api_keys()?,
         );
         let mut config = testkit::github_sync_config(env.common_args());
-        config.page_size = 50;
+        config.sync.page_size = 50;
         // A held answer fails as a timeout quickly.
-        config.request_timeout_ms = 300;
+        config.sync.request_timeout_ms = 300;
         let sync = testkit::spawn(config).await?;
         let token = testkit::token(&keys, Role::Admin, None)?;
         let http = reqwest::Client::new();

@@ -42,8 +42,8 @@ pub fn register_metrics<V: Vendor>() {
     }
 }
 
-/// Tunables of a pass. Their defaults are the service's flags (e.g. github-sync's `Config`),
-/// nowhere else.
+/// Tunables of a pass. Their defaults are the shared sync flags ([`crate::SyncArgs`]), nowhere
+/// else.
 #[derive(Debug, Clone)]
 pub struct SyncSettings {
     /// Nodes per page.

@@ -1,10 +1,12 @@
 //! The sync engine every vendor service runs on. A vendor implements the traits here (what its
 //! connections reach, how one page of a class is read and written, how a webhook payload is
 //! applied); the engine owns everything else: job claims and leases, passes and their
-//! cancellation, backfill repetition, the deletion gate, schedules with cooldown, and the
-//! webhook front half that resolves a delivery's body, connection and admission.
+//! cancellation, backfill repetition, the deletion gate, schedules with cooldown, the webhook
+//! front half that resolves a delivery's body, connection and admission, and the flags that tune
+//! all of it ([`config::SyncArgs`], flattened into each service's `Config`).
 #![forbid(unsafe_code)]
 
+pub mod config;
 pub mod consumers;
 pub mod engine;
 pub mod jobs;
@@ -12,6 +14,7 @@ pub mod service;
 pub mod vendor;
 pub mod webhook;
 
+pub use config::{SyncArgs, SyncFlags};
 pub use engine::{BackfillPolicy, Engine, SyncSettings};
 pub use jobs::{ClaimedJob, JobControl, JobOutcome, Jobs};
 pub use service::{JobSchedule, SyncJobs};

@@ -21,11 +21,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use bus::Stream;
 use bus::consumer::ConsumerSpec;
-use lifecycle_core::deletion::BlastRadius;
 use lifecycle_core::subject;
-use store::entity::{JobType, connection};
+use store::entity::connection;
 use sync_engine::webhook::{WebhookConsumer, follow};
-use sync_engine::{BackfillPolicy, Engine, JobSchedule, SyncJobs, SyncSettings};
+use sync_engine::{Engine, SyncArgs, SyncJobs};
 use tokio_util::sync::CancellationToken;
 
 pub use source::GithubSource;
@@ -37,7 +36,24 @@ pub trait SourceFactory: Send + Sync {
     -> anyhow::Result<Arc<dyn GithubSource>>;
 }
 
-/// github-sync's configuration.
+sync_engine::sync_flags! {
+    /// github-sync's spelling of the shared sync flags: `FORGESYNC_GITHUB_*`, `--github-*`.
+    pub struct GithubFlags {
+        env: "GITHUB",
+        flag: "github",
+        vendor: "GitHub",
+        scope: "repository",
+        // GitHub leaves no pending batches to drain (GitLab's cycle does): a BACKFILL is run by
+        // operators, or on a schedule they opt in to.
+        backfill_cron: {
+            default: "off",
+            help: "Cron (with seconds) of a scheduled BACKFILL, UTC; `off` (the default) leaves \
+                   backfills to operators",
+        },
+    }
+}
+
+/// github-sync's configuration: the common and the shared sync flags, and GitHub's own.
 #[derive(Clone, clap::Parser)]
 #[command(name = "github-sync", about = "forgesync GitHub mirror worker")]
 pub struct Config {
@@ -54,25 +70,8 @@ pub struct Config {
     )]
     pub secret_key: String,
 
-    /// Cron (with seconds) of the scheduled RECONCILIATION, UTC; `off` disables it. A replica
-    /// that starts after a due instant runs that instant's reconcile once (claimed in Postgres).
-    #[arg(
-        long,
-        env = "FORGESYNC_GITHUB_RECONCILE_CRON",
-        value_name = "FORGESYNC_GITHUB_RECONCILE_CRON",
-        default_value = "0 0 3 * * *"
-    )]
-    pub reconcile_cron: String,
-
-    /// Cron (with seconds) of a scheduled BACKFILL, UTC; `off` (the default) leaves backfills to
-    /// operators.
-    #[arg(
-        long,
-        env = "FORGESYNC_GITHUB_BACKFILL_CRON",
-        value_name = "FORGESYNC_GITHUB_BACKFILL_CRON",
-        default_value = "off"
-    )]
-    pub backfill_cron: String,
+    #[command(flatten)]
+    pub sync: SyncArgs<GithubFlags>,
 
     /// Cron (with seconds) of the pass that asks GitHub to redeliver recently failed webhook
     /// deliveries of App connections, UTC; `off` disables it.
@@ -84,97 +83,6 @@ pub struct Config {
     )]
     pub redeliver_cron: String,
 
-    /// Seconds after a complete reconcile during which the scheduled pass skips a repository
-    /// (operators' on-demand reconciles always run).
-    #[arg(
-        long = "github-reconcile-cooldown",
-        env = "FORGESYNC_GITHUB_RECONCILE_COOLDOWN",
-        value_name = "FORGESYNC_GITHUB_RECONCILE_COOLDOWN",
-        default_value_t = 12 * 3600
-    )]
-    pub reconcile_cooldown_secs: u64,
-
-    /// Passes a manual BACKFILL may take; after the last incomplete one it fails with its reason.
-    /// Unset (the default), it passes until one pass is complete or it is canceled.
-    #[arg(
-        long = "github-backfill-max-passes",
-        env = "FORGESYNC_GITHUB_BACKFILL_MAX_PASSES",
-        value_name = "FORGESYNC_GITHUB_BACKFILL_MAX_PASSES",
-        value_parser = clap::value_parser!(u32).range(1..)
-    )]
-    pub backfill_max_passes: Option<u32>,
-
-    /// Milliseconds a manual BACKFILL waits after its first incomplete pass; the wait doubles
-    /// with every further pass, up to `FORGESYNC_GITHUB_BACKFILL_MAX_BACKOFF_MS`.
-    #[arg(
-        long = "github-backfill-backoff-ms",
-        env = "FORGESYNC_GITHUB_BACKFILL_BACKOFF_MS",
-        value_name = "FORGESYNC_GITHUB_BACKFILL_BACKOFF_MS",
-        default_value_t = 5_000
-    )]
-    pub backfill_backoff_ms: u64,
-
-    /// The longest wait, in milliseconds, between two passes of a manual BACKFILL (never below
-    /// the first wait).
-    #[arg(
-        long = "github-backfill-max-backoff-ms",
-        env = "FORGESYNC_GITHUB_BACKFILL_MAX_BACKOFF_MS",
-        value_name = "FORGESYNC_GITHUB_BACKFILL_MAX_BACKOFF_MS",
-        default_value_t = 300_000
-    )]
-    pub backfill_max_backoff_ms: u64,
-
-    /// Nodes per GraphQL page (at most 100).
-    #[arg(long, env = "FORGESYNC_GITHUB_PAGE_SIZE", value_name = "FORGESYNC_GITHUB_PAGE_SIZE", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub page_size: u32,
-
-    /// Milliseconds one GitHub request may take; a slower answer fails the read as `timeout`
-    /// (retried like a transport failure first).
-    #[arg(
-        long = "github-request-timeout-ms",
-        env = "FORGESYNC_GITHUB_REQUEST_TIMEOUT_MS",
-        value_name = "FORGESYNC_GITHUB_REQUEST_TIMEOUT_MS",
-        default_value_t = 30_000,
-        value_parser = clap::value_parser!(u64).range(1..)
-    )]
-    pub request_timeout_ms: u64,
-
-    /// Pages one listing may take before it counts as truncated.
-    #[arg(
-        long,
-        env = "FORGESYNC_GITHUB_PAGE_CAP",
-        value_name = "FORGESYNC_GITHUB_PAGE_CAP",
-        default_value_t = 10_000
-    )]
-    pub page_cap: u32,
-
-    /// Jobs run at once by this replica.
-    #[arg(
-        long,
-        env = "FORGESYNC_GITHUB_JOB_CONCURRENCY",
-        value_name = "FORGESYNC_GITHUB_JOB_CONCURRENCY",
-        default_value_t = 2
-    )]
-    pub job_concurrency: usize,
-
-    /// Webhook deliveries handled at once by this replica.
-    #[arg(
-        long,
-        env = "FORGESYNC_GITHUB_WEBHOOK_CONCURRENCY",
-        value_name = "FORGESYNC_GITHUB_WEBHOOK_CONCURRENCY",
-        default_value_t = 16
-    )]
-    pub webhook_concurrency: usize,
-
-    /// Milliseconds between checks of the monitors for the webhook consumer's filters.
-    #[arg(
-        long,
-        env = "FORGESYNC_GITHUB_FILTER_REFRESH_MS",
-        value_name = "FORGESYNC_GITHUB_FILTER_REFRESH_MS",
-        default_value_t = 5_000
-    )]
-    pub filter_refresh_ms: u64,
-
     /// Our own GitHub App's id: its check suites and runs are left out of a head's runs. Unset,
     /// an App connection's `app_id` is ours.
     #[arg(
@@ -183,45 +91,14 @@ pub struct Config {
         value_name = "FORGESYNC_GITHUB_APP_ID"
     )]
     pub app_id: Option<u64>,
-
-    /// Seconds a job's claim lasts without a heartbeat before another replica may take it.
-    #[arg(
-        long = "job-lease",
-        env = "FORGESYNC_JOB_LEASE",
-        value_name = "FORGESYNC_JOB_LEASE",
-        default_value_t = 60
-    )]
-    pub job_lease_secs: u64,
-}
-
-impl Config {
-    /// The engine's tunables, as the flags set them.
-    pub fn sync_settings(&self) -> SyncSettings {
-        let first_backoff = Duration::from_millis(self.backfill_backoff_ms);
-        SyncSettings {
-            page_size: self.page_size,
-            page_cap: self.page_cap,
-            blast_radius: BlastRadius::default(),
-            reconcile_cooldown: Duration::from_secs(self.reconcile_cooldown_secs),
-            backfill: BackfillPolicy {
-                max_passes: self.backfill_max_passes.and_then(std::num::NonZeroU32::new),
-                first_backoff,
-                max_backoff: first_backoff.max(Duration::from_millis(self.backfill_max_backoff_ms)),
-            },
-        }
-    }
 }
 
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")
             .field("common", &self.common)
-            .field("reconcile_cron", &self.reconcile_cron)
+            .field("sync", &self.sync)
             .field("redeliver_cron", &self.redeliver_cron)
-            .field("page_size", &self.page_size)
-            .field("page_cap", &self.page_cap)
-            .field("job_concurrency", &self.job_concurrency)
-            .field("job_lease_secs", &self.job_lease_secs)
             .field("app_id", &self.app_id)
             .finish_non_exhaustive()
     }
@@ -240,7 +117,7 @@ pub async fn run(
         secret_key,
         app_id: config.app_id,
         readers: Default::default(),
-        request_timeout: Duration::from_millis(config.request_timeout_ms),
+        request_timeout: config.sync.request_timeout(),
     });
     let factory: Arc<dyn SourceFactory> = clients.clone();
     let bus = config.common.connect_bus().await?;
@@ -252,8 +129,8 @@ pub async fn run(
         }),
         db.get_postgres_connection_pool().clone(),
         replica.clone(),
-        Duration::from_secs(config.job_lease_secs),
-        config.sync_settings(),
+        config.sync.job_lease(),
+        config.sync.sync_settings(),
     );
 
     let name = <Config as runtime::Launch>::NAME;
@@ -262,19 +139,8 @@ pub async fn run(
     SyncJobs {
         service: name,
         engine,
-        concurrency: config.job_concurrency,
-        schedules: &[
-            JobSchedule {
-                job_type: JobType::Reconciliation,
-                cron: &config.reconcile_cron,
-                variable: "FORGESYNC_GITHUB_RECONCILE_CRON",
-            },
-            JobSchedule {
-                job_type: JobType::Backfill,
-                cron: &config.backfill_cron,
-                variable: "FORGESYNC_GITHUB_BACKFILL_CRON",
-            },
-        ],
+        concurrency: config.sync.job_concurrency,
+        schedules: &config.sync.job_schedules(),
     }
     .register(&mut service, &mut schedules, &bus, &db)?;
     let webhook_handler = Arc::new(WebhookConsumer::new(
@@ -293,12 +159,12 @@ pub async fn run(
     };
     service.consumer(&bus, &db, owner_spec, webhook_handler.clone());
     let repository_spec = ConsumerSpec {
-        concurrency: config.webhook_concurrency.max(1),
+        concurrency: config.sync.webhook_concurrency.max(1),
         ..ConsumerSpec::new(Stream::WebhooksGithub, "github-sync-repository-events")
     };
     service.task("repository webhook consumer", {
         let (bus, db) = (bus.clone(), db.clone());
-        let refresh = Duration::from_millis(config.filter_refresh_ms);
+        let refresh = config.sync.filter_refresh();
         let filters =
             webhooks::filters::repository_filters(db.get_postgres_connection_pool().clone());
         move |stop| {

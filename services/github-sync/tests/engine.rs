@@ -296,7 +296,7 @@ impl Fixture {
                     max_backoff: Duration::from_millis(40),
                 },
                 // The rest as github-sync's flags default them.
-                ..self.config.sync_settings()
+                ..self.config.sync.sync_settings()
             },
         }
     }

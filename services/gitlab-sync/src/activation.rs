@@ -167,9 +167,9 @@ impl Activator {
             bus,
             keyring,
             hooks: config.hook_settings()?,
-            request_timeout: config.request_timeout(),
-            page_size: config.page_size,
-            page_cap: config.page_cap,
+            request_timeout: config.sync.request_timeout(),
+            page_size: config.sync.page_size,
+            page_cap: config.sync.page_cap,
         })
     }
 }

@@ -17,12 +17,27 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gitlab_client::RetryPolicy;
-use lifecycle_core::deletion::BlastRadius;
-use store::entity::JobType;
-use sync_engine::{BackfillPolicy, Engine, JobSchedule, SyncJobs, SyncSettings};
+use sync_engine::{Engine, SyncArgs, SyncJobs};
 use tokio_util::sync::CancellationToken;
 
-/// gitlab-sync's configuration.
+sync_engine::sync_flags! {
+    /// gitlab-sync's spelling of the shared sync flags: `FORGESYNC_GITLAB_*`, `--gitlab-*`.
+    pub struct GitlabFlags {
+        env: "GITLAB",
+        flag: "gitlab",
+        vendor: "GitLab",
+        scope: "project",
+        // A BACKFILL request takes a batch per project and leaves the rest pending: the scheduled
+        // cycle drains it, so it runs by default.
+        backfill_cron: {
+            default: "0 */5 * * * *",
+            help: "Cron (with seconds) of the scheduled BACKFILL cycle, UTC, which drains the \
+                   projects a requested backfill left pending; `off` disables it",
+        },
+    }
+}
+
+/// gitlab-sync's configuration: the common and the shared sync flags, and GitLab's own.
 #[derive(Clone, clap::Parser)]
 #[command(name = "gitlab-sync", about = "forgesync GitLab mirror worker")]
 pub struct Config {
@@ -39,65 +54,8 @@ pub struct Config {
     )]
     pub secret_key: String,
 
-    /// Cron (with seconds) of the scheduled RECONCILIATION, UTC; `off` disables it. A replica
-    /// that starts after a due instant runs that instant's reconcile once (claimed in Postgres).
-    #[arg(
-        long,
-        env = "FORGESYNC_GITLAB_RECONCILE_CRON",
-        value_name = "FORGESYNC_GITLAB_RECONCILE_CRON",
-        default_value = "0 0 3 * * *"
-    )]
-    pub reconcile_cron: String,
-
-    /// Cron (with seconds) of the scheduled BACKFILL cycle, UTC, which drains the projects a
-    /// requested backfill left pending; `off` disables it.
-    #[arg(
-        long,
-        env = "FORGESYNC_GITLAB_BACKFILL_CRON",
-        value_name = "FORGESYNC_GITLAB_BACKFILL_CRON",
-        default_value = "0 */5 * * * *"
-    )]
-    pub backfill_cron: String,
-
-    /// Seconds after a complete reconcile during which the scheduled pass skips a project
-    /// (operators' on-demand reconciles always run).
-    #[arg(
-        long = "gitlab-reconcile-cooldown",
-        env = "FORGESYNC_GITLAB_RECONCILE_COOLDOWN",
-        value_name = "FORGESYNC_GITLAB_RECONCILE_COOLDOWN",
-        default_value_t = 12 * 3600
-    )]
-    pub reconcile_cooldown_secs: u64,
-
-    /// Passes a manual BACKFILL may take; after the last incomplete one it fails with its reason.
-    /// Unset (the default), it passes until one pass is complete or it is canceled.
-    #[arg(
-        long = "gitlab-backfill-max-passes",
-        env = "FORGESYNC_GITLAB_BACKFILL_MAX_PASSES",
-        value_name = "FORGESYNC_GITLAB_BACKFILL_MAX_PASSES",
-        value_parser = clap::value_parser!(u32).range(1..)
-    )]
-    pub backfill_max_passes: Option<u32>,
-
-    /// Milliseconds a manual BACKFILL waits after its first incomplete pass; the wait doubles
-    /// with every further pass, up to `FORGESYNC_GITLAB_BACKFILL_MAX_BACKOFF_MS`.
-    #[arg(
-        long = "gitlab-backfill-backoff-ms",
-        env = "FORGESYNC_GITLAB_BACKFILL_BACKOFF_MS",
-        value_name = "FORGESYNC_GITLAB_BACKFILL_BACKOFF_MS",
-        default_value_t = 5_000
-    )]
-    pub backfill_backoff_ms: u64,
-
-    /// The longest wait, in milliseconds, between two passes of a manual BACKFILL (never below
-    /// the first wait).
-    #[arg(
-        long = "gitlab-backfill-max-backoff-ms",
-        env = "FORGESYNC_GITLAB_BACKFILL_MAX_BACKOFF_MS",
-        value_name = "FORGESYNC_GITLAB_BACKFILL_MAX_BACKOFF_MS",
-        default_value_t = 300_000
-    )]
-    pub backfill_max_backoff_ms: u64,
+    #[command(flatten)]
+    pub sync: SyncArgs<GitlabFlags>,
 
     /// Pages of each class one BACKFILL request takes per pending project; the scheduled
     /// cycle drains the rest.
@@ -120,57 +78,6 @@ pub struct Config {
     )]
     pub backfill_cooldown_secs: u64,
 
-    /// Nodes per GraphQL page (at most 100).
-    #[arg(long, env = "FORGESYNC_GITLAB_PAGE_SIZE", value_name = "FORGESYNC_GITLAB_PAGE_SIZE", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub page_size: u32,
-
-    /// Pages one listing may take before it counts as truncated.
-    #[arg(
-        long,
-        env = "FORGESYNC_GITLAB_PAGE_CAP",
-        value_name = "FORGESYNC_GITLAB_PAGE_CAP",
-        default_value_t = 10_000
-    )]
-    pub page_cap: u32,
-
-    /// Milliseconds one GitLab request may take; a slower answer fails the read as `timeout`
-    /// (retried like a transport failure first).
-    #[arg(
-        long = "gitlab-request-timeout-ms",
-        env = "FORGESYNC_GITLAB_REQUEST_TIMEOUT_MS",
-        value_name = "FORGESYNC_GITLAB_REQUEST_TIMEOUT_MS",
-        default_value_t = 30_000,
-        value_parser = clap::value_parser!(u64).range(1..)
-    )]
-    pub request_timeout_ms: u64,
-
-    /// Jobs run at once by this replica.
-    #[arg(
-        long,
-        env = "FORGESYNC_GITLAB_JOB_CONCURRENCY",
-        value_name = "FORGESYNC_GITLAB_JOB_CONCURRENCY",
-        default_value_t = 2
-    )]
-    pub job_concurrency: usize,
-
-    /// Webhook deliveries handled at once by this replica.
-    #[arg(
-        long,
-        env = "FORGESYNC_GITLAB_WEBHOOK_CONCURRENCY",
-        value_name = "FORGESYNC_GITLAB_WEBHOOK_CONCURRENCY",
-        default_value_t = 16
-    )]
-    pub webhook_concurrency: usize,
-
-    /// Milliseconds between checks of the monitors for the webhook consumer's filters.
-    #[arg(
-        long,
-        env = "FORGESYNC_GITLAB_FILTER_REFRESH_MS",
-        value_name = "FORGESYNC_GITLAB_FILTER_REFRESH_MS",
-        default_value_t = 5_000
-    )]
-    pub filter_refresh_ms: u64,
-
     /// Ingress's public base URL, where the group hooks we register deliver
     /// (`https://hooks.example.com`). Unset: no hook is registered.
     #[arg(
@@ -189,39 +96,9 @@ pub struct Config {
         hide_env_values = true
     )]
     pub routing_keys: Option<String>,
-
-    /// Seconds a job's claim lasts without a heartbeat before another replica may take it.
-    #[arg(
-        long = "job-lease",
-        env = "FORGESYNC_JOB_LEASE",
-        value_name = "FORGESYNC_JOB_LEASE",
-        default_value_t = 60
-    )]
-    pub job_lease_secs: u64,
 }
 
 impl Config {
-    /// One GitLab request's time limit.
-    pub fn request_timeout(&self) -> Duration {
-        Duration::from_millis(self.request_timeout_ms)
-    }
-
-    /// The engine's tunables, as the flags set them.
-    pub fn sync_settings(&self) -> SyncSettings {
-        let first_backoff = Duration::from_millis(self.backfill_backoff_ms);
-        SyncSettings {
-            page_size: self.page_size,
-            page_cap: self.page_cap,
-            blast_radius: BlastRadius::default(),
-            reconcile_cooldown: Duration::from_secs(self.reconcile_cooldown_secs),
-            backfill: BackfillPolicy {
-                max_passes: self.backfill_max_passes.and_then(std::num::NonZeroU32::new),
-                first_backoff,
-                max_backoff: first_backoff.max(Duration::from_millis(self.backfill_max_backoff_ms)),
-            },
-        }
-    }
-
     /// How BACKFILL batches run, as the flags set them.
     pub fn backfill_batches(&self) -> sync::BackfillBatches {
         sync::BackfillBatches {
@@ -243,12 +120,9 @@ impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")
             .field("common", &self.common)
-            .field("reconcile_cron", &self.reconcile_cron)
-            .field("backfill_cron", &self.backfill_cron)
-            .field("page_size", &self.page_size)
-            .field("page_cap", &self.page_cap)
-            .field("job_concurrency", &self.job_concurrency)
-            .field("job_lease_secs", &self.job_lease_secs)
+            .field("sync", &self.sync)
+            .field("backfill_batch_pages", &self.backfill_batch_pages)
+            .field("backfill_cooldown_secs", &self.backfill_cooldown_secs)
             .finish_non_exhaustive()
     }
 }
@@ -267,7 +141,7 @@ pub async fn run(
     let factory = source::ClientFactory {
         db: db.clone(),
         secret_key,
-        request_timeout: config.request_timeout(),
+        request_timeout: config.sync.request_timeout(),
         retry: RetryPolicy::default(),
     };
     let factory_for_hooks = factory.clone();
@@ -286,8 +160,8 @@ pub async fn run(
         }),
         pool,
         replica.clone(),
-        Duration::from_secs(config.job_lease_secs),
-        config.sync_settings(),
+        config.sync.job_lease(),
+        config.sync.sync_settings(),
     );
 
     let name = <Config as runtime::Launch>::NAME;
@@ -296,19 +170,8 @@ pub async fn run(
     SyncJobs {
         service: name,
         engine,
-        concurrency: config.job_concurrency,
-        schedules: &[
-            JobSchedule {
-                job_type: JobType::Reconciliation,
-                cron: &config.reconcile_cron,
-                variable: "FORGESYNC_GITLAB_RECONCILE_CRON",
-            },
-            JobSchedule {
-                job_type: JobType::Backfill,
-                cron: &config.backfill_cron,
-                variable: "FORGESYNC_GITLAB_BACKFILL_CRON",
-            },
-        ],
+        concurrency: config.sync.job_concurrency,
+        schedules: &config.sync.job_schedules(),
     }
     .register(&mut service, &mut schedules, &bus, &db)?;
     webhook_consumers(&config, &mut service, &bus, &db, factory_for_hooks);
@@ -331,7 +194,7 @@ fn webhook_consumers(
 ) {
     use sync_engine::webhook::{WebhookConsumer, follow};
     let pool = db.get_postgres_connection_pool().clone();
-    let refresh = Duration::from_millis(config.filter_refresh_ms);
+    let refresh = config.sync.filter_refresh();
     let registered = Arc::new(WebhookConsumer::new(
         pool.clone(),
         webhooks::GitlabWebhooks {
@@ -349,8 +212,9 @@ fn webhook_consumers(
             route: None,
         },
     ));
-    let registered_spec = webhooks::filters::connection_events_spec(config.webhook_concurrency);
-    let operator_spec = webhooks::filters::project_events_spec(config.webhook_concurrency);
+    let registered_spec =
+        webhooks::filters::connection_events_spec(config.sync.webhook_concurrency);
+    let operator_spec = webhooks::filters::project_events_spec(config.sync.webhook_concurrency);
     service.task("registered hooks consumer", {
         let (bus, db) = (bus.clone(), db.clone());
         let filters = webhooks::filters::connection_filters(pool.clone());

@@ -141,7 +141,7 @@ impl Fixture {
             factory: ClientFactory {
                 db: self.db.db.clone(),
                 secret_key: store::secrets::Keyring::parse(&self.config.secret_key).unwrap(),
-                request_timeout: self.config.request_timeout(),
+                request_timeout: self.config.sync.request_timeout(),
                 // Persistent faults stay faults; a retry waits milliseconds, not seconds.
                 retry: RetryPolicy {
                     max_retries: 1,
@@ -156,7 +156,7 @@ impl Fixture {
     }
 
     fn engine(&self, replica: &str) -> Engine<GitlabVendor> {
-        let mut settings = self.config.sync_settings();
+        let mut settings = self.config.sync.sync_settings();
         // Several pages per listing with few items.
         settings.page_size = 10;
         Engine::new(

@@ -158,7 +158,7 @@ impl Fixture {
                 backfill: self.config.backfill_batches(),
                 activator: None,
             }),
-            settings: self.config.sync_settings(),
+            settings: self.config.sync.sync_settings(),
         }
     }
 

@@ -163,7 +163,7 @@ async fn up(
         common(next_port(listen, 2), false),
         &[format!("--secret-key={}", testkit::secret_key())],
     )?;
-    sync_config.reconcile_cron = defaults.reconcile_cron;
+    sync_config.sync.reconcile_cron = defaults.sync.reconcile_cron;
     let github_sync = testkit::spawn(sync_config).await?;
     let mut eraser_config = testkit::eraser_config(common(next_port(listen, 3), false));
     // Unlike tests, the local stack prunes on the eraser's own schedules.
@@ -179,7 +179,7 @@ async fn up(
         common(next_port(listen, 4), false),
         &[format!("--secret-key={}", testkit::secret_key())],
     )?;
-    gitlab_config.reconcile_cron = gitlab_defaults.reconcile_cron;
+    gitlab_config.sync.reconcile_cron = gitlab_defaults.sync.reconcile_cron;
     let gitlab_sync = testkit::spawn(gitlab_config).await?;
 
     let token = testkit::token(&keys, control_api::Role::Admin, None)?;

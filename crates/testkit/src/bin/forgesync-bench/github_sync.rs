@@ -33,8 +33,8 @@ pub async fn run() -> Result<()> {
         testkit::control_api_keys()?,
     );
     let config = testkit::github_sync_config(env.common_args());
-    let page_size = config.page_size;
-    let webhook_concurrency = config.webhook_concurrency;
+    let page_size = config.sync.page_size;
+    let webhook_concurrency = config.sync.webhook_concurrency;
     let sync = testkit::spawn(config).await?;
     let pool = env.db.db.get_postgres_connection_pool().clone();
 

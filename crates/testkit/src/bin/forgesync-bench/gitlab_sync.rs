@@ -50,7 +50,7 @@ pub async fn run() -> Result<()> {
             "--backfill-cron=off".to_owned(),
         ],
     )?;
-    let page_size = config.page_size;
+    let page_size = config.sync.page_size;
 
     let (workspace, instance, connection) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
     sqlx::query("INSERT INTO workspace (id, name) VALUES ($1, 'bench')")
@@ -90,7 +90,7 @@ pub async fn run() -> Result<()> {
             factory: gitlab_sync::source::ClientFactory {
                 db: env.db.db.clone(),
                 secret_key: ring,
-                request_timeout: config.request_timeout(),
+                request_timeout: config.sync.request_timeout(),
                 retry: gitlab_client::RetryPolicy::default(),
             },
             backfill: config.backfill_batches(),
@@ -98,8 +98,8 @@ pub async fn run() -> Result<()> {
         }),
         pool.clone(),
         "bench",
-        Duration::from_secs(config.job_lease_secs),
-        config.sync_settings(),
+        config.sync.job_lease(),
+        config.sync.sync_settings(),
     );
     let job_id = Uuid::now_v7();
     sqlx::query("INSERT INTO sync_job (id, connection_id, workspace_id, kind, job_type, trigger) VALUES ($1, $2, $3, 'gitlab', 'INITIAL', 'lifecycle')")

@@ -1,0 +1,339 @@
+//! The flags every sync service shares, declared once: paging, the RECONCILIATION and BACKFILL
+//! schedules, the reconcile cooldown, how a manual BACKFILL repeats, the job lease, concurrency,
+//! the request timeout and the webhook filter refresh. A service flattens [`SyncArgs`] into its
+//! clap `Config` (`#[command(flatten)] pub sync: SyncArgs<ItsFlags>`) and builds the engine's
+//! settings with [`SyncArgs::sync_settings`].
+//!
+//! Deployments set each service's own variables (`FORGESYNC_GITHUB_PAGE_SIZE`,
+//! `FORGESYNC_GITLAB_PAGE_SIZE`), so one struct must read different names per service. clap's
+//! derive passes an attribute's value through as an expression, so [`SyncArgs`] is generic over
+//! a [`SyncFlags`] type and reads its names from that type's constants (`env = F::PAGE_SIZE`).
+//! The constants are written by [`sync_flags!`](crate::sync_flags) from the service's prefix
+//! alone, with `concat!`, so every service spells every variable `FORGESYNC_<VENDOR>_<FLAG>` and
+//! no name is typed twice. Four help texts name the vendor or its scope; the backfill schedule's
+//! default and meaning differ per vendor on purpose, so a service states both.
+
+use std::fmt::Debug;
+use std::marker::PhantomData;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use lifecycle_core::deletion::BlastRadius;
+use store::entity::JobType;
+
+use crate::engine::{BackfillPolicy, SyncSettings};
+use crate::service::JobSchedule;
+
+/// One sync service's spelling of the shared flags: the environment variables (also the value
+/// names), the flags that carry the vendor's name, and the help texts worded per vendor. Write it
+/// with [`sync_flags!`](crate::sync_flags), never by hand.
+pub trait SyncFlags: Debug + Clone + Send + Sync + 'static {
+    const RECONCILE_CRON: &'static str;
+    const BACKFILL_CRON: &'static str;
+    /// The BACKFILL schedule when the variable is unset.
+    const BACKFILL_CRON_DEFAULT: &'static str;
+    const BACKFILL_CRON_HELP: &'static str;
+    const RECONCILE_COOLDOWN: &'static str;
+    const RECONCILE_COOLDOWN_FLAG: &'static str;
+    const RECONCILE_COOLDOWN_HELP: &'static str;
+    const BACKFILL_MAX_PASSES: &'static str;
+    const BACKFILL_MAX_PASSES_FLAG: &'static str;
+    const BACKFILL_BACKOFF_MS: &'static str;
+    const BACKFILL_BACKOFF_MS_FLAG: &'static str;
+    const BACKFILL_BACKOFF_MS_HELP: &'static str;
+    const BACKFILL_MAX_BACKOFF_MS: &'static str;
+    const BACKFILL_MAX_BACKOFF_MS_FLAG: &'static str;
+    const PAGE_SIZE: &'static str;
+    const PAGE_CAP: &'static str;
+    const REQUEST_TIMEOUT_MS: &'static str;
+    const REQUEST_TIMEOUT_MS_FLAG: &'static str;
+    const REQUEST_TIMEOUT_MS_HELP: &'static str;
+    const JOB_CONCURRENCY: &'static str;
+    const WEBHOOK_CONCURRENCY: &'static str;
+    const FILTER_REFRESH_MS: &'static str;
+}
+
+/// Declares a service's [`SyncFlags`] type from its prefixes. `env: "GITHUB"` gives
+/// `FORGESYNC_GITHUB_PAGE_SIZE` and the like; `flag: "github"` gives the flags that carry the
+/// vendor's name (`--github-reconcile-cooldown`; the others, `--page-size`, are the same
+/// everywhere); `vendor` and `scope` word the help ("one GitHub request", "skips a
+/// repository"); `backfill_cron` is the BACKFILL schedule's default and help (without a final
+/// period, as clap shows help).
+///
+/// ```
+/// sync_engine::sync_flags! {
+///     /// acme-sync's spelling of the shared sync flags.
+///     pub struct AcmeFlags {
+///         env: "ACME",
+///         flag: "acme",
+///         vendor: "Acme",
+///         scope: "space",
+///         backfill_cron: {
+///             default: "off",
+///             help: "Cron (with seconds) of a scheduled BACKFILL, UTC; `off` disables it",
+///         },
+///     }
+/// }
+/// use sync_engine::config::SyncFlags as _;
+/// assert_eq!(AcmeFlags::PAGE_SIZE, "FORGESYNC_ACME_PAGE_SIZE");
+/// assert_eq!(AcmeFlags::RECONCILE_COOLDOWN_FLAG, "acme-reconcile-cooldown");
+/// ```
+#[macro_export]
+macro_rules! sync_flags {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident {
+            env: $env:literal,
+            flag: $flag:literal,
+            vendor: $vendor:literal,
+            scope: $scope:literal,
+            backfill_cron: { default: $backfill_default:literal, help: $backfill_help:literal $(,)? } $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, Default)]
+        $vis struct $name;
+
+        impl $crate::config::SyncFlags for $name {
+            const RECONCILE_CRON: &'static str = concat!("FORGESYNC_", $env, "_RECONCILE_CRON");
+            const BACKFILL_CRON: &'static str = concat!("FORGESYNC_", $env, "_BACKFILL_CRON");
+            const BACKFILL_CRON_DEFAULT: &'static str = $backfill_default;
+            const BACKFILL_CRON_HELP: &'static str = $backfill_help;
+            const RECONCILE_COOLDOWN: &'static str =
+                concat!("FORGESYNC_", $env, "_RECONCILE_COOLDOWN");
+            const RECONCILE_COOLDOWN_FLAG: &'static str = concat!($flag, "-reconcile-cooldown");
+            const RECONCILE_COOLDOWN_HELP: &'static str = concat!(
+                "Seconds after a complete reconcile during which the scheduled pass skips a ",
+                $scope,
+                " (operators' on-demand reconciles always run)"
+            );
+            const BACKFILL_MAX_PASSES: &'static str =
+                concat!("FORGESYNC_", $env, "_BACKFILL_MAX_PASSES");
+            const BACKFILL_MAX_PASSES_FLAG: &'static str = concat!($flag, "-backfill-max-passes");
+            const BACKFILL_BACKOFF_MS: &'static str =
+                concat!("FORGESYNC_", $env, "_BACKFILL_BACKOFF_MS");
+            const BACKFILL_BACKOFF_MS_FLAG: &'static str = concat!($flag, "-backfill-backoff-ms");
+            const BACKFILL_BACKOFF_MS_HELP: &'static str = concat!(
+                "Milliseconds a manual BACKFILL waits after its first incomplete pass; the wait \
+                 doubles with every further pass, up to `FORGESYNC_",
+                $env,
+                "_BACKFILL_MAX_BACKOFF_MS`"
+            );
+            const BACKFILL_MAX_BACKOFF_MS: &'static str =
+                concat!("FORGESYNC_", $env, "_BACKFILL_MAX_BACKOFF_MS");
+            const BACKFILL_MAX_BACKOFF_MS_FLAG: &'static str =
+                concat!($flag, "-backfill-max-backoff-ms");
+            const PAGE_SIZE: &'static str = concat!("FORGESYNC_", $env, "_PAGE_SIZE");
+            const PAGE_CAP: &'static str = concat!("FORGESYNC_", $env, "_PAGE_CAP");
+            const REQUEST_TIMEOUT_MS: &'static str =
+                concat!("FORGESYNC_", $env, "_REQUEST_TIMEOUT_MS");
+            const REQUEST_TIMEOUT_MS_FLAG: &'static str = concat!($flag, "-request-timeout-ms");
+            const REQUEST_TIMEOUT_MS_HELP: &'static str = concat!(
+                "Milliseconds one ",
+                $vendor,
+                " request may take; a slower answer fails the read as `timeout` (retried like a \
+                 transport failure first)"
+            );
+            const JOB_CONCURRENCY: &'static str = concat!("FORGESYNC_", $env, "_JOB_CONCURRENCY");
+            const WEBHOOK_CONCURRENCY: &'static str =
+                concat!("FORGESYNC_", $env, "_WEBHOOK_CONCURRENCY");
+            const FILTER_REFRESH_MS: &'static str =
+                concat!("FORGESYNC_", $env, "_FILTER_REFRESH_MS");
+        }
+    };
+}
+
+/// The sync flags of a service spelled by `F`. Every flag also reads its variable, whose name is
+/// the flag's value name. Fields whose help names the vendor take it from `F` (`help = F::..`),
+/// which clap shows instead of the doc comment.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SyncArgs<F: SyncFlags> {
+    /// Cron (with seconds) of the scheduled RECONCILIATION, UTC; `off` disables it. A replica
+    /// that starts after a due instant runs that instant's reconcile once (claimed in Postgres).
+    #[arg(
+        long,
+        env = F::RECONCILE_CRON,
+        value_name = F::RECONCILE_CRON,
+        default_value = "0 0 3 * * *"
+    )]
+    pub reconcile_cron: String,
+
+    /// Cron (with seconds) of the scheduled BACKFILL, UTC; `off` disables it. What a scheduled
+    /// BACKFILL does, and so its default, is the vendor's (`F::BACKFILL_CRON_HELP`).
+    #[arg(
+        long,
+        env = F::BACKFILL_CRON,
+        value_name = F::BACKFILL_CRON,
+        default_value = F::BACKFILL_CRON_DEFAULT,
+        help = F::BACKFILL_CRON_HELP
+    )]
+    pub backfill_cron: String,
+
+    /// Seconds after a complete reconcile during which the scheduled pass skips a scope
+    /// (operators' on-demand reconciles always run).
+    #[arg(
+        long = F::RECONCILE_COOLDOWN_FLAG,
+        env = F::RECONCILE_COOLDOWN,
+        value_name = F::RECONCILE_COOLDOWN,
+        default_value_t = 12 * 3600,
+        help = F::RECONCILE_COOLDOWN_HELP
+    )]
+    pub reconcile_cooldown_secs: u64,
+
+    /// Passes a manual BACKFILL may take; after the last incomplete one it fails with its reason.
+    /// Unset (the default), it passes until one pass is complete or it is canceled.
+    #[arg(
+        long = F::BACKFILL_MAX_PASSES_FLAG,
+        env = F::BACKFILL_MAX_PASSES,
+        value_name = F::BACKFILL_MAX_PASSES,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub backfill_max_passes: Option<u32>,
+
+    /// Milliseconds a manual BACKFILL waits after its first incomplete pass; the wait doubles
+    /// with every further pass, up to the maximum backoff.
+    #[arg(
+        long = F::BACKFILL_BACKOFF_MS_FLAG,
+        env = F::BACKFILL_BACKOFF_MS,
+        value_name = F::BACKFILL_BACKOFF_MS,
+        default_value_t = 5_000,
+        help = F::BACKFILL_BACKOFF_MS_HELP
+    )]
+    pub backfill_backoff_ms: u64,
+
+    /// The longest wait, in milliseconds, between two passes of a manual BACKFILL (never below
+    /// the first wait).
+    #[arg(
+        long = F::BACKFILL_MAX_BACKOFF_MS_FLAG,
+        env = F::BACKFILL_MAX_BACKOFF_MS,
+        value_name = F::BACKFILL_MAX_BACKOFF_MS,
+        default_value_t = 300_000
+    )]
+    pub backfill_max_backoff_ms: u64,
+
+    /// Nodes per GraphQL page (at most 100).
+    #[arg(
+        long,
+        env = F::PAGE_SIZE,
+        value_name = F::PAGE_SIZE,
+        default_value_t = 100,
+        value_parser = clap::value_parser!(u32).range(1..=100)
+    )]
+    pub page_size: u32,
+
+    /// Pages one listing may take before it counts as truncated.
+    #[arg(
+        long,
+        env = F::PAGE_CAP,
+        value_name = F::PAGE_CAP,
+        default_value_t = 10_000
+    )]
+    pub page_cap: u32,
+
+    /// Milliseconds one request to the vendor may take; a slower answer fails the read as
+    /// `timeout` (retried like a transport failure first).
+    #[arg(
+        long = F::REQUEST_TIMEOUT_MS_FLAG,
+        env = F::REQUEST_TIMEOUT_MS,
+        value_name = F::REQUEST_TIMEOUT_MS,
+        default_value_t = 30_000,
+        value_parser = clap::value_parser!(u64).range(1..),
+        help = F::REQUEST_TIMEOUT_MS_HELP
+    )]
+    pub request_timeout_ms: u64,
+
+    /// Jobs run at once by this replica.
+    #[arg(
+        long,
+        env = F::JOB_CONCURRENCY,
+        value_name = F::JOB_CONCURRENCY,
+        default_value_t = 2
+    )]
+    pub job_concurrency: usize,
+
+    /// Webhook deliveries handled at once by this replica.
+    #[arg(
+        long,
+        env = F::WEBHOOK_CONCURRENCY,
+        value_name = F::WEBHOOK_CONCURRENCY,
+        default_value_t = 16
+    )]
+    pub webhook_concurrency: usize,
+
+    /// Milliseconds between checks of the monitors for the webhook consumer's filters.
+    #[arg(
+        long,
+        env = F::FILTER_REFRESH_MS,
+        value_name = F::FILTER_REFRESH_MS,
+        default_value_t = 5_000
+    )]
+    pub filter_refresh_ms: u64,
+
+    /// Seconds a job's claim lasts without a heartbeat before another replica may take it.
+    // One variable for every sync service, as it has always been (no vendor in its name).
+    #[arg(
+        long = "job-lease",
+        env = "FORGESYNC_JOB_LEASE",
+        value_name = "FORGESYNC_JOB_LEASE",
+        default_value_t = 60
+    )]
+    pub job_lease_secs: u64,
+
+    #[arg(skip)]
+    flags: PhantomData<F>,
+}
+
+impl<F: SyncFlags> SyncArgs<F> {
+    /// The engine's tunables, as the flags set them.
+    pub fn sync_settings(&self) -> SyncSettings {
+        SyncSettings {
+            page_size: self.page_size,
+            page_cap: self.page_cap,
+            blast_radius: BlastRadius::default(),
+            reconcile_cooldown: Duration::from_secs(self.reconcile_cooldown_secs),
+            backfill: self.backfill_policy(),
+        }
+    }
+
+    /// How a manual BACKFILL repeats an incomplete pass; the longest wait is never below the
+    /// first.
+    pub fn backfill_policy(&self) -> BackfillPolicy {
+        let first_backoff = Duration::from_millis(self.backfill_backoff_ms);
+        BackfillPolicy {
+            max_passes: self.backfill_max_passes.and_then(NonZeroU32::new),
+            first_backoff,
+            max_backoff: first_backoff.max(Duration::from_millis(self.backfill_max_backoff_ms)),
+        }
+    }
+
+    /// How long a job's claim lasts without a heartbeat.
+    pub fn job_lease(&self) -> Duration {
+        Duration::from_secs(self.job_lease_secs)
+    }
+
+    /// One vendor request's time limit.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
+    }
+
+    /// How often a webhook consumer re-reads the monitors behind its filters.
+    pub fn filter_refresh(&self) -> Duration {
+        Duration::from_millis(self.filter_refresh_ms)
+    }
+
+    /// The RECONCILIATION and BACKFILL schedules, each naming its variable when it is refused.
+    pub fn job_schedules(&self) -> [JobSchedule<'_>; 2] {
+        [
+            JobSchedule {
+                job_type: JobType::Reconciliation,
+                cron: &self.reconcile_cron,
+                variable: F::RECONCILE_CRON,
+            },
+            JobSchedule {
+                job_type: JobType::Backfill,
+                cron: &self.backfill_cron,
+                variable: F::BACKFILL_CRON,
+            },
+        ]
+    }
+}
