@@ -4,7 +4,8 @@
 //! before it started (the deletion gate decides; the engine obeys). A manual BACKFILL repeats
 //! its pass, with a growing but bounded wait, until one pass lists everything or the job is
 //! canceled (or an operator's pass cap, off unless set, is reached). Cancellation and the lease
-//! are checked before every page.
+//! are checked before every page, and by the vendor's own reads after a scope's listings
+//! ([`Pass::heartbeat`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -190,6 +191,7 @@ impl<V: Vendor> Engine<V> {
         let pass = Pass {
             job,
             provider_instance_id,
+            jobs: &self.jobs,
         };
         let (outcome, done) = if let Some(refusal) = V::KIND.jobs().refusal(job.job_type) {
             // The vendor's declaration binds the engine as it binds the API.
@@ -280,7 +282,7 @@ impl<V: Vendor> Engine<V> {
         const TICK: Duration = Duration::from_millis(500);
         let until = tokio::time::Instant::now() + wait;
         loop {
-            let control = self.jobs.heartbeat(job, done, None).await?;
+            let control = self.jobs.heartbeat(job, Some(done), None).await?;
             let now = tokio::time::Instant::now();
             if control != JobControl::Continue || now >= until {
                 return Ok(control);
@@ -359,9 +361,17 @@ impl<V: Vendor> Engine<V> {
                     return Ok(end);
                 }
             }
-            self.vendor
+            // The vendor's own reads after the listings heartbeat too: a cancel or a lost
+            // lease they met ends the job as one met before a page does.
+            match self
+                .vendor
                 .after_scope(pass, source, &mut scope, cooling)
-                .await?;
+                .await?
+            {
+                JobControl::Continue => {}
+                JobControl::Canceled => return Ok(PassEnd::Final(JobOutcome::Canceled)),
+                JobControl::LostClaim => return Ok(PassEnd::lost_lease()),
+            }
             if reconciling && complete {
                 self.vendor.mark_reconciled(pass, &scope).await?;
             }
@@ -417,7 +427,7 @@ impl<V: Vendor> Engine<V> {
         let mut last_cursor: Option<String> = None;
         loop {
             // Cancel and lease checks per page.
-            match self.jobs.heartbeat(job, *done, None).await? {
+            match self.jobs.heartbeat(job, Some(*done), None).await? {
                 JobControl::Continue => {}
                 JobControl::Canceled => {
                     listing.record_fault(ListingFault::Cancelled);

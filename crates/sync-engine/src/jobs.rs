@@ -76,7 +76,7 @@ pub enum JobOutcome {
 }
 
 /// Claims, heartbeats and finishes one vendor's jobs for one replica.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct Jobs {
     kind: ConnectionKind,
     pool: PgPool,
@@ -154,16 +154,18 @@ impl Jobs {
         .await
     }
 
-    /// Extends the lease and records progress; tells the job whether to go on.
+    /// Extends the lease and records progress (`None`: the recorded progress stays); tells the
+    /// job whether to go on.
     pub async fn heartbeat(
         &self,
         job: &ClaimedJob,
-        done: i64,
+        done: Option<i64>,
         total: Option<i64>,
     ) -> Result<JobControl, sqlx::Error> {
         let updated = sqlx::query(
             "UPDATE sync_job SET lease_until = now() + make_interval(secs => $3),
-                    progress_done = $4, progress_total = $5, updated_at = now()
+                    progress_done = coalesce($4, progress_done), progress_total = $5,
+                    updated_at = now()
               WHERE id = $1 AND claimed_by = $2 AND status = 'running'",
         )
         .bind(job.id)

@@ -12,7 +12,7 @@ use lifecycle_core::vendor_error::VendorErrorClass;
 use store::entity::{ConnectionKind, connection};
 use uuid::Uuid;
 
-use crate::jobs::ClaimedJob;
+use crate::jobs::{ClaimedJob, JobControl, Jobs};
 
 /// One vendor's sync, as the engine drives it. See `docs/adding-a-vendor.md`.
 #[async_trait::async_trait]
@@ -136,15 +136,17 @@ pub trait Vendor: Send + Sync + 'static {
 
     /// Runs after a scope's listings in a pass that walked them all (GitLab mirrors and
     /// reconciles the notes of the scope's items here). `cooling`: as for
-    /// [`plan_listing`](Self::plan_listing).
+    /// [`plan_listing`](Self::plan_listing). Work that reads the vendor at length heartbeats
+    /// between its reads ([`Pass::heartbeat`]) and, once told to stop, returns that without
+    /// writing more: the engine ends the job (canceled, or as a lost lease) and walks no further.
     async fn after_scope(
         &self,
         _pass: &Pass<'_>,
         _source: &Self::Source,
         _scope: &mut Self::Scope,
         _cooling: bool,
-    ) -> Result<(), sqlx::Error> {
-        Ok(())
+    ) -> Result<JobControl, sqlx::Error> {
+        Ok(JobControl::Continue)
     }
 
     /// How the class's listing of the scope runs in this pass. `cooling`: a scheduled
@@ -233,6 +235,16 @@ pub struct Pass<'a> {
     pub job: &'a ClaimedJob,
     /// The vendor instance of the job's connection.
     pub provider_instance_id: Uuid,
+    pub(crate) jobs: &'a Jobs,
+}
+
+impl Pass<'_> {
+    /// Extends the job's lease and says whether it goes on, as the engine asks before every
+    /// page: canceled, or taken over by another replica (write nothing more). The job's
+    /// recorded progress stays.
+    pub async fn heartbeat(&self) -> Result<JobControl, sqlx::Error> {
+        self.jobs.heartbeat(self.job, None, None).await
+    }
 }
 
 /// What [`Vendor::scopes`] found.

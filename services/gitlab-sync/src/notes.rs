@@ -12,6 +12,12 @@
 //!   review notes with the reply references to them, then threads they emptied. Item events
 //!   already recorded stay. Any doubt leaves the parent as stored and is counted in
 //!   `gitlab_notes_unreconciled_total{reason}`.
+//! - The job's cancel and lease are checked before each parent and each further page of a
+//!   parent's listing: a canceled job stops there (a reconcile it cuts removes nothing), and a
+//!   replica that lost the lease writes nothing more.
+//! - The parents whose notes were not read whole (a failed page, an incomplete discussion, a
+//!   stopped pass) are the summary's `unread`: they hold the incremental pass's watermark
+//!   ([`crate::sync`]), so that pass reads them again.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -32,7 +38,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
 
-use sync_engine::Pass;
+use sync_engine::{JobControl, Pass};
 
 use crate::mirror::VENDOR;
 use crate::sync::{ListedPage, Project};
@@ -104,8 +110,10 @@ pub struct NotesSummary {
     pub unreconciled: Vec<(Parent, NotesUnreconciled)>,
     /// Parents whose notes could not be read whole (mirrored as far as read).
     pub unread: Vec<Parent>,
-    /// Why the pass stopped early (rate limit, budget), if it did.
+    /// Why the pass stopped early (rate limit, budget, the job), if it did.
     pub stopped: Option<String>,
+    /// The job was canceled or lost its lease meanwhile (never `Continue`): the pass stopped.
+    pub job: Option<JobControl>,
 }
 
 /// An issue (`merge_request: false`) or merge request a pass read, by number.
@@ -141,13 +149,13 @@ pub(crate) async fn after_scope(
     client: &GitlabClient,
     project: &mut Project,
     cooling: bool,
-) -> Result<(), sqlx::Error> {
+) -> Result<NotesSummary, sqlx::Error> {
     let touched = std::mem::take(&mut project.touched);
     let (Some(repository_id), Some(project_id)) = (
         project.repository_id,
         project.native_id.and_then(|n| u64::try_from(n).ok()),
     ) else {
-        return Ok(());
+        return Ok(NotesSummary::default());
     };
     let scope = NoteScope {
         repository_id,
@@ -160,7 +168,7 @@ pub(crate) async fn after_scope(
             parents.push(p);
         }
     }
-    let summary = sync_scope(pool, client, pass.job.job_type, !cooling, &scope, &parents).await?;
+    let summary = sync_scope(pool, client, pass, !cooling, &scope, &parents).await?;
     tracing::info!(
         project = %scope.full_path,
         written = summary.written,
@@ -169,9 +177,10 @@ pub(crate) async fn after_scope(
         reconciled = summary.reconciled,
         unreconciled = summary.unreconciled.len(),
         unread = summary.unread.len(),
+        stopped = summary.stopped.as_deref(),
         "notes synced"
     );
-    Ok(())
+    Ok(summary)
 }
 
 /// The metric label of a reason.
@@ -249,14 +258,16 @@ pub async fn parent(
 pub async fn sync_scope(
     pool: &PgPool,
     client: &GitlabClient,
-    job: SyncJobType,
+    pass: &Pass<'_>,
     reconcile: bool,
     scope: &NoteScope,
     touched: &[Parent],
 ) -> Result<NotesSummary, sqlx::Error> {
+    let job = pass.job.job_type;
     let notes = Notes {
         pool,
         client,
+        pass,
         scope,
     };
     let mut summary = NotesSummary::default();
@@ -268,12 +279,33 @@ pub async fn sync_scope(
         let set: BTreeSet<Parent> = touched.iter().copied().collect();
         set.into_iter().collect()
     };
-    for parent in parents {
-        if let Err(stop) = notes.parent(parent, job, reconciling, &mut summary).await? {
-            tracing::warn!(project = %scope.full_path, %parent, error = %stop, "GitLab stopped the notes pass; the rest stay as stored");
-            summary.stopped = Some(stop.to_string());
-            break;
+    for (i, &parent) in parents.iter().enumerate() {
+        // Cancel and lease per parent, as the engine checks them per page.
+        let stop = match pass.heartbeat().await? {
+            JobControl::Continue => notes
+                .parent(parent, job, reconciling, &mut summary)
+                .await?
+                .err(),
+            control => Some(Stop::Job(control)),
+        };
+        let Some(stop) = stop else { continue };
+        // What the pass did not reach was not read: it holds the watermark too.
+        summary.unread.extend_from_slice(&parents[i..]);
+        match stop {
+            Stop::Vendor(e) => {
+                tracing::warn!(project = %scope.full_path, %parent, error = %e, "GitLab stopped the notes pass; the rest stay as stored");
+                summary.stopped = Some(e.to_string());
+            }
+            Stop::Job(control) => {
+                tracing::info!(project = %scope.full_path, %parent, ?control, "the job stopped the notes pass; the rest stay as stored");
+                summary.stopped = Some(match control {
+                    JobControl::Canceled => "the job was canceled".into(),
+                    _ => "the job's lease was lost".into(),
+                });
+                summary.job = Some(control);
+            }
         }
+        break;
     }
     for (parent, reason) in &summary.unreconciled {
         tracing::info!(project = %scope.full_path, %parent, reason = reason_label(*reason), "notes left as stored");
@@ -284,7 +316,16 @@ pub async fn sync_scope(
 struct Notes<'a> {
     pool: &'a PgPool,
     client: &'a GitlabClient,
+    pass: &'a Pass<'a>,
     scope: &'a NoteScope,
+}
+
+/// Why the notes pass stops before its last parent.
+enum Stop {
+    /// GitLab's rate limit or budget, or refused credentials: every later read would fail too.
+    Vendor(ClientError),
+    /// The job was canceled or its lease lost.
+    Job(JobControl),
 }
 
 /// A client error that ends the notes pass (the rate limit or budget: every later call would
@@ -302,12 +343,12 @@ impl Notes<'_> {
         job: SyncJobType,
         reconciling: bool,
         summary: &mut NotesSummary,
-    ) -> Result<Result<(), ClientError>, sqlx::Error> {
+    ) -> Result<Result<(), Stop>, sqlx::Error> {
         if let Parent::MergeRequest { row, iid } = parent {
             // Discussions never depend on the stored or reported note count.
             match self.discussions(row, iid, summary).await? {
                 Ok(()) => {}
-                Err(e) if stops_pass(&e) => return Ok(Err(e)),
+                Err(e) if stops_pass(&e) => return Ok(Err(Stop::Vendor(e))),
                 Err(e) => {
                     tracing::warn!(project = %self.scope.full_path, %parent, error = %e, "discussions not read; mirrored as stored");
                     summary.unread.push(parent);
@@ -470,7 +511,7 @@ impl Notes<'_> {
         job: SyncJobType,
         reconciling: bool,
         summary: &mut NotesSummary,
-    ) -> Result<Result<(), ClientError>, sqlx::Error> {
+    ) -> Result<Result<(), Stop>, sqlx::Error> {
         let rest = parent.rest(self.scope.project_id);
         // Candidates before listing: notes inserted during the pass survive.
         let mut rule = if reconciling {
@@ -482,7 +523,24 @@ impl Notes<'_> {
         let mut next = Some(1u32);
         let mut pages = 0;
         let mut failure = None;
+        let mut canceled = false;
         while let Some(number) = next.take() {
+            // The first page follows the per-parent check; each further one checks again.
+            if pages > 0 {
+                match self.pass.heartbeat().await? {
+                    JobControl::Continue => {}
+                    JobControl::Canceled => {
+                        // A cut listing reconciles nothing.
+                        if let Some(rule) = rule.as_mut() {
+                            rule.record_fault(lifecycle_core::gitlab::notes::NoteFault::Cancelled);
+                        }
+                        canceled = true;
+                        break;
+                    }
+                    // Another replica holds the job: nothing more is written.
+                    JobControl::LostClaim => return Ok(Err(Stop::Job(JobControl::LostClaim))),
+                }
+            }
             let page = match self.client.notes_page(rest, number, PAGE_SIZE).await {
                 Ok(page) => page,
                 Err(e) => {
@@ -515,6 +573,9 @@ impl Notes<'_> {
         }
         if let Some(e) = &failure {
             tracing::warn!(project = %self.scope.full_path, %parent, error = %e, "notes page failed");
+            summary.unread.push(parent);
+        }
+        if canceled {
             summary.unread.push(parent);
         }
         if let Some(rule) = rule {
@@ -556,7 +617,8 @@ impl Notes<'_> {
             }
         }
         Ok(match failure {
-            Some(e) if stops_pass(&e) => Err(e),
+            _ if canceled => Err(Stop::Job(JobControl::Canceled)),
+            Some(e) if stops_pass(&e) => Err(Stop::Vendor(e)),
             _ => Ok(()),
         })
     }

@@ -7,8 +7,10 @@
 //! - INITIAL and RECONCILIATION list each class whole (only a RECONCILIATION sweeps); a scheduled
 //!   RECONCILIATION of a project reconciled within the cooldown reads only what changed since
 //!   its watermark instead (hooks it missed), sweeping nothing.
-//! - The watermark is the newest `updatedAt` a clean listing read; it moves only after a clean
-//!   listing, and the next filtered read starts one second before it.
+//! - The watermark is the newest `updatedAt` a clean listing read, held back to the oldest
+//!   `updatedAt` of an item whose notes the pass could not read whole; it moves only after a
+//!   clean listing and the notes pass that follows it, never back, and the next filtered read
+//!   starts one second before it.
 //! - BACKFILL: a request marks the connection's projects pending and takes one batch of pages of
 //!   each; the scheduled cycle drains the rest of every pending project whose last batch is
 //!   older than the backfill cooldown.
@@ -24,7 +26,7 @@ use scm_mirror::items::{self, ItemClass};
 use scm_mirror::repository::RepoHeader;
 use sqlx::PgPool;
 use store::entity::{ConnectionKind, connection};
-use sync_engine::{Listed, ListingEnd, ListingPlan, PageCheck, Pass, Scopes, Vendor};
+use sync_engine::{JobControl, Listed, ListingEnd, ListingPlan, PageCheck, Pass, Scopes, Vendor};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -73,6 +75,9 @@ pub struct Project {
     /// The issues and merge requests this pass read, whose notes follow ([`crate::notes`]).
     #[sqlx(skip)]
     pub(crate) touched: Vec<crate::notes::Touched>,
+    /// The watermark each class's clean listing earned, written after the notes pass.
+    #[sqlx(skip)]
+    earned: Vec<(ItemClass, OffsetDateTime)>,
 }
 
 impl Project {
@@ -164,6 +169,60 @@ struct ListingState {
 }
 
 impl GitlabVendor {
+    /// Writes the watermarks the project's clean listings earned in this pass, after its notes
+    /// pass. Notes-held watermark: a class's watermark goes no further than the oldest stored
+    /// `updatedAt` of its items whose notes were not read whole (`unread`), so the next filtered
+    /// read (from a second before it) reads them again; it never moves back.
+    async fn advance_watermarks(
+        &self,
+        project: &mut Project,
+        unread: &[crate::notes::Parent],
+    ) -> Result<(), sqlx::Error> {
+        use crate::notes::Parent;
+        let earned = std::mem::take(&mut project.earned);
+        let Some(repository_id) = project.repository_id else {
+            return Ok(());
+        };
+        for (class, newest) in earned {
+            let rows: Vec<Uuid> = unread
+                .iter()
+                .filter_map(|p| match (class, *p) {
+                    (ItemClass::Issue, Parent::Issue { row, .. })
+                    | (ItemClass::PullRequest, Parent::MergeRequest { row, .. }) => Some(row),
+                    _ => None,
+                })
+                .collect();
+            let held: Option<OffsetDateTime> = if rows.is_empty() {
+                None
+            } else {
+                let sql = format!(
+                    "SELECT min(upstream_updated_at) FROM {} WHERE id = ANY($1)",
+                    class.table()
+                );
+                sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                    .bind(&rows)
+                    .fetch_one(&self.pool)
+                    .await?
+            };
+            let watermark = held.map_or(newest, |held| held.min(newest));
+            if held.is_some() {
+                tracing::info!(project = %project, class = Self::class_name(class), %watermark, %newest, "notes not read whole hold the watermark back");
+            }
+            sqlx::query(
+                "INSERT INTO gitlab_listing_state (repository_id, class, watermark)
+                 VALUES ($1, $2, $3)
+                 ON CONFLICT (repository_id, class) DO UPDATE
+                    SET watermark = GREATEST(gitlab_listing_state.watermark, $3)",
+            )
+            .bind(repository_id)
+            .bind(class.table())
+            .bind(watermark)
+            .execute(&self.pool)
+            .await?;
+        }
+        Ok(())
+    }
+
     /// The mirrored repository of the project, remembered for the rest of the pass.
     async fn repository_id(
         &self,
@@ -557,8 +616,15 @@ impl Vendor for GitlabVendor {
         source: &GitlabSource,
         project: &mut Project,
         cooling: bool,
-    ) -> Result<(), sqlx::Error> {
-        crate::notes::after_scope(&self.pool, pass, &source.client, project, cooling).await
+    ) -> Result<JobControl, sqlx::Error> {
+        let notes =
+            crate::notes::after_scope(&self.pool, pass, &source.client, project, cooling).await?;
+        if notes.job == Some(JobControl::LostClaim) {
+            // Another replica holds the job: not even the watermark is written.
+            return Ok(JobControl::LostClaim);
+        }
+        self.advance_watermarks(project, &notes.unread).await?;
+        Ok(notes.job.unwrap_or(JobControl::Continue))
     }
 
     async fn listing_ended(
@@ -573,21 +639,12 @@ impl Vendor for GitlabVendor {
         };
         match &end.plan {
             ListingPlan::Whole | ListingPlan::Filtered => {
-                // The watermark moves only after a clean listing, and never back.
+                // Only a clean listing earns a watermark; the notes pass decides how much of it
+                // is written ([`GitlabVendor::advance_watermarks`]).
                 if end.complete
                     && let Some(newest) = project.newest
                 {
-                    sqlx::query(
-                        "INSERT INTO gitlab_listing_state (repository_id, class, watermark)
-                         VALUES ($1, $2, $3)
-                         ON CONFLICT (repository_id, class) DO UPDATE
-                            SET watermark = GREATEST(gitlab_listing_state.watermark, $3)",
-                    )
-                    .bind(repository_id)
-                    .bind(class.table())
-                    .bind(newest)
-                    .execute(&self.pool)
-                    .await?;
+                    project.earned.push((class, newest));
                 }
             }
             ListingPlan::Batch { .. } => {

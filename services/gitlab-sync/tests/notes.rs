@@ -162,10 +162,19 @@ impl Fixture {
         }
     }
 
-    async fn run(&self, job_type: &str, trigger: &str) -> Result<JobOutcome> {
+    async fn queue(&self, job_type: &str, trigger: &str) -> Result<Uuid> {
         let id = Uuid::now_v7();
         sqlx::query("INSERT INTO sync_job (id, connection_id, workspace_id, kind, job_type, trigger) VALUES ($1, $2, $3, 'gitlab', $4, $5)")
             .bind(id).bind(self.connection_id).bind(self.workspace_id).bind(job_type).bind(trigger).execute(&self.pool).await?;
+        Ok(id)
+    }
+
+    async fn run(&self, job_type: &str, trigger: &str) -> Result<JobOutcome> {
+        let id = self.queue(job_type, trigger).await?;
+        self.run_queued(id).await
+    }
+
+    async fn run_queued(&self, id: Uuid) -> Result<JobOutcome> {
         let engine = self.engine();
         let job = engine.jobs.claim(id).await?.expect("claimable");
         let source = GitlabSource {
@@ -177,6 +186,60 @@ impl Fixture {
             },
         };
         Ok(engine.run(&job, self.provider_instance_id, source).await?)
+    }
+
+    /// Adds `n` issues upstream, each with one note, and returns their notes' ids.
+    fn add_issues_with_a_note(&self, n: usize) -> Vec<u64> {
+        let project = self.project;
+        self.sim.model(|m| {
+            (0..n)
+                .map(|k| {
+                    let at = m.issues[&(project, 1)].updated_at;
+                    let iid = m.add_issue(
+                        project,
+                        NewIssue {
+                            title: format!("more {k}"),
+                            updated_at: at,
+                        },
+                    );
+                    m.add_note(NoteOn::Issue(project, iid), "a note", false, None)
+                })
+                .collect()
+        })
+    }
+
+    /// Runs an INITIAL whose notes answer slowly; `interrupt` runs against the job's row once
+    /// the first note listing is asked for. Returns the outcome and how many note listings
+    /// were asked for by then.
+    async fn initial_interrupted_in_its_notes(
+        &self,
+        interrupt: impl AsyncFnOnce(Uuid),
+    ) -> Result<(JobOutcome, u64)> {
+        self.sim.inject(Fault::always(
+            ops::LIST_NOTES,
+            GitlabFault::Delay(Duration::from_millis(300)),
+        ));
+        let id = self.queue("INITIAL", "manual").await?;
+        let watch = async {
+            while self.sim.calls(ops::LIST_NOTES) == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let asked = self.sim.calls(ops::LIST_NOTES);
+            interrupt(id).await;
+            asked
+        };
+        let (outcome, asked) = tokio::join!(self.run_queued(id), watch);
+        Ok((outcome?, asked))
+    }
+
+    async fn watermark(&self, class: &str) -> Result<Option<time::OffsetDateTime>> {
+        Ok(
+            sqlx::query_scalar("SELECT watermark FROM gitlab_listing_state WHERE class = $1")
+                .bind(class)
+                .fetch_optional(&self.pool)
+                .await?
+                .flatten(),
+        )
     }
 
     async fn initial(&self) -> Result<()> {
@@ -472,5 +535,130 @@ async fn a_saved_note_touches_its_merge_request_and_the_incremental_pass_mirrors
     f.run("RECONCILIATION", "scheduled").await?;
     let (_, reviews) = f.mirrored().await?;
     assert!(reviews.contains(&(reply as i64)), "{reviews:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_cancel_during_the_notes_pass_ends_the_job_and_reads_no_further_parent() -> Result<()> {
+    let f = fixture().await?;
+    f.add_issues_with_a_note(20);
+    let started = std::time::Instant::now();
+    let (outcome, asked) = f
+        .initial_interrupted_in_its_notes(async |id| {
+            sqlx::query("UPDATE sync_job SET status = 'canceled' WHERE id = $1")
+                .bind(id)
+                .execute(&f.pool)
+                .await
+                .unwrap();
+        })
+        .await?;
+    assert_eq!(outcome, JobOutcome::Canceled);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "21 issues' notes at 300 ms each were not all read"
+    );
+    assert_eq!(
+        f.sim.calls(ops::LIST_NOTES),
+        asked,
+        "no parent's notes are asked for after the cancel"
+    );
+    assert_eq!(f.sim.calls(ops::MERGE_REQUEST_DISCUSSIONS), 0);
+    let (status, finished): (String, bool) =
+        sqlx::query_as("SELECT status, finished_at IS NOT NULL FROM sync_job")
+            .fetch_one(&f.pool)
+            .await?;
+    assert_eq!((status.as_str(), finished), ("canceled", true));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_lease_lost_during_the_notes_pass_writes_nothing_more() -> Result<()> {
+    let f = fixture().await?;
+    let more = f.add_issues_with_a_note(20);
+    let b = Jobs::new(
+        ConnectionKind::Gitlab,
+        f.pool.clone(),
+        "replica-b",
+        Duration::from_secs(30),
+    );
+    // Replica a's lease lapses while it reads its first parent's notes; b takes the job over.
+    let (outcome, _) = f
+        .initial_interrupted_in_its_notes(async |id| {
+            sqlx::query(
+                "UPDATE sync_job SET lease_until = now() - interval '1 second' WHERE id = $1",
+            )
+            .bind(id)
+            .execute(&f.pool)
+            .await
+            .unwrap();
+            assert!(b.claim(id).await.unwrap().is_some(), "b takes over");
+        })
+        .await?;
+    assert_eq!(outcome, JobOutcome::Failed("lost the job's lease".into()));
+    let (comments, reviews) = f.mirrored().await?;
+    let written = more
+        .iter()
+        .filter(|n| comments.contains(&(**n as i64)))
+        .count();
+    assert!(
+        comments.len() <= 2 && written <= 1,
+        "only the parent in hand when the lease lapsed may be written: {comments:?}"
+    );
+    assert!(reviews.is_empty(), "no merge request's notes: {reviews:?}");
+    assert_eq!(
+        f.watermark("issue").await?,
+        None,
+        "no watermark is written for a job it no longer holds"
+    );
+    let (status, claimed_by): (String, String) =
+        sqlx::query_as("SELECT status, claimed_by FROM sync_job")
+            .fetch_one(&f.pool)
+            .await?;
+    assert_eq!(
+        (status.as_str(), claimed_by.as_str()),
+        ("running", "replica-b")
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn notes_not_read_whole_hold_the_watermark_until_a_filtered_pass_reads_them() -> Result<()> {
+    let f = fixture().await?;
+    f.initial().await?;
+    // A whole reconcile: the scheduled one after it is within the cooldown, so filtered.
+    f.reconcile().await?;
+    let project = f.project;
+    // A missed note touches issue #1; a later issue moves the listing's newest past it.
+    let (missed, touched_at) = f.sim.model(|m| {
+        let note = m.add_note(NoteOn::Issue(project, 1), "missed", false, None);
+        let at = m.issues[&(project, 1)].updated_at;
+        m.add_issue(
+            project,
+            NewIssue {
+                title: "later".into(),
+                updated_at: at + time::Duration::hours(1),
+            },
+        );
+        (note, at)
+    });
+    f.sim
+        .inject(Fault::always(ops::LIST_NOTES, GitlabFault::Status(500)));
+    f.run("RECONCILIATION", "scheduled").await?;
+    let (comments, _) = f.mirrored().await?;
+    assert!(!comments.contains(&(missed as i64)));
+    let watermark = f.watermark("issue").await?.expect("a watermark");
+    assert!(
+        watermark <= touched_at,
+        "the watermark {watermark} passed the issue whose notes failed ({touched_at})"
+    );
+
+    f.sim.clear_faults();
+    f.run("RECONCILIATION", "scheduled").await?;
+    let (comments, _) = f.mirrored().await?;
+    assert!(comments.contains(&(missed as i64)), "{comments:?}");
+    assert!(
+        f.watermark("issue").await?.expect("a watermark") > touched_at,
+        "read whole, the watermark moves on"
+    );
     Ok(())
 }

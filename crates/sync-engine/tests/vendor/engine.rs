@@ -455,3 +455,65 @@ async fn a_refusal_of_replaced_credentials_does_not_flag_the_new_ones() -> Resul
     assert_eq!(refused_at, None, "the new credentials are not flagged");
     Ok(())
 }
+
+/// A vendor's own work after the listings (GitLab's notes) heartbeats too: what it meets ends
+/// the job as a page's heartbeat would, and the scope is not stamped reconciled.
+#[tokio::test]
+async fn a_cancel_or_a_lost_lease_met_after_the_listings_ends_the_job_there() -> Result<()> {
+    for lose_lease in [false, true] {
+        let f = fixture().await?;
+        let source = ScriptedSource::new(5);
+        let id = f.queue("RECONCILIATION", "manual").await?;
+        let pool = f.pool.clone();
+        let b = Jobs::new(
+            ConnectionKind::Gitlab,
+            f.pool.clone(),
+            "replica-b",
+            Duration::from_secs(30),
+        );
+        let hook: Hook = Box::new(move || {
+            let (pool, b) = (pool.clone(), b.clone());
+            Box::pin(async move {
+                if lose_lease {
+                    sqlx::query("UPDATE sync_job SET lease_until = now() - interval '1 second' WHERE id = $1")
+                        .bind(id).execute(&pool).await.unwrap();
+                    assert!(b.claim(id).await.unwrap().is_some(), "b takes over");
+                } else {
+                    sqlx::query("UPDATE sync_job SET status = 'canceled' WHERE id = $1")
+                        .bind(id)
+                        .execute(&pool)
+                        .await
+                        .unwrap();
+                }
+            })
+        });
+        source.with(|s| s.after_scope = Some(Arc::new(hook)));
+        let engine = f.engine::<Gitlab>(&source, "replica-a", Duration::from_secs(30));
+        let job = engine.jobs.claim(id).await?.expect("claimable");
+        let outcome = engine
+            .run(&job, f.provider_instance_id, source.clone())
+            .await?;
+        let (status, claimed_by): (String, String) =
+            sqlx::query_as("SELECT status, claimed_by FROM sync_job WHERE id = $1")
+                .bind(id)
+                .fetch_one(&f.pool)
+                .await?;
+        if lose_lease {
+            assert_eq!(outcome, JobOutcome::Failed("lost the job's lease".into()));
+            assert_eq!(
+                (status.as_str(), claimed_by.as_str()),
+                ("running", "replica-b")
+            );
+        } else {
+            assert_eq!(outcome, JobOutcome::Canceled);
+            assert_eq!(status, "canceled");
+        }
+        assert_eq!(
+            f.count("SELECT count(*) FROM scripted_scope WHERE reconciled_at IS NOT NULL")
+                .await?,
+            0,
+            "a stopped scope is not stamped reconciled (lost lease: {lose_lease})"
+        );
+    }
+    Ok(())
+}

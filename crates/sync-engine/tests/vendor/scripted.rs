@@ -35,8 +35,8 @@ use store::secrets::Keyring;
 use sync_engine::webhook::follow::Monitors;
 use sync_engine::webhook::{Outcome, Webhook, WebhookApply, WebhookError, parse};
 use sync_engine::{
-    BackfillPolicy, ClaimedJob, Engine, JobOutcome, Listed, Pass, ReadError, ReadStop, Scopes,
-    SyncSettings, Vendor,
+    BackfillPolicy, ClaimedJob, Engine, JobControl, JobOutcome, Listed, Pass, ReadError, ReadStop,
+    Scopes, SyncSettings, Vendor,
 };
 use uuid::Uuid;
 
@@ -123,6 +123,9 @@ pub struct Script {
     /// (call index, what the test does during that call).
     pub during: Vec<(usize, Arc<Hook>)>,
     pub calls: usize,
+    /// What the test does in `after_scope`, after which the vendor heartbeats and returns what
+    /// it was told (as GitLab's notes pass does between parents).
+    pub after_scope: Option<Arc<Hook>>,
 }
 
 /// The scripted vendor's reader: pages of the script.
@@ -484,6 +487,20 @@ impl<K: Kind> Vendor for Scripted<K> {
         project: &Monitored,
     ) -> Result<(), sqlx::Error> {
         mark_reconciled(&self.pool, pass.provider_instance_id, project.native_id).await
+    }
+
+    async fn after_scope(
+        &self,
+        pass: &Pass<'_>,
+        source: &Arc<ScriptedSource>,
+        _: &mut Monitored,
+        _: bool,
+    ) -> Result<JobControl, sqlx::Error> {
+        let Some(hook) = source.with(|s| s.after_scope.clone()) else {
+            return Ok(JobControl::Continue);
+        };
+        hook().await;
+        pass.heartbeat().await
     }
 }
 
