@@ -162,12 +162,7 @@ pub(crate) async fn after_scope(
         project_id,
         full_path: project.full_path(),
     };
-    let mut parents = Vec::with_capacity(touched.len());
-    for t in touched.iter().collect::<BTreeSet<_>>() {
-        if let Some(p) = parent(pool, repository_id, t.merge_request, t.iid).await? {
-            parents.push(p);
-        }
-    }
+    let parents = parents_of(pool, repository_id, &touched).await?;
     let summary = sync_scope(pool, client, pass, !cooling, &scope, &parents).await?;
     tracing::info!(
         project = %scope.full_path,
@@ -224,31 +219,48 @@ pub async fn live_parents(pool: &PgPool, repository_id: Uuid) -> Result<Vec<Pare
         .collect())
 }
 
-/// The mirrored issue (or merge request) numbered `iid` in the repository.
-pub async fn parent(
+/// The mirrored issues and merge requests among `touched` (by number), one query per class.
+pub async fn parents_of(
     pool: &PgPool,
     repository_id: Uuid,
-    merge_request: bool,
-    iid: u64,
-) -> Result<Option<Parent>, sqlx::Error> {
-    let table = if merge_request {
-        "pull_request"
-    } else {
-        "issue"
-    };
-    let sql = format!("SELECT id FROM {table} WHERE repository_id = $1 AND number = $2");
-    let row: Option<(Uuid,)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(repository_id)
-        .bind(i32::try_from(iid).unwrap_or(i32::MAX))
-        .fetch_optional(pool)
-        .await?;
-    Ok(row.map(|(row,)| {
-        if merge_request {
-            Parent::MergeRequest { row, iid }
-        } else {
-            Parent::Issue { row, iid }
+    touched: &[Touched],
+) -> Result<Vec<Parent>, sqlx::Error> {
+    let mut parents = Vec::with_capacity(touched.len());
+    for merge_request in [false, true] {
+        let numbers: Vec<i32> = touched
+            .iter()
+            .filter(|t| t.merge_request == merge_request)
+            .filter_map(|t| i32::try_from(t.iid).ok())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if numbers.is_empty() {
+            continue;
         }
-    }))
+        let table = if merge_request {
+            "pull_request"
+        } else {
+            "issue"
+        };
+        let sql = format!(
+            "SELECT id, number FROM {table} WHERE repository_id = $1 AND number = ANY($2)
+              ORDER BY number"
+        );
+        let rows: Vec<(Uuid, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(repository_id)
+            .bind(&numbers)
+            .fetch_all(pool)
+            .await?;
+        parents.extend(rows.into_iter().filter_map(|(row, number)| {
+            let iid = u64::try_from(number).ok()?;
+            Some(if merge_request {
+                Parent::MergeRequest { row, iid }
+            } else {
+                Parent::Issue { row, iid }
+            })
+        }));
+    }
+    Ok(parents)
 }
 
 /// A scope's notes in one pass: a whole RECONCILIATION walks every live parent and reconciles
