@@ -138,8 +138,13 @@ impl GitlabNode for gitlab_client::MergeRequestNode {
             comment_count: self.user_notes_count,
             created_at: self.created_at.0,
             updated_at: self.updated_at.0,
-            // GitLab has no close time on a merge request; a merge is its close.
-            closed_at: self.merged_at.map(|t| t.0),
+            // A merge is its close; a close without a merge is GitLab's closedAt. Either is
+            // stored only in its state (a reopened request keeps no close).
+            closed_at: match state {
+                "merged" => self.merged_at.map(|t| t.0),
+                "closed" => self.closed_at.map(|t| t.0),
+                _ => None,
+            },
         };
         let counts = Counts {
             comments: count(page, i, "userNotesCount", self.user_notes_count),

@@ -4,17 +4,25 @@
 //! simulator's real-shaped hooks.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
 use bus::Stream;
+use gitlab_client::RetryPolicy;
+use gitlab_sync::source::ClientFactory;
+use gitlab_sync::sync::GitlabVendor;
+use lifecycle_core::source_key::LifecycleChange;
 use lifecycle_core::subject;
-use sea_orm::TransactionTrait as _;
+use sea_orm::{EntityTrait as _, TransactionTrait as _};
 use serde_json::Value as Json;
 use store::entity::ConnectionKind;
+use store::entity::connection;
 use store::entity::inbound_endpoint::Registration;
 use store::inbound::{Dedup, EndpointIds, NewEndpoint, NewMessage, Recorded};
 use store::secrets::Keyring;
+use sync_engine::{Engine, JobOutcome, Vendor as _};
+use time::OffsetDateTime;
 use uuid::Uuid;
 use vendor_sim::gitlab::webhook::{issue_hook, merge_request_hook, note_hook};
 use vendor_sim::gitlab::{DiffPosition, GitlabSim, Model, NewIssue, NewMergeRequest, NoteOn};
@@ -48,6 +56,8 @@ struct World {
     env: testkit::TestEnv,
     sim: GitlabSim,
     service: Option<testkit::Running>,
+    config: gitlab_sync::Config,
+    provider_instance_id: Uuid,
     a: Tenant,
     b: Tenant,
     p: Projects,
@@ -112,11 +122,13 @@ impl World {
                 "--filter-refresh-ms=200".to_owned(),
             ],
         )?;
-        let service = Some(testkit::spawn(config).await?);
+        let service = Some(testkit::spawn(config.clone()).await?);
         Ok(World {
             env,
             sim,
             service,
+            config,
+            provider_instance_id: instance,
             a,
             b,
             p,
@@ -255,6 +267,79 @@ impl World {
         .await?)
     }
 
+    /// Runs a RECONCILIATION of `tenant`'s connection to its end, reading the simulator over
+    /// HTTP: `manual` lists whole; `scheduled`, within the cooldown of the last one, lists only
+    /// what changed since the watermark.
+    async fn sync(&self, tenant: Tenant, trigger: &str) -> Result<JobOutcome> {
+        let job_id = Uuid::now_v7();
+        sqlx::query(
+            "INSERT INTO sync_job (id, connection_id, workspace_id, kind, job_type, trigger)
+             VALUES ($1, $2, $3, 'gitlab', 'RECONCILIATION', $4)",
+        )
+        .bind(job_id)
+        .bind(tenant.connection_id)
+        .bind(tenant.route.workspace_id)
+        .bind(trigger)
+        .execute(self.pool())
+        .await?;
+        let vendor = GitlabVendor {
+            pool: self.pool().clone(),
+            factory: ClientFactory {
+                db: self.env.db.db.clone(),
+                secret_key: Keyring::parse(&self.config.secret_key)?,
+                request_timeout: self.config.request_timeout(),
+                retry: RetryPolicy {
+                    max_retries: 1,
+                    min_delay: Duration::from_millis(5),
+                    max_delay: Duration::from_millis(10),
+                    max_retry_after: Duration::from_secs(1),
+                },
+            },
+            backfill: self.config.backfill_batches(),
+            activator: None,
+        };
+        let engine = Engine::new(
+            Arc::new(vendor),
+            self.pool().clone(),
+            "replica-test",
+            Duration::from_secs(30),
+            self.config.sync_settings(),
+        );
+        let job = engine.jobs.claim(job_id).await?.expect("claimable");
+        let conn = connection::Entity::find_by_id(tenant.connection_id)
+            .one(&self.env.db.db)
+            .await?
+            .expect("connection");
+        let source = engine.vendor.source(&conn).await?;
+        Ok(engine.run(&job, self.provider_instance_id, source).await?)
+    }
+
+    /// (name, source key, occurred at, origin) of every item event of item `number` (an
+    /// issue's or a merge request's: they share the project's numbers).
+    async fn item_events(&self, number: u64) -> Result<Vec<ItemEventRow>> {
+        Ok(sqlx::query_as(
+            "SELECT e.name, e.source_key, e.occurred_at, e.origin FROM item_event e
+               LEFT JOIN issue i ON i.id = e.issue_id
+               LEFT JOIN pull_request p ON p.id = e.pull_request_id
+              WHERE coalesce(i.number, p.number) = $1 ORDER BY e.name",
+        )
+        .bind(number as i32)
+        .fetch_all(self.pool())
+        .await?)
+    }
+
+    /// (state, closed_at, merged_at) of merge request `number` as stored.
+    async fn merge_request_times(&self, number: u64) -> Result<ItemTimes> {
+        Ok(
+            sqlx::query_as(
+                "SELECT state, closed_at, merged_at FROM pull_request WHERE number = $1",
+            )
+            .bind(number as i32)
+            .fetch_one(self.pool())
+            .await?,
+        )
+    }
+
     async fn count(&self, sql: &str) -> Result<i64> {
         Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
             .fetch_one(self.pool())
@@ -333,6 +418,27 @@ async fn tenant(
 
 /// A review comment: native id, the comment it answers, path, line.
 type ThreadRow = (i64, Option<i64>, Option<String>, Option<i32>);
+
+/// An item event: name, source key, occurred at, origin.
+type ItemEventRow = (String, Option<String>, Option<OffsetDateTime>, String);
+
+/// A merge request's state, closed_at and merged_at.
+type ItemTimes = (String, Option<OffsetDateTime>, Option<OffsetDateTime>);
+
+/// The item event row a close or a merge at `at` records, from whichever path.
+fn lifecycle_event(
+    name: &str,
+    change: LifecycleChange<'_>,
+    at: OffsetDateTime,
+    origin: &str,
+) -> ItemEventRow {
+    (
+        name.to_owned(),
+        Some(change.source_key().as_str().to_owned()),
+        Some(at),
+        origin.to_owned(),
+    )
+}
 
 fn at(seconds: i64) -> time::OffsetDateTime {
     time::macros::datetime!(2026-03-01 00:00 UTC) + time::Duration::seconds(seconds)
@@ -604,5 +710,151 @@ async fn a_malformed_payload_is_recorded_dead_and_changes_nothing() -> Result<()
         "{dead:?}"
     );
     assert_eq!(w.count("SELECT count(*) FROM pull_request").await?, 0);
+    w.stop().await
+}
+
+/// A close or a merge hook names no time: the next sync that reads the request (a filtered
+/// RECONCILIATION by `updatedAfter`) stores GitLab's closedAt or mergedAt and records the one
+/// event; an issue's close hook records its own, which that sync does not repeat. Redelivered
+/// hooks and a whole sync afterwards add nothing, and keep the stored times.
+#[tokio::test]
+async fn a_close_or_merge_hook_then_the_sync_records_exactly_one_event() -> Result<()> {
+    let w = World::start().await?;
+    let api = w.p.api;
+    let (bystander, closing, merging, issue) = w.sim.model(|m| {
+        let mr = |m: &mut Model, title: &str, updated_at| {
+            m.add_merge_request(
+                api,
+                NewMergeRequest {
+                    title: title.into(),
+                    updated_at,
+                },
+            )
+        };
+        let bystander = mr(m, "bystander", at(1));
+        let closing = mr(m, "to close", at(10));
+        let merging = mr(m, "to merge", at(10));
+        let issue = m.add_issue(
+            api,
+            NewIssue {
+                title: "bug".into(),
+                updated_at: at(10),
+            },
+        );
+        (bystander, closing, merging, issue)
+    });
+    assert_eq!(w.sync(w.a, "manual").await?, JobOutcome::Succeeded);
+    assert_eq!(w.count("SELECT count(*) FROM item_event").await?, 0);
+
+    let hooks = w.body(|m| {
+        m.update_merge_request(api, closing, |mr| {
+            mr.state = "closed".into();
+            mr.updated_at = at(20);
+        });
+        m.update_merge_request(api, merging, |mr| {
+            mr.state = "merged".into();
+            mr.updated_at = at(21);
+        });
+        m.update_issue(api, issue, |i| {
+            i.state = "closed".into();
+            i.updated_at = at(22);
+        });
+        serde_json::json!([
+            merge_request_hook(m, &m.merge_requests[&(api, closing)], "close", None),
+            merge_request_hook(m, &m.merge_requests[&(api, merging)], "merge", None),
+            issue_hook(m, &m.issues[&(api, issue)], "close", None),
+        ])
+    });
+    let mut delivered = Vec::new();
+    for hook in hooks.as_array().unwrap() {
+        delivered.push((w.registered(w.a, hook, None).await?, hook.clone()));
+    }
+    w.settle().await?;
+    // The hooks store the states; only the issue's names its time.
+    assert_eq!(
+        w.merge_request_times(closing).await?,
+        ("closed".into(), None, None)
+    );
+    assert_eq!(
+        w.merge_request_times(merging).await?,
+        ("merged".into(), None, None)
+    );
+    assert!(w.item_events(closing).await?.is_empty());
+    assert!(w.item_events(merging).await?.is_empty());
+    let issue_closed = vec![lifecycle_event(
+        "scm.issue.closed",
+        LifecycleChange::Close { closed_at: at(22) },
+        at(22),
+        "webhook",
+    )];
+    assert_eq!(w.item_events(issue).await?, issue_closed);
+
+    // A bystander renamed upstream without a newer updatedAt: only a whole listing reads it,
+    // so its title tells which listing ran.
+    w.sim.model(|m| {
+        m.merge_requests.get_mut(&(api, bystander)).unwrap().title = "renamed".into();
+    });
+    let world = &w;
+    let title = move || async move {
+        let title: String = sqlx::query_scalar("SELECT title FROM pull_request WHERE number = $1")
+            .bind(bystander as i32)
+            .fetch_one(world.pool())
+            .await?;
+        anyhow::Ok(title)
+    };
+    let events = move || async move {
+        anyhow::Ok((
+            world.item_events(closing).await?,
+            world.item_events(merging).await?,
+            world.item_events(issue).await?,
+        ))
+    };
+    let closed = vec![lifecycle_event(
+        "scm.pull_request.closed",
+        LifecycleChange::Close { closed_at: at(20) },
+        at(20),
+        "sync",
+    )];
+    let merged = vec![lifecycle_event(
+        "scm.pull_request.merged",
+        LifecycleChange::Merge { merged_at: at(21) },
+        at(21),
+        "sync",
+    )];
+    let times = move || async move {
+        anyhow::Ok((
+            world.merge_request_times(closing).await?,
+            world.merge_request_times(merging).await?,
+        ))
+    };
+    let stored_times = (
+        ("closed".to_owned(), Some(at(20)), None),
+        ("merged".to_owned(), Some(at(21)), Some(at(21))),
+    );
+
+    // The filtered incremental pass stores the times GitLab reports and records each once.
+    assert_eq!(w.sync(w.a, "scheduled").await?, JobOutcome::Succeeded);
+    assert_eq!(title().await?, "bystander", "the pass was filtered");
+    assert_eq!(times().await?, stored_times);
+    assert_eq!(
+        events().await?,
+        (closed.clone(), merged.clone(), issue_closed.clone())
+    );
+
+    // Every hook again, then a second filtered pass and a whole one: nothing new, and the
+    // stored close and merge stay.
+    for (first, hook) in &delivered {
+        w.registered(w.a, hook, Some(*first)).await?;
+    }
+    w.settle().await?;
+    assert_eq!(times().await?, stored_times);
+    assert_eq!(w.sync(w.a, "scheduled").await?, JobOutcome::Succeeded);
+    assert_eq!(w.sync(w.a, "manual").await?, JobOutcome::Succeeded);
+    assert_eq!(title().await?, "renamed", "the last pass was whole");
+    assert_eq!(times().await?, stored_times);
+    assert_eq!(events().await?, (closed, merged, issue_closed));
+    // One activity entry per event for A, the only workspace monitoring the project.
+    assert_eq!(w.count("SELECT count(*) FROM activity_event").await?, 3);
+    assert_eq!(w.count("SELECT count(*) FROM dead_message").await?, 0);
     w.stop().await
 }
