@@ -858,3 +858,117 @@ async fn a_close_or_merge_hook_then_the_sync_records_exactly_one_event() -> Resu
     assert_eq!(w.count("SELECT count(*) FROM dead_message").await?, 0);
     w.stop().await
 }
+
+/// Every note row of the mirror as either path writes it (row ids and mirror times aside):
+/// comments, review comments with their thread, and threads.
+async fn note_rows(pool: &sqlx::PgPool) -> Result<Json> {
+    let rows: Vec<(Json,)> = sqlx::query_as(
+        "SELECT to_jsonb(x) FROM (
+           SELECT 'comment' AS t, native_id, node_id, author, body, repository_id, issue_id,
+                  pull_request_id, NULL AS thread, NULL AS path, NULL::int AS line,
+                  NULL AS commit_sha, NULL::bigint AS in_reply_to, upstream_created_at,
+                  upstream_updated_at, deleted_at
+             FROM comment
+           UNION ALL
+           SELECT 'review_comment', c.native_id, c.node_id, c.author, c.body, NULL, NULL,
+                  c.pull_request_id, t.node_id, c.path, c.line, c.commit_sha, c.in_reply_to,
+                  c.upstream_created_at, c.upstream_updated_at, c.deleted_at
+             FROM review_comment c LEFT JOIN review_thread t ON t.id = c.thread_id
+           UNION ALL
+           SELECT 'review_thread', NULL, node_id, NULL, NULL, NULL, NULL, pull_request_id, NULL,
+                  path, NULL, NULL, NULL, NULL, NULL, NULL
+             FROM review_thread
+         ) x ORDER BY t, native_id, node_id",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(Json::Array(rows.into_iter().map(|(r,)| r).collect()))
+}
+
+/// A GitLab note is one row whichever path wrote it: the rows the Note Hooks write equal the
+/// rows the notes pass writes from the same notes (node ids, author, thread, reply, place), a
+/// system note is mirrored by neither, and a hook over the sync's rows changes nothing.
+#[tokio::test]
+async fn a_note_is_the_same_row_from_its_hook_and_from_the_sync() -> Result<()> {
+    let w = World::start().await?;
+    let api = w.p.api;
+    let (mr, issue) = w.sim.model(|m| {
+        let mr = m.add_merge_request(
+            api,
+            NewMergeRequest {
+                title: "mr".into(),
+                updated_at: at(10),
+            },
+        );
+        let issue = m.add_issue(
+            api,
+            NewIssue {
+                title: "issue".into(),
+                updated_at: at(10),
+            },
+        );
+        (mr, issue)
+    });
+    assert_eq!(w.sync(w.a, "manual").await?, JobOutcome::Succeeded);
+    let notes = w.sim.model(|m| {
+        let on = NoteOn::MergeRequest(api, mr);
+        let diff = m.add_diff_note(on, "nit", DiffPosition::line("src/lib.rs", 7, "abc"));
+        vec![
+            m.add_note(on, "looks good", false, None),
+            m.add_note(on, "approved this merge request", true, None),
+            diff,
+            m.add_reply(diff, "fixed").unwrap(),
+            m.add_note(NoteOn::Issue(api, issue), "on the issue", false, None),
+        ]
+    });
+    let mut delivered = Vec::new();
+    for id in &notes {
+        let body = w.body(|m| note_hook(m, &m.notes[id], "create"));
+        delivered.push((w.registered(w.a, &body, None).await?, body));
+    }
+    w.settle().await?;
+    let by_hooks = note_rows(w.pool()).await?;
+    assert_eq!(
+        by_hooks.as_array().map(Vec::len),
+        Some(5),
+        "two comments, two review comments, one thread: {by_hooks:#}"
+    );
+
+    // The same notes read by the sync, from nothing.
+    for table in ["comment", "review_comment", "review_thread"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table}")))
+            .execute(w.pool())
+            .await?;
+    }
+    assert_eq!(w.sync(w.a, "manual").await?, JobOutcome::Succeeded);
+    let by_sync = note_rows(w.pool()).await?;
+    assert_eq!(by_sync, by_hooks);
+
+    // The hooks again over the sync's rows: the same rows.
+    for (first, body) in &delivered {
+        w.registered(w.a, body, Some(*first)).await?;
+    }
+    w.settle().await?;
+    assert_eq!(note_rows(w.pool()).await?, by_sync);
+
+    // An edit by someone else (the hook's actor is not the author) keeps the author.
+    let plain = notes[0];
+    let mut edited = w.body(|m| {
+        let note = m.notes.get_mut(&plain).unwrap();
+        note.body = "looks great".into();
+        note.updated_at = at(50);
+        note_hook(m, &m.notes[&plain], "update")
+    });
+    edited["user"]["id"] = serde_json::json!(424242);
+    edited["user"]["username"] = serde_json::json!("root");
+    w.registered(w.a, &edited, None).await?;
+    w.settle().await?;
+    let stored: (Option<String>, Option<String>) =
+        sqlx::query_as("SELECT author, body FROM comment WHERE native_id = $1")
+            .bind(plain as i64)
+            .fetch_one(w.pool())
+            .await?;
+    assert_eq!(stored, (Some("bob".into()), Some("looks great".into())));
+    assert_eq!(w.count("SELECT count(*) FROM dead_message").await?, 0);
+    w.stop().await
+}
