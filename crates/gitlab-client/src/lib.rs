@@ -1,6 +1,7 @@
 //! GitLab's API as forgesync uses it: the contract's GraphQL operations (cynic, over
 //! `schemas/gitlab.graphql`), the REST calls GraphQL lacks (flat notes, group hooks, a
-//! project), and the transport policy around them, shaped like `github-client`'s.
+//! project, a merge request's close time), and the transport policy around them, shaped like
+//! `github-client`'s.
 //!
 //! - [`GitlabClient`] answers one page per call; the caller paginates and decides completeness.
 //!   GraphQL pages keep their errors with paths ([`Page::field_unknown`]); REST note pages keep
@@ -31,5 +32,8 @@ pub use queries::{
     GroupNode, IssueNode, IssueState, MergeRequestNode, MergeRequestState, NoteGid, PageInfo,
     ProjectNode, ReviewState, Time,
 };
-pub use rest::{GroupHook, NewGroupHook, Note, NoteParent, NotesPage, PageHeaders, RestProject};
+pub use rest::{
+    GroupHook, NewGroupHook, Note, NoteParent, NotesPage, PageHeaders, RestMergeRequest,
+    RestProject,
+};
 pub use retry::RetryPolicy;

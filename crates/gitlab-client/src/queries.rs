@@ -454,8 +454,6 @@ pub struct MergeRequestNode {
     pub updated_at: Time,
     /// Merged, if merged.
     pub merged_at: Option<Time>,
-    /// Closed, if closed (a field of GitLab 17.4 and later).
-    pub closed_at: Option<Time>,
     /// Whether the discussion is locked.
     pub discussion_locked: bool,
     /// User notes; `None` is unknown, never zero.

@@ -25,7 +25,9 @@ use sync_engine::{Engine, JobOutcome, Vendor as _};
 use time::OffsetDateTime;
 use uuid::Uuid;
 use vendor_sim::gitlab::webhook::{issue_hook, merge_request_hook, note_hook};
-use vendor_sim::gitlab::{DiffPosition, GitlabSim, Model, NewIssue, NewMergeRequest, NoteOn};
+use vendor_sim::gitlab::{
+    DiffPosition, Fault, GitlabFault, GitlabSim, Model, NewIssue, NewMergeRequest, NoteOn, ops,
+};
 
 const REGISTERED: &str = "gitlab-sync-connection-events";
 const OPERATOR: &str = "gitlab-sync-project-events";
@@ -714,9 +716,10 @@ async fn a_malformed_payload_is_recorded_dead_and_changes_nothing() -> Result<()
 }
 
 /// A close or a merge hook names no time: the next sync that reads the request (a filtered
-/// RECONCILIATION by `updatedAfter`) stores GitLab's closedAt or mergedAt and records the one
-/// event; an issue's close hook records its own, which that sync does not repeat. Redelivered
-/// hooks and a whole sync afterwards add nothing, and keep the stored times.
+/// RECONCILIATION by `updatedAfter`) stores GitLab's close time (read over REST, once) or its
+/// mergedAt and records the one event; an issue's close hook records its own, which that sync
+/// does not repeat. Redelivered hooks and a whole sync afterwards add nothing, read no close
+/// again, and keep the stored times.
 #[tokio::test]
 async fn a_close_or_merge_hook_then_the_sync_records_exactly_one_event() -> Result<()> {
     let w = World::start().await?;
@@ -745,6 +748,7 @@ async fn a_close_or_merge_hook_then_the_sync_records_exactly_one_event() -> Resu
     });
     assert_eq!(w.sync(w.a, "manual").await?, JobOutcome::Succeeded);
     assert_eq!(w.count("SELECT count(*) FROM item_event").await?, 0);
+    assert_eq!(w.sim.calls(ops::GET_MERGE_REQUEST), 0, "nothing is closed");
 
     let hooks = w.body(|m| {
         m.update_merge_request(api, closing, |mr| {
@@ -836,6 +840,8 @@ async fn a_close_or_merge_hook_then_the_sync_records_exactly_one_event() -> Resu
     assert_eq!(w.sync(w.a, "scheduled").await?, JobOutcome::Succeeded);
     assert_eq!(title().await?, "bystander", "the pass was filtered");
     assert_eq!(times().await?, stored_times);
+    // The one request closed without a merge: its close time is read over REST.
+    assert_eq!(w.sim.calls(ops::GET_MERGE_REQUEST), 1);
     assert_eq!(
         events().await?,
         (closed.clone(), merged.clone(), issue_closed.clone())
@@ -853,6 +859,8 @@ async fn a_close_or_merge_hook_then_the_sync_records_exactly_one_event() -> Resu
     assert_eq!(title().await?, "renamed", "the last pass was whole");
     assert_eq!(times().await?, stored_times);
     assert_eq!(events().await?, (closed, merged, issue_closed));
+    // Its close time is stored: neither pass read it again.
+    assert_eq!(w.sim.calls(ops::GET_MERGE_REQUEST), 1);
     // One activity entry per event for A, the only workspace monitoring the project.
     assert_eq!(w.count("SELECT count(*) FROM activity_event").await?, 3);
     assert_eq!(w.count("SELECT count(*) FROM dead_message").await?, 0);
@@ -970,5 +978,84 @@ async fn a_note_is_the_same_row_from_its_hook_and_from_the_sync() -> Result<()> 
             .await?;
     assert_eq!(stored, (Some("bob".into()), Some("looks great".into())));
     assert_eq!(w.count("SELECT count(*) FROM dead_message").await?, 0);
+    w.stop().await
+}
+
+/// A close time that fails to read (GitLab's REST errors past the retry) leaves the close
+/// unknown: the page is still written, no event is recorded, and the filtered listing's
+/// watermark stays before the request, so the next filtered pass reads it and records the close
+/// once; after that it is never read again.
+#[tokio::test]
+async fn a_close_time_that_fails_to_read_is_read_by_the_next_pass() -> Result<()> {
+    let w = World::start().await?;
+    let api = w.p.api;
+    let (closing, later) = w.sim.model(|m| {
+        let mut mr = |title: &str| {
+            m.add_merge_request(
+                api,
+                NewMergeRequest {
+                    title: title.into(),
+                    updated_at: at(10),
+                },
+            )
+        };
+        (mr("to close"), mr("later"))
+    });
+    assert_eq!(w.sync(w.a, "manual").await?, JobOutcome::Succeeded);
+    w.sim.model(|m| {
+        m.update_merge_request(api, closing, |mr| {
+            mr.state = "closed".into();
+            mr.updated_at = at(20);
+        });
+        // Updated after the close, so a watermark that moved past it would skip the close.
+        m.update_merge_request(api, later, |mr| {
+            mr.title = "renamed".into();
+            mr.updated_at = at(30);
+        });
+    });
+    w.sim.inject(Fault::always(
+        ops::GET_MERGE_REQUEST,
+        GitlabFault::Status(500),
+    ));
+    assert_eq!(w.sync(w.a, "scheduled").await?, JobOutcome::Succeeded);
+    assert_eq!(
+        w.sim.calls(ops::GET_MERGE_REQUEST),
+        2,
+        "one read, retried once"
+    );
+    assert_eq!(
+        w.merge_request_times(closing).await?,
+        ("closed".into(), None, None)
+    );
+    assert!(w.item_events(closing).await?.is_empty());
+    let title: String = sqlx::query_scalar("SELECT title FROM pull_request WHERE number = $1")
+        .bind(later as i32)
+        .fetch_one(w.pool())
+        .await?;
+    assert_eq!(title, "renamed", "the rest of the page was written");
+
+    w.sim.clear_faults();
+    let closed = vec![lifecycle_event(
+        "scm.pull_request.closed",
+        LifecycleChange::Close { closed_at: at(20) },
+        at(20),
+        "sync",
+    )];
+    assert_eq!(w.sync(w.a, "scheduled").await?, JobOutcome::Succeeded);
+    assert_eq!(w.sim.calls(ops::GET_MERGE_REQUEST), 3);
+    assert_eq!(
+        w.merge_request_times(closing).await?,
+        ("closed".into(), Some(at(20)), None)
+    );
+    assert_eq!(w.item_events(closing).await?, closed);
+    assert_eq!(w.sync(w.a, "scheduled").await?, JobOutcome::Succeeded);
+    assert_eq!(w.sync(w.a, "manual").await?, JobOutcome::Succeeded);
+    assert_eq!(
+        w.sim.calls(ops::GET_MERGE_REQUEST),
+        3,
+        "stored: never read again"
+    );
+    assert_eq!(w.item_events(closing).await?, closed);
+    assert!(w.item_events(later).await?.is_empty());
     w.stop().await
 }

@@ -589,9 +589,6 @@ impl MergeRequest {
     async fn merged_at(&self) -> Option<Time> {
         self.0.merged_at.map(Time)
     }
-    async fn closed_at(&self) -> Option<Time> {
-        self.0.closed_at.map(Time)
-    }
     async fn discussion_locked(&self) -> bool {
         self.0.discussion_locked
     }

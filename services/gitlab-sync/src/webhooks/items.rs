@@ -63,7 +63,7 @@ pub fn issue_node(a: &IssueAttributes, author: Option<&str>) -> Option<IssueNode
 
 /// A merge request as a hook reports it over its stored row: a hook names no close or merge
 /// time, so a closed or merged request keeps the stored ones (the sync stores GitLab's
-/// closedAt and mergedAt, and records the close or merge when it does).
+/// close time, read over REST, and mergedAt, and records the close or merge when it does).
 pub fn merge_request_node(
     a: &MergeRequestAttributes,
     author: Option<&str>,
@@ -229,7 +229,7 @@ pub async fn merge_request(
         "reopen" => publishes(step.freshness, stored_state, &f.state)
             .then_some(LifecycleChange::Reopen { at }),
         // A merge or a close hook names no time: the sync that reads the request next stores
-        // GitLab's mergedAt or closedAt and records the merge or close then, once.
+        // GitLab's merge or close time and records the merge or close then, once.
         _ => None,
     };
     let item = Item::pull_request(VENDOR, step.id, repository_id);
