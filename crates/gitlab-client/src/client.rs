@@ -25,7 +25,7 @@ use crate::queries::{
 };
 use crate::rest::{
     GroupHook, GroupHooksPage, MessageBody, NewGroupHook, Note, NoteParent, NotesPage, PageHeaders,
-    RestProject,
+    RestMergeRequest, RestProject,
 };
 use crate::retry::RetryPolicy;
 
@@ -415,6 +415,17 @@ impl GitlabClient {
     pub async fn project(&self, id: u64) -> Result<Option<RestProject>, Error> {
         let url = self.api(&format!("projects/{id}"));
         self.rest_optional("GET project", &url).await
+    }
+
+    /// A merge request by project id and number over REST (its `closed_at`); `None` on 404.
+    #[tracing::instrument(skip(self))]
+    pub async fn merge_request(
+        &self,
+        project_id: u64,
+        iid: u64,
+    ) -> Result<Option<RestMergeRequest>, Error> {
+        let url = self.api(&format!("projects/{project_id}/merge_requests/{iid}"));
+        self.rest_optional("GET merge request", &url).await
     }
 
     /// One page of a group's hooks with the paging headers as GitLab sent them (GitLab pages

@@ -1,6 +1,7 @@
 //! GitLab's API as forgesync uses it: the contract's GraphQL operations (cynic, over
 //! `schemas/gitlab.graphql`), the REST calls GraphQL lacks (flat notes, group hooks, a
-//! project), and the transport policy around them, shaped like `github-client`'s.
+//! project, a merge request's close time), and the transport policy around them, shaped like
+//! `github-client`'s.
 //!
 //! - [`GitlabClient`] answers one page per call; the caller paginates and decides completeness.
 //!   GraphQL pages keep their errors with paths ([`Page::field_unknown`]); REST pages (notes,
@@ -32,6 +33,7 @@ pub use queries::{
     ProjectNode, ReviewState, Time,
 };
 pub use rest::{
-    GroupHook, GroupHooksPage, NewGroupHook, Note, NoteParent, NotesPage, PageHeaders, RestProject,
+    GroupHook, GroupHooksPage, NewGroupHook, Note, NoteParent, NotesPage, PageHeaders,
+    RestMergeRequest, RestProject,
 };
 pub use retry::RetryPolicy;

@@ -1,5 +1,5 @@
 //! The REST objects of the contract: flat notes and group hooks with GitLab's paging headers, a
-//! project.
+//! project, a merge request's close.
 
 use serde::{Deserialize, Serialize};
 
@@ -197,6 +197,29 @@ pub struct RestNamespace {
     pub full_path: String,
     /// `group` or `user`.
     pub kind: String,
+}
+
+/// A merge request as `GET /projects/{id}/merge_requests/{iid}` answers, reduced to what
+/// GraphQL cannot give every supported instance: its close time (GraphQL's `closedAt` is
+/// GitLab 17.4 and later; REST's `closed_at` is much older).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct RestMergeRequest {
+    /// Native id.
+    pub id: u64,
+    /// Number within the project.
+    pub iid: u64,
+    /// `opened`, `closed`, `locked` or `merged`.
+    pub state: String,
+    /// When it was last closed; `None` while it is not closed.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub closed_at: Option<time::OffsetDateTime>,
+}
+
+impl RestMergeRequest {
+    /// Its close time, when it is closed without a merge and GitLab names the time.
+    pub fn close_time(&self) -> Option<time::OffsetDateTime> {
+        self.closed_at.filter(|_| self.state == "closed")
+    }
 }
 
 /// GitLab's REST error body: `message` (string or object) or `error`.

@@ -419,6 +419,66 @@ async fn group_hooks_and_a_project_over_rest() {
     assert!(c.project(9999).await.unwrap().is_none());
 }
 
+/// A merge request's close time over REST (GraphQL's `closedAt` is newer than the contract's
+/// floor): known only while it is closed, retried like every call, counted against the budget.
+#[tokio::test]
+async fn a_merge_requests_close_time_over_rest() {
+    let w = world().await;
+    let c = client(&w.sim);
+    // The project's first merge request (after its five issues).
+    let mr = 6;
+    let open = c.merge_request(w.p0, mr).await.unwrap().unwrap();
+    assert_eq!((open.iid, open.state.as_str()), (mr, "opened"));
+    assert_eq!((open.closed_at, open.close_time()), (None, None));
+    w.sim.model(|m| {
+        m.update_merge_request(w.p0, mr, |mr| {
+            mr.state = "closed".into();
+            mr.updated_at = at(50);
+        });
+        m.update_merge_request(w.p0, mr + 1, |mr| {
+            mr.state = "merged".into();
+            mr.updated_at = at(60);
+        });
+    });
+    let closed = c.merge_request(w.p0, mr).await.unwrap().unwrap();
+    assert_eq!(
+        (closed.state.as_str(), closed.close_time()),
+        ("closed", Some(at(50)))
+    );
+    // A merge is no close without one.
+    let merged = c.merge_request(w.p0, mr + 1).await.unwrap().unwrap();
+    assert_eq!(
+        (merged.state.as_str(), merged.close_time()),
+        ("merged", None)
+    );
+    assert!(c.merge_request(w.p0, 99).await.unwrap().is_none());
+    assert_eq!(w.sim.calls(ops::GET_MERGE_REQUEST), 4);
+    w.sim.inject(Fault::nth(
+        ops::GET_MERGE_REQUEST,
+        1,
+        GitlabFault::Status(502),
+    ));
+    assert_eq!(
+        c.merge_request(w.p0, mr)
+            .await
+            .unwrap()
+            .unwrap()
+            .close_time(),
+        Some(at(50))
+    );
+    assert_eq!(w.sim.calls(ops::GET_MERGE_REQUEST), 6, "retried once");
+    w.sim.model(|m| m.rate_limit.remaining = 2);
+    let capped = c.with_budget(Budget::keep(1));
+    capped.merge_request(w.p0, mr).await.unwrap();
+    let err = capped.merge_request(w.p0, mr).await.unwrap_err();
+    assert!(matches!(err, Error::BudgetExhausted(_)), "{err}");
+    assert_eq!(
+        w.sim.calls(ops::GET_MERGE_REQUEST),
+        7,
+        "the refused call is never sent"
+    );
+}
+
 #[tokio::test]
 async fn server_errors_and_throttling_are_retried() {
     let w = world().await;

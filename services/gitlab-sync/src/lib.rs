@@ -7,6 +7,7 @@
 
 pub mod activation;
 pub mod mirror;
+pub mod note_rows;
 pub mod notes;
 pub mod source;
 pub mod sync;

@@ -3,6 +3,8 @@
 //! where GitLab reported no error at its own path; closes and merges a page stores become
 //! sync-discovered item events.
 
+use std::collections::BTreeMap;
+
 use gitlab_client::{IssueState, MergeRequestState, Page};
 use lifecycle_core::forward::Freshness;
 use lifecycle_core::partial::Field;
@@ -138,8 +140,13 @@ impl GitlabNode for gitlab_client::MergeRequestNode {
             comment_count: self.user_notes_count,
             created_at: self.created_at.0,
             updated_at: self.updated_at.0,
-            // GitLab has no close time on a merge request; a merge is its close.
-            closed_at: self.merged_at.map(|t| t.0),
+            // A merge is its close. A close without a merge has no time in the listing
+            // (GraphQL's closedAt is newer than the contract's floor): [`upsert_page`] sets it
+            // from the page's REST reads or the stored close. A reopened request keeps none.
+            closed_at: match state {
+                "merged" => self.merged_at.map(|t| t.0),
+                _ => None,
+            },
         };
         let counts = Counts {
             comments: count(page, i, "userNotesCount", self.user_notes_count),
@@ -180,12 +187,14 @@ fn stored_change(
 }
 
 /// Writes a page of issues or merge requests of repository `repository_id` in one transaction
-/// (rows locked in id order); an upsert clears a tombstone.
+/// (rows locked in id order); an upsert clears a tombstone. `close_times` are the close times
+/// read over REST for the page's closed merge requests, by native id.
 pub async fn upsert_page<T: GitlabNode>(
     pool: &PgPool,
     class: ItemClass,
     repository_id: Uuid,
     page: &Page<T>,
+    close_times: &BTreeMap<i64, OffsetDateTime>,
 ) -> Result<Written, sqlx::Error> {
     let mut written = Written::default();
     let mut nodes = Vec::with_capacity(page.nodes.len());
@@ -198,10 +207,22 @@ pub async fn upsert_page<T: GitlabNode>(
     let ids: Vec<i64> = nodes.iter().map(|(n, _)| fields(n).native_id).collect();
     let mut txn = pool.begin().await?;
     let stored = items::lock_items(&mut txn, class, repository_id, &ids).await?;
-    for (node, counts) in &nodes {
+    for (node, counts) in &mut nodes {
+        let prior = stored.get(&fields(node).native_id);
+        if let MirrorNode::MergeRequest(n) = node
+            && n.fields.state == "closed"
+        {
+            // A closed merge request's close: the time read for this page, else the close
+            // stored with the row locked (never a close of another state); unknown leaves none.
+            n.fields.closed_at = close_times.get(&n.fields.native_id).copied().or_else(|| {
+                prior
+                    .filter(|p| p.state == "closed")
+                    .and_then(|p| p.closed_at)
+            });
+        }
+        let (node, counts) = (&*node, &*counts);
         let f = fields(node);
         written.newest = written.newest.max(Some(f.updated_at));
-        let prior = stored.get(&f.native_id);
         let step = match node {
             MirrorNode::Issue(n) => {
                 compare_write(&mut txn, repository_id, n, *counts, prior, None).await?

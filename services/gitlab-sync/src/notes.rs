@@ -24,23 +24,21 @@ use std::collections::{BTreeMap, BTreeSet};
 use gitlab_client::{
     Discussion, DiscussionNote, Error as ClientError, GitlabClient, Note, NoteParent, Page,
 };
-use lifecycle_core::forward::Freshness;
 use lifecycle_core::gitlab::notes::{
     Confirmation, NoteReconciliation, NoteStep, NotesUnreconciled,
 };
 use lifecycle_core::gitlab::paging::OffsetPageHeaders;
 use lifecycle_core::job::SyncJobType;
-use scm_mirror::comments::{self, Comment, CommentFields, CommentRow, ReviewComment};
 use scm_mirror::events::Item;
 use scm_mirror::reviews::Thread;
 use sqlx::PgPool;
 use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
 
 use sync_engine::{JobControl, Pass};
 
 use crate::mirror::VENDOR;
+use crate::note_rows::{NoteRow, discussion_node_id};
 use crate::sync::{ListedPage, Project};
 
 /// The name of [`sync_scope`]'s span.
@@ -455,60 +453,36 @@ impl Notes<'_> {
                 .filter(|n| !n.system)
                 .collect();
             let diff = notes.iter().any(|n| n.position.is_some());
-            if !diff {
-                for n in notes {
-                    let Some(owned) = fields(n) else { continue };
-                    let comment = Comment {
-                        parent: item,
-                        fields: owned.borrowed(),
-                    };
-                    summary.written += u64::from(write_fresh(&mut txn, &comment).await?);
-                }
-                continue;
-            }
-            let first = notes.first().and_then(|n| n.id.number());
-            let path = notes
-                .iter()
-                .find_map(|n| n.position.as_ref().map(|p| p.file_path.as_str()));
-            let thread = Thread {
-                pull_request_id: pr,
-                node_id: &d.id.0,
-                path,
-                resolved: d.resolved,
-                received_at: *fetched_at,
-                resolved_by: d.resolved_by.as_ref().map(|r| r.username.as_str()),
-                latest: notes.iter().map(|n| n.updated_at.0).max(),
-            };
-            // Dated state: an older read never restates a resolution a newer one replaced.
-            let thread_id = match Thread::lock(&mut txn, pr, &d.id.0).await? {
-                Some(stored)
-                    if stored
-                        .resolution_received_at
-                        .is_some_and(|at| at > *fetched_at) =>
-                {
-                    stored.id
-                }
-                _ => thread.write(&mut txn).await?,
-            };
-            for n in notes {
-                let Some(f) = fields(n) else { continue };
-                let number = f.native_id;
-                let position = n.position.as_ref();
-                let comment = ReviewComment {
+            if diff {
+                let path = notes
+                    .iter()
+                    .find_map(|n| n.position.as_ref().map(|p| p.file_path.as_str()));
+                let node_id = discussion_node_id(d.id.tail());
+                let thread = Thread {
                     pull_request_id: pr,
-                    thread_id: Some(thread_id),
-                    review_native_id: None,
-                    in_reply_to: first
-                        .and_then(|f| i64::try_from(f).ok())
-                        .filter(|f| *f != number),
-                    path: position.map(|p| p.file_path.as_str()),
-                    line: position.and_then(|p| p.new_line.or(p.old_line)),
-                    commit_sha: position.map(|p| p.diff_refs.head_sha.as_str()),
-                    fields: f.borrowed(),
+                    node_id: &node_id,
+                    path,
+                    resolved: d.resolved,
+                    received_at: *fetched_at,
+                    resolved_by: d.resolved_by.as_ref().map(|r| r.username.as_str()),
+                    latest: notes.iter().map(|n| n.updated_at.0).max(),
                 };
-                summary.written += u64::from(write_fresh(&mut txn, &comment).await?);
-                // A note stored before its thread was known is filed under it now.
-                comment.file_under(&mut txn, thread_id).await?;
+                // Dated state: an older read never restates a resolution a newer one replaced.
+                match Thread::lock(&mut txn, pr, &node_id).await? {
+                    Some(stored)
+                        if stored
+                            .resolution_received_at
+                            .is_some_and(|at| at > *fetched_at) => {}
+                    _ => {
+                        thread.write(&mut txn).await?;
+                    }
+                }
+            }
+            for n in notes {
+                let Some(row) = NoteRow::from_discussion(item, d, diff, n) else {
+                    continue;
+                };
+                summary.written += u64::from(row.write(&mut txn, None).await?);
             }
         }
         txn.commit().await?;
@@ -636,35 +610,21 @@ impl Notes<'_> {
     }
 
     async fn write_rest_notes(&self, parent: Parent, notes: &[Note]) -> Result<u64, sqlx::Error> {
-        let wanted: Vec<Owned> = notes
+        let item = parent.item(self.scope.repository_id);
+        let wanted: Vec<NoteRow> = notes
             .iter()
-            .filter(|n| !n.system)
-            .filter_map(|n| {
-                Some(Owned {
-                    native_id: i64::try_from(n.id).ok()?,
-                    node_id: format!("gid://gitlab/Note/{}", n.id),
-                    author: n.author.username.clone(),
-                    body: n.body.clone(),
-                    created_at: OffsetDateTime::parse(&n.created_at, &Rfc3339).ok()?,
-                    updated_at: OffsetDateTime::parse(&n.updated_at, &Rfc3339).ok()?,
-                })
-            })
+            .filter_map(|n| NoteRow::from_rest(item, n))
             .collect();
         if wanted.is_empty() {
             return Ok(0);
         }
-        let item = parent.item(self.scope.repository_id);
         let mut txn = self.pool.begin().await?;
         if !lock_parent(&mut txn, parent).await? {
             return Ok(0);
         }
         let mut written = 0;
-        for n in &wanted {
-            let comment = Comment {
-                parent: item,
-                fields: n.borrowed(),
-            };
-            written += u64::from(write_fresh(&mut txn, &comment).await?);
+        for row in &wanted {
+            written += u64::from(row.write(&mut txn, None).await?);
         }
         txn.commit().await?;
         Ok(written)
@@ -773,51 +733,4 @@ async fn lock_parent(txn: &mut sqlx::PgConnection, parent: Parent) -> Result<boo
         .fetch_optional(&mut *txn)
         .await?;
     Ok(found.is_some())
-}
-
-/// Writes the comment if it is newer than stored (forward-only); returns whether it did.
-async fn write_fresh<C: CommentRow>(
-    txn: &mut sqlx::PgConnection,
-    comment: &C,
-) -> Result<bool, sqlx::Error> {
-    let stored = comments::lock(txn, comment).await?;
-    if stored.freshness(comment.key().updated_at) != Freshness::Apply {
-        return Ok(false);
-    }
-    comments::write(txn, comment).await?;
-    Ok(true)
-}
-
-/// A note's common fields, owned.
-struct Owned {
-    native_id: i64,
-    node_id: String,
-    author: String,
-    body: String,
-    created_at: OffsetDateTime,
-    updated_at: OffsetDateTime,
-}
-
-impl Owned {
-    fn borrowed(&self) -> CommentFields<'_> {
-        CommentFields {
-            native_id: self.native_id,
-            node_id: &self.node_id,
-            author: Some(&self.author),
-            body: Some(&self.body),
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-        }
-    }
-}
-
-fn fields(n: &DiscussionNote) -> Option<Owned> {
-    Some(Owned {
-        native_id: i64::try_from(n.id.number()?).ok()?,
-        node_id: n.id.0.clone(),
-        author: n.author.username.clone(),
-        body: n.body.clone(),
-        created_at: n.created_at.0,
-        updated_at: n.updated_at.0,
-    })
 }

@@ -15,10 +15,11 @@
 //!   each; the scheduled cycle drains the rest of every pending project whose last batch is
 //!   older than the backfill cooldown.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
 
-use gitlab_client::{IssueNode, MergeRequestNode, Page};
+use gitlab_client::{GitlabClient, IssueNode, MergeRequestNode, MergeRequestState, Page};
 use lifecycle_core::deletion::TombstonePlan;
 use lifecycle_core::job::SyncJobType;
 use lifecycle_core::listing::ListingPage;
@@ -72,6 +73,10 @@ pub struct Project {
     /// The newest `updatedAt` the current listing wrote.
     #[sqlx(skip)]
     newest: Option<OffsetDateTime>,
+    /// The oldest `updatedAt` of a merge request whose close time the current listing failed
+    /// to read: its watermark stays at or before it.
+    #[sqlx(skip)]
+    close_unread: Option<OffsetDateTime>,
     /// The issues and merge requests this pass read, whose notes follow ([`crate::notes`]).
     #[sqlx(skip)]
     pub(crate) touched: Vec<crate::notes::Touched>,
@@ -105,6 +110,10 @@ pub struct ProjectPage {
     /// Its full path now.
     pub project_path: String,
     pub page: ListedPage,
+    /// Close times read over REST for the page's closed merge requests, by native id.
+    pub close_times: BTreeMap<i64, OffsetDateTime>,
+    /// The oldest `updatedAt` of a closed merge request whose close time failed to read.
+    pub close_unread: Option<OffsetDateTime>,
 }
 
 impl ProjectPage {
@@ -117,6 +126,8 @@ impl ProjectPage {
             project_id: named.as_ref().and_then(|p| gid_number(&p.id)),
             project_path: named.map_or(asked, |p| p.full_path),
             page,
+            close_times: BTreeMap::new(),
+            close_unread: None,
         }
     }
 }
@@ -221,6 +232,90 @@ impl GitlabVendor {
             .await?;
         }
         Ok(())
+    }
+
+    /// Reads over REST the close time of each merge request `page` reports closed without a
+    /// merge whose row stores none yet (a missing row stores none).
+    // GraphQL's closedAt is newer than the oldest GitLab the contract serves, so no query selects
+    // it. A stored close is kept by the write, so a request's close is read until it is known and
+    // the calls are bounded by the page's closed requests without one. A failed read leaves the
+    // close unknown and the page whole; the reads of the page stop there.
+    async fn read_close_times(
+        &self,
+        client: &GitlabClient,
+        project: &Project,
+        page: &mut ProjectPage,
+    ) {
+        let ListedPage::MergeRequests(listed) = &page.page else {
+            return;
+        };
+        // A page of another project is skipped by `check_page`: nothing of it is read.
+        let Some(project_id) = page
+            .project_id
+            .filter(|id| project.native_id.is_none_or(|n| n == *id))
+        else {
+            return;
+        };
+        let closed: Vec<(i64, u64, OffsetDateTime)> = listed
+            .nodes
+            .iter()
+            .flatten()
+            .filter(|n| n.state == MergeRequestState::Closed)
+            .filter_map(|n| Some((n.native_id()?, n.iid.parse().ok()?, n.updated_at.0)))
+            .collect();
+        if closed.is_empty() {
+            return;
+        }
+        let stored: BTreeSet<i64> = match project.repository_id {
+            None => BTreeSet::new(),
+            Some(repository_id) => {
+                let ids: Vec<i64> = closed.iter().map(|(id, ..)| *id).collect();
+                let found = sqlx::query_scalar(
+                    "SELECT native_id FROM pull_request
+                      WHERE repository_id = $1 AND native_id = ANY($2)
+                        AND state = 'closed' AND closed_at IS NOT NULL",
+                )
+                .bind(repository_id)
+                .bind(&ids)
+                .fetch_all(&self.pool)
+                .await;
+                match found {
+                    Ok(found) => found.into_iter().collect(),
+                    Err(error) => {
+                        tracing::warn!(project = %project, %error, "stored close times unreadable; closes left unknown");
+                        page.close_unread = closed.iter().map(|(.., at)| *at).min();
+                        return;
+                    }
+                }
+            }
+        };
+        let mut failed = false;
+        let unread = closed.into_iter().filter(|(id, ..)| !stored.contains(id));
+        for (native_id, iid, updated_at) in unread {
+            let read = match failed {
+                true => None,
+                false => match client.merge_request(project_id as u64, iid).await {
+                    Ok(found) => Some(found),
+                    Err(error) => {
+                        tracing::warn!(project = %project, iid, %error, "merge request close time unreadable; left unknown");
+                        failed = true;
+                        None
+                    }
+                },
+            };
+            match read {
+                // Gone, or no longer closed: a later listing reads what it is now.
+                Some(found) => {
+                    if let Some(at) = found.and_then(|mr| mr.close_time()) {
+                        page.close_times.insert(native_id, at);
+                    }
+                }
+                None => {
+                    page.close_unread =
+                        Some(page.close_unread.map_or(updated_at, |u| u.min(updated_at)));
+                }
+            }
+        }
     }
 
     /// The mirrored repository of the project, remembered for the rest of the pass.
@@ -401,6 +496,10 @@ impl Vendor for GitlabVendor {
     ) -> Result<ListingPlan, sqlx::Error> {
         project.updated_after = None;
         project.newest = None;
+        project.close_unread = None;
+        // Known before the pages are read: which closes are stored decides which are read.
+        self.repository_id(pass.provider_instance_id, project)
+            .await?;
         match pass.job.job_type {
             SyncJobType::Backfill => self.backfill_plan(pass, project, class).await,
             SyncJobType::Reconciliation if cooling => {
@@ -441,7 +540,9 @@ impl Vendor for GitlabVendor {
                     .await?,
             ),
         };
-        Ok(ProjectPage::of(page, path))
+        let mut page = ProjectPage::of(page, path);
+        self.read_close_times(client, project, &mut page).await;
+        Ok(page)
     }
 
     async fn write_page(
@@ -485,15 +586,20 @@ impl Vendor for GitlabVendor {
                 id
             }
         };
+        let times = &page.close_times;
         let written = match &page.page {
             ListedPage::Issues(p) => {
-                mirror::upsert_page(&self.pool, class, repository_id, p).await?
+                mirror::upsert_page(&self.pool, class, repository_id, p, times).await?
             }
             ListedPage::MergeRequests(p) => {
-                mirror::upsert_page(&self.pool, class, repository_id, p).await?
+                mirror::upsert_page(&self.pool, class, repository_id, p, times).await?
             }
         };
         project.newest = project.newest.max(written.newest);
+        project.close_unread = match (project.close_unread, page.close_unread) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         crate::notes::touch(&mut project.touched, &page.page);
         if written.unusable > 0 {
             tracing::warn!(project = %project, unusable = written.unusable, "nodes GitLab failed to resolve or this build cannot store; left as stored");
@@ -639,11 +745,13 @@ impl Vendor for GitlabVendor {
         };
         match &end.plan {
             ListingPlan::Whole | ListingPlan::Filtered => {
-                // Only a clean listing earns a watermark; the notes pass decides how much of it
-                // is written ([`GitlabVendor::advance_watermarks`]).
+                // Only a clean listing earns a watermark, never past a merge request whose close
+                // time failed to read (the next pass reads it); the notes pass decides how much of
+                // it is written ([`GitlabVendor::advance_watermarks`]).
                 if end.complete
                     && let Some(newest) = project.newest
                 {
+                    let newest = project.close_unread.map_or(newest, |u| newest.min(u));
                     project.earned.push((class, newest));
                 }
             }

@@ -4,20 +4,30 @@
 //! simulator's real-shaped hooks.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
 use bus::Stream;
+use gitlab_client::RetryPolicy;
+use gitlab_sync::source::ClientFactory;
+use gitlab_sync::sync::GitlabVendor;
+use lifecycle_core::source_key::LifecycleChange;
 use lifecycle_core::subject;
-use sea_orm::TransactionTrait as _;
+use sea_orm::{EntityTrait as _, TransactionTrait as _};
 use serde_json::Value as Json;
 use store::entity::ConnectionKind;
+use store::entity::connection;
 use store::entity::inbound_endpoint::Registration;
 use store::inbound::{Dedup, EndpointIds, NewEndpoint, NewMessage, Recorded};
 use store::secrets::Keyring;
+use sync_engine::{Engine, JobOutcome, Vendor as _};
+use time::OffsetDateTime;
 use uuid::Uuid;
 use vendor_sim::gitlab::webhook::{issue_hook, merge_request_hook, note_hook};
-use vendor_sim::gitlab::{DiffPosition, GitlabSim, Model, NewIssue, NewMergeRequest, NoteOn};
+use vendor_sim::gitlab::{
+    DiffPosition, Fault, GitlabFault, GitlabSim, Model, NewIssue, NewMergeRequest, NoteOn, ops,
+};
 
 const REGISTERED: &str = "gitlab-sync-connection-events";
 const OPERATOR: &str = "gitlab-sync-project-events";
@@ -48,6 +58,8 @@ struct World {
     env: testkit::TestEnv,
     sim: GitlabSim,
     service: Option<testkit::Running>,
+    config: gitlab_sync::Config,
+    provider_instance_id: Uuid,
     a: Tenant,
     b: Tenant,
     p: Projects,
@@ -112,11 +124,13 @@ impl World {
                 "--filter-refresh-ms=200".to_owned(),
             ],
         )?;
-        let service = Some(testkit::spawn(config).await?);
+        let service = Some(testkit::spawn(config.clone()).await?);
         Ok(World {
             env,
             sim,
             service,
+            config,
+            provider_instance_id: instance,
             a,
             b,
             p,
@@ -255,6 +269,79 @@ impl World {
         .await?)
     }
 
+    /// Runs a RECONCILIATION of `tenant`'s connection to its end, reading the simulator over
+    /// HTTP: `manual` lists whole; `scheduled`, within the cooldown of the last one, lists only
+    /// what changed since the watermark.
+    async fn sync(&self, tenant: Tenant, trigger: &str) -> Result<JobOutcome> {
+        let job_id = Uuid::now_v7();
+        sqlx::query(
+            "INSERT INTO sync_job (id, connection_id, workspace_id, kind, job_type, trigger)
+             VALUES ($1, $2, $3, 'gitlab', 'RECONCILIATION', $4)",
+        )
+        .bind(job_id)
+        .bind(tenant.connection_id)
+        .bind(tenant.route.workspace_id)
+        .bind(trigger)
+        .execute(self.pool())
+        .await?;
+        let vendor = GitlabVendor {
+            pool: self.pool().clone(),
+            factory: ClientFactory {
+                db: self.env.db.db.clone(),
+                secret_key: Keyring::parse(&self.config.secret_key)?,
+                request_timeout: self.config.sync.request_timeout(),
+                retry: RetryPolicy {
+                    max_retries: 1,
+                    min_delay: Duration::from_millis(5),
+                    max_delay: Duration::from_millis(10),
+                    max_retry_after: Duration::from_secs(1),
+                },
+            },
+            backfill: self.config.backfill_batches(),
+            activator: None,
+        };
+        let engine = Engine::new(
+            Arc::new(vendor),
+            self.pool().clone(),
+            "replica-test",
+            Duration::from_secs(30),
+            self.config.sync.sync_settings(),
+        );
+        let job = engine.jobs.claim(job_id).await?.expect("claimable");
+        let conn = connection::Entity::find_by_id(tenant.connection_id)
+            .one(&self.env.db.db)
+            .await?
+            .expect("connection");
+        let source = engine.vendor.source(&conn).await?;
+        Ok(engine.run(&job, self.provider_instance_id, source).await?)
+    }
+
+    /// (name, source key, occurred at, origin) of every item event of item `number` (an
+    /// issue's or a merge request's: they share the project's numbers).
+    async fn item_events(&self, number: u64) -> Result<Vec<ItemEventRow>> {
+        Ok(sqlx::query_as(
+            "SELECT e.name, e.source_key, e.occurred_at, e.origin FROM item_event e
+               LEFT JOIN issue i ON i.id = e.issue_id
+               LEFT JOIN pull_request p ON p.id = e.pull_request_id
+              WHERE coalesce(i.number, p.number) = $1 ORDER BY e.name",
+        )
+        .bind(number as i32)
+        .fetch_all(self.pool())
+        .await?)
+    }
+
+    /// (state, closed_at, merged_at) of merge request `number` as stored.
+    async fn merge_request_times(&self, number: u64) -> Result<ItemTimes> {
+        Ok(
+            sqlx::query_as(
+                "SELECT state, closed_at, merged_at FROM pull_request WHERE number = $1",
+            )
+            .bind(number as i32)
+            .fetch_one(self.pool())
+            .await?,
+        )
+    }
+
     async fn count(&self, sql: &str) -> Result<i64> {
         Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
             .fetch_one(self.pool())
@@ -333,6 +420,27 @@ async fn tenant(
 
 /// A review comment: native id, the comment it answers, path, line.
 type ThreadRow = (i64, Option<i64>, Option<String>, Option<i32>);
+
+/// An item event: name, source key, occurred at, origin.
+type ItemEventRow = (String, Option<String>, Option<OffsetDateTime>, String);
+
+/// A merge request's state, closed_at and merged_at.
+type ItemTimes = (String, Option<OffsetDateTime>, Option<OffsetDateTime>);
+
+/// The item event row a close or a merge at `at` records, from whichever path.
+fn lifecycle_event(
+    name: &str,
+    change: LifecycleChange<'_>,
+    at: OffsetDateTime,
+    origin: &str,
+) -> ItemEventRow {
+    (
+        name.to_owned(),
+        Some(change.source_key().as_str().to_owned()),
+        Some(at),
+        origin.to_owned(),
+    )
+}
 
 fn at(seconds: i64) -> time::OffsetDateTime {
     time::macros::datetime!(2026-03-01 00:00 UTC) + time::Duration::seconds(seconds)
@@ -604,5 +712,350 @@ async fn a_malformed_payload_is_recorded_dead_and_changes_nothing() -> Result<()
         "{dead:?}"
     );
     assert_eq!(w.count("SELECT count(*) FROM pull_request").await?, 0);
+    w.stop().await
+}
+
+/// A close or a merge hook names no time: the next sync that reads the request (a filtered
+/// RECONCILIATION by `updatedAfter`) stores GitLab's close time (read over REST, once) or its
+/// mergedAt and records the one event; an issue's close hook records its own, which that sync
+/// does not repeat. Redelivered hooks and a whole sync afterwards add nothing, read no close
+/// again, and keep the stored times.
+#[tokio::test]
+async fn a_close_or_merge_hook_then_the_sync_records_exactly_one_event() -> Result<()> {
+    let w = World::start().await?;
+    let api = w.p.api;
+    let (bystander, closing, merging, issue) = w.sim.model(|m| {
+        let mr = |m: &mut Model, title: &str, updated_at| {
+            m.add_merge_request(
+                api,
+                NewMergeRequest {
+                    title: title.into(),
+                    updated_at,
+                },
+            )
+        };
+        let bystander = mr(m, "bystander", at(1));
+        let closing = mr(m, "to close", at(10));
+        let merging = mr(m, "to merge", at(10));
+        let issue = m.add_issue(
+            api,
+            NewIssue {
+                title: "bug".into(),
+                updated_at: at(10),
+            },
+        );
+        (bystander, closing, merging, issue)
+    });
+    assert_eq!(w.sync(w.a, "manual").await?, JobOutcome::Succeeded);
+    assert_eq!(w.count("SELECT count(*) FROM item_event").await?, 0);
+    assert_eq!(w.sim.calls(ops::GET_MERGE_REQUEST), 0, "nothing is closed");
+
+    let hooks = w.body(|m| {
+        m.update_merge_request(api, closing, |mr| {
+            mr.state = "closed".into();
+            mr.updated_at = at(20);
+        });
+        m.update_merge_request(api, merging, |mr| {
+            mr.state = "merged".into();
+            mr.updated_at = at(21);
+        });
+        m.update_issue(api, issue, |i| {
+            i.state = "closed".into();
+            i.updated_at = at(22);
+        });
+        serde_json::json!([
+            merge_request_hook(m, &m.merge_requests[&(api, closing)], "close", None),
+            merge_request_hook(m, &m.merge_requests[&(api, merging)], "merge", None),
+            issue_hook(m, &m.issues[&(api, issue)], "close", None),
+        ])
+    });
+    let mut delivered = Vec::new();
+    for hook in hooks.as_array().unwrap() {
+        delivered.push((w.registered(w.a, hook, None).await?, hook.clone()));
+    }
+    w.settle().await?;
+    // The hooks store the states; only the issue's names its time.
+    assert_eq!(
+        w.merge_request_times(closing).await?,
+        ("closed".into(), None, None)
+    );
+    assert_eq!(
+        w.merge_request_times(merging).await?,
+        ("merged".into(), None, None)
+    );
+    assert!(w.item_events(closing).await?.is_empty());
+    assert!(w.item_events(merging).await?.is_empty());
+    let issue_closed = vec![lifecycle_event(
+        "scm.issue.closed",
+        LifecycleChange::Close { closed_at: at(22) },
+        at(22),
+        "webhook",
+    )];
+    assert_eq!(w.item_events(issue).await?, issue_closed);
+
+    // A bystander renamed upstream without a newer updatedAt: only a whole listing reads it,
+    // so its title tells which listing ran.
+    w.sim.model(|m| {
+        m.merge_requests.get_mut(&(api, bystander)).unwrap().title = "renamed".into();
+    });
+    let world = &w;
+    let title = move || async move {
+        let title: String = sqlx::query_scalar("SELECT title FROM pull_request WHERE number = $1")
+            .bind(bystander as i32)
+            .fetch_one(world.pool())
+            .await?;
+        anyhow::Ok(title)
+    };
+    let events = move || async move {
+        anyhow::Ok((
+            world.item_events(closing).await?,
+            world.item_events(merging).await?,
+            world.item_events(issue).await?,
+        ))
+    };
+    let closed = vec![lifecycle_event(
+        "scm.pull_request.closed",
+        LifecycleChange::Close { closed_at: at(20) },
+        at(20),
+        "sync",
+    )];
+    let merged = vec![lifecycle_event(
+        "scm.pull_request.merged",
+        LifecycleChange::Merge { merged_at: at(21) },
+        at(21),
+        "sync",
+    )];
+    let times = move || async move {
+        anyhow::Ok((
+            world.merge_request_times(closing).await?,
+            world.merge_request_times(merging).await?,
+        ))
+    };
+    let stored_times = (
+        ("closed".to_owned(), Some(at(20)), None),
+        ("merged".to_owned(), Some(at(21)), Some(at(21))),
+    );
+
+    // The filtered incremental pass stores the times GitLab reports and records each once.
+    assert_eq!(w.sync(w.a, "scheduled").await?, JobOutcome::Succeeded);
+    assert_eq!(title().await?, "bystander", "the pass was filtered");
+    assert_eq!(times().await?, stored_times);
+    // The one request closed without a merge: its close time is read over REST.
+    assert_eq!(w.sim.calls(ops::GET_MERGE_REQUEST), 1);
+    assert_eq!(
+        events().await?,
+        (closed.clone(), merged.clone(), issue_closed.clone())
+    );
+
+    // Every hook again, then a second filtered pass and a whole one: nothing new, and the
+    // stored close and merge stay.
+    for (first, hook) in &delivered {
+        w.registered(w.a, hook, Some(*first)).await?;
+    }
+    w.settle().await?;
+    assert_eq!(times().await?, stored_times);
+    assert_eq!(w.sync(w.a, "scheduled").await?, JobOutcome::Succeeded);
+    assert_eq!(w.sync(w.a, "manual").await?, JobOutcome::Succeeded);
+    assert_eq!(title().await?, "renamed", "the last pass was whole");
+    assert_eq!(times().await?, stored_times);
+    assert_eq!(events().await?, (closed, merged, issue_closed));
+    // Its close time is stored: neither pass read it again.
+    assert_eq!(w.sim.calls(ops::GET_MERGE_REQUEST), 1);
+    // One activity entry per event for A, the only workspace monitoring the project.
+    assert_eq!(w.count("SELECT count(*) FROM activity_event").await?, 3);
+    assert_eq!(w.count("SELECT count(*) FROM dead_message").await?, 0);
+    w.stop().await
+}
+
+/// Every note row of the mirror as either path writes it (row ids and mirror times aside):
+/// comments, review comments with their thread, and threads.
+async fn note_rows(pool: &sqlx::PgPool) -> Result<Json> {
+    let rows: Vec<(Json,)> = sqlx::query_as(
+        "SELECT to_jsonb(x) FROM (
+           SELECT 'comment' AS t, native_id, node_id, author, body, repository_id, issue_id,
+                  pull_request_id, NULL AS thread, NULL AS path, NULL::int AS line,
+                  NULL AS commit_sha, NULL::bigint AS in_reply_to, upstream_created_at,
+                  upstream_updated_at, deleted_at
+             FROM comment
+           UNION ALL
+           SELECT 'review_comment', c.native_id, c.node_id, c.author, c.body, NULL, NULL,
+                  c.pull_request_id, t.node_id, c.path, c.line, c.commit_sha, c.in_reply_to,
+                  c.upstream_created_at, c.upstream_updated_at, c.deleted_at
+             FROM review_comment c LEFT JOIN review_thread t ON t.id = c.thread_id
+           UNION ALL
+           SELECT 'review_thread', NULL, node_id, NULL, NULL, NULL, NULL, pull_request_id, NULL,
+                  path, NULL, NULL, NULL, NULL, NULL, NULL
+             FROM review_thread
+         ) x ORDER BY t, native_id, node_id",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(Json::Array(rows.into_iter().map(|(r,)| r).collect()))
+}
+
+/// A GitLab note is one row whichever path wrote it: the rows the Note Hooks write equal the
+/// rows the notes pass writes from the same notes (node ids, author, thread, reply, place), a
+/// system note is mirrored by neither, and a hook over the sync's rows changes nothing.
+#[tokio::test]
+async fn a_note_is_the_same_row_from_its_hook_and_from_the_sync() -> Result<()> {
+    let w = World::start().await?;
+    let api = w.p.api;
+    let (mr, issue) = w.sim.model(|m| {
+        let mr = m.add_merge_request(
+            api,
+            NewMergeRequest {
+                title: "mr".into(),
+                updated_at: at(10),
+            },
+        );
+        let issue = m.add_issue(
+            api,
+            NewIssue {
+                title: "issue".into(),
+                updated_at: at(10),
+            },
+        );
+        (mr, issue)
+    });
+    assert_eq!(w.sync(w.a, "manual").await?, JobOutcome::Succeeded);
+    let notes = w.sim.model(|m| {
+        let on = NoteOn::MergeRequest(api, mr);
+        let diff = m.add_diff_note(on, "nit", DiffPosition::line("src/lib.rs", 7, "abc"));
+        vec![
+            m.add_note(on, "looks good", false, None),
+            m.add_note(on, "approved this merge request", true, None),
+            diff,
+            m.add_reply(diff, "fixed").unwrap(),
+            m.add_note(NoteOn::Issue(api, issue), "on the issue", false, None),
+        ]
+    });
+    let mut delivered = Vec::new();
+    for id in &notes {
+        let body = w.body(|m| note_hook(m, &m.notes[id], "create"));
+        delivered.push((w.registered(w.a, &body, None).await?, body));
+    }
+    w.settle().await?;
+    let by_hooks = note_rows(w.pool()).await?;
+    assert_eq!(
+        by_hooks.as_array().map(Vec::len),
+        Some(5),
+        "two comments, two review comments, one thread: {by_hooks:#}"
+    );
+
+    // The same notes read by the sync, from nothing.
+    for table in ["comment", "review_comment", "review_thread"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table}")))
+            .execute(w.pool())
+            .await?;
+    }
+    assert_eq!(w.sync(w.a, "manual").await?, JobOutcome::Succeeded);
+    let by_sync = note_rows(w.pool()).await?;
+    assert_eq!(by_sync, by_hooks);
+
+    // The hooks again over the sync's rows: the same rows.
+    for (first, body) in &delivered {
+        w.registered(w.a, body, Some(*first)).await?;
+    }
+    w.settle().await?;
+    assert_eq!(note_rows(w.pool()).await?, by_sync);
+
+    // An edit by someone else (the hook's actor is not the author) keeps the author.
+    let plain = notes[0];
+    let mut edited = w.body(|m| {
+        let note = m.notes.get_mut(&plain).unwrap();
+        note.body = "looks great".into();
+        note.updated_at = at(50);
+        note_hook(m, &m.notes[&plain], "update")
+    });
+    edited["user"]["id"] = serde_json::json!(424242);
+    edited["user"]["username"] = serde_json::json!("root");
+    w.registered(w.a, &edited, None).await?;
+    w.settle().await?;
+    let stored: (Option<String>, Option<String>) =
+        sqlx::query_as("SELECT author, body FROM comment WHERE native_id = $1")
+            .bind(plain as i64)
+            .fetch_one(w.pool())
+            .await?;
+    assert_eq!(stored, (Some("bob".into()), Some("looks great".into())));
+    assert_eq!(w.count("SELECT count(*) FROM dead_message").await?, 0);
+    w.stop().await
+}
+
+/// A close time that fails to read (GitLab's REST errors past the retry) leaves the close
+/// unknown: the page is still written, no event is recorded, and the filtered listing's
+/// watermark stays before the request, so the next filtered pass reads it and records the close
+/// once; after that it is never read again.
+#[tokio::test]
+async fn a_close_time_that_fails_to_read_is_read_by_the_next_pass() -> Result<()> {
+    let w = World::start().await?;
+    let api = w.p.api;
+    let (closing, later) = w.sim.model(|m| {
+        let mut mr = |title: &str| {
+            m.add_merge_request(
+                api,
+                NewMergeRequest {
+                    title: title.into(),
+                    updated_at: at(10),
+                },
+            )
+        };
+        (mr("to close"), mr("later"))
+    });
+    assert_eq!(w.sync(w.a, "manual").await?, JobOutcome::Succeeded);
+    w.sim.model(|m| {
+        m.update_merge_request(api, closing, |mr| {
+            mr.state = "closed".into();
+            mr.updated_at = at(20);
+        });
+        // Updated after the close, so a watermark that moved past it would skip the close.
+        m.update_merge_request(api, later, |mr| {
+            mr.title = "renamed".into();
+            mr.updated_at = at(30);
+        });
+    });
+    w.sim.inject(Fault::always(
+        ops::GET_MERGE_REQUEST,
+        GitlabFault::Status(500),
+    ));
+    assert_eq!(w.sync(w.a, "scheduled").await?, JobOutcome::Succeeded);
+    assert_eq!(
+        w.sim.calls(ops::GET_MERGE_REQUEST),
+        2,
+        "one read, retried once"
+    );
+    assert_eq!(
+        w.merge_request_times(closing).await?,
+        ("closed".into(), None, None)
+    );
+    assert!(w.item_events(closing).await?.is_empty());
+    let title: String = sqlx::query_scalar("SELECT title FROM pull_request WHERE number = $1")
+        .bind(later as i32)
+        .fetch_one(w.pool())
+        .await?;
+    assert_eq!(title, "renamed", "the rest of the page was written");
+
+    w.sim.clear_faults();
+    let closed = vec![lifecycle_event(
+        "scm.pull_request.closed",
+        LifecycleChange::Close { closed_at: at(20) },
+        at(20),
+        "sync",
+    )];
+    assert_eq!(w.sync(w.a, "scheduled").await?, JobOutcome::Succeeded);
+    assert_eq!(w.sim.calls(ops::GET_MERGE_REQUEST), 3);
+    assert_eq!(
+        w.merge_request_times(closing).await?,
+        ("closed".into(), Some(at(20)), None)
+    );
+    assert_eq!(w.item_events(closing).await?, closed);
+    assert_eq!(w.sync(w.a, "scheduled").await?, JobOutcome::Succeeded);
+    assert_eq!(w.sync(w.a, "manual").await?, JobOutcome::Succeeded);
+    assert_eq!(
+        w.sim.calls(ops::GET_MERGE_REQUEST),
+        3,
+        "stored: never read again"
+    );
+    assert_eq!(w.item_events(closing).await?, closed);
+    assert!(w.item_events(later).await?.is_empty());
     w.stop().await
 }

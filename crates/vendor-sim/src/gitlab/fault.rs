@@ -30,6 +30,8 @@ pub mod ops {
     pub const LIST_NOTES: &str = "notes/list";
     /// `GET /projects/{id}/(issues|merge_requests)/{iid}/notes/{note_id}`
     pub const GET_NOTE: &str = "notes/get";
+    /// `GET /projects/{id}/merge_requests/{iid}`
+    pub const GET_MERGE_REQUEST: &str = "merge_requests/get";
     /// `GET /projects/{id}`
     pub const GET_PROJECT: &str = "projects/get";
     /// `GET /groups/{id}/hooks`

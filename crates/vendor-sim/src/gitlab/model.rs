@@ -103,6 +103,8 @@ pub struct MergeRequest {
     pub updated_at: OffsetDateTime,
     /// Merged.
     pub merged_at: Option<OffsetDateTime>,
+    /// Closed without a merge.
+    pub closed_at: Option<OffsetDateTime>,
     /// Locked discussion.
     pub discussion_locked: bool,
     /// Source branch.
@@ -442,6 +444,7 @@ impl Model {
                 created_at: EPOCH,
                 updated_at: new.updated_at,
                 merged_at: None,
+                closed_at: None,
                 discussion_locked: false,
                 source_branch: format!("feature-{iid}"),
                 target_branch: "main".into(),
@@ -603,8 +606,14 @@ impl Model {
                 mr.merged_at.get_or_insert(mr.updated_at);
                 "merge"
             }
-            ("opened", "closed") => "close",
-            ("closed", "opened") => "reopen",
+            ("opened", "closed") => {
+                mr.closed_at.get_or_insert(mr.updated_at);
+                "close"
+            }
+            ("closed", "opened") => {
+                mr.closed_at = None;
+                "reopen"
+            }
             _ => "update",
         };
         self.merge_request_changed(project, iid, action, Some(&before));

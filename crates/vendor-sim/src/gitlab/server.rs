@@ -84,6 +84,10 @@ impl GitlabSim {
         let app = Router::new()
             .route("/api/graphql", post(graphql_call))
             .route("/api/v4/projects/{id}", get(get_project))
+            .route(
+                "/api/v4/projects/{id}/merge_requests/{iid}",
+                get(get_merge_request),
+            )
             .route("/api/v4/projects/{id}/{kind}/{iid}/notes", get(list_notes))
             .route(
                 "/api/v4/projects/{id}/{kind}/{iid}/notes/{note_id}",
@@ -671,6 +675,37 @@ async fn get_project(
         }))
         .into_response(),
         _ => message(StatusCode::NOT_FOUND, "404 Project Not Found"),
+    };
+    rate_headers(r.headers_mut(), &m);
+    r
+}
+
+async fn get_merge_request(
+    State(shared): State<Arc<Shared>>,
+    Path((project, iid)): Path<(u64, u64)>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = begin(&shared, ops::GET_MERGE_REQUEST, &headers).await {
+        return r;
+    }
+    let m = lock(&shared.model);
+    let time = |t: Option<OffsetDateTime>| t.and_then(|t| t.format(&Rfc3339).ok());
+    let mut r = match m.merge_requests.get(&(project, iid)) {
+        Some(mr) => axum::Json(json!({
+            "id": mr.id,
+            "iid": mr.iid,
+            "project_id": project,
+            "title": mr.title,
+            "state": mr.state,
+            "created_at": time(Some(mr.created_at)),
+            "updated_at": time(Some(mr.updated_at)),
+            "merged_at": time(mr.merged_at),
+            "closed_at": time(mr.closed_at),
+            "source_branch": mr.source_branch,
+            "target_branch": mr.target_branch,
+        }))
+        .into_response(),
+        None => message(StatusCode::NOT_FOUND, "404 Not found"),
     };
     rate_headers(r.headers_mut(), &m);
     r

@@ -1,8 +1,8 @@
 //! Issue and Merge Request Hooks: the item row moves forward only (compared with the row
 //! locked, in the transaction that admitted the delivery), and each lifecycle change the hook
 //! reports records its item event under its source key, so duplicates, late copies and the
-//! sync add nothing twice. A hook carries no note count, no merge time and no author (only the
-//! actor): those stay as stored.
+//! sync add nothing twice. A hook carries no note count, no close or merge time and no author
+//! (only the actor): those stay as stored.
 
 use lifecycle_core::forward::{Freshness, Push};
 use lifecycle_core::source_key::{LifecycleChange, state_change_publishes as publishes};
@@ -61,8 +61,9 @@ pub fn issue_node(a: &IssueAttributes, author: Option<&str>) -> Option<IssueNode
     })
 }
 
-/// A merge request as a hook reports it over its stored row: a hook names no merge time, so a
-/// merged request keeps the stored one (a merge is its close, as the sync stores it).
+/// A merge request as a hook reports it over its stored row: a hook names no close or merge
+/// time, so a closed or merged request keeps the stored ones (the sync stores GitLab's
+/// close time, read over REST, and mergedAt, and records the close or merge when it does).
 pub fn merge_request_node(
     a: &MergeRequestAttributes,
     author: Option<&str>,
@@ -72,6 +73,15 @@ pub fn merge_request_node(
     let merged_at = prior
         .and_then(|p| p.merged_at)
         .filter(|_| state == "merged");
+    // The stored close of the state the hook reports; never one of another state (a reopen
+    // clears it, a merge's close is its merge).
+    let closed_at = match state {
+        "merged" => merged_at,
+        "closed" => prior
+            .filter(|p| p.state == "closed")
+            .and_then(|p| p.closed_at),
+        _ => None,
+    };
     Some(PullRequestNode {
         fields: ItemFields {
             native_id: a.id,
@@ -86,7 +96,7 @@ pub fn merge_request_node(
             comment_count: None,
             created_at: a.created_at.0,
             updated_at: a.updated_at.0,
-            closed_at: merged_at,
+            closed_at,
         },
         draft: a.draft,
         review_count: None,
@@ -218,7 +228,8 @@ pub async fn merge_request(
         },
         "reopen" => publishes(step.freshness, stored_state, &f.state)
             .then_some(LifecycleChange::Reopen { at }),
-        // A merge or a close hook names no time: the sync records the merge it stores.
+        // A merge or a close hook names no time: the sync that reads the request next stores
+        // GitLab's merge or close time and records the merge or close then, once.
         _ => None,
     };
     let item = Item::pull_request(VENDOR, step.id, repository_id);

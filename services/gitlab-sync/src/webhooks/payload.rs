@@ -43,6 +43,9 @@ pub struct HookProject {
 /// Who acted.
 #[derive(Debug, Clone, Deserialize)]
 pub struct HookUser {
+    /// GitLab's user id (a note's `author_id` names its author by it).
+    #[serde(default)]
+    pub id: Option<i64>,
     pub username: String,
 }
 
@@ -156,6 +159,9 @@ pub struct NotePosition {
 pub struct NoteAttributes {
     pub id: i64,
     pub note: String,
+    /// The note's author by user id (the hook's `user` is whoever acted).
+    #[serde(default)]
+    pub author_id: Option<i64>,
     /// `Issue`, `MergeRequest`, `Commit`, `Snippet`.
     pub noteable_type: String,
     #[serde(default)]
