@@ -145,7 +145,7 @@ pub fn relink_trace(headers: &mut BTreeMap<String, String>) {
 /// published and dead messages (with their replay copies, which are dispatch records again), both naming the
 /// connection in their headers. Runs after every other holder, so a message a holder's
 /// erasure left in flight is caught too.
-pub const ERASABLE: store::erasure::Erasable = store::erasure::Erasable {
+pub static ERASABLE: store::erasure::Erasable = store::erasure::Erasable {
     holder: "bus",
     order: 900,
     kinds: &[],
@@ -174,6 +174,17 @@ pub const ERASABLE: store::erasure::Erasable = store::erasure::Erasable {
             selector: store::erasure::Selector::Workspace(
                 "headers ->> 'Forgesync-Workspace' = $1::text",
             ),
+        },
+    ],
+    // Messages in flight and dead ones carry their payload; their rows go whole.
+    content: &[
+        store::erasure::ContentTable {
+            table: "outbox",
+            columns: &["payload"],
+        },
+        store::erasure::ContentTable {
+            table: "dead_message",
+            columns: &["payload"],
         },
     ],
     streams: &[],

@@ -6,7 +6,6 @@
 #![forbid(unsafe_code)]
 
 pub mod comments;
-pub mod content;
 pub mod erasure;
 pub mod events;
 pub mod items;
@@ -14,3 +13,4 @@ pub mod monitors;
 pub mod repository;
 pub mod reviews;
 pub mod upsert;
+pub mod vendors;

@@ -7,7 +7,16 @@
 //! runs every registration in `order`; the erasure-completeness scan reads the same
 //! registrations and, beside them, derives from the schema every table that could hold a
 //! connection's or a repository's rows, so a table nobody registered still shows up.
+//!
+//! Registrations are not kept here: each vendor declares its holders where its own code lives,
+//! and one shared list (`crates/vendors`) collects them for the eraser and the scan.
 
+use std::future::Future;
+use std::pin::Pin;
+
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, FromQueryResult, Statement};
+use serde::Serialize;
+use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::entity::ConnectionKind;
@@ -34,6 +43,38 @@ pub enum Selector {
     Workspace(&'static str),
 }
 
+/// A table and the columns of it that hold third-party content: what the vendor's users wrote,
+/// and who they are (logins, user ids). The schema check holds every content-shaped column of
+/// the schema to some holder's declaration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContentTable {
+    pub table: &'static str,
+    pub columns: &'static [&'static str],
+}
+
+/// Column names that mark a column as content; a column so named must be declared in some
+/// holder's [`Erasable::content`], or its table must be one whose rows the holder deletes whole
+/// for another reason (declared in [`Erasable::content`] too, with the column).
+pub const CONTENT_COLUMN_NAMES: &[&str] = &[
+    "title",
+    "body",
+    "text",
+    "content",
+    "payload",
+    "author",
+    "path",
+    "resolved_by",
+    "requested_reviewers",
+];
+
+/// The future of a subject lookup ([`ConnectionSubjects`]).
+pub type SubjectsFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<String>, sqlx::Error>> + Send + 'a>>;
+
+/// The subjects that belong to one connection alone, looked up with database access (a vendor
+/// may key them by an id it stores, such as a subscription the vendor assigned).
+pub type ConnectionSubjects = for<'a> fn(&'a sqlx::PgPool, Uuid) -> SubjectsFuture<'a>;
+
 /// One table of a holder and how its rows are selected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ErasableTable {
@@ -54,6 +95,8 @@ pub struct Erasable {
     pub kinds: &'static [ConnectionKind],
     /// Its tables in deletion order (within each selector kind).
     pub tables: &'static [ErasableTable],
+    /// The content columns of its tables (every table listed here is one of `tables`).
+    pub content: &'static [ContentTable],
     /// Logical stream names (`WEBHOOKS_GITHUB`, `EVENTS`) whose recorded messages of the
     /// connection it holds: deleted one by one, by sequence, from the stream ledger.
     pub streams: &'static [&'static str],
@@ -61,8 +104,9 @@ pub struct Erasable {
     /// `Forgesync-Repository` header) of the connection's workspace it holds: deleted when the
     /// workspace no longer covers that repository.
     pub repository_streams: &'static [&'static str],
-    /// The subjects that belong to the connection alone, purged whole (subject filters).
-    pub connection_subjects: fn(ConnectionKind, Uuid) -> Vec<String>,
+    /// The subjects that belong to a connection of a kind it holds alone, purged whole
+    /// (subject filters).
+    pub connection_subjects: ConnectionSubjects,
     /// The subjects that belong to a workspace alone, purged whole when it is purged.
     pub workspace_subjects: fn(Uuid) -> Vec<String>,
 }
@@ -87,8 +131,8 @@ impl Erasable {
 pub const CONNECTION_HEADER: &str = "headers ->> 'Forgesync-Connection' = $1::text";
 
 /// For holders without connection-owned subjects.
-pub fn no_subjects(_: ConnectionKind, _: Uuid) -> Vec<String> {
-    Vec::new()
+pub fn no_subjects(_: &sqlx::PgPool, _: Uuid) -> SubjectsFuture<'_> {
+    Box::pin(async { Ok(Vec::new()) })
 }
 
 /// For holders without workspace-owned subjects.
@@ -124,7 +168,64 @@ pub const RETAINED: &[(&str, &str)] = &[
     ("connection_audit", "who changed what, when: audit"),
     ("erasure", "the erasure records themselves: ids and counts"),
     (
+        "provider_registration",
+        "what we created at a vendor (ids, marker, URL hash; no content): provider repair removes it after the connection is gone",
+    ),
+    (
         "erasure_repository",
         "which repositories an erasure deleted or kept: ids only",
     ),
 ];
+
+/// Tables the eraser itself erases, outside every holder's registration, each with how.
+pub const ERASER_OWN: &[(&str, &str)] = &[(
+    "stream_message",
+    "the stream ledger: the eraser deletes a connection's messages by it, then its rows",
+)];
+
+/// One erasure as stored.
+#[derive(Debug, Clone, PartialEq, FromQueryResult, Serialize)]
+pub struct ErasureRecord {
+    pub id: Uuid,
+    pub workspace_id: Uuid,
+    /// `None` for the workspace's own part of a purge.
+    pub connection_id: Option<Uuid>,
+    /// `disconnect` or `purge`: whichever trigger came first.
+    pub trigger: String,
+    /// `running` or `done`.
+    pub status: String,
+    /// Names of the steps done, in order.
+    pub steps_done: serde_json::Value,
+    /// [`Counts`] as a JSON object.
+    pub counts: serde_json::Value,
+    pub started_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+    pub finished_at: Option<OffsetDateTime>,
+}
+
+impl ErasureRecord {
+    pub fn is_done(&self) -> bool {
+        self.status == "done"
+    }
+}
+
+/// The columns of [`ErasureRecord`], in order.
+pub const COLUMNS: &str = "id, workspace_id, connection_id, trigger, status, steps_done, counts, \
+                       started_at, updated_at, finished_at";
+
+/// Every erasure of a workspace, oldest first (the workspace's own part last when it exists).
+pub async fn of_workspace<C: ConnectionTrait>(
+    db: &C,
+    workspace_id: Uuid,
+) -> Result<Vec<ErasureRecord>, DbErr> {
+    ErasureRecord::find_by_statement(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        format!(
+            "SELECT {COLUMNS} FROM erasure WHERE workspace_id = $1 \
+             ORDER BY connection_id IS NULL, started_at, id"
+        ),
+        [workspace_id.into()],
+    ))
+    .all(db)
+    .await
+}

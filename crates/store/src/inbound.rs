@@ -639,10 +639,10 @@ pub async fn stored_body(
 
 /// What ingress holds of a connection, for the eraser: raw bodies, the digest keys derived from
 /// them, the received-message rows (replays included, `replay_of` stays inside a connection),
-/// and the webhook messages it published; GitLab hooks we registered publish on subjects of
-/// the connection alone.
-pub const ERASABLE: crate::erasure::Erasable = {
-    use crate::erasure::{ErasableTable, Selector::Connection};
+/// and the webhook messages it published. Subjects a vendor routes by connection alone are that
+/// vendor's to declare.
+pub static ERASABLE: crate::erasure::Erasable = {
+    use crate::erasure::{ContentTable, ErasableTable, Selector::Connection};
     crate::erasure::Erasable {
         holder: "ingress",
         order: 200,
@@ -663,6 +663,10 @@ pub const ERASABLE: crate::erasure::Erasable = {
                 selector: Connection("connection_id = $1"),
             },
         ],
+        content: &[ContentTable {
+            table: "inbound_message_body",
+            columns: &["body"],
+        }],
         streams: &[
             "WEBHOOKS_GITHUB",
             "WEBHOOKS_GITLAB",
@@ -670,14 +674,7 @@ pub const ERASABLE: crate::erasure::Erasable = {
             "WEBHOOKS_OUTLINE",
         ],
         repository_streams: &[],
-        connection_subjects: |kind, connection_id| match kind {
-            ConnectionKind::Gitlab => lifecycle_core::subject::filter_subjects(&[
-                lifecycle_core::subject::Monitor::GitlabConnection {
-                    connection_id: connection_id.to_string(),
-                },
-            ]),
-            _ => Vec::new(),
-        },
+        connection_subjects: crate::erasure::no_subjects,
         workspace_subjects: crate::erasure::no_workspace_subjects,
     }
 };

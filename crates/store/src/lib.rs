@@ -6,6 +6,7 @@ pub mod activity;
 pub mod admission;
 pub mod contracts;
 pub mod credentials;
+pub mod declaration;
 pub mod entity;
 pub mod erasure;
 pub mod gitlab_activation;

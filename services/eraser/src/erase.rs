@@ -32,6 +32,9 @@ pub enum EraseError {
     /// The database failed; retrying resumes where it stopped.
     #[error("database: {0}")]
     Db(#[from] DbErr),
+    /// The same, through sqlx (a holder's subject lookup).
+    #[error("database: {0}")]
+    Sqlx(#[from] sqlx::Error),
     /// JetStream failed; retrying resumes where it stopped.
     #[error("stream: {0}")]
     Stream(String),
@@ -54,8 +57,8 @@ pub enum Outcome {
 pub struct Eraser {
     pub db: DatabaseConnection,
     pub bus: bus::Bus,
-    /// Every holder of third-party content, see [`crate::HOLDERS`].
-    pub holders: &'static [Erasable],
+    /// Every holder of third-party content, normally [`vendors::holders`].
+    pub holders: &'static [&'static Erasable],
 }
 
 /// The text of `$1`-style parameters for one selector, as the variant documents them.
@@ -84,6 +87,7 @@ impl Eraser {
             .holders
             .iter()
             .filter(|h| kind.is_none_or(|k| h.holds(k)))
+            .copied()
             .collect();
         holders.sort_by_key(|h| h.order);
         holders

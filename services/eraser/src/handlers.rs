@@ -15,7 +15,9 @@ fn settle(result: Result<Outcome, EraseError>) -> Result<Settle, HandlerError> {
         Ok(Outcome::Erased) => Ok(Settle::Applied("erased")),
         Ok(Outcome::AlreadyDone) => Ok(Settle::Unchanged("already erased")),
         // A crash or an outage resumes at the step it stopped in, on redelivery.
-        Err(e @ (EraseError::Db(_) | EraseError::Stream(_))) => Err(HandlerError::transient(e)),
+        Err(e @ (EraseError::Db(_) | EraseError::Sqlx(_) | EraseError::Stream(_))) => {
+            Err(HandlerError::transient(e))
+        }
         Err(e @ EraseError::Refused(_)) => Err(HandlerError::permanent(e)),
     }
 }

@@ -1,16 +1,16 @@
 //! eraser: disconnect and purge leave nothing of a tenant's third-party content. A connection's
 //! disconnection erases its copy of everything, orphan-guarded for the shared SCM mirror; a
 //! workspace's purge erases each of its connections the same way, then the workspace's own rows
-//! and subjects, and marks it purged. Every holder of content registers what it holds
-//! ([`store::erasure::Erasable`], collected in [`HOLDERS`]); each erasure is a durable record that
-//! resumes where it stopped ([`records`]); [`scan`] proves the result.
+//! and subjects, and marks it purged. Every holder of content declares what it holds
+//! ([`store::erasure::Erasable`], collected from the one list of vendors by
+//! [`vendors::holders`]); each erasure is a durable record that resumes where it stopped
+//! ([`records`]); `vendors::scan` proves the result.
 #![forbid(unsafe_code)]
 
 pub mod erase;
 pub mod handlers;
 pub mod records;
 pub mod retention;
-pub mod scan;
 pub mod streams;
 
 use std::net::SocketAddr;
@@ -21,19 +21,9 @@ use anyhow::Context as _;
 use bus::Stream;
 use bus::consumer::ConsumerSpec;
 use lifecycle_core::subject;
-use store::erasure::Erasable;
 use tokio_util::sync::CancellationToken;
 
 pub use erase::{EraseError, Eraser, Outcome};
-
-/// Every holder of third-party content, as each registers itself: the SCM mirror (github-sync,
-/// later gitlab-sync), ingress's raw copies, and the bus's messages in flight and dead. A new
-/// vendor's service adds its registration here (see docs/erasure.md).
-pub const HOLDERS: &[Erasable] = &[
-    scm_mirror::erasure::ERASABLE,
-    store::inbound::ERASABLE,
-    bus::dead::ERASABLE,
-];
 
 /// The eraser's configuration.
 #[derive(Clone, Debug, clap::Parser)]
@@ -110,7 +100,7 @@ pub async fn run(
     let eraser = Eraser {
         db: db.clone(),
         bus: bus.clone(),
-        holders: HOLDERS,
+        holders: vendors::holders(),
     };
     let mut service = runtime::Service::new("eraser", &config.common, &shutdown);
     // The eraser's three lifecycle consumers differ only in their filter and durable name (named

@@ -10,42 +10,13 @@ use sea_orm::{
     ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, FromQueryResult,
     Statement, TransactionTrait,
 };
-use serde::Serialize;
-use time::OffsetDateTime;
 use uuid::Uuid;
 
 /// What an erasure removed, by place (`table:<name>`, `stream:<name>`, `repositories_deleted`,
 /// ...).
 pub type Counts = BTreeMap<String, i64>;
 
-/// One erasure as stored.
-#[derive(Debug, Clone, PartialEq, FromQueryResult, Serialize)]
-pub struct ErasureRecord {
-    pub id: Uuid,
-    pub workspace_id: Uuid,
-    /// `None` for the workspace's own part of a purge.
-    pub connection_id: Option<Uuid>,
-    /// `disconnect` or `purge`: whichever trigger came first.
-    pub trigger: String,
-    /// `running` or `done`.
-    pub status: String,
-    /// Names of the steps done, in order.
-    pub steps_done: serde_json::Value,
-    /// [`Counts`] as a JSON object.
-    pub counts: serde_json::Value,
-    pub started_at: OffsetDateTime,
-    pub updated_at: OffsetDateTime,
-    pub finished_at: Option<OffsetDateTime>,
-}
-
-impl ErasureRecord {
-    pub fn is_done(&self) -> bool {
-        self.status == "done"
-    }
-}
-
-const COLUMNS: &str = "id, workspace_id, connection_id, trigger, status, steps_done, counts, \
-                       started_at, updated_at, finished_at";
+pub use store::erasure::{COLUMNS, ErasureRecord, of_workspace};
 
 /// The record of `connection_id` (or, with `None`, of the workspace's own part), created as
 /// running by `trigger` if there is none yet: a second trigger finds the first one's record.
@@ -82,23 +53,6 @@ pub async fn open<C: ConnectionTrait>(
             "erasure of connection {connection_id:?} belongs to another workspace than {workspace_id}"
         ))
     })
-}
-
-/// Every erasure of a workspace, oldest first (the workspace's own part last when it exists).
-pub async fn of_workspace<C: ConnectionTrait>(
-    db: &C,
-    workspace_id: Uuid,
-) -> Result<Vec<ErasureRecord>, DbErr> {
-    ErasureRecord::find_by_statement(Statement::from_sql_and_values(
-        DbBackend::Postgres,
-        format!(
-            "SELECT {COLUMNS} FROM erasure WHERE workspace_id = $1 \
-             ORDER BY connection_id IS NULL, started_at, id"
-        ),
-        [workspace_id.into()],
-    ))
-    .all(db)
-    .await
 }
 
 /// A step in progress: its transaction holds the record's row lock.

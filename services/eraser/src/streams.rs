@@ -70,10 +70,11 @@ pub async fn erase_connection_messages(
         ],
     );
     delete_recorded(eraser, record, select).await?;
-    let subjects: Vec<String> = holders
-        .iter()
-        .flat_map(|h| (h.connection_subjects)(conn.kind, conn.id))
-        .collect();
+    let pool = eraser.db.get_postgres_connection_pool();
+    let mut subjects: Vec<String> = Vec::new();
+    for holder in holders {
+        subjects.extend((holder.connection_subjects)(pool, conn.id).await?);
+    }
     purge_subjects(eraser, record, "subjects", &subjects).await?;
     forget(eraser, record, "ledger", "connection_id = $1", conn.id).await
 }

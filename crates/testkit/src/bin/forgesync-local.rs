@@ -117,7 +117,7 @@ async fn main() -> Result<()> {
                 testkit::common_args(&database_url, &env("NATS_URL")?, nats_prefix.as_deref());
             let db = common.connect_db().await?;
             let bus = common.connect_bus().await?;
-            let report = eraser::scan::scan(&db, &bus, eraser::HOLDERS, workspace).await?;
+            let report = vendors::scan::scan(&db, &bus, vendors::holders(), workspace).await?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             anyhow::ensure!(
                 report.total == 0,

@@ -32,8 +32,8 @@ pub struct ErasureView {
     pub finished_at: Option<String>,
 }
 
-impl From<eraser::records::ErasureRecord> for ErasureView {
-    fn from(r: eraser::records::ErasureRecord) -> Self {
+impl From<store::erasure::ErasureRecord> for ErasureView {
+    fn from(r: store::erasure::ErasureRecord) -> Self {
         ErasureView {
             id: r.id,
             connection_id: r.connection_id,
@@ -63,7 +63,7 @@ pub async fn list(
     PathParams(workspace_id): PathParams<Uuid>,
 ) -> Result<Json<Vec<ErasureView>>, ApiError> {
     find_reachable(&state.db, &caller, workspace_id, false).await?;
-    let records = eraser::records::of_workspace(&state.db, workspace_id).await?;
+    let records = store::erasure::of_workspace(&state.db, workspace_id).await?;
     Ok(Json(records.into_iter().map(Into::into).collect()))
 }
 
@@ -105,7 +105,7 @@ pub async fn scan(
     // The scan reads across tenants' shared tables: operators only.
     caller.require_operator()?;
     find_reachable(&state.db, &caller, workspace_id, false).await?;
-    let report = eraser::scan::scan(&state.db, &state.bus, eraser::HOLDERS, workspace_id)
+    let report = vendors::scan::scan(&state.db, &state.bus, vendors::holders(), workspace_id)
         .await
         .map_err(ApiError::internal)?;
     Ok(Json(ScanView {

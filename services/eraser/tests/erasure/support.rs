@@ -116,7 +116,7 @@ impl World {
         eraser::Eraser {
             db: self.env.db.db.clone(),
             bus: self.env.bus.clone(),
-            holders: eraser::HOLDERS,
+            holders: vendors::holders(),
         }
     }
 

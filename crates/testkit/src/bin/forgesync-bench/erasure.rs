@@ -185,7 +185,7 @@ pub async fn run() -> Result<()> {
     let eraser = eraser::Eraser {
         db: db.clone(),
         bus: env.bus.clone(),
-        holders: eraser::HOLDERS,
+        holders: vendors::holders(),
     };
     let erasure = erase(&eraser, &pool, connection).await?;
     let counts = &erasure.counts;

@@ -6,7 +6,8 @@
 //! a `connection_id`, `workspace_id` or `repository_id` column, a `headers` column naming
 //! connections, or a foreign-key path to such a table or to `repository`, is searched, except the
 //! retained tables (`store::erasure::RETAINED`). A content table nobody registered therefore
-//! shows up with `registered: false` instead of escaping the eraser unnoticed.
+//! shows up with `registered: false` instead of escaping the eraser unnoticed (and the schema
+//! check, [`crate::schema`], fails the build over it first).
 //!
 //! The workspace's repositories are those its connections' monitors are bound to plus those its
 //! erasures captured and did not keep for another workspace.
@@ -14,9 +15,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use futures::TryStreamExt as _;
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, FromQueryResult, Statement};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, FromQueryResult, Statement};
 use serde::Serialize;
-use store::erasure::{Erasable, RETAINED};
+use store::erasure::{ERASER_OWN, Erasable, RETAINED};
 use uuid::Uuid;
 
 /// One place searched and what it still holds of the workspace.
@@ -54,15 +55,17 @@ impl ScanReport {
 pub enum ScanError {
     #[error("database: {0}")]
     Db(#[from] DbErr),
+    #[error("database: {0}")]
+    Sqlx(#[from] sqlx::Error),
     #[error("stream: {0}")]
     Stream(String),
 }
 
 #[derive(FromQueryResult)]
-struct Column {
-    table_name: String,
-    column_name: String,
-    data_type: String,
+pub(crate) struct Column {
+    pub(crate) table_name: String,
+    pub(crate) column_name: String,
+    pub(crate) data_type: String,
 }
 
 #[derive(FromQueryResult)]
@@ -83,9 +86,10 @@ struct Count {
     n: i64,
 }
 
-/// The schema as the scan reads it.
-struct Schema {
-    columns: BTreeMap<String, BTreeMap<String, String>>,
+/// The schema as the scan (and the schema check) reads it.
+pub(crate) struct Schema {
+    /// Per base table, its columns and their types.
+    pub(crate) columns: BTreeMap<String, BTreeMap<String, String>>,
     foreign_keys: Vec<ForeignKey>,
 }
 
@@ -98,7 +102,7 @@ const REPOSITORIES: &str = "$3::uuid[]";
 const MAX_DEPTH: usize = 4;
 
 impl Schema {
-    async fn read<C: ConnectionTrait>(db: &C) -> Result<Schema, DbErr> {
+    pub(crate) async fn read<C: ConnectionTrait>(db: &C) -> Result<Schema, DbErr> {
         let mut columns: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
         for c in Column::find_by_statement(Statement::from_string(
             DbBackend::Postgres,
@@ -138,7 +142,12 @@ impl Schema {
     }
 
     /// The predicate selecting the workspace's rows of `table`, if any can be.
-    fn predicate(&self, table: &str, depth: usize, path: &mut Vec<String>) -> Option<String> {
+    pub(crate) fn predicate(
+        &self,
+        table: &str,
+        depth: usize,
+        path: &mut Vec<String>,
+    ) -> Option<String> {
         let columns = self.columns.get(table)?;
         let mut parts = Vec::new();
         match table {
@@ -194,10 +203,10 @@ fn uuid_array(ids: &[Uuid]) -> String {
 
 /// Scans every place for the workspace's rows and messages.
 #[tracing::instrument(skip(db, bus, holders))]
-pub async fn scan<C: ConnectionTrait>(
-    db: &C,
+pub async fn scan(
+    db: &DatabaseConnection,
     bus: &bus::Bus,
-    holders: &[Erasable],
+    holders: &[&Erasable],
     workspace_id: Uuid,
 ) -> Result<ScanReport, ScanError> {
     let connections: Vec<Uuid> = Id::find_by_statement(Statement::from_sql_and_values(
@@ -260,7 +269,8 @@ pub async fn scan<C: ConnectionTrait>(
         places.push(Place {
             place: format!("table:{table}"),
             count: n,
-            registered: registered.contains(table.as_str()) || table == "stream_message",
+            registered: registered.contains(table.as_str())
+                || ERASER_OWN.iter().any(|(t, _)| t == table),
         });
     }
 
@@ -292,11 +302,14 @@ pub async fn scan<C: ConnectionTrait>(
 
     // Subjects the workspace or one of its connections owns alone, counted by the server.
     let kinds = connection_kinds(db, workspace_id).await?;
+    let pool = db.get_postgres_connection_pool();
     let mut subjects = BTreeSet::new();
     for holder in holders {
         subjects.extend((holder.workspace_subjects)(workspace_id));
         for (id, kind) in &kinds {
-            subjects.extend((holder.connection_subjects)(*kind, *id));
+            if holder.holds(*kind) {
+                subjects.extend((holder.connection_subjects)(pool, *id).await?);
+            }
         }
     }
     for filter in subjects {
