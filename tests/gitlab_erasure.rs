@@ -1,0 +1,220 @@
+//! A GitLab connection's disconnect, end to end: control-api activates a GitLab connection on a
+//! small group (gitlab-sync discovers it, registers its group hook and mirrors INITIAL), a hook
+//! delivery reaches the mirror through ingress, then the operator disconnects it and the eraser
+//! runs. Nothing of its content stays anywhere the erasure scan looks; what it created at GitLab
+//! stays recorded for provider repair, beside its jobs and audit. Real Postgres and NATS, the
+//! GitLab simulator over HTTP.
+
+use anyhow::Result;
+use control_api::Role;
+use forgesync_e2e::{eventually, send_json};
+use serde_json::{Value, json};
+use testkit::TestEnv;
+use time::OffsetDateTime;
+use vendor_sim::gitlab::{GitlabSim, NoteOn};
+
+const TOKEN: &str = "glpat-erasure";
+
+fn place(scan: &Value, name: &str) -> i64 {
+    scan["places"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["place"] == name)
+        .and_then(|p| p["count"].as_i64())
+        .unwrap_or(-1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gitlab_disconnect_leaves_no_content_and_keeps_its_registrations_for_repair() -> Result<()>
+{
+    let env = TestEnv::new().await?;
+    let pool = env.db.db.get_postgres_connection_pool().clone();
+    let generated = vendor_sim::gitlab::generate(&vendor_sim::gitlab::Scenario {
+        group: "acme".into(),
+        token: TOKEN.into(),
+        items: 120,
+        first_update: OffsetDateTime::now_utc() - time::Duration::days(3),
+    });
+    let project = generated.projects[0];
+    let sim = GitlabSim::start(generated.model).await?;
+
+    let control = testkit::spawn(testkit::control_api_config(env.common_args())).await?;
+    let ingress = testkit::spawn(testkit::ingress_config(env.common_args())).await?;
+    let routing_keys = {
+        use base64::Engine as _;
+        format!(
+            "k1={}",
+            base64::engine::general_purpose::STANDARD.encode(testkit::ROUTING_KEY)
+        )
+    };
+    let sync_config: gitlab_sync::Config = testkit::config(
+        env.common_args(),
+        &[
+            format!("--secret-key={}", testkit::secret_key()),
+            "--reconcile-cron=off".to_owned(),
+            "--backfill-cron=off".to_owned(),
+            "--filter-refresh-ms=200".to_owned(),
+            format!("--public-webhook-url={}", ingress.url()),
+            format!("--routing-keys={routing_keys}"),
+        ],
+    )?;
+    let _sync = testkit::spawn(sync_config).await?;
+    let eraser = testkit::spawn(testkit::eraser_config(env.common_args())).await?;
+
+    let token = testkit::token(&testkit::control_api_keys()?, Role::Admin, None)?;
+    let http = reqwest::Client::new();
+    let api = control.url();
+    let get = |path: String| send_json(http.get(format!("{api}{path}")).bearer_auth(&token));
+    let post = |path: String, body: Value| {
+        send_json(
+            http.post(format!("{api}{path}"))
+                .bearer_auth(&token)
+                .json(&body),
+        )
+    };
+    let (status, ws) = post("/workspaces".into(), json!({"name": "acme"})).await?;
+    assert_eq!(status, 201, "{ws}");
+    let ws = ws["id"].as_str().unwrap().to_owned();
+    let (status, conn) = post(
+        format!("/workspaces/{ws}/connections"),
+        json!({
+            "kind": "gitlab",
+            "server_url": sim.base_url(),
+            "settings": { "group": "acme" },
+            "secrets": { "token": TOKEN },
+        }),
+    )
+    .await?;
+    assert_eq!(status, 201, "{conn}");
+    let conn = conn["id"].as_str().unwrap().to_owned();
+    let (status, body) = post(
+        format!("/workspaces/{ws}/connections/{conn}/activate"),
+        json!({}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{body}");
+
+    let (job_status,): (String,) = eventually("INITIAL did not finish", || {
+        let pool = &pool;
+        async move {
+            Ok(sqlx::query_as(
+                "SELECT status FROM sync_job WHERE job_type = 'INITIAL' AND finished_at IS NOT NULL",
+            )
+            .fetch_optional(pool)
+            .await?)
+        }
+    })
+    .await?;
+    assert_eq!(job_status, "succeeded");
+
+    // A hook delivery through ingress, so raw copies and stream messages exist too.
+    let iid = sim.model(|m| {
+        m.merge_requests
+            .values()
+            .find(|mr| mr.project == project)
+            .map(|mr| mr.iid)
+            .expect("the project has a merge request")
+    });
+    let added = sim.model(|m| {
+        m.add_note(
+            NoteOn::MergeRequest(project, iid),
+            "a note the hook carries",
+            false,
+            None,
+        )
+    });
+    sim.flush_hooks().await;
+    let _: i64 = eventually("the hook's note did not reach the mirror", || {
+        let pool = &pool;
+        async move {
+            Ok(
+                sqlx::query_scalar("SELECT 1::bigint FROM comment WHERE native_id = $1")
+                    .bind(added as i64)
+                    .fetch_optional(pool)
+                    .await?,
+            )
+        }
+    })
+    .await?;
+
+    // Before: the scan finds the connection's content, its own GitLab rows included.
+    let scan = |ws: String| {
+        let get = &get;
+        async move {
+            let (status, body) = get(format!("/workspaces/{ws}/erasure-scan")).await?;
+            anyhow::ensure!(status == 200, "erasure-scan: {status} {body}");
+            anyhow::Ok(body)
+        }
+    };
+    let before = scan(ws.clone()).await?;
+    for table in [
+        "table:issue",
+        "table:pull_request",
+        "table:comment",
+        "table:gitlab_activation",
+        "table:gitlab_listing_state",
+        "table:inbound_message",
+    ] {
+        assert!(place(&before, table) > 0, "{table}: {before}");
+    }
+    assert!(place(&before, "stream:WEBHOOKS_GITLAB") > 0, "{before}");
+    let registrations = |pool: sqlx::PgPool, conn: String| async move {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM provider_registration WHERE connection_id = $1::uuid",
+        )
+        .bind(conn)
+        .fetch_one(&pool)
+        .await
+    };
+    let registered = registrations(pool.clone(), conn.clone()).await?;
+    assert!(registered > 0, "the group hook is recorded");
+
+    let (status, body) = post(
+        format!("/workspaces/{ws}/connections/{conn}/disconnect"),
+        json!({}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{body}");
+    let records: Value = eventually("the erasure did not finish", || {
+        let get = &get;
+        let ws = ws.clone();
+        async move {
+            let (status, body) = get(format!("/workspaces/{ws}/erasures")).await?;
+            anyhow::ensure!(status == 200, "erasures: {status} {body}");
+            let done = body
+                .as_array()
+                .is_some_and(|l| !l.is_empty() && l.iter().all(|r| r["status"] == "done"));
+            Ok(done.then_some(body))
+        }
+    })
+    .await?;
+    assert_eq!(records[0]["trigger"], "disconnect", "{records}");
+
+    // After: zero everywhere, the connection's own subjects included.
+    let after = scan(ws.clone()).await?;
+    assert_eq!(after["total"], 0, "{after}");
+    assert!(
+        after["places"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["place"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("subject:") && s.contains(&conn))),
+        "the connection's own subjects are scanned: {after}"
+    );
+    // Retained, each for its reason: what we created at GitLab (provider repair removes it),
+    // the jobs and the audit.
+    assert_eq!(registrations(pool.clone(), conn.clone()).await?, registered);
+    for table in ["sync_job", "connection_audit"] {
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM {table} WHERE connection_id = $1::uuid"
+        )))
+        .bind(&conn)
+        .fetch_one(&pool)
+        .await?;
+        assert!(n > 0, "{table} keeps the connection's rows");
+    }
+    eraser.stop().await
+}
