@@ -11,6 +11,7 @@ pub mod consumers;
 pub mod engine;
 pub mod jobs;
 pub mod service;
+pub mod subscription;
 pub mod vendor;
 pub mod webhook;
 

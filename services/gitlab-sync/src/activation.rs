@@ -30,19 +30,19 @@ use gitlab_client::{
 };
 use lifecycle_core::gitlab::paging::{OffsetListing, OffsetPageHeaders};
 use lifecycle_core::gitlab::route_credential::{RouteBinding, mint};
-use lifecycle_core::subject::{Monitor, filter_covers, filter_subjects};
+use lifecycle_core::subject::{Monitor, filter_subjects};
 use scm_mirror::repository::RepoRef;
 use sea_orm::{DatabaseConnection, EntityTrait};
 use serde_json::json;
 use sqlx::PgPool;
-use store::entity::inbound_endpoint::Registration as EndpointRegistration;
 use store::entity::{ConnectionKind, ConnectionStatus, connection, provider_instance};
 use store::gitlab_activation::{self, DiscoveryRecord};
-use store::registration::{
-    self, NewRegistration, Registration, RegistrationState, Resolved, ResourceKind,
-};
+use store::registration::ResourceKind;
 use store::secrets::Keyring;
 use sync_engine::Moment;
+use sync_engine::subscription::{
+    CreateFailure, Registrar, Request, ResourceListing, VendorResource, confirm_consumer,
+};
 
 use crate::source::Settings;
 use sync_engine::webhook::follow::Monitors;
@@ -145,6 +145,8 @@ pub struct Activator {
     pub pool: PgPool,
     pub bus: Bus,
     pub keyring: Arc<Keyring>,
+    /// Registers the group hook, subscription first.
+    pub registrar: Registrar,
     /// `None`: hooks are not registered (no public URL or routing key configured).
     pub hooks: Option<HookSettings>,
     /// One GitLab request's time limit.
@@ -161,8 +163,14 @@ impl Activator {
         bus: Bus,
         keyring: Arc<Keyring>,
     ) -> anyhow::Result<Activator> {
+        let pool = db.get_postgres_connection_pool().clone();
         Ok(Activator {
-            pool: db.get_postgres_connection_pool().clone(),
+            registrar: Registrar {
+                db: db.clone(),
+                pool: pool.clone(),
+                keyring: keyring.clone(),
+            },
+            pool,
             db,
             bus,
             keyring,
@@ -183,13 +191,7 @@ pub struct Activated {
 }
 
 /// Where the connection's hook stands after an activation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HookState {
-    /// Adopted (now or earlier), with GitLab's hook id.
-    Open(String),
-    /// Not registered, and why.
-    Missing(String),
-}
+pub use sync_engine::subscription::ResourceState as HookState;
 
 /// A project as discovery found it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -390,25 +392,14 @@ pub async fn discover(
     d
 }
 
-/// A group's hooks as listed: every page, or as far as the listing got and why it stopped.
-#[derive(Debug)]
-enum HookListing {
-    Whole(Vec<GroupHook>),
-    Partial { hooks: Vec<GroupHook>, why: String },
-}
-
-impl HookListing {
-    fn hooks(&self) -> &[GroupHook] {
-        match self {
-            HookListing::Whole(hooks) | HookListing::Partial { hooks, .. } => hooks,
-        }
-    }
-}
-
 /// Lists a group's hooks page by page to the last one (at most `page_cap` pages). GitLab pages
 /// this list like any other, so a hook past the first page is found only by following it; the
 /// listing is whole only when every page read cleanly and its headers agree.
-async fn list_group_hooks(client: &GitlabClient, group: u64, page_cap: u32) -> HookListing {
+async fn list_group_hooks(
+    client: &GitlabClient,
+    group: u64,
+    page_cap: u32,
+) -> ResourceListing<GroupHook> {
     let mut rule = OffsetListing::new(page_cap.max(1));
     let mut hooks = Vec::new();
     let mut failure = None;
@@ -433,11 +424,11 @@ async fn list_group_hooks(client: &GitlabClient, group: u64, page_cap: u32) -> H
         }
     }
     match rule.finish() {
-        Ok(_) => HookListing::Whole(hooks),
+        Ok(_) => ResourceListing::Whole(hooks),
         Err(gap) => {
             let why = failure.unwrap_or_else(|| gap.to_string());
             tracing::warn!(group, reason = %why, "the group's hook listing is not whole");
-            HookListing::Partial { hooks, why }
+            ResourceListing::Partial { items: hooks, why }
         }
     }
 }
@@ -508,19 +499,7 @@ impl Activator {
 
         // 2. The consumer, confirmed on the server.
         let filter = connection_events_filter(conn.id);
-        let consumer = match bus::consumer::ensure_filter(
-            &self.bus,
-            &connection_events_spec(1),
-            &filter,
-        )
-        .await
-        {
-            Ok(held) if held.iter().any(|f| filter_covers(f, &filter)) => Ok(()),
-            Ok(held) => Err(format!(
-                "the server's consumer takes {held:?}, not {filter}"
-            )),
-            Err(e) => Err(format!("the consumer could not be confirmed: {e}")),
-        };
+        let consumer = confirm_consumer(&self.bus, &connection_events_spec(1), &filter).await;
         gitlab_activation::record_consumer(
             &self.pool,
             conn.id,
@@ -655,232 +634,143 @@ impl Activator {
         discovery: &Result<(), String>,
         consumer: &Result<(), String>,
     ) -> anyhow::Result<HookState> {
-        let generation = registration::generation(conn.version, conn.lifecycle_generation);
-        // The group id: from this discovery, else from the hook registered earlier.
-        let earlier =
-            registration::of_connection(&self.pool, conn.id, ResourceKind::GitlabGroupHook).await?;
-        let group_id = d
-            .group_id
-            .map(|id| id.to_string())
-            .or_else(|| earlier.first().map(|r| r.target.clone()));
-        if let Some(group_id) = &group_id
-            && let Some(live) = registration::live(
-                &self.pool,
-                conn.id,
-                ResourceKind::GitlabGroupHook,
-                group_id,
-                generation,
-            )
-            .await?
-        {
-            return self.settle_live(conn, client, live).await;
-        }
-        if let Err(reason) = discovery {
-            return Ok(HookState::Missing(format!(
+        // Subscription first: the hook only after discovery and the consumer.
+        let ready = match (discovery, consumer) {
+            (Err(reason), _) => Err(format!(
                 "discovery is incomplete ({reason}); the next reconcile or Sync now retries"
-            )));
-        }
-        if let Err(reason) = consumer {
-            return Ok(HookState::Missing(format!(
-                "the connection consumer is not confirmed ({reason}); the next reconcile or Sync now retries"
-            )));
-        }
-        let Some(hooks) = &self.hooks else {
-            return Ok(HookState::Missing(
-                "hook registration is not configured (public webhook URL and routing key)".into(),
-            ));
+            )),
+            (_, Err(reason)) => Err(format!(
+                "the connection consumer is not confirmed ({reason}); the next reconcile or \
+                 Sync now retries"
+            )),
+            _ => Ok(()),
         };
-        let Some(group_id) = group_id else {
-            return Ok(HookState::Missing(
-                "the connected group's id was not shown by discovery".into(),
-            ));
+        let resource = GroupHookResource {
+            client,
+            hooks: self.hooks.as_ref(),
+            origin,
+            page_cap: self.page_cap,
+            pool: &self.pool,
         };
-        let group_num: u64 = group_id.parse().context("stored group id")?;
+        self.registrar
+            .ensure(
+                &resource,
+                Request {
+                    conn,
+                    target: d.group_id.map(|id| id.to_string()).ok_or_else(|| {
+                        "the connected group's id was not shown by discovery".into()
+                    }),
+                    ready,
+                    provider_ref: Some(target.group.clone()),
+                },
+            )
+            .await
+    }
+}
 
-        // The endpoint the hook delivers to; its id is the route id and the marker.
-        let txn_secret = store::inbound::random_token()?;
-        let endpoint = store::inbound::create_endpoint(
-            &self.db,
-            &self.keyring,
-            store::inbound::NewEndpoint {
-                workspace_id: conn.workspace_id,
-                connection_id: conn.id,
-                kind: ConnectionKind::Gitlab,
-                registration: EndpointRegistration::Registered,
-                provider_ref: Some(target.group.clone()),
-                address_token: None,
-            },
-            txn_secret.as_bytes(),
-        )
-        .await?;
-        let marker = endpoint.id.to_string();
-        let url = format!(
+/// The group hook, as the shared registration component creates and finds it.
+struct GroupHookResource<'a> {
+    client: &'a GitlabClient,
+    hooks: Option<&'a HookSettings>,
+    /// The GitLab instance the route credential is bound to.
+    origin: &'a str,
+    page_cap: u32,
+    pool: &'a PgPool,
+}
+
+#[async_trait::async_trait]
+impl VendorResource for GroupHookResource<'_> {
+    type Listed = GroupHook;
+    const NOUN: &'static str = "hook";
+    const ACTIVITY: &'static str = "gitlab_activation_hook";
+
+    fn kind(&self) -> ResourceKind {
+        ResourceKind::GitlabGroupHook
+    }
+
+    fn configured(&self) -> Result<(), String> {
+        self.hooks.map(|_| ()).ok_or_else(|| {
+            "hook registration is not configured (public webhook URL and routing key)".into()
+        })
+    }
+
+    fn url(&self, conn: &connection::Model, marker: &str) -> String {
+        let hooks = self.hooks.expect("configured before a URL is asked for");
+        format!(
             "{}/webhooks/gitlab/connections/{}/{}/{}",
             hooks.public_url, conn.id, hooks.key_id, marker
-        );
-        // Persisted before the create call: an unknown outcome is found by this marker.
-        let mut tx = self.pool.begin().await?;
-        let requested = registration::request(
-            &mut tx,
-            &NewRegistration {
-                connection_id: conn.id,
-                provider_instance_id: conn.provider_instance_id,
-                kind: ResourceKind::GitlabGroupHook,
-                target: &group_id,
-                marker: &marker,
-                url: &url,
-                generation,
-                endpoint_id: Some(endpoint.id),
-            },
         )
-        .await?;
-        tx.commit().await?;
-        let Some(reg) = requested else {
-            // Another replica asked first for this generation: its registration decides.
-            disable_endpoint(&self.pool, endpoint.id).await?;
-            return Ok(HookState::Missing(
-                "another activation of this generation is registering the hook".into(),
-            ));
-        };
-        self.log(
-            conn,
-            "gitlab_activation_hook_requested",
-            json!({"registration_id": reg.id, "group_id": group_id, "url_hash": reg.url_hash}),
-        )
-        .await?;
+    }
+
+    async fn create(
+        &self,
+        conn: &connection::Model,
+        target: &str,
+        marker: &str,
+        url: &str,
+        _secret: &str,
+    ) -> Result<String, CreateFailure> {
+        let hooks = self.hooks.expect("configured before a create");
+        let group: u64 = target
+            .parse()
+            .map_err(|_| CreateFailure::Refused(format!("stored group id {target:?}")))?;
+        // The hook authenticates with a route credential bound to this connection, key, route
+        // and instance, not with the endpoint's own secret.
         let token = mint(
             &hooks.key,
             &RouteBinding {
                 connection_id: &conn.id.to_string(),
                 key_id: &hooks.key_id,
-                route_id: &marker,
-                origin,
+                route_id: marker,
+                origin: self.origin,
             },
         );
         let new = NewGroupHook {
-            url,
+            url: url.to_owned(),
             token,
             issues_events: true,
             merge_requests_events: true,
             note_events: true,
             enable_ssl_verification: true,
         };
-        match client.create_group_hook(group_num, &new).await {
-            Ok(hook) => self.resolved(conn, reg.id, &hook.id.to_string()).await,
-            Err(e) if certainly_not_created(&e) => {
-                let reason = format!("GitLab refused the hook: {e}");
-                registration::fail(&self.pool, reg.id, &reason).await?;
-                disable_endpoint(&self.pool, endpoint.id).await?;
-                Ok(HookState::Missing(reason))
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, registration_id = %reg.id, "the hook create's outcome is unknown; looking for its marker");
-                self.settle_live(conn, client, reg).await
-            }
+        match self.client.create_group_hook(group, &new).await {
+            Ok(hook) => Ok(hook.id.to_string()),
+            Err(e) if certainly_not_created(&e) => Err(CreateFailure::Refused(format!(
+                "GitLab refused the hook: {e}"
+            ))),
+            Err(e) => Err(CreateFailure::Unknown(e.to_string())),
         }
     }
 
-    /// Settles a registration of the current generation: an unknown one by its marker in the
-    /// group's hook listing, an adopted one by reading its health.
-    async fn settle_live(
-        &self,
-        conn: &connection::Model,
-        client: &GitlabClient,
-        reg: Registration,
-    ) -> anyhow::Result<HookState> {
-        let group: u64 = reg.target.parse().context("stored group id")?;
-        let listing = list_group_hooks(client, group, self.page_cap).await;
-        let found = listing
-            .hooks()
-            .iter()
-            .find(|h| carries_marker(h, conn.id, &reg.marker));
-        match reg.state {
-            RegistrationState::Adopted => {
-                let id = reg.vendor_id.clone().unwrap_or_default();
-                if let Some(hook) = found {
-                    let until = hook
-                        .disabled_until
-                        .as_deref()
-                        .and_then(|t| OffsetDateTime::parse(t, &Rfc3339).ok());
-                    gitlab_activation::record_hook_health(
-                        &self.pool,
-                        conn.id,
-                        conn.workspace_id,
-                        until,
-                        hook.alert_status.as_deref(),
-                    )
-                    .await?;
-                }
-                Ok(HookState::Open(id))
-            }
-            // Only a whole listing says the marker is not there; a partial one says nothing.
-            RegistrationState::Requested => match (found, &listing) {
-                (Some(hook), _) => self.resolved(conn, reg.id, &hook.id.to_string()).await,
-                (None, HookListing::Whole(_)) => Ok(HookState::Missing(format!(
-                    "the hook create's outcome is unknown and its marker is not listed yet \
-                     (registration {}); it is never created twice, the next reconcile looks again",
-                    reg.id
-                ))),
-                (None, HookListing::Partial { why, .. }) => Ok(HookState::Missing(format!(
-                    "the hook create's outcome is unknown and the group's hooks could not be \
-                     listed whole ({why}); its marker is not found yet (registration {}), it is \
-                     never created twice, the next reconcile looks again",
-                    reg.id
-                ))),
+    async fn list(&self, target: &str) -> ResourceListing<GroupHook> {
+        match target.parse::<u64>() {
+            Ok(group) => list_group_hooks(self.client, group, self.page_cap).await,
+            Err(_) => ResourceListing::Partial {
+                items: Vec::new(),
+                why: format!("stored group id {target:?} is not a number"),
             },
-            RegistrationState::Created | RegistrationState::Failed => Ok(HookState::Missing(
-                "the hook registration was settled elsewhere".into(),
-            )),
         }
     }
 
-    async fn resolved(
-        &self,
-        conn: &connection::Model,
-        registration_id: Uuid,
-        vendor_id: &str,
-    ) -> anyhow::Result<HookState> {
-        let resolved =
-            registration::resolve_created(&self.pool, registration_id, vendor_id).await?;
-        let (state, reg) = match &resolved {
-            Resolved::Adopted(r) => (HookState::Open(vendor_id.to_owned()), r),
-            Resolved::Already(r) if r.state == RegistrationState::Adopted => {
-                (HookState::Open(r.vendor_id.clone().unwrap_or_default()), r)
-            }
-            Resolved::RemovalTarget(r) | Resolved::Already(r) => (
-                HookState::Missing(
-                    "the hook was created for a connection version or generation that is no \
-                     longer current; it is left for provider repair to remove"
-                        .into(),
-                ),
-                r,
-            ),
-        };
-        if !matches!(state, HookState::Open(_))
-            && let Some(endpoint) = reg.endpoint_id
-        {
-            disable_endpoint(&self.pool, endpoint).await?;
-        }
-        self.log(
-            conn,
-            "gitlab_activation_hook_resolved",
-            json!({"registration_id": reg.id, "hook_id": vendor_id,
-                   "state": reg.state, "adopted": matches!(state, HookState::Open(_))}),
+    fn marked(&self, hook: &GroupHook, connection_id: Uuid, marker: &str) -> Option<String> {
+        carries_marker(hook, connection_id, marker).then(|| hook.id.to_string())
+    }
+
+    async fn observed(&self, conn: &connection::Model, hook: &GroupHook) -> anyhow::Result<()> {
+        let until = hook
+            .disabled_until
+            .as_deref()
+            .and_then(|t| OffsetDateTime::parse(t, &Rfc3339).ok());
+        gitlab_activation::record_hook_health(
+            self.pool,
+            conn.id,
+            conn.workspace_id,
+            until,
+            hook.alert_status.as_deref(),
         )
         .await?;
-        Ok(state)
+        Ok(())
     }
-}
-
-/// Closes an endpoint no hook of ours will deliver to.
-async fn disable_endpoint(pool: &PgPool, endpoint_id: Uuid) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "UPDATE inbound_endpoint SET status = 'disabled', updated_at = now() WHERE id = $1",
-    )
-    .bind(endpoint_id)
-    .execute(pool)
-    .await?;
-    Ok(())
 }
 
 /// Re-keys project `native_id` of the connection's instance to `new_full_path` after a rename

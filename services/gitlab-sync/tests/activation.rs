@@ -84,6 +84,11 @@ async fn setup(request_timeout: Duration) -> Result<Setup> {
         base64::engine::general_purpose::STANDARD.encode(testkit::ROUTING_KEY)
     );
     let act = Activator {
+        registrar: sync_engine::subscription::Registrar {
+            db: db.clone(),
+            pool: pool.clone(),
+            keyring: keyring.clone(),
+        },
         db,
         pool: pool.clone(),
         bus: env.bus.clone(),
