@@ -5,6 +5,7 @@
 //! listings, misfiled work, the vendor's review-state rules).
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod comments;
 pub mod content;
 pub mod erasure;
