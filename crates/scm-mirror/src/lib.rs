@@ -10,6 +10,7 @@ pub mod comments;
 pub mod content;
 pub mod erasure;
 pub mod events;
+pub mod gitlab;
 pub mod items;
 pub mod monitors;
 pub mod repository;

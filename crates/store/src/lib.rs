@@ -8,7 +8,6 @@ pub mod contracts;
 pub mod credentials;
 pub mod entity;
 pub mod erasure;
-pub mod gitlab_activation;
 pub mod headers;
 pub mod inbound;
 pub mod jobs;

@@ -31,16 +31,15 @@ use gitlab_client::{
 use lifecycle_core::gitlab::paging::{OffsetListing, OffsetPageHeaders};
 use lifecycle_core::gitlab::route_credential::{RouteBinding, mint};
 use lifecycle_core::subject::{Monitor, filter_covers, filter_subjects};
+use scm_mirror::gitlab::GROUP_HOOK;
+use scm_mirror::gitlab::activation::{self as gitlab_activation, DiscoveryRecord};
 use scm_mirror::repository::RepoRef;
 use sea_orm::{DatabaseConnection, EntityTrait};
 use serde_json::json;
 use sqlx::PgPool;
 use store::entity::inbound_endpoint::Registration as EndpointRegistration;
 use store::entity::{ConnectionKind, ConnectionStatus, connection, provider_instance};
-use store::gitlab_activation::{self, DiscoveryRecord};
-use store::registration::{
-    self, NewRegistration, Registration, RegistrationState, Resolved, ResourceKind,
-};
+use store::registration::{self, NewRegistration, Registration, RegistrationState, Resolved};
 use store::secrets::Keyring;
 use sync_engine::Moment;
 
@@ -657,21 +656,14 @@ impl Activator {
     ) -> anyhow::Result<HookState> {
         let generation = registration::generation(conn.version, conn.lifecycle_generation);
         // The group id: from this discovery, else from the hook registered earlier.
-        let earlier =
-            registration::of_connection(&self.pool, conn.id, ResourceKind::GitlabGroupHook).await?;
+        let earlier = registration::of_connection(&self.pool, conn.id, GROUP_HOOK).await?;
         let group_id = d
             .group_id
             .map(|id| id.to_string())
             .or_else(|| earlier.first().map(|r| r.target.clone()));
         if let Some(group_id) = &group_id
-            && let Some(live) = registration::live(
-                &self.pool,
-                conn.id,
-                ResourceKind::GitlabGroupHook,
-                group_id,
-                generation,
-            )
-            .await?
+            && let Some(live) =
+                registration::live(&self.pool, conn.id, GROUP_HOOK, group_id, generation).await?
         {
             return self.settle_live(conn, client, live).await;
         }
@@ -725,7 +717,7 @@ impl Activator {
             &NewRegistration {
                 connection_id: conn.id,
                 provider_instance_id: conn.provider_instance_id,
-                kind: ResourceKind::GitlabGroupHook,
+                kind: GROUP_HOOK,
                 target: &group_id,
                 marker: &marker,
                 url: &url,
