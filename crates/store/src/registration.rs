@@ -325,3 +325,22 @@ pub async fn fail<'e>(
     .await?;
     Ok(done.rows_affected() == 1)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ResourceKind;
+
+    #[test]
+    fn a_resource_kind_is_declared_by_a_well_formed_name() {
+        assert_eq!(
+            ResourceKind::new("outline_subscription2").as_str(),
+            "outline_subscription2"
+        );
+        for bad in ["", "Outline", "1hook", "outline-subscription", "_x"] {
+            assert!(
+                std::panic::catch_unwind(|| ResourceKind::new(bad)).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+}
