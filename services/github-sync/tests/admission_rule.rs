@@ -225,3 +225,34 @@ async fn installation_events_need_the_app_endpoint_and_the_installation_the_conn
     assert_eq!(w.admit(conn, Some(app), installation()).await?, Ok(ws));
     Ok(())
 }
+
+#[tokio::test]
+async fn installation_events_concern_a_connection_until_it_has_ended() -> Result<()> {
+    let w = world().await?;
+    for (status, admitted) in [
+        ("active", true),
+        ("suspended", true),
+        ("pending", true),
+        ("paused", true),
+        ("uninstalled", false),
+        ("disconnected", false),
+    ] {
+        let (ws, conn) = w.connection("github", status).await?;
+        let app = w.delivery(ws, conn, "app").await?;
+        let mut c = w.pool.acquire().await?;
+        record_github_installation(&mut c, conn, u64::try_from(INSTALLATION)?).await?;
+        let got = w.admit(conn, Some(app), installation()).await?;
+        if admitted {
+            assert_eq!(got, Ok(ws), "{status}");
+        } else {
+            assert_eq!(got, Err(Refusal::NotAuthorised), "{status}");
+        }
+    }
+    // GitHub's own refusals keep their labels.
+    assert_eq!(NOT_APP_ENDPOINT.as_str(), "not_app_endpoint");
+    assert_eq!(
+        INSTALLATION_NOT_VERIFIED.as_str(),
+        "installation_not_verified"
+    );
+    Ok(())
+}
