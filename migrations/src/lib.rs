@@ -26,6 +26,7 @@ mod m0019_repository_renamed_at;
 mod m0020_gitlab_watermark;
 mod m0021_registration;
 mod m0024_trace_context;
+mod m0025_resource_kind_open;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -144,6 +145,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0024_trace_context",
                 up: m0024_trace_context::UP,
+            }),
+            Box::new(Sql {
+                name: "m0025_resource_kind_open",
+                up: m0025_resource_kind_open::UP,
             }),
         ]
     }

@@ -5,9 +5,11 @@
 //! listings, misfiled work, the vendor's review-state rules).
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod comments;
 pub mod erasure;
 pub mod events;
+pub mod gitlab;
 pub mod items;
 pub mod monitors;
 pub mod repository;

@@ -36,13 +36,10 @@ pub static GITHUB: VendorDeclaration = VendorDeclaration {
     event_types: SCM_EVENT_TYPES,
 };
 
-/// The group hook gitlab-sync registers on activation.
-pub const GITLAB_GROUP_HOOK: &str = "gitlab_group_hook";
-
 /// GitLab: the SCM mirror, its activation and listing state, and the group hook it creates.
 pub static GITLAB: VendorDeclaration = VendorDeclaration {
     kind: ConnectionKind::Gitlab,
     holders: &[&erasure::ERASABLE, &erasure::GITLAB],
-    resource_kinds: &[GITLAB_GROUP_HOOK],
+    resource_kinds: &[crate::gitlab::GROUP_HOOK],
     event_types: SCM_EVENT_TYPES,
 };

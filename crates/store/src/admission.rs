@@ -1,35 +1,17 @@
 //! Write admission: whether a vendor delivery may change the shared mirror. Mirrored rows carry
 //! no workspace id, so a delivery writes only inside the scope the connection named on the
 //! message (set by ingress from the endpoint that verified it) has verified with its own
-//! credentials. Every vendor consumer asks here; a vendor adds a [`Scope`] variant.
+//! credentials. Every vendor consumer asks [`admit`]; a vendor declares what its scopes need as
+//! an [`AdmissionRule`] in its own crate, and nothing here names a vendor.
+
+use std::future::Future;
 
 use lifecycle_core::connection::ConnectionState;
 use sea_orm::ActiveEnum as _;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::entity::ConnectionStatus;
-
-/// What a delivery asks to write to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
-    /// A GitHub repository, by the native id its payload reports.
-    GithubRepository { native_id: i64 },
-    /// A GitHub App installation (installation events), by its id.
-    GithubInstallation { installation_id: i64 },
-    /// A GitLab project, by the native id its payload reports.
-    GitlabProject { native_id: i64 },
-}
-
-impl Scope {
-    /// The connection kind this scope belongs to.
-    fn kind(self) -> &'static str {
-        match self {
-            Scope::GithubRepository { .. } | Scope::GithubInstallation { .. } => "github",
-            Scope::GitlabProject { .. } => "gitlab",
-        }
-    }
-}
+use crate::entity::{ConnectionKind, ConnectionStatus};
 
 /// Where a delivery came from, as ingress stamped it on the message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +31,16 @@ pub struct Admitted {
     pub provider_instance_id: Uuid,
 }
 
+/// A refusal reason a vendor's rule names itself: a bounded label for logs and activity
+/// records, and a sentence saying what was missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VendorRefusal {
+    /// Short, `snake_case`, stable: it becomes a log field.
+    pub label: &'static str,
+    /// What the delivery lacked.
+    pub reason: &'static str,
+}
+
 /// Why a delivery was not admitted. Each is counted as out of scope and changes nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
@@ -58,10 +50,9 @@ pub enum Refusal {
     NotAuthorised,
     #[error("no monitor of the connection is bound to this native id")]
     NotMonitored,
-    #[error("the delivery did not come through an App endpoint of the connection")]
-    NotAppEndpoint,
-    #[error("the connection has not verified this installation with its own credentials")]
-    InstallationNotVerified,
+    /// A reason only one vendor's rule has.
+    #[error("{}", .0.reason)]
+    Vendor(VendorRefusal),
 }
 
 impl Refusal {
@@ -71,15 +62,50 @@ impl Refusal {
             Refusal::NoConnection => "no_connection",
             Refusal::NotAuthorised => "not_authorised",
             Refusal::NotMonitored => "not_monitored",
-            Refusal::NotAppEndpoint => "not_app_endpoint",
-            Refusal::InstallationNotVerified => "installation_not_verified",
+            Refusal::Vendor(v) => v.label,
         }
     }
 }
 
+/// The delivering connection, read and locked by [`admit`] before a rule decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Delivering {
+    /// What ingress stamped on the message.
+    pub origin: Origin,
+    /// The connection, should the rule admit.
+    pub admitted: Admitted,
+    /// Where the connection's lifecycle stands (one the rule authorises).
+    pub state: ConnectionState,
+}
+
+/// A vendor's write-admission rule for one kind of scope. A value of the type is the scope a
+/// delivery asks to write to (a repository by native id, a channel); the vendor's crate
+/// implements it, and [`admit`] is the only caller.
+pub trait AdmissionRule: Send {
+    /// The connections this scope belongs to; a delivery of another kind is
+    /// [`Refusal::NoConnection`].
+    const KIND: ConnectionKind;
+
+    /// Whether a connection in `state` may write to this kind of scope at all; any other state
+    /// is [`Refusal::NotAuthorised`] and the rule is not asked.
+    fn authorised(state: ConnectionState) -> bool {
+        state.authorises_writes()
+    }
+
+    /// Decides, in the caller's transaction and while the connection row is held, whether the
+    /// delivering connection covers this scope. `Ok(Err(_))` refuses; reads nothing the payload
+    /// could have widened.
+    fn decide(
+        self,
+        conn: &mut PgConnection,
+        delivering: &Delivering,
+    ) -> impl Future<Output = Result<Result<(), Refusal>, sqlx::Error>> + Send;
+}
+
 /// The delivering connection as admission reads it.
 #[derive(sqlx::FromRow)]
-struct Delivering {
+struct Row {
     workspace_id: Uuid,
     provider_instance_id: Uuid,
     status: String,
@@ -87,21 +113,21 @@ struct Delivering {
 
 /// Decides whether the delivery from `origin` may write to `scope`. Runs in the caller's
 /// transaction and holds the connection row (`FOR SHARE`) until it commits, so a disconnect
-/// cannot slip between the decision and the writes.
-pub async fn admit(
+/// cannot slip between the decision and the writes; the vendor's rule decides under that lock.
+pub async fn admit<R: AdmissionRule>(
     conn: &mut PgConnection,
     origin: &Origin,
-    scope: Scope,
+    scope: R,
 ) -> Result<Result<Admitted, Refusal>, sqlx::Error> {
-    let row: Option<Delivering> = sqlx::query_as(
+    let row: Option<Row> = sqlx::query_as(
         "SELECT workspace_id, provider_instance_id, status FROM connection
           WHERE id = $1 AND kind = $2 FOR SHARE",
     )
     .bind(origin.connection_id)
-    .bind(scope.kind())
+    .bind(R::KIND.as_str())
     .fetch_optional(&mut *conn)
     .await?;
-    let Some(Delivering {
+    let Some(Row {
         workspace_id,
         provider_instance_id,
         status,
@@ -114,87 +140,17 @@ pub async fn admit(
         workspace_id,
         provider_instance_id,
     };
+    // An unknown status authorises nothing.
     let Ok(state) = ConnectionStatus::try_from_value(&status).map(ConnectionState::from) else {
         return Ok(Err(Refusal::NotAuthorised));
     };
-    match scope {
-        // The SCM monitors (GitHub repositories, GitLab projects) share one table.
-        Scope::GithubRepository { native_id } | Scope::GitlabProject { native_id } => {
-            // Writes need a connection that may write (a paused one only keeps reading).
-            if !state.authorises_writes() {
-                return Ok(Err(Refusal::NotAuthorised));
-            }
-            // Only a monitor of this very connection bound to the native id admits: a name, or
-            // another connection's monitor, admits nothing.
-            let bound: Option<(i32,)> = sqlx::query_as(
-                "SELECT 1 FROM repository_to_monitor
-                  WHERE connection_id = $1 AND workspace_id = $2 AND native_id = $3 LIMIT 1",
-            )
-            .bind(origin.connection_id)
-            .bind(workspace_id)
-            .bind(native_id)
-            .fetch_optional(&mut *conn)
-            .await?;
-            Ok(bound.map(|_| admitted).ok_or(Refusal::NotMonitored))
-        }
-        Scope::GithubInstallation { installation_id } => {
-            // Installation events concern a connection until it has ended.
-            if matches!(
-                state,
-                ConnectionState::Uninstalled | ConnectionState::Disconnected
-            ) {
-                return Ok(Err(Refusal::NotAuthorised));
-            }
-            // Installation events are trusted only from the connection's App endpoint, whose
-            // secret the operator configured.
-            let Some(delivery_id) = origin.delivery_id else {
-                return Ok(Err(Refusal::NotAppEndpoint));
-            };
-            let app: Option<(i32,)> = sqlx::query_as(
-                "SELECT 1 FROM inbound_message m
-                   JOIN inbound_endpoint e ON e.id = m.endpoint_id
-                  WHERE m.id = $1 AND m.connection_id = $2 AND e.connection_id = $2
-                    AND e.kind = 'github' AND e.registration = 'app'",
-            )
-            .bind(delivery_id)
-            .bind(origin.connection_id)
-            .fetch_optional(&mut *conn)
-            .await?;
-            if app.is_none() {
-                return Ok(Err(Refusal::NotAppEndpoint));
-            }
-            // The installation the connection obtained a token for, not the one it typed.
-            let verified: Option<(i32,)> = sqlx::query_as(
-                "SELECT 1 FROM connection_grant
-                  WHERE connection_id = $1 AND kind = 'github_installation' AND grant_id = $2",
-            )
-            .bind(origin.connection_id)
-            .bind(installation_id.to_string())
-            .fetch_optional(&mut *conn)
-            .await?;
-            Ok(verified
-                .map(|_| admitted)
-                .ok_or(Refusal::InstallationNotVerified))
-        }
+    if !R::authorised(state) {
+        return Ok(Err(Refusal::NotAuthorised));
     }
-}
-
-/// Records that `connection_id` verified the GitHub App installation `installation_id` with its
-/// own credentials (an installation token was issued and used for it). Replaces an earlier one.
-pub async fn record_github_installation(
-    conn: &mut PgConnection,
-    connection_id: Uuid,
-    installation_id: u64,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO connection_grant (connection_id, kind, grant_id)
-         VALUES ($1, 'github_installation', $2)
-         ON CONFLICT (connection_id, kind)
-         DO UPDATE SET grant_id = EXCLUDED.grant_id, verified_at = now()",
-    )
-    .bind(connection_id)
-    .bind(installation_id.to_string())
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
+    let delivering = Delivering {
+        origin: *origin,
+        admitted,
+        state,
+    };
+    Ok(scope.decide(conn, &delivering).await?.map(|()| admitted))
 }

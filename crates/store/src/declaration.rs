@@ -9,6 +9,7 @@
 
 use crate::entity::ConnectionKind;
 use crate::erasure::Erasable;
+use crate::registration::ResourceKind;
 
 /// One vendor, as it declares itself.
 #[derive(Debug, Clone, Copy)]
@@ -21,7 +22,7 @@ pub struct VendorDeclaration {
     pub holders: &'static [&'static Erasable],
     /// The kinds of resource it creates at the vendor (`provider_registration.resource_kind`),
     /// which provider repair removes.
-    pub resource_kinds: &'static [&'static str],
+    pub resource_kinds: &'static [ResourceKind],
     /// The item-event types it publishes on `events.<workspaceId>.<type>`: its event contract.
     pub event_types: &'static [&'static str],
 }

@@ -9,7 +9,6 @@ pub mod credentials;
 pub mod declaration;
 pub mod entity;
 pub mod erasure;
-pub mod gitlab_activation;
 pub mod headers;
 pub mod inbound;
 pub mod jobs;

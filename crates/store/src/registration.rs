@@ -1,5 +1,5 @@
 //! `provider_registration`: the one creation record of what we create at a vendor (a GitLab
-//! group hook), which provider repair reads.
+//! group hook, or any kind a vendor declares as a [`ResourceKind`]), which provider repair reads.
 //!
 //! A row is written with its marker and URL hash before the create call, so an outcome we never
 //! learn (a timeout) is resolved by listing the vendor's resources and finding the marker, never
@@ -12,19 +12,36 @@ use sqlx::PgConnection;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-/// What kind of resource a registration creates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResourceKind {
-    /// A GitLab group hook; the target is the group id.
-    GitlabGroupHook,
-}
+/// What kind of resource a registration creates, as the vendor that creates it declares it (a
+/// `const` in the vendor's crate, e.g. GitLab's group hook): an open name, so a vendor adds
+/// one without editing a shared enum or a constraint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ResourceKind(&'static str);
 
 impl ResourceKind {
-    /// The stored name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ResourceKind::GitlabGroupHook => "gitlab_group_hook",
+    /// Declares a kind by its stored name: lowercase ASCII letters, digits and `_`, starting
+    /// with a letter (what the table's format check accepts). A malformed name in a `const`
+    /// fails the build.
+    pub const fn new(name: &'static str) -> Self {
+        let b = name.as_bytes();
+        assert!(
+            !b.is_empty() && b[0].is_ascii_lowercase(),
+            "a resource kind starts with a lowercase letter"
+        );
+        let mut i = 1;
+        while i < b.len() {
+            assert!(
+                b[i].is_ascii_lowercase() || b[i].is_ascii_digit() || b[i] == b'_',
+                "a resource kind is lowercase letters, digits and '_'"
+            );
+            i += 1;
         }
+        ResourceKind(name)
+    }
+
+    /// The stored name.
+    pub const fn as_str(self) -> &'static str {
+        self.0
     }
 }
 
@@ -63,6 +80,7 @@ struct Row {
     id: Uuid,
     connection_id: Uuid,
     provider_instance_id: Uuid,
+    resource_kind: String,
     target: String,
     marker: String,
     url_hash: String,
@@ -82,6 +100,8 @@ pub struct Registration {
     pub id: Uuid,
     pub connection_id: Uuid,
     pub provider_instance_id: Uuid,
+    /// The stored name of its [`ResourceKind`], as read back (whatever vendor declared it).
+    pub resource_kind: String,
     /// The vendor-side place (a GitLab group id).
     pub target: String,
     /// Found in the resource as the vendor lists it.
@@ -108,6 +128,7 @@ impl TryFrom<Row> for Registration {
             id: r.id,
             connection_id: r.connection_id,
             provider_instance_id: r.provider_instance_id,
+            resource_kind: r.resource_kind,
             target: r.target,
             marker: r.marker,
             url_hash: r.url_hash,
@@ -303,4 +324,23 @@ pub async fn fail<'e>(
     .execute(executor)
     .await?;
     Ok(done.rows_affected() == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ResourceKind;
+
+    #[test]
+    fn a_resource_kind_is_declared_by_a_well_formed_name() {
+        assert_eq!(
+            ResourceKind::new("outline_subscription2").as_str(),
+            "outline_subscription2"
+        );
+        for bad in ["", "Outline", "1hook", "outline-subscription", "_x"] {
+            assert!(
+                std::panic::catch_unwind(|| ResourceKind::new(bad)).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
 }

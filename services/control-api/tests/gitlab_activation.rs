@@ -4,10 +4,11 @@
 use anyhow::Result;
 use control_api::Role;
 use reqwest::StatusCode;
+use scm_mirror::gitlab::GROUP_HOOK;
+use scm_mirror::gitlab::activation::{self as gitlab_activation, DiscoveryRecord};
 use serde_json::{Value, json};
 use sqlx::PgPool;
-use store::gitlab_activation::{self, DiscoveryRecord};
-use store::registration::{self, NewRegistration, ResourceKind};
+use store::registration::{self, NewRegistration};
 use testkit::TestEnv;
 use uuid::Uuid;
 
@@ -149,7 +150,7 @@ async fn activation_shows_discovery_consumer_and_hook_to_its_own_workspace_only(
         &NewRegistration {
             connection_id: conn_a,
             provider_instance_id: instance,
-            kind: ResourceKind::GitlabGroupHook,
+            kind: GROUP_HOOK,
             target: "11",
             marker: "marker-a",
             url: "https://hooks.example.com/webhooks/gitlab/connections/x/k1/marker-a",

@@ -210,7 +210,7 @@ impl Vendor for GithubVendor {
         // The installation just listed with its own token is verified for this connection:
         // installation webhooks are admitted against it (a typed setting is not verification).
         if let Some(installation_id) = source.installation_id() {
-            store::admission::record_github_installation(
+            scm_mirror::admission::record_github_installation(
                 &mut txn,
                 job.connection_id,
                 installation_id,

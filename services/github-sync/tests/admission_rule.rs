@@ -1,9 +1,14 @@
-//! The shared write-admission rule (`store::admission::admit`) case by case, against real
-//! Postgres: what admits a delivery, and the reason each other case is refused.
+//! The code hosts' write-admission rules (`scm_mirror::admission`) through the shared entry
+//! (`store::admission::admit`) case by case, against real Postgres: what admits a delivery, and
+//! the reason each other case is refused.
 
 use anyhow::Result;
+use scm_mirror::admission::{
+    GithubInstallation, GithubRepository, GitlabProject, INSTALLATION_NOT_VERIFIED,
+    NOT_APP_ENDPOINT, record_github_installation,
+};
 use sqlx::PgPool;
-use store::admission::{Origin, Refusal, Scope, admit, record_github_installation};
+use store::admission::{AdmissionRule, Origin, Refusal, admit};
 use uuid::Uuid;
 
 const NATIVE: i64 = 4711;
@@ -99,7 +104,7 @@ impl World {
         &self,
         connection_id: Uuid,
         delivery_id: Option<Uuid>,
-        scope: Scope,
+        scope: impl AdmissionRule,
     ) -> Result<Result<Uuid, Refusal>> {
         let mut conn = self.pool.acquire().await?;
         let origin = Origin {
@@ -112,12 +117,12 @@ impl World {
     }
 }
 
-fn repository() -> Scope {
-    Scope::GithubRepository { native_id: NATIVE }
+fn repository() -> GithubRepository {
+    GithubRepository { native_id: NATIVE }
 }
 
-fn installation() -> Scope {
-    Scope::GithubInstallation {
+fn installation() -> GithubInstallation {
+    GithubInstallation {
         installation_id: INSTALLATION,
     }
 }
@@ -139,8 +144,7 @@ async fn a_repository_write_is_admitted_only_by_an_id_bound_monitor_of_the_deliv
     );
     // A monitor bound to another id admits nothing for this one.
     assert_eq!(
-        w.admit(a, None, Scope::GithubRepository { native_id: 1 })
-            .await?,
+        w.admit(a, None, GithubRepository { native_id: 1 }).await?,
         Err(Refusal::NotMonitored)
     );
     // Unknown connection, or one of another kind: refused.
@@ -155,7 +159,7 @@ async fn a_repository_write_is_admitted_only_by_an_id_bound_monitor_of_the_deliv
         Err(Refusal::NoConnection)
     );
     // GitLab projects follow the same rule, each scope for its own kind of connection.
-    let project = Scope::GitlabProject { native_id: NATIVE };
+    let project = GitlabProject { native_id: NATIVE };
     assert_eq!(w.admit(g, None, project).await?, Ok(g_ws));
     assert_eq!(w.admit(a, None, project).await?, Err(Refusal::NoConnection));
     Ok(())
@@ -193,31 +197,62 @@ async fn installation_events_need_the_app_endpoint_and_the_installation_the_conn
     let app = w.delivery(ws, conn, "app").await?;
     assert_eq!(
         w.admit(conn, None, installation()).await?,
-        Err(Refusal::NotAppEndpoint)
+        Err(NOT_APP_ENDPOINT)
     );
     assert_eq!(
         w.admit(conn, Some(registered), installation()).await?,
-        Err(Refusal::NotAppEndpoint)
+        Err(NOT_APP_ENDPOINT)
     );
     // Another connection's App endpoint does not speak for this one.
     let (other_ws, other) = w.connection("github", "active").await?;
     let others_app = w.delivery(other_ws, other, "app").await?;
     assert_eq!(
         w.admit(conn, Some(others_app), installation()).await?,
-        Err(Refusal::NotAppEndpoint)
+        Err(NOT_APP_ENDPOINT)
     );
     // Nothing verified yet, then another installation verified: refused.
     assert_eq!(
         w.admit(conn, Some(app), installation()).await?,
-        Err(Refusal::InstallationNotVerified)
+        Err(INSTALLATION_NOT_VERIFIED)
     );
     let mut c = w.pool.acquire().await?;
     record_github_installation(&mut c, conn, 7).await?;
     assert_eq!(
         w.admit(conn, Some(app), installation()).await?,
-        Err(Refusal::InstallationNotVerified)
+        Err(INSTALLATION_NOT_VERIFIED)
     );
     record_github_installation(&mut c, conn, u64::try_from(INSTALLATION)?).await?;
     assert_eq!(w.admit(conn, Some(app), installation()).await?, Ok(ws));
+    Ok(())
+}
+
+#[tokio::test]
+async fn installation_events_concern_a_connection_until_it_has_ended() -> Result<()> {
+    let w = world().await?;
+    for (status, admitted) in [
+        ("active", true),
+        ("suspended", true),
+        ("pending", true),
+        ("paused", true),
+        ("uninstalled", false),
+        ("disconnected", false),
+    ] {
+        let (ws, conn) = w.connection("github", status).await?;
+        let app = w.delivery(ws, conn, "app").await?;
+        let mut c = w.pool.acquire().await?;
+        record_github_installation(&mut c, conn, u64::try_from(INSTALLATION)?).await?;
+        let got = w.admit(conn, Some(app), installation()).await?;
+        if admitted {
+            assert_eq!(got, Ok(ws), "{status}");
+        } else {
+            assert_eq!(got, Err(Refusal::NotAuthorised), "{status}");
+        }
+    }
+    // GitHub's own refusals keep their labels.
+    assert_eq!(NOT_APP_ENDPOINT.as_str(), "not_app_endpoint");
+    assert_eq!(
+        INSTALLATION_NOT_VERIFIED.as_str(),
+        "installation_not_verified"
+    );
     Ok(())
 }

@@ -31,12 +31,13 @@ use gitlab_client::{
 use lifecycle_core::gitlab::paging::{OffsetListing, OffsetPageHeaders};
 use lifecycle_core::gitlab::route_credential::{RouteBinding, mint};
 use lifecycle_core::subject::{Monitor, filter_subjects};
+use scm_mirror::gitlab::GROUP_HOOK;
+use scm_mirror::gitlab::activation::{self as gitlab_activation, DiscoveryRecord};
 use scm_mirror::repository::RepoRef;
 use sea_orm::{DatabaseConnection, EntityTrait};
 use serde_json::json;
 use sqlx::PgPool;
 use store::entity::{ConnectionKind, ConnectionStatus, connection, provider_instance};
-use store::gitlab_activation::{self, DiscoveryRecord};
 use store::registration::ResourceKind;
 use store::secrets::Keyring;
 use sync_engine::Moment;
@@ -685,7 +686,7 @@ impl VendorResource for GroupHookResource<'_> {
     const ACTIVITY: &'static str = "gitlab_activation_hook";
 
     fn kind(&self) -> ResourceKind {
-        ResourceKind::GitlabGroupHook
+        GROUP_HOOK
     }
 
     fn configured(&self) -> Result<(), String> {

@@ -2,8 +2,8 @@
 //! half (`sync_engine::webhook`). [`GitlabWebhooks`] decodes Issue, Merge Request and Note Hooks
 //! (any other event is acknowledged and ignored) and writes them through the SCM mirror's
 //! forward-only steps, each in one transaction that first admits the delivery for the project
-//! by its native id (`Scope::GitlabProject`): a redelivered, late or reordered hook only ever
-//! moves the mirror forward.
+//! by its native id (`scm_mirror::admission::GitlabProject`): a redelivered, late or reordered
+//! hook only ever moves the mirror forward.
 //!
 //! Two consumers: the hooks we registered (`gitlab.?connection.<id>.<event>`, consumer
 //! [`filters::CONNECTION_EVENTS_CONSUMER`]), whose deliveries about a project not discovered
@@ -17,8 +17,9 @@ pub mod notes;
 pub mod payload;
 pub mod route;
 
+use scm_mirror::admission::GitlabProject;
 use sqlx::{PgPool, Postgres, Transaction};
-use store::admission::{Refusal, Scope};
+use store::admission::Refusal;
 use store::entity::ConnectionKind;
 use sync_engine::webhook::{Outcome, Webhook, WebhookApply, WebhookError, parse};
 use uuid::Uuid;
@@ -102,7 +103,7 @@ async fn in_scope(
 ) -> Result<Uuid, WebhookError> {
     hook.admit(
         &mut *txn,
-        Scope::GitlabProject {
+        GitlabProject {
             native_id: project.id,
         },
     )

@@ -12,12 +12,12 @@ use gitlab_sync::activation::{
     self, Activator, HookSettings, HookState, connection_events_filter, connection_events_spec,
 };
 use lifecycle_core::subject::filter_covers;
+use scm_mirror::gitlab::{GROUP_HOOK, activation as gitlab_activation};
 use sea_orm::EntityTrait;
 use serde_json::json;
 use sqlx::PgPool;
 use store::entity::connection;
-use store::gitlab_activation;
-use store::registration::{self, RegistrationState, Resolved, ResourceKind};
+use store::registration::{self, RegistrationState, Resolved};
 use store::secrets::Keyring;
 use sync_engine::Moment;
 use testkit::TestEnv;
@@ -179,8 +179,7 @@ async fn activation_discovers_then_confirms_the_consumer_then_registers_one_hook
     let listed = hooks(&s.sim);
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].group, s.acme);
-    let regs =
-        registration::of_connection(&s.pool, s.conn.id, ResourceKind::GitlabGroupHook).await?;
+    let regs = registration::of_connection(&s.pool, s.conn.id, GROUP_HOOK).await?;
     assert_eq!(regs.len(), 1);
     assert_eq!(regs[0].state, RegistrationState::Adopted);
     assert_eq!(
@@ -256,9 +255,7 @@ async fn discovery_faults_register_no_hook_and_say_why_then_sync_now_registers_e
     assert!(hooks(&s.sim).is_empty());
     // What was found is kept; the reason is recorded for the operators' API.
     assert_eq!(monitors(&s.pool, s.conn.id).await?.len(), 3);
-    let state = store::gitlab_activation::get(&s.pool, s.conn.id)
-        .await?
-        .unwrap();
+    let state = gitlab_activation::get(&s.pool, s.conn.id).await?.unwrap();
     assert!(!state.discovery_complete);
     assert_eq!(state.discovery_reason.as_deref(), Some(reason.as_str()));
     assert_eq!(
@@ -302,9 +299,7 @@ async fn discovery_faults_register_no_hook_and_say_why_then_sync_now_registers_e
     }
     assert_eq!(s.sim.calls(ops::CREATE_GROUP_HOOK), 1);
     assert_eq!(hooks(&s.sim).len(), 1);
-    let state = store::gitlab_activation::get(&s.pool, s.conn.id)
-        .await?
-        .unwrap();
+    let state = gitlab_activation::get(&s.pool, s.conn.id).await?.unwrap();
     assert!(state.discovery_complete && state.hook_reason.is_none());
 
     // An open hook stays open whatever a later discovery finds.
@@ -351,8 +346,7 @@ async fn a_timed_out_create_is_found_by_its_marker_and_adopted_once() -> Result<
     }
     assert_eq!(s.sim.calls(ops::CREATE_GROUP_HOOK), 1);
     assert_eq!(hooks(&s.sim).len(), 1);
-    let regs =
-        registration::of_connection(&s.pool, s.conn.id, ResourceKind::GitlabGroupHook).await?;
+    let regs = registration::of_connection(&s.pool, s.conn.id, GROUP_HOOK).await?;
     assert_eq!(regs.len(), 1);
     assert_eq!(regs[0].state, RegistrationState::Adopted);
     Ok(())
@@ -414,8 +408,7 @@ async fn a_timed_out_create_is_found_on_a_later_page_and_adopted_once() -> Resul
     assert!(state.hook_checked_at.is_some());
     assert_eq!(s.sim.calls(ops::CREATE_GROUP_HOOK), 1);
     assert_eq!(hooks(&s.sim).len(), 121);
-    let regs =
-        registration::of_connection(&s.pool, s.conn.id, ResourceKind::GitlabGroupHook).await?;
+    let regs = registration::of_connection(&s.pool, s.conn.id, GROUP_HOOK).await?;
     assert_eq!(regs.len(), 1);
     assert_eq!(regs[0].state, RegistrationState::Adopted);
     assert_eq!(regs[0].vendor_id.as_deref(), Some(id.as_str()));
@@ -446,8 +439,7 @@ async fn a_hook_listing_not_read_whole_proves_nothing_and_says_why() -> Result<(
     // The reason is what the activation record shows.
     let state = gitlab_activation::get(&s.pool, s.conn.id).await?.unwrap();
     assert_eq!(state.hook_reason.as_deref(), Some(why.as_str()));
-    let regs =
-        registration::of_connection(&s.pool, s.conn.id, ResourceKind::GitlabGroupHook).await?;
+    let regs = registration::of_connection(&s.pool, s.conn.id, GROUP_HOOK).await?;
     assert_eq!(regs.len(), 1);
     assert_eq!(regs[0].state, RegistrationState::Requested);
 
@@ -480,8 +472,7 @@ async fn a_hook_listing_not_read_whole_proves_nothing_and_says_why() -> Result<(
     assert_eq!(hooks(&s.sim).len(), 121);
     let state = gitlab_activation::get(&s.pool, s.conn.id).await?.unwrap();
     assert_eq!(state.hook_reason, None);
-    let regs =
-        registration::of_connection(&s.pool, s.conn.id, ResourceKind::GitlabGroupHook).await?;
+    let regs = registration::of_connection(&s.pool, s.conn.id, GROUP_HOOK).await?;
     assert_eq!(regs.len(), 1);
     assert_eq!(regs[0].state, RegistrationState::Adopted);
     Ok(())
@@ -509,8 +500,7 @@ async fn an_unknown_create_not_listed_is_never_created_twice() -> Result<()> {
         .unwrap();
     assert!(matches!(again.hook, HookState::Missing(_)));
     assert_eq!(s.sim.calls(ops::CREATE_GROUP_HOOK), creates);
-    let regs =
-        registration::of_connection(&s.pool, s.conn.id, ResourceKind::GitlabGroupHook).await?;
+    let regs = registration::of_connection(&s.pool, s.conn.id, GROUP_HOOK).await?;
     assert_eq!(regs.len(), 1);
     assert_eq!(regs[0].state, RegistrationState::Requested);
     Ok(())
@@ -523,7 +513,7 @@ async fn only_the_version_and_generation_that_asked_adopt() -> Result<()> {
     let new = |marker: &'static str| registration::NewRegistration {
         connection_id: s.conn.id,
         provider_instance_id: s.conn.provider_instance_id,
-        kind: ResourceKind::GitlabGroupHook,
+        kind: GROUP_HOOK,
         target: "7",
         marker,
         url: "https://hooks.example.com/x",

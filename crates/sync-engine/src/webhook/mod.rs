@@ -1,9 +1,10 @@
 //! The webhook front half every vendor consumer shares. It takes a delivery as ingress published
 //! it, reads its stored body (inline or by reference), resolves the connection named on the
 //! message and that connection's provider instance, then hands the decoded payload to the
-//! vendor's [`WebhookApply`]. The vendor admits the delivery ([`Webhook::admit`], the shared rule
-//! of `store::admission`) inside the transaction that writes; the front half settles what it
-//! returns and counts it in `webhooks_total{vendor, event, outcome}`.
+//! vendor's [`WebhookApply`]. The vendor admits the delivery ([`Webhook::admit`]: the shared
+//! `store::admission` entry under the vendor's own rule) inside the transaction that writes;
+//! the front half settles what it returns and counts it in `webhooks_total{vendor, event,
+//! outcome}`.
 //!
 //! How a delivery settles:
 //! - applied, unchanged, ignored (an event the vendor does not act on, or a connection that is
@@ -20,7 +21,7 @@ use std::future::Future;
 use bus::consumer::{Delivery, Handler, HandlerError, Settle, headers};
 use bus::contracts::WebhookDelivery;
 use sqlx::{PgConnection, PgPool};
-use store::admission::{self, Admitted, Origin, Refusal, Scope};
+use store::admission::{self, AdmissionRule, Admitted, Origin, Refusal};
 use store::entity::ConnectionKind;
 use time::OffsetDateTime;
 use tracing::Instrument as _;
@@ -103,13 +104,14 @@ pub struct Webhook<'a> {
 }
 
 impl Webhook<'_> {
-    /// Admits the delivery for `scope` (see [`store::admission`]) in the caller's transaction,
-    /// which then holds the connection row until it commits. Call it before anything the
-    /// payload names is read or written; a refusal is [`WebhookError::OutOfScope`].
-    pub async fn admit(
+    /// Admits the delivery for `scope` under the vendor's rule (see [`store::admission`]) in
+    /// the caller's transaction, which then holds the connection row until it commits. Call it
+    /// before anything the payload names is read or written; a refusal is
+    /// [`WebhookError::OutOfScope`].
+    pub async fn admit<R: AdmissionRule>(
         &self,
         conn: &mut PgConnection,
-        scope: Scope,
+        scope: R,
     ) -> Result<Admitted, WebhookError> {
         admission::admit(conn, &self.origin, scope)
             .await?

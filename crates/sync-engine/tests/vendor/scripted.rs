@@ -4,11 +4,11 @@
 //! [`Scripted`] implements [`Vendor`], [`WebhookApply`] and [`Monitors`] and nothing else, so
 //! what it proves of the engine needs no engine change.
 //!
-//! It poses as a GitLab vendor (or, to be refused a job type, as Outline): admission's `Scope`
-//! and the subject `Monitor`s are closed enums, and `GitlabProject` is the variant whose rule
-//! (a monitor of the delivering connection bound to the native id) fits a project scope. A real
-//! new vendor adds its own `ConnectionKind`, `store::admission::Scope` variant and
-//! `subject::Monitor` variant (see `docs/adding-a-vendor.md`).
+//! Its admission rule ([`ScriptedProject`]) is declared here, as a vendor declares its own. It
+//! poses as a GitLab vendor (or, to be refused a job type, as Outline): the subject `Monitor`s
+//! are a closed enum, and `GitlabProject` is the variant that fits a project scope. A real new
+//! vendor adds its own `ConnectionKind` and `subject::Monitor` variant (see
+//! `docs/adding-a-vendor.md`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -27,7 +27,7 @@ use lifecycle_core::vendor_error::VendorErrorClass;
 use sea_orm::{DatabaseConnection, TransactionTrait};
 use serde::Deserialize;
 use sqlx::{PgConnection, PgPool};
-use store::admission::Scope;
+use store::admission::{AdmissionRule, Delivering, Refusal};
 use store::entity::inbound_endpoint::Registration;
 use store::entity::{ConnectionKind, connection};
 use store::inbound::{Dedup, EndpointIds, NewEndpoint, NewMessage, Recorded};
@@ -522,6 +522,34 @@ pub async fn mark_reconciled(
     Ok(())
 }
 
+/// A project the scripted vendor writes to, by the native id its payload reports.
+pub struct ScriptedProject<K> {
+    pub native_id: i64,
+    pub kind: PhantomData<fn() -> K>,
+}
+
+impl<K: Kind> AdmissionRule for ScriptedProject<K> {
+    const KIND: ConnectionKind = K::KIND;
+
+    // Rule: only a monitor of the delivering connection bound to the native id admits.
+    async fn decide(
+        self,
+        conn: &mut PgConnection,
+        delivering: &Delivering,
+    ) -> Result<Result<(), Refusal>, sqlx::Error> {
+        let bound: Option<i32> = sqlx::query_scalar(
+            "SELECT 1 FROM repository_to_monitor
+              WHERE connection_id = $1 AND workspace_id = $2 AND native_id = $3 LIMIT 1",
+        )
+        .bind(delivering.admitted.connection_id)
+        .bind(delivering.admitted.workspace_id)
+        .bind(self.native_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+        Ok(bound.map(|_| ()).ok_or(Refusal::NotMonitored))
+    }
+}
+
 impl<K: Kind> WebhookApply for Scripted<K> {
     const KIND: ConnectionKind = K::KIND;
     type Payload = ItemEvent;
@@ -537,8 +565,9 @@ impl<K: Kind> WebhookApply for Scripted<K> {
         let mut txn = self.pool.begin().await?;
         hook.admit(
             &mut txn,
-            Scope::GitlabProject {
+            ScriptedProject::<K> {
                 native_id: event.project,
+                kind: PhantomData,
             },
         )
         .await?;

@@ -5,9 +5,10 @@
 
 use axum::Json;
 use axum::extract::State;
+use scm_mirror::gitlab::{self, GROUP_HOOK};
 use serde::{Deserialize, Serialize};
 use store::entity::ConnectionKind;
-use store::registration::{self, RegistrationState, ResourceKind};
+use store::registration::{self, RegistrationState};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -96,10 +97,10 @@ pub async fn activation(
         return Err(ApiError::not_found("GitLab connection"));
     }
     let pool = state.db.get_postgres_connection_pool();
-    let recorded = store::gitlab_activation::get(pool, conn.id)
+    let recorded = gitlab::activation::get(pool, conn.id)
         .await
         .map_err(ApiError::internal)?;
-    let regs = registration::of_connection(pool, conn.id, ResourceKind::GitlabGroupHook)
+    let regs = registration::of_connection(pool, conn.id, GROUP_HOOK)
         .await
         .map_err(ApiError::internal)?;
     let current = registration::generation(conn.version, conn.lifecycle_generation);

@@ -20,11 +20,11 @@
 //! installation token reads it by that id; the rest wait for the next reconcile's listing.
 
 use lifecycle_core::connection::Transition;
+use scm_mirror::admission::GithubInstallation;
 use scm_mirror::monitors;
 use sea_orm::{DbErr, TransactionTrait};
 use serde::Deserialize;
 use sqlx::PgPool;
-use store::admission::Scope;
 use store::entity::{ConnectionStatus, connection};
 use store::lifecycle;
 use uuid::Uuid;
@@ -109,14 +109,14 @@ struct Installed {
 }
 
 /// Admits an installation event for the delivering connection: only through its App endpoint,
-/// and only for the installation it verified with GitHub (see [`store::admission`]).
+/// and only for the installation it verified with GitHub (see [`scm_mirror::admission`]).
 async fn admitted(
     conn: &mut sqlx::PgConnection,
     hook: &Webhook<'_>,
     installation_id: i64,
 ) -> Result<Installed, WebhookError> {
     let admitted = hook
-        .admit(&mut *conn, Scope::GithubInstallation { installation_id })
+        .admit(&mut *conn, GithubInstallation { installation_id })
         .await?;
     Ok(Installed {
         connection_id: admitted.connection_id,

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use sqlx::{AssertSqlSafe, PgConnection};
 use uuid::Uuid;
 
-use store::admission::Scope;
+use scm_mirror::admission::GithubRepository;
 
 use super::{Outcome, Webhook, WebhookError};
 use scm_mirror::items::ItemClass;
@@ -120,7 +120,7 @@ pub async fn refile_admitted(
     .await?;
     for (holder,) in holders {
         // Moving work out of a repository writes to it: admission applies to it as well.
-        hook.admit(&mut *txn, Scope::GithubRepository { native_id: holder })
+        hook.admit(&mut *txn, GithubRepository { native_id: holder })
             .await?;
     }
     Ok(refile(

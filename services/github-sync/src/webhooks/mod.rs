@@ -18,9 +18,9 @@ pub mod reviews;
 
 use std::sync::Arc;
 
+use scm_mirror::admission::GithubRepository;
 use sea_orm::{DatabaseConnection, EntityTrait};
 use sqlx::PgPool;
-use store::admission::Scope;
 use store::entity::{ConnectionKind, ConnectionStatus, connection};
 use sync_engine::webhook::{Outcome, Webhook, WebhookApply, WebhookError, parse};
 use uuid::Uuid;
@@ -137,7 +137,7 @@ pub fn micros(at: time::OffsetDateTime) -> time::OffsetDateTime {
 
 /// The mirrored repository a webhook is about, once the delivery is admitted for it: the
 /// delivering connection has a monitor bound to the payload's repository id (see
-/// [`store::admission`]); otherwise [`WebhookError::OutOfScope`] and nothing is written. Selected
+/// [`GithubRepository`]); otherwise [`WebhookError::OutOfScope`] and nothing is written. Selected
 /// by GitHub's repository id (never by name, so a reused name cannot capture another
 /// repository's work); a repository not mirrored yet is created.
 pub async fn monitored_repository(
@@ -145,7 +145,7 @@ pub async fn monitored_repository(
     hook: &Webhook<'_>,
     repository: &payload::Repository,
 ) -> Result<Uuid, WebhookError> {
-    let scope = Scope::GithubRepository {
+    let scope = GithubRepository {
         native_id: repository.id,
     };
     // Admission before anything is read or written for the repository.

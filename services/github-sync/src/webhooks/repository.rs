@@ -11,10 +11,11 @@
 //! id, so the consumer filters follow, unless the stored name comes from a rename received later
 //! (the row is dated by the JetStream store time). `transferred` is left to the next reconcile.
 
+use scm_mirror::admission::GithubRepository;
 use scm_mirror::{monitors, repository};
 use serde::Deserialize;
 use sqlx::PgPool;
-use store::admission::{Admitted, Scope};
+use store::admission::Admitted;
 
 use super::payload::Repository;
 use super::{Outcome, Readers, Webhook, WebhookError, micros, record_activity};
@@ -56,7 +57,7 @@ pub async fn handle(
     if !matches!(event.action.as_str(), "deleted" | "renamed" | "transferred") {
         return Ok(Outcome::Ignored);
     }
-    let scope = Scope::GithubRepository { native_id: repo.id };
+    let scope = GithubRepository { native_id: repo.id };
     let admitted = {
         let mut conn = pool.acquire().await?;
         hook.admit(&mut conn, scope).await?
