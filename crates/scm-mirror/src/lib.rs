@@ -14,5 +14,6 @@ pub mod items;
 pub mod monitors;
 pub mod repository;
 pub mod reviews;
+pub mod scope;
 pub mod upsert;
 pub mod vendors;

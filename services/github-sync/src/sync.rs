@@ -16,6 +16,7 @@ use lifecycle_core::listing::ListingPage;
 use scm_mirror::events::Origin;
 use scm_mirror::items::{self, ItemClass};
 use scm_mirror::monitors;
+use scm_mirror::scope::{self, MonitoredRepository};
 use sqlx::PgPool;
 use store::entity::{ConnectionKind, connection};
 use sync_engine::{Listed, PageCheck, Pass, Scopes, Vendor};
@@ -37,37 +38,29 @@ pub struct GithubVendor {
     pub factory: Arc<dyn SourceFactory>,
 }
 
-/// A monitor as a pass walks it.
-#[derive(Debug, Clone, sqlx::FromRow)]
+/// A monitor as a pass walks it: the shared SCM scope, and what GitHub's pass adds to it.
+#[derive(Debug, Clone)]
 pub struct Monitor {
-    id: Uuid,
-    owner: String,
-    name: String,
-    native_id: Option<i64>,
-    /// The mirrored repository row, once the pass knows it.
-    #[sqlx(skip)]
-    repository_id: Option<Uuid>,
+    repo: MonitoredRepository,
     /// Whether this pass already re-keyed the monitor to the repository's current name.
-    #[sqlx(skip)]
     healed: bool,
     /// A RECONCILIATION's comment candidates, captured before the repository's listings.
-    #[sqlx(skip)]
     candidates: Option<Candidates>,
 }
 
-impl Monitor {
-    fn repo_ref(&self) -> RepoRef {
-        RepoRef {
-            owner: self.owner.clone(),
-            name: self.name.clone(),
-            native_id: self.native_id,
+impl From<MonitoredRepository> for Monitor {
+    fn from(repo: MonitoredRepository) -> Self {
+        Monitor {
+            repo,
+            healed: false,
+            candidates: None,
         }
     }
 }
 
 impl fmt::Display for Monitor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.owner, self.name)
+        self.repo.fmt(f)
     }
 }
 
@@ -112,29 +105,6 @@ impl Listed<i64> for ListedPage {
 }
 
 impl GithubVendor {
-    /// The mirrored repository of the monitor, remembered for the rest of the pass.
-    async fn repository_id(
-        &self,
-        provider_instance_id: Uuid,
-        monitor: &mut Monitor,
-    ) -> Result<Option<Uuid>, sqlx::Error> {
-        if monitor.repository_id.is_some() {
-            return Ok(monitor.repository_id);
-        }
-        let Some(native_id) = monitor.native_id else {
-            return Ok(None);
-        };
-        let row: Option<(Uuid,)> = sqlx::query_as(
-            "SELECT id FROM repository WHERE provider_instance_id = $1 AND native_id = $2",
-        )
-        .bind(provider_instance_id)
-        .bind(native_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        monitor.repository_id = row.map(|(id,)| id);
-        Ok(monitor.repository_id)
-    }
-
     /// Re-keys a monitor whose repository (by native id) is now called something else, with the
     /// repository's mirrored row and its other monitors, in one transaction.
     async fn heal_identity(
@@ -153,12 +123,12 @@ impl GithubVendor {
             current.native_id,
             &current.owner,
             &current.name,
-            &[(&monitor.owner, &monitor.name)],
+            &[(&monitor.repo.owner, &monitor.repo.name)],
         )
         .await?;
         txn.commit().await?;
         tracing::info!(
-            monitor = %monitor.id,
+            monitor = %monitor.repo.monitor_id,
             from = %monitor,
             to = %format!("{}/{}", current.owner, current.name),
             native_id = current.native_id,
@@ -249,13 +219,11 @@ impl Vendor for GithubVendor {
             )
             .await?;
         }
-        let monitors: Vec<Monitor> = sqlx::query_as(
-            "SELECT id, owner, name, native_id FROM repository_to_monitor
-              WHERE connection_id = $1 ORDER BY lower(owner), lower(name)",
-        )
-        .bind(job.connection_id)
-        .fetch_all(&self.pool)
-        .await?;
+        let monitors: Vec<Monitor> = scope::monitors_of(&self.pool, job.connection_id)
+            .await?
+            .into_iter()
+            .map(Monitor::from)
+            .collect();
         let unresolved = (!reach.unresolved.is_empty()).then(|| {
             format!(
                 "repositories no longer resolve with the connection's credentials (gone, or not visible to it): {}",
@@ -276,7 +244,7 @@ impl Vendor for GithubVendor {
         after: Option<&str>,
         page_size: u32,
     ) -> Result<ListedPage, SourceError> {
-        let repo = monitor.repo_ref();
+        let repo = monitor.repo.repo_ref();
         Ok(match class {
             ItemClass::Issue => {
                 ListedPage::Issues(source.issues_page(&repo, page_size, after).await?)
@@ -294,8 +262,9 @@ impl Vendor for GithubVendor {
         _class: ItemClass,
         page: &ListedPage,
     ) -> Result<u64, sqlx::Error> {
-        let repo_id = match self
-            .repository_id(pass.provider_instance_id, monitor)
+        let repo_id = match monitor
+            .repo
+            .resolve(&self.pool, pass.provider_instance_id)
             .await?
         {
             Some(id) => id,
@@ -308,11 +277,11 @@ impl Vendor for GithubVendor {
                 )
                 .await?;
                 sqlx::query("UPDATE repository_to_monitor SET native_id = $2, updated_at = now() WHERE id = $1 AND native_id IS NULL")
-                    .bind(monitor.id)
+                    .bind(monitor.repo.monitor_id)
                     .bind(header.native_id)
                     .execute(&self.pool)
                     .await?;
-                monitor.repository_id = Some(id);
+                monitor.repo.repository_id = Some(id);
                 id
             }
         };
@@ -352,13 +321,10 @@ impl Vendor for GithubVendor {
         monitor: &mut Monitor,
         class: ItemClass,
     ) -> Result<Vec<i64>, sqlx::Error> {
-        match self
-            .repository_id(pass.provider_instance_id, monitor)
-            .await?
-        {
-            Some(id) => items::live_native_ids(&self.pool, class, id).await,
-            None => Ok(Vec::new()),
-        }
+        monitor
+            .repo
+            .live_ids(&self.pool, pass.provider_instance_id, class)
+            .await
     }
 
     async fn tombstone(
@@ -368,20 +334,11 @@ impl Vendor for GithubVendor {
         class: ItemClass,
         plan: &TombstonePlan<i64>,
     ) -> Result<u64, sqlx::Error> {
-        let Some(repo) = monitor.repository_id else {
-            return Ok(0);
-        };
-        let ids: Vec<i64> = plan.ids().iter().copied().collect();
-        items::tombstone(&self.pool, class, repo, &ids, OffsetDateTime::now_utc()).await
+        monitor.repo.tombstone(&self.pool, class, plan).await
     }
 
     fn scope_detail(&self, monitor: &Monitor) -> serde_json::Map<String, serde_json::Value> {
-        let mut detail = serde_json::Map::new();
-        detail.insert(
-            "repository_id".into(),
-            serde_json::json!(monitor.repository_id),
-        );
-        detail
+        monitor.repo.detail()
     }
 
     async fn reconciled_within(
@@ -390,32 +347,17 @@ impl Vendor for GithubVendor {
         monitor: &Monitor,
         cooldown: Duration,
     ) -> Result<bool, sqlx::Error> {
-        let Some(native_id) = monitor.native_id else {
-            return Ok(false);
-        };
-        let row: Option<(bool,)> = sqlx::query_as(
-            "SELECT coalesce(reconciled_at > now() - make_interval(secs => $3), false)
-               FROM repository WHERE provider_instance_id = $1 AND native_id = $2",
-        )
-        .bind(pass.provider_instance_id)
-        .bind(native_id)
-        .bind(cooldown.as_secs_f64())
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.is_some_and(|(cooling,)| cooling))
+        monitor
+            .repo
+            .reconciled_within(&self.pool, pass.provider_instance_id, cooldown)
+            .await
     }
 
     async fn mark_reconciled(&self, pass: &Pass<'_>, monitor: &Monitor) -> Result<(), sqlx::Error> {
-        sqlx::query(
-            "UPDATE repository SET reconciled_at = now()
-              WHERE provider_instance_id = $1
-                AND native_id = (SELECT native_id FROM repository_to_monitor WHERE id = $2)",
-        )
-        .bind(pass.provider_instance_id)
-        .bind(monitor.id)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        monitor
+            .repo
+            .mark_reconciled(&self.pool, pass.provider_instance_id)
+            .await
     }
 
     /// Re-reads the runs of each open pull request whose stored list of its head is unfinished
@@ -426,8 +368,9 @@ impl Vendor for GithubVendor {
         source: &Arc<dyn GithubSource>,
         monitor: &mut Monitor,
     ) -> Result<(), sqlx::Error> {
-        let Some(repository_id) = self
-            .repository_id(pass.provider_instance_id, monitor)
+        let Some(repository_id) = monitor
+            .repo
+            .resolve(&self.pool, pass.provider_instance_id)
             .await?
         else {
             return Ok(());
@@ -438,7 +381,7 @@ impl Vendor for GithubVendor {
         }
         let due = check_runs::due_for_rescan(&self.pool, repository_id, OffsetDateTime::now_utc())
             .await?;
-        let repo = monitor.repo_ref();
+        let repo = monitor.repo.repo_ref();
         for (pull_request, head) in due {
             let read = check_runs::read_and_apply(
                 &self.pool,
@@ -472,16 +415,16 @@ impl Vendor for GithubVendor {
     ) -> Result<PageCheck, sqlx::Error> {
         let current = page.repository();
         // A monitor keeps the repository it first resolved: a reused name is another repository.
-        if let Some(expected) = monitor.native_id
+        if let Some(expected) = monitor.repo.native_id
             && expected != current.native_id
         {
-            tracing::warn!(monitor = %monitor.id, expected, found = current.native_id, "monitored name now belongs to another repository; skipped");
+            tracing::warn!(monitor = %monitor.repo.monitor_id, expected, found = current.native_id, "monitored name now belongs to another repository; skipped");
             pass.job
                 .record_activity(
                     &self.pool,
                     "monitor_name_reused",
                     serde_json::json!({
-                        "monitor_id": monitor.id, "expected_native_id": expected,
+                        "monitor_id": monitor.repo.monitor_id, "expected_native_id": expected,
                         "found_native_id": current.native_id,
                     }),
                 )
@@ -491,7 +434,9 @@ impl Vendor for GithubVendor {
         // A monitor resolves by native id (a legacy one by its name, which GitHub follows to the
         // repository's current one): a name that moved, within or across owners, is re-keyed
         // here, with the mirrored row and the other monitors of the repository.
-        if !monitor.healed && (current.owner != monitor.owner || current.name != monitor.name) {
+        if !monitor.healed
+            && (current.owner != monitor.repo.owner || current.name != monitor.repo.name)
+        {
             self.heal_identity(
                 pass.job.connection_id,
                 pass.provider_instance_id,
