@@ -14,7 +14,7 @@ use lifecycle_core::deletion::TombstonePlan;
 use lifecycle_core::job::SyncJobType;
 use lifecycle_core::listing::ListingPage;
 use scm_mirror::events::Origin;
-use scm_mirror::items::{self, ItemClass};
+use scm_mirror::items::ItemClass;
 use scm_mirror::monitors;
 use scm_mirror::scope::{self, MonitoredRepository};
 use sqlx::PgPool;
@@ -27,9 +27,7 @@ use crate::SourceFactory;
 use crate::check_runs;
 use crate::conversation::Candidates;
 use crate::mirror;
-use crate::source::{
-    GithubSource, IssueNode, Page, PullRequestNode, RepoHeader, RepoRef, SourceError,
-};
+use crate::source::{GithubSource, IssueNode, Page, PullRequestNode, RepoHeader, SourceError};
 
 /// GitHub's side of the sync engine.
 pub struct GithubVendor {
