@@ -28,6 +28,7 @@ use scm_mirror::repository::RepoHeader;
 use scm_mirror::scope::MonitoredRepository;
 use sqlx::PgPool;
 use store::entity::{ConnectionKind, connection};
+use sync_engine::listing_state::{self, BatchEnd, ListingState, ScopeKey};
 use sync_engine::{JobControl, Listed, ListingEnd, ListingPlan, PageCheck, Pass, Scopes, Vendor};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -166,17 +167,6 @@ impl Listed<i64> for ProjectPage {
     }
 }
 
-/// A project's listing state of one class.
-#[derive(Debug, Default, sqlx::FromRow)]
-struct ListingState {
-    watermark: Option<OffsetDateTime>,
-    backfill_pending: bool,
-    backfill_cursor: Option<String>,
-    backfill_requested_by: Option<Uuid>,
-    backfill_batch_job: Option<Uuid>,
-    backfill_batch_at: Option<OffsetDateTime>,
-}
-
 impl GitlabVendor {
     /// Writes the watermarks the project's clean listings earned in this pass, after its notes
     /// pass. Notes-held watermark: a class's watermark goes no further than the oldest stored
@@ -213,20 +203,16 @@ impl GitlabVendor {
                     .fetch_one(&self.pool)
                     .await?
             };
-            let watermark = held.map_or(newest, |held| held.min(newest));
+            let watermark = listing_state::held_back(newest, held);
             if held.is_some() {
                 tracing::info!(project = %project, class = Self::class_name(class), %watermark, %newest, "notes not read whole hold the watermark back");
             }
-            sqlx::query(
-                "INSERT INTO gitlab_listing_state (repository_id, class, watermark)
-                 VALUES ($1, $2, $3)
-                 ON CONFLICT (repository_id, class) DO UPDATE
-                    SET watermark = GREATEST(gitlab_listing_state.watermark, $3)",
+            listing_state::advance_watermark(
+                &self.pool,
+                ScopeKey::repository(repository_id),
+                class.table(),
+                watermark,
             )
-            .bind(repository_id)
-            .bind(class.table())
-            .bind(watermark)
-            .execute(&self.pool)
             .await?;
         }
         Ok(())
@@ -321,16 +307,12 @@ impl GitlabVendor {
         repository_id: Uuid,
         class: ItemClass,
     ) -> Result<ListingState, sqlx::Error> {
-        let row: Option<ListingState> = sqlx::query_as(
-            "SELECT watermark, backfill_pending, backfill_cursor, backfill_requested_by,
-                    backfill_batch_job, backfill_batch_at
-               FROM gitlab_listing_state WHERE repository_id = $1 AND class = $2",
+        listing_state::load(
+            &self.pool,
+            ScopeKey::repository(repository_id),
+            class.table(),
         )
-        .bind(repository_id)
-        .bind(class.table())
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.unwrap_or_default())
+        .await
     }
 
     /// A BACKFILL's plan for one class of a project.
@@ -381,18 +363,12 @@ impl GitlabVendor {
                 // Finished within this request.
                 return Ok(ListingPlan::Skip);
             }
-            sqlx::query(
-                "INSERT INTO gitlab_listing_state
-                        (repository_id, class, backfill_pending, backfill_cursor, backfill_requested_by)
-                 VALUES ($1, $2, true, NULL, $3)
-                 ON CONFLICT (repository_id, class) DO UPDATE
-                    SET backfill_pending = true, backfill_cursor = NULL,
-                        backfill_requested_by = $3",
+            listing_state::request_backfill(
+                &self.pool,
+                ScopeKey::repository(repository_id),
+                class.table(),
+                job.id,
             )
-            .bind(repository_id)
-            .bind(class.table())
-            .bind(job.id)
-            .execute(&self.pool)
             .await?;
             return Ok(ListingPlan::Batch {
                 after: None,
@@ -694,32 +670,18 @@ impl Vendor for GitlabVendor {
                 }
             }
             ListingPlan::Batch { .. } => {
-                let job = pass.job;
                 // Progress is kept page by page: a later batch resumes after the last written.
-                let (pending, batch_job) = if end.complete {
-                    (false, None)
-                } else {
-                    (true, end.batch_full.then_some(job.id))
-                };
-                sqlx::query(
-                    "INSERT INTO gitlab_listing_state
-                            (repository_id, class, backfill_pending, backfill_cursor,
-                             backfill_requested_by, backfill_batch_job, backfill_batch_at)
-                     VALUES ($1, $2, $3, $4, $5, $6, now())
-                     ON CONFLICT (repository_id, class) DO UPDATE
-                        SET backfill_pending = $3,
-                            backfill_cursor = CASE WHEN $3 THEN coalesce($4, gitlab_listing_state.backfill_cursor) END,
-                            backfill_requested_by = coalesce(gitlab_listing_state.backfill_requested_by, $5),
-                            backfill_batch_job = coalesce($6, gitlab_listing_state.backfill_batch_job),
-                            backfill_batch_at = now()",
+                listing_state::record_batch(
+                    &self.pool,
+                    ScopeKey::repository(repository_id),
+                    class.table(),
+                    &BatchEnd {
+                        pending: !end.complete,
+                        last_cursor: end.last_cursor.as_deref(),
+                        job: pass.job.id,
+                        batch_full: end.batch_full,
+                    },
                 )
-                .bind(repository_id)
-                .bind(class.table())
-                .bind(pending)
-                .bind(&end.last_cursor)
-                .bind(job.id)
-                .bind(batch_job)
-                .execute(&self.pool)
                 .await?;
             }
             ListingPlan::Skip => {}
