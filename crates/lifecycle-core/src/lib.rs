@@ -7,6 +7,7 @@
 //! - [`job`]: sync job types and what each may infer.
 //! - [`listing`]: fail-closed upstream listings ([`listing::CompleteListing`]).
 //! - [`deletion`]: the deletion gate with its blast-radius hold.
+//! - [`children`]: nested children reconciled per parent through that gate.
 //! - [`tombstone`] and [`erasure`]: the two deletion semantics, sharing no code.
 //! - [`partial`]: partial metadata (absent, unknown, known).
 //! - [`forward`]: forward-only comparisons.
@@ -23,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 pub mod checks;
+pub mod children;
 pub mod connection;
 pub mod deletion;
 pub mod erasure;

@@ -195,6 +195,7 @@ impl<V: Vendor> Engine<V> {
             job,
             provider_instance_id,
             jobs: &self.jobs,
+            blast_radius: self.settings.blast_radius,
         };
         let (outcome, done) = if let Some(refusal) = V::KIND.jobs().refusal(job.job_type) {
             // The vendor's declaration binds the engine as it binds the API.

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use lifecycle_core::deletion::TombstonePlan;
+use lifecycle_core::deletion::{BlastRadius, TombstonePlan};
 use lifecycle_core::job::SyncJobType;
 use lifecycle_core::listing::{ListingFault, ListingPage, TotalCount};
 use lifecycle_core::vendor_error::VendorErrorClass;
@@ -288,6 +288,8 @@ pub struct Pass<'a> {
     /// The vendor instance of the job's connection.
     pub provider_instance_id: Uuid,
     pub(crate) jobs: &'a Jobs,
+    /// The engine's blast radius, which child sweeps share ([`crate::children`]).
+    pub(crate) blast_radius: BlastRadius,
 }
 
 impl Pass<'_> {

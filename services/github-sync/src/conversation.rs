@@ -1,10 +1,14 @@
 //! What a sync page read under each item (conversation comments, reviews, review threads with
 //! their comments, review requests), written through the same lock-compare-write steps as the
-//! webhooks, under the item's locked row. A comment a whole listing of its parent no longer
-//! shows is tombstoned, in a RECONCILIATION only, and only if it was live before the listing.
+//! webhooks, under the item's locked row. Comments and review comments are child classes of the
+//! engine ([`sync_engine::children`]): one a whole listing of its parent no longer shows is
+//! tombstoned, in a RECONCILIATION only, only if it was live before the listing, and only within
+//! the blast radius.
 
 use std::collections::{HashMap, HashSet};
+use std::marker::PhantomData;
 
+use lifecycle_core::deletion::TombstonePlan;
 use lifecycle_core::forward::Freshness;
 use lifecycle_core::snapshot::{ListRead, SnapshotOutcome};
 use scm_mirror::comments::{
@@ -13,6 +17,9 @@ use scm_mirror::comments::{
 use scm_mirror::events::{Item, Origin};
 use scm_mirror::reviews::Thread;
 use sqlx::PgPool;
+use store::entity::ConnectionKind;
+use sync_engine::Pass;
+use sync_engine::children::{ChildClass, ChildListing, ChildOutcome, ChildTombstones};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -90,13 +97,87 @@ impl Candidates {
     }
 }
 
-/// The candidates of `parent` that `listed` does not show.
-fn missing(candidates: Option<&HashSet<i64>>, listed: &HashSet<i64>) -> Vec<i64> {
-    let mut gone: Vec<i64> = candidates
-        .map(|c| c.difference(listed).copied().collect())
-        .unwrap_or_default();
-    gone.sort_unstable();
-    gone
+/// Conversation comments, as a child class of their issue or pull request.
+pub const COMMENTS: ChildClass = ChildClass {
+    vendor: ConnectionKind::Github,
+    name: "comment",
+};
+
+/// Review comments, as a child class of their pull request.
+pub const REVIEW_COMMENTS: ChildClass = ChildClass {
+    vendor: ConnectionKind::Github,
+    name: "review_comment",
+};
+
+/// What a RECONCILIATION page write may infer deleted: the repository's comment candidates,
+/// reconciled in `pass`.
+#[derive(Debug, Clone, Copy)]
+pub struct Removal<'a> {
+    pub candidates: &'a Candidates,
+    pub pass: Pass<'a>,
+}
+
+/// Tombstones comments of table `C` under `scope_id`, dated `deleted_at`, as a webhook's
+/// deletion does.
+struct Tombstones<C> {
+    scope_id: Uuid,
+    deleted_at: OffsetDateTime,
+    table: PhantomData<fn() -> C>,
+}
+
+#[async_trait::async_trait]
+impl<C: CommentRow + 'static> ChildTombstones<i64> for Tombstones<C> {
+    async fn tombstone(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        plan: &TombstonePlan<i64>,
+    ) -> Result<u64, sqlx::Error> {
+        let ids: Vec<i64> = plan.ids().iter().copied().collect();
+        comments::tombstone_missing::<C>(conn, self.scope_id, &ids, self.deleted_at).await
+    }
+}
+
+impl<C> Tombstones<C> {
+    fn new(scope_id: Uuid, deleted_at: OffsetDateTime) -> Self {
+        Tombstones {
+            scope_id,
+            deleted_at,
+            table: PhantomData,
+        }
+    }
+}
+
+/// Reconciles the children of `class` under the locked `item`: `live` is what `item` held
+/// before the listings, `listed` what its listing showed (`None` when the listing was not
+/// whole); `writer` tombstones what the gate plans.
+async fn reconcile<C: CommentRow + 'static>(
+    txn: &mut sqlx::PgConnection,
+    pass: Pass<'_>,
+    class: ChildClass,
+    item: &Item,
+    live: Option<&HashSet<i64>>,
+    listed: Option<Vec<i64>>,
+    writer: Tombstones<C>,
+) -> Result<u64, sqlx::Error> {
+    let children = pass.children(class);
+    let sweep = children.capture(live.into_iter().flatten().copied());
+    // Fail-closed: only a whole listing of the parent infers a deletion.
+    let listing = listed.map_or(ChildListing::Partial, ChildListing::Whole);
+    let mut parent = serde_json::Map::new();
+    parent.insert(
+        "repository_id".into(),
+        item.repository_id.to_string().into(),
+    );
+    parent.insert("parent_id".into(), item.id.to_string().into());
+    Ok(
+        match children
+            .reconcile(txn, parent, sweep, listing, &writer)
+            .await?
+        {
+            ChildOutcome::Tombstoned(n) => n,
+            ChildOutcome::Skipped | ChildOutcome::Held { .. } => 0,
+        },
+    )
 }
 
 fn fields(c: &CommentNode) -> CommentFields<'_> {
@@ -125,15 +206,15 @@ async fn write_comment<C: CommentRow>(
 }
 
 /// Writes what `conversation` holds under the locked `item` (stored at `version`), read at
-/// `read_at`. `removal` is the parent's candidates in a RECONCILIATION whose page reported no
-/// error; `None` removes nothing.
+/// `read_at`. `removal` is the repository's candidates in a RECONCILIATION whose page reported
+/// no error; `None` removes nothing.
 pub async fn write(
     txn: &mut sqlx::PgConnection,
     item: &Item,
     version: OffsetDateTime,
     read_at: OffsetDateTime,
     conversation: &Conversation,
-    removal: Option<&Candidates>,
+    removal: Option<&Removal<'_>>,
 ) -> Result<Corrections, sqlx::Error> {
     let mut done = Corrections::default();
     let read_at = micros(read_at);
@@ -145,13 +226,19 @@ pub async fn write(
             };
             done.comments += u64::from(write_comment(txn, &comment).await?);
         }
-        // Fail-closed: only a whole listing of the parent infers a deletion.
-        if let (true, Some(candidates)) = (list.whole, removal) {
+        if let Some(removal) = removal {
             let listed: HashSet<i64> = list.nodes.iter().map(|c| c.native_id).collect();
-            let gone = missing(candidates.comments.get(&item.id), &listed);
-            done.comments_removed +=
-                comments::tombstone_missing::<Comment<'_>>(txn, item.repository_id, &gone, read_at)
-                    .await?;
+            let listed = list.whole.then(|| listed.into_iter().collect());
+            done.comments_removed += reconcile(
+                txn,
+                removal.pass,
+                COMMENTS,
+                item,
+                removal.candidates.comments.get(&item.id),
+                listed,
+                Tombstones::<Comment<'static>>::new(item.repository_id, read_at),
+            )
+            .await?;
         }
     }
     if let Some(list) = &conversation.reviews {
@@ -205,11 +292,18 @@ pub async fn write(
             listed.extend(t.comments.nodes.iter().map(|c| c.comment.native_id));
         }
         // Every review comment sits in a thread: all threads and each one's comments are whole.
-        if let (true, Some(candidates)) = (whole, removal) {
-            let gone = missing(candidates.review_comments.get(&item.id), &listed);
-            done.comments_removed +=
-                comments::tombstone_missing::<ReviewComment<'_>>(txn, item.id, &gone, read_at)
-                    .await?;
+        if let Some(removal) = removal {
+            let listed = whole.then(|| listed.into_iter().collect());
+            done.comments_removed += reconcile(
+                txn,
+                removal.pass,
+                REVIEW_COMMENTS,
+                item,
+                removal.candidates.review_comments.get(&item.id),
+                listed,
+                Tombstones::<ReviewComment<'static>>::new(item.id, read_at),
+            )
+            .await?;
         }
     }
     if let Some(list) = &conversation.reviewers {

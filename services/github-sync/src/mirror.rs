@@ -14,7 +14,7 @@ use sqlx::PgPool;
 use store::entity::ConnectionKind;
 use uuid::Uuid;
 
-use crate::conversation::{self, Candidates, Corrections};
+use crate::conversation::{self, Corrections, Removal};
 use crate::source::Page;
 use crate::webhooks::misfiled;
 
@@ -117,7 +117,7 @@ pub async fn upsert_page<N: ListedNode>(
     pool: &PgPool,
     repository_id: Uuid,
     page: &Page<N>,
-    removal: Option<&Candidates>,
+    removal: Option<&Removal<'_>>,
 ) -> Result<Written, sqlx::Error> {
     // Fail-closed: a GraphQL error anywhere on the page leaves every nested listing in doubt.
     let removal = removal.filter(|_| page.error_paths.is_empty());

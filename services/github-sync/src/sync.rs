@@ -25,7 +25,7 @@ use uuid::Uuid;
 
 use crate::SourceFactory;
 use crate::check_runs;
-use crate::conversation::Candidates;
+use crate::conversation::{Candidates, Removal};
 use crate::mirror;
 use crate::source::{GithubSource, IssueNode, Page, PullRequestNode, RepoHeader, SourceError};
 
@@ -287,13 +287,17 @@ impl Vendor for GithubVendor {
         let removal = monitor
             .candidates
             .as_ref()
-            .filter(|_| pass.job.job_type == SyncJobType::Reconciliation);
+            .filter(|_| pass.job.job_type == SyncJobType::Reconciliation)
+            .map(|candidates| Removal {
+                candidates,
+                pass: *pass,
+            });
         let written = match page {
             ListedPage::Issues(page) => {
-                mirror::upsert_page(&self.pool, repo_id, page, removal).await?
+                mirror::upsert_page(&self.pool, repo_id, page, removal.as_ref()).await?
             }
             ListedPage::PullRequests(page) => {
-                mirror::upsert_page(&self.pool, repo_id, page, removal).await?
+                mirror::upsert_page(&self.pool, repo_id, page, removal.as_ref()).await?
             }
         };
         if written.nested.total() > 0 {
