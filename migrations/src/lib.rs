@@ -27,6 +27,7 @@ mod m0020_gitlab_watermark;
 mod m0021_registration;
 mod m0024_trace_context;
 mod m0025_resource_kind_open;
+mod m0027_integration_event;
 mod m0028_delivery_erasure;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
@@ -150,6 +151,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0025_resource_kind_open",
                 up: m0025_resource_kind_open::UP,
+            }),
+            Box::new(Sql {
+                name: "m0027_integration_event",
+                up: m0027_integration_event::UP,
             }),
             Box::new(Sql {
                 name: "m0028_delivery_erasure",
