@@ -28,6 +28,7 @@ mod m0021_registration;
 mod m0024_trace_context;
 mod m0025_resource_kind_open;
 mod m0026_listing_state;
+mod m0027_integration_event;
 mod m0028_delivery_erasure;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
@@ -155,6 +156,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0026_listing_state",
                 up: m0026_listing_state::UP,
+            }),
+            Box::new(Sql {
+                name: "m0027_integration_event",
+                up: m0027_integration_event::UP,
             }),
             Box::new(Sql {
                 name: "m0028_delivery_erasure",

@@ -1,7 +1,7 @@
 //! What the SCM mirror holds for the eraser, declared by GitHub and GitLab alike
 //! ([`crate::vendors`]): the connection's monitors, the workspace's activity entries of repositories it stops covering,
 //! and, for a repository no monitor anywhere covers any more, everything under it, derived rows
-//! first (activity entries, item events), then comments, reviews and threads, then the items,
+//! first (activity entries, item events and their generic ledger rows), then comments, reviews and threads, then the items,
 //! then the repository. Tombstoned rows are selected like any other: erasure is a hard delete
 //! and shares nothing with `items`' tombstones.
 
@@ -50,6 +50,10 @@ pub static ERASABLE: Erasable = Erasable {
         ErasableTable {
             table: "item_event",
             selector: Selector::Repository(of_items!("1")),
+        },
+        ErasableTable {
+            table: "integration_event",
+            selector: Selector::Repository("subject_kind = 'repository' AND subject_id = $1"),
         },
         ErasableTable {
             table: "review_comment",

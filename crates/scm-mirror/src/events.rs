@@ -1,13 +1,15 @@
 //! Item events and activity entries: one per lifecycle change of an issue or pull request,
 //! whichever path reports it. The change's source key and the item's version go into
 //! `item_event`, whose unique keys absorb a second report; each workspace whose monitors cover
-//! the repository gets one `activity_event` under the same key and one message on
-//! `events.<workspaceId>.<type>`, through the outbox in the writer's transaction.
+//! the repository gets one `activity_event` under the same key, and the change is recorded
+//! through the generic ledger (`store::events`, scope: the repository), which publishes one
+//! message per such workspace on `events.<workspaceId>.<type>` through the outbox in the
+//! writer's transaction.
 
 use lifecycle_core::source_key::LifecycleChange;
-use store::contracts::{ItemEvent, ItemRef};
+use store::contracts::ItemRef;
 use store::entity::ConnectionKind;
-use store::outbox;
+use store::events::{EventSubject, IntegrationEvent, Recipient, rfc3339};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -133,12 +135,6 @@ pub async fn workspaces_in_scope(
         .await
 }
 
-/// A timestamp as the events' readers expect it (RFC 3339), never serde's tuple form.
-fn rfc3339(at: OffsetDateTime) -> String {
-    at.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_else(|_| at.unix_timestamp().to_string())
-}
-
 /// Records `change` of `item` at `version`, inside the writer's transaction. Returns whether it
 /// was new: a second report of the same change (same source key) or a second event of the same
 /// name at the same version records nothing, adds no activity and publishes nothing.
@@ -179,6 +175,7 @@ pub async fn record(
     };
     metrics::counter!("item_events_total", "vendor" => vendor, "name" => name, "outcome" => "recorded")
         .increment(1);
+    let mut audience = Vec::new();
     for workspace_id in workspaces_in_scope(txn, item.vendor, item.repository_id).await? {
         // The activity entry uses the event's source key, so each path adds one entry.
         let activity: Option<(Uuid,)> = sqlx::query_as(
@@ -198,28 +195,35 @@ pub async fn record(
         .bind(occurred)
         .fetch_optional(&mut *txn)
         .await?;
-        let Some((activity_id,)) = activity else {
-            continue;
-        };
-        let message = ItemEvent {
-            id: activity_id,
-            event_type: name.to_owned(),
-            workspace_id,
-            item: ItemRef {
-                kind: match item.kind {
-                    ItemKind::Issue => "issue",
-                    ItemKind::PullRequest => "pull_request",
-                }
-                .to_owned(),
-                id: item.id,
-            },
-            repository_id: item.repository_id,
-            source_key: key.as_str().to_owned(),
-            version: rfc3339(version),
-            occurred_at: occurred.map(rfc3339),
-            origin: origin.as_str().to_owned(),
-        };
-        outbox::enqueue_contract(&mut *txn, &message).await?;
+        // A workspace's message is its activity entry: the same id, as consumers know it.
+        if let Some((activity_id,)) = activity {
+            audience.push(Recipient {
+                workspace_id,
+                message_id: activity_id,
+            });
+        }
     }
+    // The generic ledger publishes; the forge's fields ride beside the generic ones, so the
+    // message reads as an `ItemEvent`.
+    let mut detail = serde_json::Map::new();
+    detail.insert("version".into(), rfc3339(version).into());
+    detail.insert("origin".into(), origin.as_str().into());
+    let event = IntegrationEvent {
+        subject: EventSubject::repository(item.repository_id),
+        item: ItemRef {
+            kind: match item.kind {
+                ItemKind::Issue => "issue",
+                ItemKind::PullRequest => "pull_request",
+            }
+            .to_owned(),
+            id: item.id,
+        },
+        event_type: name.to_owned(),
+        source_key: key.as_str().to_owned(),
+        occurred_at: occurred,
+        connection_id: None,
+        detail,
+    };
+    store::events::record(txn, &event, &audience).await?;
     Ok(true)
 }

@@ -168,6 +168,17 @@ async fn a_gitlab_item_fans_out_to_gitlab_connections_only_and_counts_under_its_
         1,
         "nothing published twice"
     );
+    // The forge's change is one case of the generic ledger, scoped to its repository.
+    let generic: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM integration_event
+          WHERE subject_kind = 'repository' AND subject_id = $1 AND connection_id IS NULL
+            AND type = 'scm.issue.opened' AND workspace_ids = ARRAY[$2]::uuid[]",
+    )
+    .bind(gitlab_repo)
+    .bind(gitlab_ws)
+    .fetch_one(pool)
+    .await?;
+    assert_eq!(generic, 1);
 
     let seen = counters.0.lock().expect("counters lock").clone();
     for outcome in ["recorded", "absorbed"] {

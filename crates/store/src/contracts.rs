@@ -187,7 +187,8 @@ pub struct ItemRef {
     pub id: Uuid,
 }
 
-/// `events.<workspaceId>.<type>`: a lifecycle change of an issue or pull request, per workspace.
+/// `events.<workspaceId>.<type>`: a lifecycle change of an issue or pull request, per workspace,
+/// as a consumer reads it: the forge case of [`IntegrationEventMessage`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ItemEvent {
     /// The activity entry's id; also the message's dedup key.
@@ -215,6 +216,51 @@ impl Contract for ItemEvent {
             (headers::WORKSPACE, self.workspace_id.to_string()),
             (headers::REPOSITORY, self.repository_id.to_string()),
         ]
+    }
+    fn msg_id(&self) -> Option<String> {
+        Some(self.id.to_string())
+    }
+}
+
+/// `events.<workspaceId>.<type>`: a change any vendor reports, per workspace it fans out to
+/// ([`crate::events::record`] writes it). The generic fields are named here; the vendor's scope
+/// travels as `<kind>_id` (`repository_id`, `channel_id`) and its own fields beside them
+/// (`detail`), so a forge item's message reads exactly as an [`ItemEvent`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IntegrationEventMessage {
+    /// This workspace's copy; also the message's dedup key.
+    pub id: Uuid,
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub workspace_id: Uuid,
+    pub item: ItemRef,
+    pub source_key: String,
+    /// RFC 3339.
+    pub occurred_at: Option<String>,
+    /// The scope as `<kind>_id` and the vendor's own fields.
+    #[serde(flatten)]
+    pub detail: serde_json::Map<String, serde_json::Value>,
+    /// The connection whose copy it is alone (headers only, for erasure).
+    #[serde(skip)]
+    pub connection_id: Option<Uuid>,
+    /// The mirrored repository it is about (headers only, for erasure with the repository).
+    #[serde(skip)]
+    pub repository_id: Option<Uuid>,
+}
+
+impl Contract for IntegrationEventMessage {
+    fn subject(&self) -> String {
+        lifecycle_core::subject::events(&self.workspace_id.to_string(), &self.event_type)
+    }
+    fn headers(&self) -> Vec<(&'static str, String)> {
+        let mut headers = vec![(headers::WORKSPACE, self.workspace_id.to_string())];
+        if let Some(id) = self.connection_id {
+            headers.push((headers::CONNECTION, id.to_string()));
+        }
+        if let Some(id) = self.repository_id {
+            headers.push((headers::REPOSITORY, id.to_string()));
+        }
+        headers
     }
     fn msg_id(&self) -> Option<String> {
         Some(self.id.to_string())
@@ -305,6 +351,53 @@ mod tests {
             m
         );
         assert!(JobQueued::decode("x", &none, b"{\"job_id\": 1}").is_err());
+    }
+
+    #[test]
+    fn a_forge_integration_event_reads_exactly_as_an_item_event() {
+        let item = ItemEvent {
+            id: Uuid::now_v7(),
+            event_type: "scm.pull_request.merged".into(),
+            workspace_id: Uuid::now_v7(),
+            item: ItemRef {
+                kind: "pull_request".into(),
+                id: Uuid::now_v7(),
+            },
+            repository_id: Uuid::now_v7(),
+            source_key: "merge:2023-11-14T22:13:20Z".into(),
+            version: "2023-11-14T22:13:30Z".into(),
+            occurred_at: None,
+            origin: "webhook".into(),
+        };
+        let mut detail = serde_json::Map::new();
+        detail.insert(
+            "repository_id".into(),
+            item.repository_id.to_string().into(),
+        );
+        detail.insert("version".into(), item.version.clone().into());
+        detail.insert("origin".into(), item.origin.clone().into());
+        let generic = IntegrationEventMessage {
+            id: item.id,
+            event_type: item.event_type.clone(),
+            workspace_id: item.workspace_id,
+            item: item.item.clone(),
+            source_key: item.source_key.clone(),
+            occurred_at: None,
+            detail,
+            connection_id: None,
+            repository_id: Some(item.repository_id),
+        };
+        // Unchanged for consumers: the same payload, subject, headers and dedup key.
+        assert_eq!(
+            serde_json::to_value(&generic).unwrap(),
+            serde_json::to_value(&item).unwrap()
+        );
+        let read: ItemEvent =
+            serde_json::from_slice(&serde_json::to_vec(&generic).unwrap()).unwrap();
+        assert_eq!(read, item);
+        assert_eq!(generic.subject(), item.subject());
+        assert_eq!(generic.headers(), item.headers());
+        assert_eq!(generic.msg_id(), item.msg_id());
     }
 
     #[test]

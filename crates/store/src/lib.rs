@@ -9,6 +9,7 @@ pub mod credentials;
 pub mod declaration;
 pub mod entity;
 pub mod erasure;
+pub mod events;
 pub mod headers;
 pub mod inbound;
 pub mod jobs;

@@ -1,8 +1,8 @@
 //! The one list of vendors. Each vendor declares what it holds where its own code lives
 //! ([`store::declaration::VendorDeclaration`]); this crate collects the declarations, adds the
-//! platform's own holders (ingress's raw copies, the bus's messages in flight and dead), and
-//! serves what reads them across vendors: the eraser's holders ([`holders`]), the
-//! erasure-completeness scan ([`scan`]) and the schema check ([`schema`]).
+//! platform's own holders (ingress's raw copies, the generic event ledger, the bus's messages in
+//! flight and dead), and serves what reads them across vendors: the eraser's holders
+//! ([`holders`]), the erasure-completeness scan ([`scan`]) and the schema check ([`schema`]).
 //!
 //! Adding a vendor is one line in [`VENDORS`] (see docs/adding-a-vendor.md).
 #![forbid(unsafe_code)]
@@ -21,7 +21,11 @@ pub const VENDORS: &[&VendorDeclaration] =
     &[&scm_mirror::vendors::GITHUB, &scm_mirror::vendors::GITLAB];
 
 /// Holders of every vendor's content that belong to the platform, not to a vendor.
-pub const PLATFORM: &[&Erasable] = &[&store::inbound::ERASABLE, &bus::dead::ERASABLE];
+pub const PLATFORM: &[&Erasable] = &[
+    &store::inbound::ERASABLE,
+    &store::events::ERASABLE,
+    &bus::dead::ERASABLE,
+];
 
 /// The declaration of `kind`, if a vendor declared it.
 pub fn declaration(kind: ConnectionKind) -> Option<&'static VendorDeclaration> {

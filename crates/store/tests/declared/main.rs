@@ -1,7 +1,9 @@
 //! What a vendor declares instead of editing `store`: an admission rule and the kinds of
-//! resource it creates. Each test declares a vendor that is not a forge, in the test itself.
+//! resource it creates, and the events it records. Each test declares a vendor that is not a
+//! forge, in the test itself.
 
 mod admission;
+mod events;
 mod registration;
 
 use anyhow::Result;

@@ -149,6 +149,21 @@ async fn disconnect_then_purge_leave_nothing_and_spare_what_others_monitor() -> 
             "B's message {sequence} left {stream}"
         );
     }
+    // The generic event ledger's rows of an erased repository went with it.
+    for repo in [o.a_only, o.synced_a] {
+        assert_eq!(
+            count(
+                &w.pool,
+                &format!(
+                    "SELECT count(*) FROM integration_event
+                      WHERE subject_kind = 'repository' AND subject_id = '{}'",
+                    repo.id
+                )
+            )
+            .await?,
+            0
+        );
+    }
     // Tombstoned rows went with the rest: nothing of A's repository is left at all.
     assert_eq!(
         count(

@@ -299,6 +299,11 @@ impl World {
              SELECT gen_random_uuid(), i.id, 'scm.issue.opened', 'opened:' || i.number, now(),
                     'webhook'
                FROM issue i WHERE i.repository_id = $1 AND $3 > 0",
+            "INSERT INTO integration_event (id, subject_kind, subject_id, item_kind, item_id,
+                                            type, source_key)
+             SELECT gen_random_uuid(), 'repository', $1, 'issue', i.id, 'scm.issue.opened',
+                    'opened:' || i.number
+               FROM issue i WHERE i.repository_id = $1 AND $3 > 0",
         ] {
             sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(id)
@@ -492,6 +497,10 @@ impl World {
             (
                 "item_event",
                 "issue_id IN (SELECT id FROM issue WHERE repository_id = ANY($3))",
+            ),
+            (
+                "integration_event",
+                "subject_kind = 'repository' AND subject_id = ANY($3)",
             ),
             ("activity_event", "workspace_id = $1"),
             ("repository_to_monitor", "workspace_id = $1"),
