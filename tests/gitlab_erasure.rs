@@ -153,7 +153,7 @@ async fn a_gitlab_disconnect_leaves_no_content_and_keeps_its_registrations_for_r
         "table:pull_request",
         "table:comment",
         "table:gitlab_activation",
-        "table:gitlab_listing_state",
+        "table:listing_state",
         "table:inbound_message",
     ] {
         assert!(place(&before, table) > 0, "{table}: {before}");

@@ -27,6 +27,8 @@ mod m0020_gitlab_watermark;
 mod m0021_registration;
 mod m0024_trace_context;
 mod m0025_resource_kind_open;
+mod m0026_listing_state;
+mod m0028_delivery_erasure;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -149,6 +151,14 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0025_resource_kind_open",
                 up: m0025_resource_kind_open::UP,
+            }),
+            Box::new(Sql {
+                name: "m0026_listing_state",
+                up: m0026_listing_state::UP,
+            }),
+            Box::new(Sql {
+                name: "m0028_delivery_erasure",
+                up: m0028_delivery_erasure::UP,
             }),
         ]
     }

@@ -142,6 +142,7 @@ pub trait Handler: Send + Sync + 'static {
 #[derive(Clone)]
 struct Context {
     db: DatabaseConnection,
+    bus: Bus,
     namespace: Namespace,
     spec: Arc<ConsumerSpec>,
     stream_name: String,
@@ -188,6 +189,38 @@ impl Delivery {
     /// When the stream stored the message (the NATS server's clock).
     pub fn stored_at(&self) -> OffsetDateTime {
         self.stored_at
+    }
+
+    /// Erases this delivery everywhere it is kept, its copy in this stream included (by the
+    /// sequence it was delivered from, whether or not the ledger has recorded it yet): see
+    /// [`crate::erasure::erase_delivery`]. For a vendor that must not keep what it is handling
+    /// (a message from a channel without consent); the handler then settles as usual.
+    pub async fn erase(
+        &self,
+    ) -> Result<store::inbound::ErasedDelivery, crate::erasure::EraseError> {
+        use crate::erasure::EraseError::NotADelivery;
+        let id = |name: &'static str| {
+            self.header(name)
+                .and_then(|v| v.parse::<uuid::Uuid>().ok())
+                .ok_or(NotADelivery(name))
+        };
+        let (connection_id, delivery_id) = (id(headers::CONNECTION)?, id(headers::DELIVERY)?);
+        let in_hand = self
+            .message
+            .as_ref()
+            .and_then(|m| m.info().ok())
+            .map(|info| store::inbound::StreamCopy {
+                stream: self.ctx.spec.stream.name().to_owned(),
+                sequence: info.stream_sequence,
+            });
+        crate::erasure::erase_delivery(
+            &self.ctx.bus,
+            &self.ctx.db,
+            connection_id,
+            delivery_id,
+            in_hand,
+        )
+        .await
     }
 
     /// Acknowledges after the handler's transaction committed; waits for the server to confirm.
@@ -562,6 +595,7 @@ pub async fn run<H: Handler>(
     let _stop_lag = lag.drop_guard();
     let ctx = Context {
         db,
+        bus: bus.clone(),
         namespace: ns.clone(),
         spec: Arc::new(spec),
         stream_name: stream_name.clone(),

@@ -74,6 +74,36 @@ pub async fn record_with_headers<C: ConnectionTrait>(
     Ok(id)
 }
 
+/// Deletes the dead copies of `deliveries` (by the delivery their headers name), when one
+/// delivery is erased on its own ([`crate::erasure::erase_delivery`]).
+pub async fn forget_deliveries<C: ConnectionTrait>(
+    db: &C,
+    deliveries: &[Uuid],
+) -> Result<u64, DbErr> {
+    if deliveries.is_empty() {
+        return Ok(0);
+    }
+    let ids = format!(
+        "{{{}}}",
+        deliveries
+            .iter()
+            .map(Uuid::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let res = db
+        .execute_raw(sea_orm::Statement::from_sql_and_values(
+            sea_orm::DbBackend::Postgres,
+            format!(
+                "DELETE FROM dead_message WHERE headers ->> '{}' = ANY($1::text[])",
+                store::headers::DELIVERY
+            ),
+            [ids.into()],
+        ))
+        .await?;
+    Ok(res.rows_affected())
+}
+
 /// Why a replay did not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {

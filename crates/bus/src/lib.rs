@@ -1,6 +1,6 @@
 //! JetStream for forgesync: stream declaration, publishing with `Nats-Msg-Id`, durable pull
-//! consumers whose messages are nak'ed unless explicitly acked, dead messages in Postgres, and the
-//! outbox relay.
+//! consumers whose messages are nak'ed unless explicitly acked, dead messages in Postgres, the
+//! outbox relay, and erasing messages from streams (one delivery, or by the ledger).
 #![forbid(unsafe_code)]
 
 pub mod consumer;
@@ -8,6 +8,7 @@ pub mod consumer_metrics;
 /// The message contracts shared by producers and consumers (defined beside the outbox).
 pub use store::contracts;
 pub mod dead;
+pub mod erasure;
 pub mod namespace;
 pub mod relay;
 pub mod streams;
@@ -19,6 +20,7 @@ use async_nats::jetstream::{self, message::PublishMessage};
 use bytes::Bytes;
 use tracing::Instrument as _;
 
+pub use erasure::erase_delivery;
 pub use namespace::Namespace;
 pub use streams::{Stream, StreamSettings};
 
@@ -79,6 +81,9 @@ pub enum BusError {
     },
     #[error("consumer {consumer}: {message}")]
     Consumer { consumer: String, message: String },
+    /// Deleting messages from a stream failed; deleting them again resumes.
+    #[error("erasing from stream {stream}: {message}")]
+    Erase { stream: String, message: String },
     /// A subject too long for the server's publish line; nothing was published.
     #[error(
         "refusing to publish: the subject is {len} bytes, more than the {max} the server reads"

@@ -83,6 +83,19 @@ impl<Id: Ord + Clone> TombstonePlan<Id> {
         &self.ids
     }
 
+    /// The plan narrowed to the ids the vendor confirmed gone (confirm-before-tombstone): what
+    /// it did not confirm stays, and an id the plan did not hold is never added.
+    pub fn confirmed(self, confirmed: impl IntoIterator<Item = Id>) -> TombstonePlan<Id> {
+        let confirmed: BTreeSet<Id> = confirmed.into_iter().collect();
+        TombstonePlan {
+            ids: self
+                .ids
+                .into_iter()
+                .filter(|id| confirmed.contains(id))
+                .collect(),
+        }
+    }
+
     /// The tombstone to write on each row.
     pub fn tombstones(&self, deleted_at: Timestamp) -> Vec<(Id, Tombstone)> {
         self.ids
@@ -242,6 +255,17 @@ mod tests {
 
     fn set(ids: &[u32]) -> BTreeSet<u32> {
         ids.iter().copied().collect()
+    }
+
+    #[test]
+    fn a_confirmed_plan_keeps_only_planned_ids_the_vendor_confirmed() {
+        let pass = SweepPass::capture(SyncJobType::Reconciliation, [1, 2, 3, 4]);
+        let SweepDecision::Tombstone(plan) = pass.decide(complete(&[1]), &BlastRadius::default())
+        else {
+            panic!("expected a plan");
+        };
+        // 3 is not confirmed (still readable); 9 was never planned.
+        assert_eq!(plan.confirmed([2, 4, 9]).ids(), &set(&[2, 4]));
     }
 
     #[test]

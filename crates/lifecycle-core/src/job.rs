@@ -173,8 +173,18 @@ mod tests {
                 assert_eq!(support.refusal(job), None, "{} runs {job}", support.vendor);
             }
         }
+        // Slack reads nothing at connect: only what arrives after a channel's consent.
+        let refusal = crate::slack::JOBS
+            .refusal(SyncJobType::Initial)
+            .expect("Slack refuses INITIAL");
+        assert!(
+            refusal
+                .to_string()
+                .starts_with("Slack connections do not run an initial sync: "),
+            "{refusal}"
+        );
+        assert_eq!(crate::outline::JOBS.refusal(SyncJobType::Initial), None);
         for support in [crate::slack::JOBS, crate::outline::JOBS] {
-            assert_eq!(support.refusal(SyncJobType::Initial), None);
             assert_eq!(support.refusal(SyncJobType::Reconciliation), None);
             let refusal = support.refusal(SyncJobType::Backfill).expect("refused");
             assert!(

@@ -106,7 +106,10 @@ pub fn events_of_workspace(workspace_id: &str) -> String {
     format!("events.{}.>", encode_token(workspace_id))
 }
 
-/// The token that marks a GitLab subject routed by connection (`gitlab.?connection.<id>.<event>`).
+/// The token that marks a subject routed by connection (`<vendor>.?connection.<id>.<event>`):
+/// what reaches us through something we registered whose id the vendor assigns (a GitLab group
+/// hook, an Outline subscription). The connection exists before the create call, so its
+/// consumer can be confirmed before any delivery can arrive.
 pub const CONNECTION_LEVEL: &str = "?connection";
 
 /// Longest token a vendor name may encode to. A vendor controls these names (a repository, a
@@ -161,14 +164,20 @@ pub fn gitlab_root_group(root_group: &str, event: &str) -> Result<String, Subjec
     ]))
 }
 
-/// `gitlab.?connection.<connectionId>.<event>`: hooks we registered, routed by connection only.
-pub fn gitlab_connection(connection_id: &str, event: &str) -> Result<String, SubjectError> {
+/// `<vendor>.?connection.<connectionId>.<event>`: what a resource we registered delivers,
+/// routed by connection only (see [`CONNECTION_LEVEL`]).
+fn by_connection(vendor: &str, connection_id: &str, event: &str) -> Result<String, SubjectError> {
     Ok(join(&[
-        "gitlab",
+        vendor,
         CONNECTION_LEVEL,
         &token(connection_id)?,
         &token(event)?,
     ]))
+}
+
+/// `gitlab.?connection.<connectionId>.<event>`: hooks we registered, routed by connection only.
+pub fn gitlab_connection(connection_id: &str, event: &str) -> Result<String, SubjectError> {
+    by_connection("gitlab", connection_id, event)
 }
 
 /// `slack.<team>.<scope>.<event>`: scope is the channel, `?` for team-level events.
@@ -180,9 +189,10 @@ pub fn slack(team: &str, channel: Option<&str>, event: &str) -> Result<String, S
     Ok(join(&["slack", &token(team)?, &scope, &token(event)?]))
 }
 
-/// `outline.<subscriptionId>.<event>`
-pub fn outline(subscription_id: &str, event: &str) -> Result<String, SubjectError> {
-    Ok(join(&["outline", &token(subscription_id)?, &token(event)?]))
+/// `outline.?connection.<connectionId>.<event>`: a subscription's id is Outline's to assign, so
+/// its deliveries are routed by the connection that registered it.
+pub fn outline(connection_id: &str, event: &str) -> Result<String, SubjectError> {
+    by_connection("outline", connection_id, event)
 }
 
 /// Every owner-level GitHub subject (`github.<owner>.?.<event>`, repository lifecycle and
@@ -245,9 +255,9 @@ pub enum Subject {
         channel: Option<String>,
         event: String,
     },
-    /// `outline.<subscriptionId>.<event>`
+    /// `outline.?connection.<connectionId>.<event>`
     Outline {
-        subscription_id: String,
+        connection_id: String,
         event: String,
     },
     /// `lifecycle.<kind>.<connectionId>.<transition>`
@@ -305,9 +315,9 @@ impl Subject {
                 event,
             } => slack(team, channel.as_deref(), event)?,
             Subject::Outline {
-                subscription_id,
+                connection_id,
                 event,
-            } => outline(subscription_id, event)?,
+            } => outline(connection_id, event)?,
             Subject::Lifecycle {
                 kind,
                 connection_id,
@@ -364,8 +374,8 @@ impl Subject {
                 },
                 event: d(event)?,
             },
-            ["outline", id, event] => Subject::Outline {
-                subscription_id: d(id)?,
+            ["outline", level, id, event] if *level == CONNECTION_LEVEL => Subject::Outline {
+                connection_id: d(id)?,
                 event: d(event)?,
             },
             ["lifecycle", kind, id, transition] => Subject::Lifecycle {
@@ -403,8 +413,8 @@ pub enum Monitor {
     GitlabRootGroup { root_group: String },
     /// One Slack channel (team-level events come along).
     SlackChannel { team: String, channel: String },
-    /// One Outline webhook subscription.
-    OutlineSubscription { subscription_id: String },
+    /// An Outline connection's registered subscription.
+    OutlineConnection { connection_id: String },
 }
 
 fn monitor_filters(monitor: &Monitor) -> Vec<String> {
@@ -440,9 +450,11 @@ fn monitor_filters(monitor: &Monitor) -> Vec<String> {
             all(vec![s("slack"), t(team), t(channel)]),
             all(vec![s("slack"), t(team), s(NO_LEVEL)]),
         ],
-        Monitor::OutlineSubscription { subscription_id } => {
-            vec![all(vec![s("outline"), t(subscription_id)])]
-        }
+        Monitor::OutlineConnection { connection_id } => vec![all(vec![
+            s("outline"),
+            s(CONNECTION_LEVEL),
+            t(connection_id),
+        ])],
     }
 }
 
@@ -595,8 +607,8 @@ mod tests {
                 "slack.t1.?.team_join",
             ),
             (
-                outline("s1", "documents.update").unwrap(),
-                "outline.s1.documents%2Eupdate",
+                outline("c1", "documents.update").unwrap(),
+                "outline.?connection.c1.documents%2Eupdate",
             ),
         ];
         for (built, expected) in cases {
@@ -680,7 +692,14 @@ mod tests {
 
     #[test]
     fn unknown_or_malformed_subjects_are_errors() {
-        for bad in ["", "github.a.b", "nats.a.b.c", "events.a", "outline.a.b.c"] {
+        for bad in [
+            "",
+            "github.a.b",
+            "nats.a.b.c",
+            "events.a",
+            "outline.a.b.c",
+            "outline.s1.update",
+        ] {
             assert_eq!(Subject::parse(bad), Err(SubjectError::Unknown(bad.into())));
         }
         assert!(matches!(
@@ -798,8 +817,8 @@ mod tests {
                 team: "T1".into(),
                 channel: "C1".into(),
             },
-            Monitor::OutlineSubscription {
-                subscription_id: "s1".into(),
+            Monitor::OutlineConnection {
+                connection_id: "c1".into(),
             },
         ];
         assert_eq!(
@@ -811,7 +830,7 @@ mod tests {
                 "gitlab.?connection.c1.>",
                 "gitlab.grp.?.>",
                 "gitlab.grp/sub.app.>",
-                "outline.s1.>",
+                "outline.?connection.c1.>",
                 "slack.t1.?.>",
                 "slack.t1.c1.>",
             ]
@@ -883,7 +902,7 @@ mod tests {
                 3 => Subject::GitlabRootGroup { root_group: lower(&a), event: lower(&c) },
                 4 => Subject::GitlabConnection { connection_id: lower(&a), event: lower(&c) },
                 5 => Subject::Slack { team: lower(&a), channel: Some(lower(&b)), event: lower(&c) },
-                6 => Subject::Outline { subscription_id: lower(&a), event: lower(&c) },
+                6 => Subject::Outline { connection_id: lower(&a), event: lower(&c) },
                 7 => Subject::Lifecycle { kind: lower(&a), connection_id: lower(&b), transition: lower(&c) },
                 8 => Subject::Jobs { kind: lower(&a), connection_id: lower(&b), job_type: lower(&c) },
                 _ => Subject::Events { workspace_id: lower(&a), event_type: lower(&c) },

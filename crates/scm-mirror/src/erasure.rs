@@ -146,8 +146,8 @@ pub static GITHUB: Erasable = Erasable {
 };
 
 /// GitLab's own rows of a connection: where its activation stands (discovery counts, the
-/// reasons GitLab gave) and each project's listing state (watermark, backfill progress), which
-/// goes before the repository it belongs to. The hooks we registered deliver on subjects of the
+/// reasons GitLab gave) and each project's listing state in the engine's `listing_state`
+/// (watermark, backfill progress), which goes before the repository it belongs to. The hooks we registered deliver on subjects of the
 /// connection alone, purged whole.
 pub static GITLAB: Erasable = Erasable {
     holder: "gitlab",
@@ -155,6 +155,11 @@ pub static GITLAB: Erasable = Erasable {
     order: 90,
     kinds: &[ConnectionKind::Gitlab],
     tables: &[
+        ErasableTable {
+            table: "listing_state",
+            selector: Selector::Repository("scope_kind = 'repository' AND scope_id = $1"),
+        },
+        // Empty since m0026 moved its rows to `listing_state`; declared until it is dropped.
         ErasableTable {
             table: "gitlab_listing_state",
             selector: Selector::Repository("repository_id = $1"),

@@ -1,6 +1,7 @@
 //! Webhook ingress records, write side: endpoints and their secret rotation, and the one
 //! transaction that makes a delivery durable (raw body, message, dedup keys and its dispatch
-//! record in the outbox), plus retention and erasure of raw bodies.
+//! record in the outbox), plus retention and erasure of raw bodies, by connection or of one
+//! delivery.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -432,6 +433,134 @@ pub async fn erase_bodies<C: ConnectionTrait>(db: &C, connection_id: Uuid) -> Re
         ))
         .await?;
     Ok(res.rows_affected())
+}
+
+/// One message's place in a stream, as the stream ledger records it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StreamCopy {
+    /// The logical stream name (`WEBHOOKS_SLACK`, ...), without namespace.
+    pub stream: String,
+    pub sequence: u64,
+}
+
+/// What [`erase_delivery`] found and erased of one delivery.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ErasedDelivery {
+    /// The delivery and its replays (copies of the same body), each now marked erased; empty
+    /// when the connection has no such delivery (never had, or erased whole since).
+    pub messages: Vec<Uuid>,
+    /// Their copies the stream ledger records, still to be deleted from their streams (then
+    /// forgotten with [`forget_stream_copies`]).
+    pub stream_copies: Vec<StreamCopy>,
+}
+
+/// Erases one delivery of `connection_id` (and its replays, which carry the same body) in the
+/// database, inside the caller's transaction: its raw body, its stored vendor headers, and its
+/// dispatch record if it is still unpublished go; its message row stays as history, marked
+/// `erased_at`. Returns the stream copies the ledger records, for the caller to delete by
+/// sequence (`bus::erasure::erase_delivery` does all of it). Its dedup keys stay, so a vendor's
+/// redelivery of the same event is still absorbed instead of storing the content again.
+///
+/// Idempotent: a second call finds nothing left to delete and keeps the first `erased_at`.
+pub async fn erase_delivery<C: ConnectionTrait>(
+    db: &C,
+    connection_id: Uuid,
+    delivery_id: Uuid,
+) -> Result<ErasedDelivery, DbErr> {
+    // A delivery of another connection is not found: the scope is an argument.
+    let rows = db
+        .query_all_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "WITH RECURSIVE d AS ( \
+               SELECT id, outbox_id FROM inbound_message WHERE id = $1 AND connection_id = $2 \
+               UNION \
+               SELECT m.id, m.outbox_id FROM inbound_message m JOIN d ON m.replay_of = d.id \
+                WHERE m.connection_id = $2), \
+             bodies AS (DELETE FROM inbound_message_body WHERE message_id IN (SELECT id FROM d)), \
+             pending AS (DELETE FROM outbox WHERE id IN (SELECT outbox_id FROM d)), \
+             marked AS (UPDATE inbound_message SET headers = '{}'::jsonb, \
+                          erased_at = coalesce(erased_at, now()) \
+                         WHERE id IN (SELECT id FROM d)) \
+             SELECT id FROM d ORDER BY id",
+            [delivery_id.into(), connection_id.into()],
+        ))
+        .await?;
+    let messages = rows
+        .iter()
+        .map(|r| r.try_get::<Uuid>("", "id"))
+        .collect::<Result<Vec<_>, _>>()?;
+    if messages.is_empty() {
+        return Ok(ErasedDelivery::default());
+    }
+    // A separate statement, so a dispatch record a relay was publishing (the delete above
+    // waited for it) has its ledger row visible here.
+    let copies = db
+        .query_all_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT stream, sequence FROM stream_message WHERE delivery_id = ANY($1::uuid[]) \
+             ORDER BY stream, sequence",
+            [uuid_array(&messages).into()],
+        ))
+        .await?;
+    let stream_copies = copies
+        .iter()
+        .map(|r| {
+            Ok(StreamCopy {
+                stream: r.try_get("", "stream")?,
+                sequence: u64::try_from(r.try_get::<i64>("", "sequence")?).unwrap_or_default(),
+            })
+        })
+        .collect::<Result<Vec<_>, DbErr>>()?;
+    Ok(ErasedDelivery {
+        messages,
+        stream_copies,
+    })
+}
+
+/// Drops the ledger rows of stream copies that were deleted from their streams.
+pub async fn forget_stream_copies<C: ConnectionTrait>(
+    db: &C,
+    copies: &[StreamCopy],
+) -> Result<u64, DbErr> {
+    if copies.is_empty() {
+        return Ok(0);
+    }
+    let streams = format!(
+        "{{{}}}",
+        copies
+            .iter()
+            .map(|c| c.stream.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let sequences = format!(
+        "{{{}}}",
+        copies
+            .iter()
+            .map(|c| c.sequence.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let res = db
+        .execute_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "DELETE FROM stream_message WHERE (stream, sequence) IN \
+               (SELECT * FROM unnest($1::text[], $2::bigint[]))",
+            [streams.into(), sequences.into()],
+        ))
+        .await?;
+    Ok(res.rows_affected())
+}
+
+/// A uuid-array literal, bound as one text parameter.
+fn uuid_array(ids: &[Uuid]) -> String {
+    format!(
+        "{{{}}}",
+        ids.iter()
+            .map(Uuid::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    )
 }
 
 /// Deletes raw bodies past their retention and expired digest keys, `batch` of each at most;

@@ -220,10 +220,11 @@ pub struct Landed {
 }
 
 /// Deletes the dispatch records of messages the stream has accepted and writes each one's place
-/// into the stream ledger (`stream_message`, with the workspace, connection and repository its
-/// headers name), in one statement, whoever published them (the relay, or an inline publisher);
-/// returns how many records it deleted. The ledger is how the eraser deletes exactly one
-/// connection's messages from streams other tenants share.
+/// into the stream ledger (`stream_message`, with the workspace, connection, repository and
+/// delivery its headers name), in one statement, whoever published them (the relay, or an
+/// inline publisher); returns how many records it deleted. The ledger is how the eraser deletes
+/// exactly one connection's messages from streams other tenants share, and how one delivery's
+/// copies are found ([`crate::inbound::erase_delivery`]).
 ///
 /// Rows another transaction holds are skipped, not waited for: that is a relay mid-round, which
 /// deletes (and records) them itself when it commits, or leaves them to be republished; the
@@ -247,10 +248,10 @@ pub async fn delete_published<C: ConnectionTrait>(db: &C, landed: &[Landed]) -> 
                    WHERE id IN (SELECT id FROM landed) FOR UPDATE SKIP LOCKED) \
                    RETURNING id, subject, headers), \
                  ledger AS (INSERT INTO stream_message (stream, sequence, subject, workspace_id, \
-                   connection_id, repository_id) \
+                   connection_id, repository_id, delivery_id) \
                    SELECT l.stream, l.sequence, g.subject, \
                           uuid_or_null(g.headers ->> '{w}'), uuid_or_null(g.headers ->> '{c}'), \
-                          uuid_or_null(g.headers ->> '{r}') \
+                          uuid_or_null(g.headers ->> '{r}'), uuid_or_null(g.headers ->> '{d}') \
                      FROM gone g JOIN landed l ON l.id = g.id \
                     WHERE g.headers ?| array['{w}', '{c}'] \
                    ON CONFLICT (stream, sequence) DO NOTHING) \
@@ -258,6 +259,7 @@ pub async fn delete_published<C: ConnectionTrait>(db: &C, landed: &[Landed]) -> 
                 w = headers::WORKSPACE,
                 c = headers::CONNECTION,
                 r = headers::REPOSITORY,
+                d = headers::DELIVERY,
             ),
             [
                 list(&|l| l.outbox_id.to_string()).into(),

@@ -1,5 +1,6 @@
 //! The bus side of a sync service: job messages run jobs, activation messages ready the
-//! connection (the vendor's [`Vendor::activate`]) and then queue the INITIAL job, schedules queue RECONCILIATION and BACKFILL jobs. Each queued job and its `jobs.*`
+//! connection (the vendor's [`Vendor::activate`]) and then queue its activation jobs
+//! ([`Vendor::ON_ACTIVATION`]), schedules queue RECONCILIATION and BACKFILL jobs. Each queued job and its `jobs.*`
 //! message commit together; a job is identified by its dedup key, so redeliveries queue nothing
 //! twice.
 
@@ -132,8 +133,8 @@ pub async fn queue_job(
     Ok(queued.is_some())
 }
 
-/// `lifecycle.<kind>.*.activated`: the vendor readies the connection, then the INITIAL job of
-/// that activation is queued.
+/// `lifecycle.<kind>.*.activated`: the vendor readies the connection, then the job types it
+/// declares in [`Vendor::ON_ACTIVATION`] (INITIAL by default) are queued for that activation.
 pub struct LifecycleHandler<V: Vendor> {
     pub db: DatabaseConnection,
     pub vendor: std::sync::Arc<V>,
@@ -143,6 +144,13 @@ impl<V: Vendor> Handler for LifecycleHandler<V> {
     type Message = LifecycleTransition;
 
     async fn handle(&self, msg: LifecycleTransition, _: &Delivery) -> Result<Settle, HandlerError> {
+        self.activated(&msg).await
+    }
+}
+
+impl<V: Vendor> LifecycleHandler<V> {
+    /// Readies the activated connection and queues its activation jobs, once per activation.
+    pub async fn activated(&self, msg: &LifecycleTransition) -> Result<Settle, HandlerError> {
         let conn = match connection::Entity::find_by_id(msg.connection_id)
             .one(&self.db)
             .await
@@ -155,31 +163,54 @@ impl<V: Vendor> Handler for LifecycleHandler<V> {
             }
             Err(e) => return Err(HandlerError::transient(format!("loading connection: {e}"))),
         };
-        // The vendor's activation steps come before the INITIAL job; a failure to run them is
-        // retried with the message, and no INITIAL is queued before they ran.
+        // The vendor's activation steps come before its activation jobs; a failure to run them
+        // is retried with the message, and no job is queued before they ran.
         if let Err(e) = self.vendor.activate(&conn, Moment::Activated).await {
             return Err(HandlerError::transient(format!(
                 "activating the connection: {e:#}"
             )));
         }
-        // One INITIAL per activation: the generation names it, whoever delivers it.
-        let key = format!("initial:{}:{}", conn.id, msg.lifecycle_generation);
-        match queue_job(
-            &self.db,
-            &conn,
-            JobType::Initial,
-            JobTrigger::Lifecycle,
-            key,
-        )
-        .await
-        {
-            Ok(true) => Ok(Settle::Applied("INITIAL job queued")),
-            Ok(false) => Ok(Settle::Unchanged("INITIAL job already queued")),
-            Err(e) => Err(HandlerError::transient(format!(
-                "queueing INITIAL job: {e}"
-            ))),
+        let support = V::KIND.jobs();
+        let mut queued = 0;
+        for &job_type in V::ON_ACTIVATION {
+            // The vendor's job declaration binds activation too: a refused type is never queued.
+            if let Some(refusal) = support.refusal(job_type) {
+                tracing::error!(connection_id = %conn.id, %refusal, "ON_ACTIVATION names a job type the vendor refuses; not queued");
+                continue;
+            }
+            // One job of each type per activation: the generation names it, whoever delivers it.
+            let key = format!(
+                "{}:{}:{}",
+                job_type.as_str().to_lowercase(),
+                conn.id,
+                msg.lifecycle_generation
+            );
+            match queue_job(&self.db, &conn, job_type.into(), JobTrigger::Lifecycle, key).await {
+                Ok(true) => queued += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    return Err(HandlerError::transient(format!(
+                        "queueing {job_type} job: {e}"
+                    )));
+                }
+            }
         }
+        Ok(if V::ON_ACTIVATION.is_empty() {
+            Settle::Applied("activated; the vendor queues no job on activation")
+        } else if queued > 0 {
+            Settle::Applied("activation jobs queued")
+        } else {
+            Settle::Unchanged("activation jobs already queued")
+        })
     }
+}
+
+/// The first job type a vendor's [`Vendor::ON_ACTIVATION`] names that its kind refuses: a
+/// declaration error ([`crate::SyncJobs::register`] refuses to start with one).
+pub fn activation_refusal<V: Vendor>() -> Option<lifecycle_core::job::JobRefusal> {
+    V::ON_ACTIVATION
+        .iter()
+        .find_map(|&job_type| V::KIND.jobs().refusal(job_type))
 }
 
 /// A schedule's run: one job of `job_type` per active connection of `kind` whose credentials

@@ -117,7 +117,8 @@ impl PassEnd {
     /// Its reason starts with the vendor's error class.
     fn of_read_failure(class: &VendorErrorClass, stop: ReadStop) -> Option<PassEnd> {
         match stop {
-            ReadStop::Listing => None,
+            // A lost scope is handled by the caller; for the pass it ends only that scope.
+            ReadStop::Listing | ReadStop::Scope(_) => None,
             ReadStop::Pass(reason) => Some(PassEnd::Incomplete {
                 reason: format!("{class}: {reason}"),
                 failing: true,
@@ -140,6 +141,8 @@ enum Listed {
     Partial(String),
     /// Not listed by design (the vendor's page check refused the scope).
     Skipped,
+    /// The scope lost the connection's access: its other listings are not read in this pass.
+    LostAccess,
 }
 
 impl<V: Vendor> Engine<V> {
@@ -321,13 +324,16 @@ impl<V: Vendor> Engine<V> {
         let mut first_gap: Option<String> = None;
         for mut scope in scopes.scopes {
             self.vendor.before_scope(pass, source, &mut scope).await?;
-            let cooling = reconciling
+            // A vendor that never sweeps keeps no reconcile stamps to cool by.
+            let cooling = V::SWEEPS
+                && reconciling
                 && job.scheduled
                 && self
                     .vendor
                     .reconciled_within(pass, &scope, self.settings.reconcile_cooldown)
                     .await?;
             let mut complete = true;
+            let mut lost_access = false;
             for &class in V::CLASSES {
                 let plan = self
                     .vendor
@@ -357,10 +363,21 @@ impl<V: Vendor> Engine<V> {
                         });
                     }
                     Listed::Skipped => complete = false,
+                    Listed::LostAccess => {
+                        lost_access = true;
+                        complete = false;
+                    }
                 }
                 if let Some(end) = stop {
                     return Ok(end);
                 }
+                if lost_access {
+                    break;
+                }
+            }
+            if lost_access {
+                // Its vendor reads after the listings would only be refused too.
+                continue;
             }
             // The vendor's own reads after the listings heartbeat too: a cancel or a lost
             // lease they met ends the job as one met before a page does.
@@ -373,7 +390,7 @@ impl<V: Vendor> Engine<V> {
                 JobControl::Canceled => return Ok(PassEnd::Final(JobOutcome::Canceled)),
                 JobControl::LostClaim => return Ok(PassEnd::lost_lease()),
             }
-            if reconciling && complete {
+            if V::SWEEPS && reconciling && complete {
                 self.vendor.mark_reconciled(pass, &scope).await?;
             }
         }
@@ -405,10 +422,13 @@ impl<V: Vendor> Engine<V> {
         done: &mut i64,
     ) -> Result<(Option<PassEnd>, Listed), sqlx::Error> {
         let job = pass.job;
-        let whole = *plan == ListingPlan::Whole;
+        // A read error's class shadows `class` below.
+        let item_class = class;
+        // A vendor that never sweeps infers no deletion from any listing.
+        let sweeps = V::SWEEPS && *plan == ListingPlan::Whole;
         // Deletion gate: candidates are the live rows before the listing starts, and only a
         // whole listing is compared with them.
-        let candidates = if whole && job.job_type == SyncJobType::Reconciliation {
+        let candidates = if sweeps && job.job_type == SyncJobType::Reconciliation {
             self.vendor.live_ids(pass, scope, class).await?
         } else {
             Vec::new()
@@ -426,6 +446,8 @@ impl<V: Vendor> Engine<V> {
         let mut pages_written: u32 = 0;
         let mut batch_full = false;
         let mut last_cursor: Option<String> = None;
+        // The vendor's page check ended the listing at its horizon, complete for its plan.
+        let mut ended_here = false;
         loop {
             // Cancel and lease checks per page.
             match self.jobs.heartbeat(job, Some(*done), None).await? {
@@ -459,6 +481,23 @@ impl<V: Vendor> Engine<V> {
                     let class = e.class();
                     tracing::warn!(error = %e, %class, "page read failed; the listing is incomplete");
                     listing.record_fault(e.fault());
+                    if let ReadStop::Scope(reason) = e.stops() {
+                        // A lost scope ends its own listing only, whatever its class says: the
+                        // connection's credentials still reach the other scopes.
+                        let reason = format!("{class}: {reason}");
+                        self.scope_lost_access(pass, scope, item_class, &reason)
+                            .await?;
+                        let end = ListingEnd {
+                            plan: plan.clone(),
+                            complete: false,
+                            batch_full: false,
+                            last_cursor,
+                        };
+                        self.vendor
+                            .listing_ended(pass, scope, item_class, &end)
+                            .await?;
+                        return Ok((None, Listed::LostAccess));
+                    }
                     stop = if class.refuses_credentials() {
                         // Refused credentials fail every later read too: the job ends here.
                         let reason = format!("{class}: {scope}: {e}");
@@ -471,7 +510,8 @@ impl<V: Vendor> Engine<V> {
                     break;
                 }
             };
-            if self.vendor.check_page(pass, scope, &page).await? == PageCheck::SkipScope {
+            let check = self.vendor.check_page(pass, scope, &page).await?;
+            if check == PageCheck::SkipScope {
                 let end = ListingEnd {
                     plan: plan.clone(),
                     complete: false,
@@ -498,6 +538,12 @@ impl<V: Vendor> Engine<V> {
                 // Fail-closed: a vendor error anywhere leaves the listing incomplete.
                 listing.record_fault(ListingFault::GraphQlError);
             }
+            if check == PageCheck::EndHere {
+                // The horizon: what lies past it is out of the plan, never inferred gone. An
+                // errored last page still leaves the listing incomplete.
+                ended_here = !page.errored();
+                break;
+            }
             match listing.accept_page(read) {
                 NextStep::FetchAfter(_) if batch_pages.is_some_and(|n| pages_written >= n) => {
                     // The batch has taken its share; the vendor resumes it from here later.
@@ -512,31 +558,59 @@ impl<V: Vendor> Engine<V> {
                 }
             }
         }
-        let finished = if batch_full {
+        let finished = if batch_full || ended_here {
             Err(lifecycle_core::listing::IncompleteReason::NotFinished)
         } else {
             listing.finish()
         };
         let listed = match &finished {
             Ok(_) => Listed::Whole,
-            // A full batch did what the pass asked of it.
-            Err(_) if batch_full => Listed::Whole,
+            // A full batch did what the pass asked of it, and a listing ended at its horizon
+            // read all its plan asked.
+            Err(_) if batch_full || ended_here => Listed::Whole,
             Err(reason) => Listed::Partial(reason.to_string()),
         };
         let end = ListingEnd {
             plan: plan.clone(),
-            complete: finished.is_ok(),
+            complete: finished.is_ok() || ended_here,
             batch_full,
             last_cursor,
         };
-        if whole {
+        // A listing ended at its horizon decides no sweep: what it did not read is not gone.
+        if sweeps && !ended_here {
             let decision = sweep.decide(finished, &self.settings.blast_radius);
-            self.apply_decision(pass, scope, class, decision)
+            self.apply_decision(pass, source, scope, class, decision)
                 .instrument(tracing::info_span!("sweep"))
                 .await?;
         }
         self.vendor.listing_ended(pass, scope, class, &end).await?;
         Ok((stop, listed))
+    }
+
+    /// A scope lost the connection's access: the vendor marks its monitor, and the job records
+    /// it. Nothing is flagged on the connection.
+    async fn scope_lost_access(
+        &self,
+        pass: &Pass<'_>,
+        scope: &mut V::Scope,
+        class: V::Class,
+        reason: &str,
+    ) -> Result<(), sqlx::Error> {
+        tracing::warn!(%reason, "the scope lost the connection's access; the pass goes on without it");
+        self.vendor.scope_lost_access(pass, scope, reason).await?;
+        metrics::counter!("sync_scopes_lost_total", "vendor" => V::KIND.as_str()).increment(1);
+        let mut detail = serde_json::Map::new();
+        detail.insert("class".into(), V::class_name(class).into());
+        detail.extend(self.vendor.scope_detail(scope));
+        detail.insert("reason".into(), reason.into());
+        pass.job
+            .record_activity(
+                &self.pool,
+                "scope_lost_access",
+                serde_json::Value::Object(detail),
+            )
+            .await?;
+        Ok(())
     }
 
     /// The vendor refused the connection's credentials: the connection is flagged as needing
@@ -569,6 +643,7 @@ impl<V: Vendor> Engine<V> {
     async fn apply_decision(
         &self,
         pass: &Pass<'_>,
+        source: &V::Source,
         scope: &V::Scope,
         class: V::Class,
         decision: SweepDecision<V::Id>,
@@ -585,6 +660,36 @@ impl<V: Vendor> Engine<V> {
         };
         match decision {
             SweepDecision::Tombstone(plan) => {
+                if plan.ids().is_empty() {
+                    return Ok(());
+                }
+                // Confirm-before-tombstone: only what the vendor confirms gone is tombstoned; a
+                // failed confirmation keeps every candidate.
+                let planned: Vec<V::Id> = plan.ids().iter().cloned().collect();
+                let plan = match self
+                    .vendor
+                    .confirm_gone(source, scope, class, &planned)
+                    .await
+                {
+                    Ok(confirmed) => plan.confirmed(confirmed),
+                    Err(e) => {
+                        let reason = format!("{}: {e}", e.class());
+                        tracing::warn!(%reason, planned = planned.len(), "confirming the planned tombstones failed; every candidate is kept");
+                        job.record_activity(
+                            &self.pool,
+                            "tombstones_unconfirmed",
+                            detail(
+                                serde_json::json!({ "planned": planned.len(), "reason": reason }),
+                            ),
+                        )
+                        .await?;
+                        return Ok(());
+                    }
+                };
+                let kept = planned.len() - plan.ids().len();
+                if kept > 0 {
+                    tracing::info!(kept, "candidates still present upstream are kept");
+                }
                 if plan.ids().is_empty() {
                     return Ok(());
                 }

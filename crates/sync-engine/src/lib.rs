@@ -12,6 +12,7 @@ pub mod config;
 pub mod consumers;
 pub mod engine;
 pub mod jobs;
+pub mod listing_state;
 pub mod service;
 pub mod subscription;
 pub mod vendor;

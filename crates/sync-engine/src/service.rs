@@ -39,7 +39,8 @@ pub struct SyncJobs<'a, V: Vendor> {
 
 impl<V: Vendor> SyncJobs<'_, V> {
     /// Declares the consumers on `service` and the schedules on `schedules`. A schedule of a
-    /// job type the vendor refuses is a configuration error.
+    /// job type the vendor refuses is a configuration error, and so is such a type in the
+    /// vendor's [`Vendor::ON_ACTIVATION`].
     pub fn register(
         self,
         service: &mut Service,
@@ -48,6 +49,10 @@ impl<V: Vendor> SyncJobs<'_, V> {
         db: &DatabaseConnection,
     ) -> anyhow::Result<()> {
         let kind = V::KIND;
+        // A refused job type is never queued, on activation either.
+        if let Some(refusal) = crate::consumers::activation_refusal::<V>() {
+            return Err(anyhow!("the vendor's ON_ACTIVATION: {refusal}"));
+        }
         crate::engine::register_metrics::<V>();
         let jobs_spec = ConsumerSpec {
             filter_subjects: vec![subject::jobs_filter(kind.as_str())],

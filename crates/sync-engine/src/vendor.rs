@@ -7,6 +7,7 @@ use std::fmt;
 use std::time::Duration;
 
 use lifecycle_core::deletion::{BlastRadius, TombstonePlan};
+use lifecycle_core::job::SyncJobType;
 use lifecycle_core::listing::{ListingFault, ListingPage, TotalCount};
 use lifecycle_core::vendor_error::VendorErrorClass;
 use store::entity::{ConnectionKind, connection};
@@ -24,6 +25,16 @@ pub trait Vendor: Send + Sync + 'static {
     const SCOPES: &'static str;
     /// The item classes a scope holds, listed in this order.
     const CLASSES: &'static [Self::Class];
+    /// Whether the vendor infers deletion from absence. A vendor that never sweeps (`false`:
+    /// deletions reach it as events) has no live ids, tombstones or reconcile stamps: the engine
+    /// never calls [`live_ids`](Self::live_ids), [`tombstone`](Self::tombstone),
+    /// [`reconciled_within`](Self::reconciled_within) or [`mark_reconciled`](Self::mark_reconciled),
+    /// and its RECONCILIATION lists (whole or filtered) without inferring any deletion.
+    const SWEEPS: bool = true;
+    /// The job types queued when a connection activates, after [`activate`](Self::activate), in
+    /// this order. Each must be one the kind's [`ConnectionKind::jobs`] runs (a refused type is
+    /// never queued); an empty list queues nothing (Slack: nothing is read at connect).
+    const ON_ACTIVATION: &'static [SyncJobType] = &[SyncJobType::Initial];
 
     /// A connection's reader, built once per job.
     type Source: Send + Sync;
@@ -80,42 +91,83 @@ pub trait Vendor: Send + Sync + 'static {
 
     /// The ids of the class's live rows in the scope: a RECONCILIATION's candidates, captured
     /// before its listing starts.
+    /// Called only when [`SWEEPS`](Self::SWEEPS); by default there are none.
     async fn live_ids(
         &self,
-        pass: &Pass<'_>,
-        scope: &mut Self::Scope,
-        class: Self::Class,
-    ) -> Result<Vec<Self::Id>, sqlx::Error>;
+        _pass: &Pass<'_>,
+        _scope: &mut Self::Scope,
+        _class: Self::Class,
+    ) -> Result<Vec<Self::Id>, sqlx::Error> {
+        Ok(Vec::new())
+    }
 
-    /// Tombstones what the deletion gate planned; returns how many rows it marked.
+    /// Tombstones what the deletion gate planned and [`confirm_gone`](Self::confirm_gone)
+    /// confirmed; returns how many rows it marked. Called only when [`SWEEPS`](Self::SWEEPS);
+    /// by default it marks none.
     async fn tombstone(
         &self,
-        pass: &Pass<'_>,
-        scope: &Self::Scope,
-        class: Self::Class,
-        plan: &TombstonePlan<Self::Id>,
-    ) -> Result<u64, sqlx::Error>;
+        _pass: &Pass<'_>,
+        _scope: &Self::Scope,
+        _class: Self::Class,
+        _plan: &TombstonePlan<Self::Id>,
+    ) -> Result<u64, sqlx::Error> {
+        Ok(0)
+    }
+
+    /// Confirms, before anything is tombstoned, which of the deletion gate's planned ids are
+    /// gone upstream (e.g. a direct read of each answers 404): only those are tombstoned. By
+    /// default a whole listing is proof and every candidate is confirmed. An error keeps every
+    /// candidate (nothing is tombstoned) and is recorded; the blast-radius hold applies to the
+    /// planned set before this is asked.
+    async fn confirm_gone(
+        &self,
+        _source: &Self::Source,
+        _scope: &Self::Scope,
+        _class: Self::Class,
+        candidates: &[Self::Id],
+    ) -> Result<Vec<Self::Id>, Self::Error> {
+        Ok(candidates.to_vec())
+    }
 
     /// The scope's fields in a sweep's activity detail (e.g. the stored row's id).
     fn scope_detail(&self, scope: &Self::Scope) -> serde_json::Map<String, serde_json::Value>;
 
     /// Whether the scope finished a complete reconcile within `cooldown` (a scheduled
-    /// RECONCILIATION skips it).
+    /// RECONCILIATION skips it). Called only when [`SWEEPS`](Self::SWEEPS); by default never.
     async fn reconciled_within(
         &self,
-        pass: &Pass<'_>,
-        scope: &Self::Scope,
-        cooldown: Duration,
-    ) -> Result<bool, sqlx::Error>;
+        _pass: &Pass<'_>,
+        _scope: &Self::Scope,
+        _cooldown: Duration,
+    ) -> Result<bool, sqlx::Error> {
+        Ok(false)
+    }
 
-    /// Stamps a complete reconcile of the scope.
+    /// Stamps a complete reconcile of the scope. Called only when [`SWEEPS`](Self::SWEEPS); by
+    /// default it stamps nothing.
     async fn mark_reconciled(
         &self,
-        pass: &Pass<'_>,
-        scope: &Self::Scope,
-    ) -> Result<(), sqlx::Error>;
+        _pass: &Pass<'_>,
+        _scope: &Self::Scope,
+    ) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
 
-    /// Readies a connection for its jobs: on activation, before its INITIAL job is queued, and
+    /// The scope lost the connection's access (a read failed with [`ReadStop::Scope`]: a bot
+    /// removed from one channel): the vendor marks that monitor (e.g. paused with `reason`).
+    /// The scope's listing has ended, inferring nothing; the pass goes on with the other scopes,
+    /// and the connection's credentials are not flagged.
+    async fn scope_lost_access(
+        &self,
+        _pass: &Pass<'_>,
+        _scope: &mut Self::Scope,
+        _reason: &str,
+    ) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
+
+    /// Readies a connection for its jobs: on activation, before its
+    /// [`ON_ACTIVATION`](Self::ON_ACTIVATION) jobs are queued, and
     /// again before every RECONCILIATION (scheduled or Sync now), which retries what an earlier
     /// activation left unfinished. A vendor with nothing to ready (the default) changes nothing.
     /// What could not be readied is the vendor's to record; an error here is a failure to do
@@ -223,7 +275,7 @@ pub struct ListingEnd {
 /// When [`Vendor::activate`] runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Moment {
-    /// The connection was activated; its INITIAL job is queued after.
+    /// The connection was activated; its [`Vendor::ON_ACTIVATION`] jobs are queued after.
     Activated,
     /// A RECONCILIATION job is about to run.
     Reconciliation,
@@ -273,6 +325,11 @@ pub enum PageCheck {
     Write,
     /// Not this scope's data: its listing ends and decides nothing.
     SkipScope,
+    /// The page is written (the vendor's [`Vendor::write_page`] keeps only what is inside its
+    /// horizon) and the listing ends there, complete for its plan: e.g. a channel's history
+    /// reached the channel's consent time. Nothing is inferred from what was not read, whatever
+    /// the plan.
+    EndHere,
 }
 
 /// A failed read, and how far it reaches.
@@ -294,6 +351,11 @@ pub trait ReadError: fmt::Display + Send + Sync + 'static {
 pub enum ReadStop {
     /// Only this listing (a scope-level failure such as a 404).
     Listing,
+    /// The scope lost the connection's access (a bot removed from one channel), with the
+    /// reason: its listing ends inferring nothing, the vendor marks that monitor
+    /// ([`Vendor::scope_lost_access`]) and the pass goes on with the other scopes. The
+    /// connection's credentials are not flagged and the job does not fail for it.
+    Scope(String),
     /// The pass, failing with the reason (the vendor is failing; a backfill may pass again).
     Pass(String),
     /// The job, failing with the reason: quota or rate limit, which another pass would only

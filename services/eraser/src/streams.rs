@@ -9,12 +9,10 @@
 
 use std::collections::BTreeMap;
 
-use async_nats::jetstream::ErrorCode;
-use async_nats::jetstream::stream::DeleteMessageErrorKind;
-use futures::StreamExt as _;
 use sea_orm::{ConnectionTrait, DbBackend, FromQueryResult, Statement};
 use store::entity::connection;
 use store::erasure::Erasable;
+use store::inbound::StreamCopy;
 use uuid::Uuid;
 
 use crate::erase::{EraseError, Eraser};
@@ -22,8 +20,6 @@ use crate::records::{ErasureRecord, Step};
 
 /// Ledger rows read and deleted per batch.
 pub const BATCH: u64 = 512;
-/// Deletes in flight at once.
-pub const IN_FLIGHT: usize = 64;
 
 #[derive(Debug, Clone, FromQueryResult)]
 struct Ledgered {
@@ -167,57 +163,16 @@ async fn delete_recorded(
 
 /// Deletes each message from its stream; one already gone counts as deleted.
 async fn delete_messages(bus: &bus::Bus, batch: &[Ledgered]) -> Result<(), EraseError> {
-    let mut handles = BTreeMap::new();
-    for l in batch {
-        if !handles.contains_key(&l.stream) {
-            let name = bus.namespace().name(&l.stream);
-            let stream = bus
-                .jetstream()
-                .get_stream(&name)
-                .await
-                .map_err(|e| EraseError::Stream(format!("stream {name}: {e}")))?;
-            handles.insert(l.stream.clone(), stream);
-        }
-    }
-    // Owned futures (a handle clone and the sequence each), so the batch runs concurrently.
-    let deletes: Vec<_> = batch
+    let copies: Vec<StreamCopy> = batch
         .iter()
-        .map(|l| {
-            let stream = handles[&l.stream].clone();
-            let (name, sequence) = (
-                l.stream.clone(),
-                u64::try_from(l.sequence).unwrap_or_default(),
-            );
-            async move {
-                match stream.delete_message(sequence).await {
-                    Ok(_) => Ok(()),
-                    Err(e) => match e.kind() {
-                        // Deleted by an earlier, interrupted run, or aged out of the stream.
-                        DeleteMessageErrorKind::JetStream(js) if already_gone(&js) => Ok(()),
-                        _ => Err(EraseError::Stream(format!(
-                            "deleting message {sequence} of {name}: {e}"
-                        ))),
-                    },
-                }
-            }
+        .map(|l| StreamCopy {
+            stream: l.stream.clone(),
+            sequence: u64::try_from(l.sequence).unwrap_or_default(),
         })
         .collect();
-    let results: Vec<Result<(), EraseError>> = futures::stream::iter(deletes)
-        .buffer_unordered(IN_FLIGHT)
-        .collect()
-        .await;
-    results.into_iter().collect()
-}
-
-/// Whether the server refused a delete because the message is not there.
-fn already_gone(error: &async_nats::jetstream::Error) -> bool {
-    let code = error.error_code();
-    code == ErrorCode::NO_MESSAGE_FOUND
-        || code == ErrorCode::SEQUENCE_NOT_FOUND
-        || (code == ErrorCode::STREAM_MESSAGE_DELETE_FAILED && {
-            let text = error.to_string();
-            text.contains("not found") || text.contains("no message")
-        })
+    bus::erasure::delete_stream_messages(bus, &copies)
+        .await
+        .map_err(|e| EraseError::Stream(e.to_string()))
 }
 
 /// Purges whole subjects that belong to one owner alone, once (step `name`).

@@ -163,15 +163,15 @@ pub(crate) async fn after_scope(
 ) -> Result<NotesSummary, sqlx::Error> {
     let touched = std::mem::take(&mut project.touched);
     let (Some(repository_id), Some(project_id)) = (
-        project.repository_id,
-        project.native_id.and_then(|n| u64::try_from(n).ok()),
+        project.repo.repository_id,
+        project.repo.native_id.and_then(|n| u64::try_from(n).ok()),
     ) else {
         return Ok(NotesSummary::default());
     };
     let scope = NoteScope {
         repository_id,
         project_id,
-        full_path: project.full_path(),
+        full_path: project.repo.full_path(),
     };
     let parents = parents_of(pool, repository_id, &touched).await?;
     let summary = sync_scope(pool, client, pass, !cooling, &scope, &parents).await?;

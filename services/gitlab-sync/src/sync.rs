@@ -23,10 +23,12 @@ use gitlab_client::{GitlabClient, IssueNode, MergeRequestNode, MergeRequestState
 use lifecycle_core::deletion::TombstonePlan;
 use lifecycle_core::job::SyncJobType;
 use lifecycle_core::listing::ListingPage;
-use scm_mirror::items::{self, ItemClass};
+use scm_mirror::items::ItemClass;
 use scm_mirror::repository::RepoHeader;
+use scm_mirror::scope::MonitoredRepository;
 use sqlx::PgPool;
 use store::entity::{ConnectionKind, connection};
+use sync_engine::listing_state::{self, BatchEnd, ListingState, ScopeKey};
 use sync_engine::{JobControl, Listed, ListingEnd, ListingPlan, PageCheck, Pass, Scopes, Vendor};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -57,43 +59,40 @@ pub struct GitlabVendor {
     pub activator: Option<crate::activation::Activator>,
 }
 
-/// A project monitor as a pass walks it.
-#[derive(Debug, Clone, sqlx::FromRow)]
+/// A project monitor as a pass walks it: the monitored repository every forge shares, and what
+/// GitLab's listings carry beside it.
+#[derive(Debug, Clone)]
 pub struct Project {
-    id: Uuid,
-    owner: String,
-    name: String,
-    pub(crate) native_id: Option<i64>,
-    /// The mirrored repository row, once the pass knows it.
-    #[sqlx(skip)]
-    pub(crate) repository_id: Option<Uuid>,
+    pub(crate) repo: MonitoredRepository,
     /// The current listing's `updatedAfter`, when it is filtered.
-    #[sqlx(skip)]
     updated_after: Option<OffsetDateTime>,
     /// The newest `updatedAt` the current listing wrote.
-    #[sqlx(skip)]
     newest: Option<OffsetDateTime>,
     /// The oldest `updatedAt` of a merge request whose close time the current listing failed
     /// to read: its watermark stays at or before it.
-    #[sqlx(skip)]
     close_unread: Option<OffsetDateTime>,
     /// The issues and merge requests this pass read, whose notes follow ([`crate::notes`]).
-    #[sqlx(skip)]
     pub(crate) touched: Vec<crate::notes::Touched>,
     /// The watermark each class's clean listing earned, written after the notes pass.
-    #[sqlx(skip)]
     earned: Vec<(ItemClass, OffsetDateTime)>,
 }
 
-impl Project {
-    pub(crate) fn full_path(&self) -> String {
-        format!("{}/{}", self.owner, self.name)
+impl From<MonitoredRepository> for Project {
+    fn from(repo: MonitoredRepository) -> Self {
+        Project {
+            repo,
+            updated_after: None,
+            newest: None,
+            close_unread: None,
+            touched: Vec::new(),
+            earned: Vec::new(),
+        }
     }
 }
 
 impl fmt::Display for Project {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.owner, self.name)
+        self.repo.fmt(f)
     }
 }
 
@@ -168,17 +167,6 @@ impl Listed<i64> for ProjectPage {
     }
 }
 
-/// A project's listing state of one class.
-#[derive(Debug, Default, sqlx::FromRow)]
-struct ListingState {
-    watermark: Option<OffsetDateTime>,
-    backfill_pending: bool,
-    backfill_cursor: Option<String>,
-    backfill_requested_by: Option<Uuid>,
-    backfill_batch_job: Option<Uuid>,
-    backfill_batch_at: Option<OffsetDateTime>,
-}
-
 impl GitlabVendor {
     /// Writes the watermarks the project's clean listings earned in this pass, after its notes
     /// pass. Notes-held watermark: a class's watermark goes no further than the oldest stored
@@ -191,7 +179,7 @@ impl GitlabVendor {
     ) -> Result<(), sqlx::Error> {
         use crate::notes::Parent;
         let earned = std::mem::take(&mut project.earned);
-        let Some(repository_id) = project.repository_id else {
+        let Some(repository_id) = project.repo.repository_id else {
             return Ok(());
         };
         for (class, newest) in earned {
@@ -215,20 +203,16 @@ impl GitlabVendor {
                     .fetch_one(&self.pool)
                     .await?
             };
-            let watermark = held.map_or(newest, |held| held.min(newest));
+            let watermark = listing_state::held_back(newest, held);
             if held.is_some() {
                 tracing::info!(project = %project, class = Self::class_name(class), %watermark, %newest, "notes not read whole hold the watermark back");
             }
-            sqlx::query(
-                "INSERT INTO gitlab_listing_state (repository_id, class, watermark)
-                 VALUES ($1, $2, $3)
-                 ON CONFLICT (repository_id, class) DO UPDATE
-                    SET watermark = GREATEST(gitlab_listing_state.watermark, $3)",
+            listing_state::advance_watermark(
+                &self.pool,
+                ScopeKey::repository(repository_id),
+                class.table(),
+                watermark,
             )
-            .bind(repository_id)
-            .bind(class.table())
-            .bind(watermark)
-            .execute(&self.pool)
             .await?;
         }
         Ok(())
@@ -252,7 +236,7 @@ impl GitlabVendor {
         // A page of another project is skipped by `check_page`: nothing of it is read.
         let Some(project_id) = page
             .project_id
-            .filter(|id| project.native_id.is_none_or(|n| n == *id))
+            .filter(|id| project.repo.native_id.is_none_or(|n| n == *id))
         else {
             return;
         };
@@ -266,7 +250,7 @@ impl GitlabVendor {
         if closed.is_empty() {
             return;
         }
-        let stored: BTreeSet<i64> = match project.repository_id {
+        let stored: BTreeSet<i64> = match project.repo.repository_id {
             None => BTreeSet::new(),
             Some(repository_id) => {
                 let ids: Vec<i64> = closed.iter().map(|(id, ..)| *id).collect();
@@ -318,44 +302,17 @@ impl GitlabVendor {
         }
     }
 
-    /// The mirrored repository of the project, remembered for the rest of the pass.
-    async fn repository_id(
-        &self,
-        provider_instance_id: Uuid,
-        project: &mut Project,
-    ) -> Result<Option<Uuid>, sqlx::Error> {
-        if project.repository_id.is_some() {
-            return Ok(project.repository_id);
-        }
-        let Some(native_id) = project.native_id else {
-            return Ok(None);
-        };
-        let row: Option<(Uuid,)> = sqlx::query_as(
-            "SELECT id FROM repository WHERE provider_instance_id = $1 AND native_id = $2",
-        )
-        .bind(provider_instance_id)
-        .bind(native_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        project.repository_id = row.map(|(id,)| id);
-        Ok(project.repository_id)
-    }
-
     async fn state(
         &self,
         repository_id: Uuid,
         class: ItemClass,
     ) -> Result<ListingState, sqlx::Error> {
-        let row: Option<ListingState> = sqlx::query_as(
-            "SELECT watermark, backfill_pending, backfill_cursor, backfill_requested_by,
-                    backfill_batch_job, backfill_batch_at
-               FROM gitlab_listing_state WHERE repository_id = $1 AND class = $2",
+        listing_state::load(
+            &self.pool,
+            ScopeKey::repository(repository_id),
+            class.table(),
         )
-        .bind(repository_id)
-        .bind(class.table())
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.unwrap_or_default())
+        .await
     }
 
     /// A BACKFILL's plan for one class of a project.
@@ -366,8 +323,9 @@ impl GitlabVendor {
         class: ItemClass,
     ) -> Result<ListingPlan, sqlx::Error> {
         let job = pass.job;
-        let Some(repository_id) = self
-            .repository_id(pass.provider_instance_id, project)
+        let Some(repository_id) = project
+            .repo
+            .resolve(&self.pool, pass.provider_instance_id)
             .await?
         else {
             // Never mirrored: a request starts it from the first page (the row appears with it).
@@ -405,18 +363,12 @@ impl GitlabVendor {
                 // Finished within this request.
                 return Ok(ListingPlan::Skip);
             }
-            sqlx::query(
-                "INSERT INTO gitlab_listing_state
-                        (repository_id, class, backfill_pending, backfill_cursor, backfill_requested_by)
-                 VALUES ($1, $2, true, NULL, $3)
-                 ON CONFLICT (repository_id, class) DO UPDATE
-                    SET backfill_pending = true, backfill_cursor = NULL,
-                        backfill_requested_by = $3",
+            listing_state::request_backfill(
+                &self.pool,
+                ScopeKey::repository(repository_id),
+                class.table(),
+                job.id,
             )
-            .bind(repository_id)
-            .bind(class.table())
-            .bind(job.id)
-            .execute(&self.pool)
             .await?;
             return Ok(ListingPlan::Batch {
                 after: None,
@@ -474,15 +426,9 @@ impl Vendor for GitlabVendor {
         pass: &Pass<'_>,
         _source: &GitlabSource,
     ) -> Result<Result<Scopes<Project>, ReadFailure>, sqlx::Error> {
-        let projects: Vec<Project> = sqlx::query_as(
-            "SELECT id, owner, name, native_id FROM repository_to_monitor
-              WHERE connection_id = $1 ORDER BY lower(owner), lower(name)",
-        )
-        .bind(pass.job.connection_id)
-        .fetch_all(&self.pool)
-        .await?;
+        let monitors = scm_mirror::scope::monitors_of(&self.pool, pass.job.connection_id).await?;
         Ok(Ok(Scopes {
-            scopes: projects,
+            scopes: monitors.into_iter().map(Project::from).collect(),
             unresolved: None,
         }))
     }
@@ -498,16 +444,15 @@ impl Vendor for GitlabVendor {
         project.newest = None;
         project.close_unread = None;
         // Known before the pages are read: which closes are stored decides which are read.
-        self.repository_id(pass.provider_instance_id, project)
+        project
+            .repo
+            .resolve(&self.pool, pass.provider_instance_id)
             .await?;
         match pass.job.job_type {
             SyncJobType::Backfill => self.backfill_plan(pass, project, class).await,
             SyncJobType::Reconciliation if cooling => {
                 // Within the cooldown: what changed since the watermark (missed hooks).
-                let watermark = match self
-                    .repository_id(pass.provider_instance_id, project)
-                    .await?
-                {
+                let watermark = match project.repo.repository_id {
                     Some(id) => self.state(id, class).await?.watermark,
                     None => None,
                 };
@@ -527,7 +472,7 @@ impl Vendor for GitlabVendor {
         after: Option<&str>,
         page_size: u32,
     ) -> Result<ProjectPage, ReadFailure> {
-        let path = project.full_path();
+        let path = project.repo.full_path();
         let client = &source.client;
         let since = project.updated_after;
         let page = match class {
@@ -552,17 +497,18 @@ impl Vendor for GitlabVendor {
         class: ItemClass,
         page: &ProjectPage,
     ) -> Result<u64, sqlx::Error> {
-        let repository_id = match self
-            .repository_id(pass.provider_instance_id, project)
+        let repository_id = match project
+            .repo
+            .resolve(&self.pool, pass.provider_instance_id)
             .await?
         {
             Some(id) => id,
             None => {
-                let Some(native_id) = page.project_id.or(project.native_id) else {
+                let Some(native_id) = page.project_id.or(project.repo.native_id) else {
                     return Ok(0);
                 };
                 let (owner, name) = split_path(&page.project_path)
-                    .unwrap_or((project.owner.as_str(), project.name.as_str()));
+                    .unwrap_or((project.repo.owner.as_str(), project.repo.name.as_str()));
                 let header = RepoHeader {
                     native_id,
                     node_id: format!("gid://gitlab/Project/{native_id}"),
@@ -577,12 +523,12 @@ impl Vendor for GitlabVendor {
                 )
                 .await?;
                 sqlx::query("UPDATE repository_to_monitor SET native_id = $2, updated_at = now() WHERE id = $1 AND native_id IS NULL")
-                    .bind(project.id)
+                    .bind(project.repo.monitor_id)
                     .bind(native_id)
                     .execute(&self.pool)
                     .await?;
-                project.native_id = Some(native_id);
-                project.repository_id = Some(id);
+                project.repo.native_id = Some(native_id);
+                project.repo.repository_id = Some(id);
                 id
             }
         };
@@ -613,13 +559,10 @@ impl Vendor for GitlabVendor {
         project: &mut Project,
         class: ItemClass,
     ) -> Result<Vec<i64>, sqlx::Error> {
-        match self
-            .repository_id(pass.provider_instance_id, project)
-            .await?
-        {
-            Some(id) => items::live_native_ids(&self.pool, class, id).await,
-            None => Ok(Vec::new()),
-        }
+        project
+            .repo
+            .live_ids(&self.pool, pass.provider_instance_id, class)
+            .await
     }
 
     async fn tombstone(
@@ -629,27 +572,15 @@ impl Vendor for GitlabVendor {
         class: ItemClass,
         plan: &TombstonePlan<i64>,
     ) -> Result<u64, sqlx::Error> {
-        let Some(repository_id) = project.repository_id else {
-            return Ok(0);
-        };
-        let ids: Vec<i64> = plan.ids().iter().copied().collect();
-        items::tombstone(
-            &self.pool,
-            class,
-            repository_id,
-            &ids,
-            OffsetDateTime::now_utc(),
-        )
-        .await
+        project.repo.tombstone(&self.pool, class, plan).await
     }
 
     fn scope_detail(&self, project: &Project) -> serde_json::Map<String, serde_json::Value> {
-        let mut detail = serde_json::Map::new();
+        let mut detail = project.repo.detail();
         detail.insert(
-            "repository_id".into(),
-            serde_json::json!(project.repository_id),
+            "project_id".into(),
+            serde_json::json!(project.repo.native_id),
         );
-        detail.insert("project_id".into(), serde_json::json!(project.native_id));
         detail
     }
 
@@ -659,34 +590,17 @@ impl Vendor for GitlabVendor {
         project: &Project,
         cooldown: Duration,
     ) -> Result<bool, sqlx::Error> {
-        let Some(native_id) = project.native_id else {
-            return Ok(false);
-        };
-        let row: Option<(bool,)> = sqlx::query_as(
-            "SELECT coalesce(reconciled_at > now() - make_interval(secs => $3), false)
-               FROM repository WHERE provider_instance_id = $1 AND native_id = $2",
-        )
-        .bind(pass.provider_instance_id)
-        .bind(native_id)
-        .bind(cooldown.as_secs_f64())
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.is_some_and(|(cooling,)| cooling))
+        project
+            .repo
+            .reconciled_within(&self.pool, pass.provider_instance_id, cooldown)
+            .await
     }
 
     async fn mark_reconciled(&self, pass: &Pass<'_>, project: &Project) -> Result<(), sqlx::Error> {
-        let Some(native_id) = project.native_id else {
-            return Ok(());
-        };
-        sqlx::query(
-            "UPDATE repository SET reconciled_at = now()
-              WHERE provider_instance_id = $1 AND native_id = $2",
-        )
-        .bind(pass.provider_instance_id)
-        .bind(native_id)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        project
+            .repo
+            .mark_reconciled(&self.pool, pass.provider_instance_id)
+            .await
     }
 
     /// A monitor keeps the project it was matched to: a path now naming another project (by
@@ -697,16 +611,16 @@ impl Vendor for GitlabVendor {
         project: &mut Project,
         page: &ProjectPage,
     ) -> Result<PageCheck, sqlx::Error> {
-        if let (Some(expected), Some(found)) = (project.native_id, page.project_id)
+        if let (Some(expected), Some(found)) = (project.repo.native_id, page.project_id)
             && expected != found
         {
-            tracing::warn!(monitor = %project.id, expected, found, "monitored path now names another project; skipped");
+            tracing::warn!(monitor = %project.repo.monitor_id, expected, found, "monitored path now names another project; skipped");
             pass.job
                 .record_activity(
                     &self.pool,
                     "monitor_path_reused",
                     serde_json::json!({
-                        "monitor_id": project.id, "expected_native_id": expected,
+                        "monitor_id": project.repo.monitor_id, "expected_native_id": expected,
                         "found_native_id": found,
                     }),
                 )
@@ -740,7 +654,7 @@ impl Vendor for GitlabVendor {
         class: ItemClass,
         end: &ListingEnd,
     ) -> Result<(), sqlx::Error> {
-        let Some(repository_id) = project.repository_id else {
+        let Some(repository_id) = project.repo.repository_id else {
             return Ok(());
         };
         match &end.plan {
@@ -756,32 +670,18 @@ impl Vendor for GitlabVendor {
                 }
             }
             ListingPlan::Batch { .. } => {
-                let job = pass.job;
                 // Progress is kept page by page: a later batch resumes after the last written.
-                let (pending, batch_job) = if end.complete {
-                    (false, None)
-                } else {
-                    (true, end.batch_full.then_some(job.id))
-                };
-                sqlx::query(
-                    "INSERT INTO gitlab_listing_state
-                            (repository_id, class, backfill_pending, backfill_cursor,
-                             backfill_requested_by, backfill_batch_job, backfill_batch_at)
-                     VALUES ($1, $2, $3, $4, $5, $6, now())
-                     ON CONFLICT (repository_id, class) DO UPDATE
-                        SET backfill_pending = $3,
-                            backfill_cursor = CASE WHEN $3 THEN coalesce($4, gitlab_listing_state.backfill_cursor) END,
-                            backfill_requested_by = coalesce(gitlab_listing_state.backfill_requested_by, $5),
-                            backfill_batch_job = coalesce($6, gitlab_listing_state.backfill_batch_job),
-                            backfill_batch_at = now()",
+                listing_state::record_batch(
+                    &self.pool,
+                    ScopeKey::repository(repository_id),
+                    class.table(),
+                    &BatchEnd {
+                        pending: !end.complete,
+                        last_cursor: end.last_cursor.as_deref(),
+                        job: pass.job.id,
+                        batch_full: end.batch_full,
+                    },
                 )
-                .bind(repository_id)
-                .bind(class.table())
-                .bind(pending)
-                .bind(&end.last_cursor)
-                .bind(job.id)
-                .bind(batch_job)
-                .execute(&self.pool)
                 .await?;
             }
             ListingPlan::Skip => {}

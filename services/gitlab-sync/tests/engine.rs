@@ -518,8 +518,8 @@ async fn an_error_at_one_notes_count_keeps_its_stored_count_and_the_siblings_tak
 
 async fn backfill_state(pool: &PgPool) -> Result<Vec<(String, bool, Option<String>)>> {
     Ok(sqlx::query_as(
-        "SELECT r.name, s.backfill_pending, s.backfill_cursor FROM gitlab_listing_state s
-           JOIN repository r ON r.id = s.repository_id
+        "SELECT r.name, s.backfill_pending, s.backfill_cursor FROM listing_state s
+           JOIN repository r ON s.scope_kind = 'repository' AND r.id = s.scope_id
           WHERE s.class = 'issue' ORDER BY r.name",
     )
     .fetch_all(pool)
@@ -603,7 +603,7 @@ async fn a_backfill_request_takes_one_batch_per_pending_project_and_the_cycle_dr
         "nothing is read while cooling"
     );
     // ...and drains the rest once it has cooled.
-    sqlx::query("UPDATE gitlab_listing_state SET backfill_batch_at = now() - interval '6 minutes'")
+    sqlx::query("UPDATE listing_state SET backfill_batch_at = now() - interval '6 minutes'")
         .execute(&f.pool)
         .await?;
     assert_eq!(
@@ -620,7 +620,7 @@ async fn a_backfill_request_takes_one_batch_per_pending_project_and_the_cycle_dr
     );
     // Nothing is pending: the cycle reads nothing.
     let calls = f.sim.calls(ops::PROJECT_ISSUES);
-    sqlx::query("UPDATE gitlab_listing_state SET backfill_batch_at = now() - interval '6 minutes'")
+    sqlx::query("UPDATE listing_state SET backfill_batch_at = now() - interval '6 minutes'")
         .execute(&f.pool)
         .await?;
     f.run_on(f.connection_id, "BACKFILL", "scheduled").await?;
@@ -630,7 +630,7 @@ async fn a_backfill_request_takes_one_batch_per_pending_project_and_the_cycle_dr
 
 async fn watermark(pool: &PgPool) -> Result<Option<OffsetDateTime>> {
     Ok(
-        sqlx::query_scalar("SELECT watermark FROM gitlab_listing_state WHERE class = 'issue'")
+        sqlx::query_scalar("SELECT watermark FROM listing_state WHERE class = 'issue'")
             .fetch_optional(pool)
             .await?
             .flatten(),

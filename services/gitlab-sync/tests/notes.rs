@@ -241,7 +241,7 @@ impl Fixture {
 
     async fn watermark(&self, class: &str) -> Result<Option<time::OffsetDateTime>> {
         Ok(
-            sqlx::query_scalar("SELECT watermark FROM gitlab_listing_state WHERE class = $1")
+            sqlx::query_scalar("SELECT watermark FROM listing_state WHERE class = $1")
                 .bind(class)
                 .fetch_optional(&self.pool)
                 .await?

@@ -9,12 +9,19 @@ use crate::job::{JobSupport, SyncJobType};
 /// endpoints).
 pub const SECRETS: &[&str] = &["token"];
 
-/// Slack never backfills: history from before consent, or from a paused gap, is never fetched.
+/// Slack runs no initial sync and never backfills: ingestion is per channel and forward-only
+/// from its consent, so history from before consent, or from a paused gap, is never fetched.
 pub const JOBS: JobSupport = JobSupport {
     vendor: "Slack",
-    refused: &[(
-        SyncJobType::Backfill,
-        "history from before a channel's consent or from a paused gap is never fetched; \
-         RECONCILIATION reads what is in scope",
-    )],
+    refused: &[
+        (
+            SyncJobType::Initial,
+            "nothing is read at connect; each channel is ingested forward-only from its consent",
+        ),
+        (
+            SyncJobType::Backfill,
+            "history from before a channel's consent or from a paused gap is never fetched; \
+             RECONCILIATION reads what is in scope",
+        ),
+    ],
 };

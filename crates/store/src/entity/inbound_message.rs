@@ -25,6 +25,9 @@ pub struct Model {
     pub outbox_id: Uuid,
     pub replay_of: Option<Uuid>,
     pub received_at: TimeDateTimeWithTimeZone,
+    /// When its body, headers and stream copies were erased on their own
+    /// (`crate::inbound::erase_delivery`); the row stays as history.
+    pub erased_at: Option<TimeDateTimeWithTimeZone>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

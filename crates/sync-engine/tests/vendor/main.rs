@@ -6,5 +6,6 @@
 mod scripted;
 
 mod engine;
+mod primitives;
 mod service;
 mod webhooks;

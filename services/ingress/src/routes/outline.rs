@@ -1,5 +1,7 @@
 //! `POST /webhooks/outline/{token}`: `Outline-Signature: t=<ms>,s=<hex HMAC("<t>.<body>")>`.
-//! Subject `outline.<subscriptionId>.<event>`; the delivery id is the dedup key.
+//! Subject `outline.?connection.<connectionId>.<event>`: the subscription id is Outline's to
+//! assign, so deliveries are routed by the endpoint's connection, whose consumer was confirmed
+//! before the subscription was created. The delivery id is the dedup key.
 
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
@@ -63,7 +65,7 @@ pub async fn deliver(
     let sig = verify::parse_outline(raw).ok_or_else(Rejection::bad_signature)?;
     let verified = ep.verify(|secret| verify::outline(secret, &sig, &body))?;
     let payload = json_object(&body)?;
-    let routed = route(&payload)?;
+    let routed = route(&payload, ep.ids.connection_id)?;
     // The subscription in a signed body must be the one this endpoint was made for.
     if let (Some(expected), Some(got)) =
         (&ep.provider_ref, str_at(&payload, "/webhookSubscriptionId"))
@@ -85,9 +87,9 @@ pub async fn deliver(
     .await
 }
 
-/// The subject of an Outline delivery.
-pub fn route(p: &serde_json::Value) -> Result<Routed, Rejection> {
-    let (Some(subscription), Some(event)) =
+/// The subject of an Outline delivery received on an endpoint of `connection_id`.
+pub fn route(p: &serde_json::Value, connection_id: uuid::Uuid) -> Result<Routed, Rejection> {
+    let (Some(_subscription), Some(event)) =
         (str_at(p, "/webhookSubscriptionId"), str_at(p, "/event"))
     else {
         return Err(Rejection::malformed(
@@ -96,7 +98,7 @@ pub fn route(p: &serde_json::Value) -> Result<Routed, Rejection> {
     };
     Ok(Routed {
         event: event.to_owned(),
-        subject: subject::outline(subscription, event)?,
+        subject: subject::outline(&connection_id.to_string(), event)?,
         event_id: str_at(p, "/id").map(str::to_owned),
     })
 }
@@ -107,11 +109,15 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn deliveries_route_by_subscription() {
+    fn deliveries_route_by_connection() {
         let p = json!({"id": "d1", "webhookSubscriptionId": "S1", "event": "documents.update",
             "payload": {"id": "doc", "model": {}}});
-        let r = route(&p).unwrap();
-        assert_eq!(r.subject, "outline.s1.documents%2Eupdate");
+        let connection = uuid::Uuid::nil();
+        let r = route(&p, connection).unwrap();
+        assert_eq!(
+            r.subject,
+            format!("outline.?connection.{connection}.documents%2Eupdate")
+        );
         assert_eq!(r.event_id.as_deref(), Some("d1"));
     }
 }

@@ -30,7 +30,7 @@ fn delivery() -> Vec<u8> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn token_routes_verify_and_route_by_subscription() -> Result<()> {
+async fn token_routes_verify_and_route_by_connection() -> Result<()> {
     let h = Harness::start().await?;
     let conn = h.connection(ConnectionKind::Outline, None).await?;
     h.endpoint(
@@ -96,6 +96,10 @@ async fn token_routes_verify_and_route_by_subscription() -> Result<()> {
 
     let got = h.settled(Stream::WebhooksOutline, 1).await?;
     assert_eq!(got.len(), 1);
-    assert_eq!(got[0].subject, "outline.sub-1.documents%2Eupdate");
+    // Routed by the endpoint's connection: the subscription's id is Outline's to assign.
+    assert_eq!(
+        got[0].subject,
+        format!("outline.?connection.{}.documents%2Eupdate", conn.id)
+    );
     h.ingress.stop().await
 }

@@ -283,7 +283,7 @@ pub async fn run() -> Result<()> {
         format!(
             "eraser: messages by ledgered sequence ({} per batch, {} in flight)",
             eraser::streams::BATCH,
-            eraser::streams::IN_FLIGHT
+            bus::erasure::IN_FLIGHT
         ),
         thousands(messages_erased as u64),
         format!("{:.2}", erasure.messages.as_secs_f64()),
@@ -293,7 +293,7 @@ pub async fn run() -> Result<()> {
     t.row(vec![
         format!(
             "ceiling: JetStream delete by sequence, {} in flight",
-            eraser::streams::IN_FLIGHT
+            bus::erasure::IN_FLIGHT
         ),
         thousands(untracked.len() as u64),
         format!("{:.2}", stream_delete_time.as_secs_f64()),
@@ -570,7 +570,7 @@ async fn raw_stream_delete(
         let stream = stream.clone();
         async move { stream.delete_message(sequence).await }
     }))
-    .buffer_unordered(eraser::streams::IN_FLIGHT)
+    .buffer_unordered(bus::erasure::IN_FLIGHT)
     .collect()
     .await;
     let elapsed = started.elapsed();
