@@ -1,10 +1,10 @@
 //! The sync engine every vendor service runs on. A vendor implements the traits here (what its
 //! connections reach, how one page of a class is read and written, how a webhook payload is
 //! applied); the engine owns everything else: job claims and leases, passes and their
-//! cancellation, backfill repetition, the deletion gate (for items and, per parent, for nested
-//! children: [`children`]), schedules with cooldown, the webhook
-//! front half that resolves a delivery's body, connection and admission, and the flags that tune
-//! all of it ([`config::SyncArgs`], flattened into each service's `Config`).
+//! cancellation, backfill repetition, the deletion gate (for items, and per parent for nested
+//! children: [`children`]), schedules with cooldown, the webhook front half that resolves a
+//! delivery's body, connection and admission, and the flags that tune all of it
+//! ([`config::SyncArgs`], flattened into each service's `Config`).
 #![forbid(unsafe_code)]
 
 pub mod children;

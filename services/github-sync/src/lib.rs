@@ -143,6 +143,9 @@ pub async fn run(
         schedules: &config.sync.job_schedules(),
     }
     .register(&mut service, &mut schedules, &bus, &db)?;
+    for class in [conversation::COMMENTS, conversation::REVIEW_COMMENTS] {
+        class.register_metrics();
+    }
     let webhook_handler = Arc::new(WebhookConsumer::new(
         db.get_postgres_connection_pool().clone(),
         webhooks::GithubWebhooks {

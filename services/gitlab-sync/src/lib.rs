@@ -175,6 +175,7 @@ pub async fn run(
         schedules: &config.sync.job_schedules(),
     }
     .register(&mut service, &mut schedules, &bus, &db)?;
+    notes::NOTES.register_metrics();
     webhook_consumers(&config, &mut service, &bus, &db, factory_for_hooks);
     service.schedules(schedules);
     service.relay(&db, &bus);

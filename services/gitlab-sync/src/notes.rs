@@ -8,10 +8,13 @@
 //!   System notes are not mirrored.
 //! - A RECONCILIATION (outside its cooldown) walks every live mirrored issue and merge request,
 //!   not only the recent ones: discussions are mirrored again, then the flat REST listing is held
-//!   to `lifecycle_core::gitlab::notes`. Only notes confirmed gone are deleted (no tombstone):
-//!   review notes with the reply references to them, then threads they emptied. Item events
-//!   already recorded stay. Any doubt leaves the parent as stored and is counted in
-//!   `gitlab_notes_unreconciled_total{reason}`.
+//!   to `lifecycle_core::gitlab::notes`. Notes are the engine's child class `note`
+//!   ([`sync_engine::children`]): what that listing shows, once every missing note is confirmed
+//!   gone, goes through the deletion gate and the blast-radius hold, and the notes it plans are
+//!   tombstoned as a GitHub comment is (content cleared, `deleted_at` set, no late copy brings
+//!   them back); their threads, reply references and item events stay. Any doubt leaves the
+//!   parent as stored and is counted in `gitlab_notes_unreconciled_total{reason}`; a held
+//!   parent is counted and recorded as a held sweep.
 //! - The job's cancel and lease are checked before each parent and each further page of a
 //!   parent's listing: a canceled job stops there (a reconcile it cuts removes nothing), and a
 //!   replica that lost the lease writes nothing more.
@@ -24,17 +27,21 @@ use std::collections::{BTreeMap, BTreeSet};
 use gitlab_client::{
     Discussion, DiscussionNote, Error as ClientError, GitlabClient, Note, NoteParent, Page,
 };
+use lifecycle_core::deletion::TombstonePlan;
 use lifecycle_core::gitlab::notes::{
     Confirmation, NoteReconciliation, NoteStep, NotesUnreconciled,
 };
 use lifecycle_core::gitlab::paging::OffsetPageHeaders;
 use lifecycle_core::job::SyncJobType;
+use scm_mirror::comments::{self, Comment, ReviewComment};
 use scm_mirror::events::Item;
 use scm_mirror::reviews::Thread;
 use sqlx::PgPool;
+use store::entity::ConnectionKind;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use sync_engine::children::{ChildClass, ChildListing, ChildOutcome, ChildTombstones};
 use sync_engine::{JobControl, Pass};
 
 use crate::mirror::VENDOR;
@@ -46,6 +53,12 @@ pub const NOTES_PASS_SPAN: &str = "notes pass";
 
 /// Notes per REST page and discussions per GraphQL page: GitLab's largest.
 const PAGE_SIZE: u32 = 100;
+/// Notes, as a child class of their issue or merge request.
+pub const NOTES: ChildClass = ChildClass {
+    vendor: ConnectionKind::Gitlab,
+    name: "note",
+};
+
 /// Pages of one parent's notes a pass reads at most: 10,000 notes, past which GitLab stops
 /// counting them (no `X-Total`), so a longer listing could never reconcile anyway.
 const PAGE_CAP: u32 = 100;
@@ -98,12 +111,12 @@ impl std::fmt::Display for Parent {
 pub struct NotesSummary {
     /// Notes written (new or newer).
     pub written: u64,
-    /// Notes deleted as confirmed gone.
-    pub removed: u64,
-    /// Threads deleted because their last note went.
-    pub threads_removed: u64,
+    /// Notes tombstoned as confirmed gone.
+    pub tombstoned: u64,
     /// Parents whose notes were reconciled.
     pub reconciled: u64,
+    /// Parents whose sweep the blast radius held (nothing tombstoned).
+    pub held: u64,
     /// Parents left as stored, with why.
     pub unreconciled: Vec<(Parent, NotesUnreconciled)>,
     /// Parents whose notes could not be read whole (mirrored as far as read).
@@ -165,9 +178,9 @@ pub(crate) async fn after_scope(
     tracing::info!(
         project = %scope.full_path,
         written = summary.written,
-        removed = summary.removed,
-        threads_removed = summary.threads_removed,
+        tombstoned = summary.tombstoned,
         reconciled = summary.reconciled,
+        held = summary.held,
         unreconciled = summary.unreconciled.len(),
         unread = summary.unread.len(),
         stopped = summary.stopped.as_deref(),
@@ -490,7 +503,7 @@ impl Notes<'_> {
     }
 
     /// The REST listing of one parent: an issue's notes are written page by page; a reconcile
-    /// holds the listing to the rule and removes what is confirmed gone.
+    /// holds the listing to the rule and tombstones what is confirmed gone, through the gate.
     async fn listing(
         &self,
         parent: Parent,
@@ -500,9 +513,11 @@ impl Notes<'_> {
     ) -> Result<Result<(), Stop>, sqlx::Error> {
         let rest = parent.rest(self.scope.project_id);
         // Candidates before listing: notes inserted during the pass survive.
+        let children = self.pass.children(NOTES);
         let mut rule = if reconciling {
-            let candidates = mirrored_notes(self.pool, parent).await?;
-            Some(NoteReconciliation::begin(job, candidates, PAGE_CAP))
+            let candidates = live_notes(self.pool, parent).await?;
+            let sweep = children.capture(candidates.iter().copied());
+            Some((NoteReconciliation::begin(job, candidates, PAGE_CAP), sweep))
         } else {
             None
         };
@@ -517,7 +532,7 @@ impl Notes<'_> {
                     JobControl::Continue => {}
                     JobControl::Canceled => {
                         // A cut listing reconciles nothing.
-                        if let Some(rule) = rule.as_mut() {
+                        if let Some((rule, _)) = rule.as_mut() {
                             rule.record_fault(lifecycle_core::gitlab::notes::NoteFault::Cancelled);
                         }
                         canceled = true;
@@ -530,7 +545,7 @@ impl Notes<'_> {
             let page = match self.client.notes_page(rest, number, PAGE_SIZE).await {
                 Ok(page) => page,
                 Err(e) => {
-                    if let Some(rule) = rule.as_mut() {
+                    if let Some((rule, _)) = rule.as_mut() {
                         rule.record_fault(lifecycle_core::gitlab::notes::NoteFault::FailedPage);
                     }
                     failure = Some(e);
@@ -547,7 +562,7 @@ impl Notes<'_> {
                 page.headers.total.as_deref(),
             );
             next = match rule.as_mut() {
-                Some(rule) => {
+                Some((rule, _)) => {
                     match rule.accept_page(headers, page.notes.iter().map(|n| n.id).collect()) {
                         NoteStep::FetchPage(n) => Some(n),
                         NoteStep::Finished | NoteStep::Stopped(_) => None,
@@ -564,7 +579,7 @@ impl Notes<'_> {
         if canceled {
             summary.unread.push(parent);
         }
-        if let Some(rule) = rule {
+        if let Some((rule, sweep)) = rule {
             let outcome = match rule.finish() {
                 Ok(missing) => {
                     let mut results = BTreeMap::new();
@@ -590,10 +605,40 @@ impl Notes<'_> {
             };
             match outcome {
                 Ok(gone) => {
-                    let (notes, threads) = self.remove(parent, &gone).await?;
-                    summary.removed += notes;
-                    summary.threads_removed += threads;
-                    summary.reconciled += 1;
+                    // The listing, confirmed: every candidate but those read gone one by one.
+                    let listed = sweep
+                        .candidates()
+                        .iter()
+                        .filter(|id| !gone.contains(id))
+                        .copied()
+                        .collect();
+                    let mut txn = self.pool.begin().await?;
+                    if lock_parent(&mut txn, parent).await? {
+                        let writer = NoteTombstones {
+                            parent,
+                            repository_id: self.scope.repository_id,
+                            deleted_at: OffsetDateTime::now_utc(),
+                        };
+                        let mut detail = serde_json::Map::new();
+                        detail.insert(
+                            "repository_id".into(),
+                            self.scope.repository_id.to_string().into(),
+                        );
+                        detail.insert("parent".into(), parent.to_string().into());
+                        let listing = ChildListing::Whole(listed);
+                        match children
+                            .reconcile(&mut txn, detail, sweep, listing, &writer)
+                            .await?
+                        {
+                            ChildOutcome::Tombstoned(n) => {
+                                summary.tombstoned += n;
+                                summary.reconciled += 1;
+                            }
+                            ChildOutcome::Held { .. } => summary.held += 1,
+                            ChildOutcome::Skipped => {}
+                        }
+                    }
+                    txn.commit().await?;
                 }
                 Err(reason) => {
                     metrics::counter!("gitlab_notes_unreconciled_total", "reason" => reason_label(reason))
@@ -629,91 +674,65 @@ impl Notes<'_> {
         txn.commit().await?;
         Ok(written)
     }
+}
 
-    /// Deletes the confirmed-gone notes of `parent` with the parent locked: comments; review
-    /// comments, first clearing replies' references to them; then the threads they emptied.
-    async fn remove(
+/// Tombstones a parent's confirmed-gone notes, in whichever of its tables they are, dated
+/// `deleted_at`.
+struct NoteTombstones {
+    parent: Parent,
+    repository_id: Uuid,
+    deleted_at: OffsetDateTime,
+}
+
+#[async_trait::async_trait]
+impl ChildTombstones<u64> for NoteTombstones {
+    async fn tombstone(
         &self,
-        parent: Parent,
-        gone: &BTreeSet<u64>,
-    ) -> Result<(u64, u64), sqlx::Error> {
-        let ids: Vec<i64> = gone
+        conn: &mut sqlx::PgConnection,
+        plan: &TombstonePlan<u64>,
+    ) -> Result<u64, sqlx::Error> {
+        let ids: Vec<i64> = plan
+            .ids()
             .iter()
             .filter_map(|id| i64::try_from(*id).ok())
             .collect();
-        if ids.is_empty() {
-            return Ok((0, 0));
+        // Comment ids are unique per repository; the candidates were this parent's.
+        let mut n = comments::tombstone_missing::<Comment<'_>>(
+            &mut *conn,
+            self.repository_id,
+            &ids,
+            self.deleted_at,
+        )
+        .await?;
+        if let Parent::MergeRequest { row, .. } = self.parent {
+            n += comments::tombstone_missing::<ReviewComment<'_>>(conn, row, &ids, self.deleted_at)
+                .await?;
         }
-        let mut txn = self.pool.begin().await?;
-        if !lock_parent(&mut txn, parent).await? {
-            return Ok((0, 0));
-        }
-        let (column, row) = match parent {
-            Parent::Issue { row, .. } => ("issue_id", row),
-            Parent::MergeRequest { row, .. } => ("pull_request_id", row),
-        };
-        let sql = format!("DELETE FROM comment WHERE {column} = $1 AND native_id = ANY($2)");
-        let mut removed = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(row)
-            .bind(&ids)
-            .execute(&mut *txn)
-            .await?
-            .rows_affected();
-        let mut threads = 0;
-        if let Parent::MergeRequest { row, .. } = parent {
-            sqlx::query(
-                "UPDATE review_comment SET in_reply_to = NULL
-                  WHERE pull_request_id = $1 AND in_reply_to = ANY($2)",
-            )
-            .bind(row)
-            .bind(&ids)
-            .execute(&mut *txn)
-            .await?;
-            let emptied: Vec<(Option<Uuid>,)> = sqlx::query_as(
-                "DELETE FROM review_comment WHERE pull_request_id = $1 AND native_id = ANY($2)
-                 RETURNING thread_id",
-            )
-            .bind(row)
-            .bind(&ids)
-            .fetch_all(&mut *txn)
-            .await?;
-            removed += emptied.len() as u64;
-            let thread_ids: Vec<Uuid> = emptied.into_iter().filter_map(|(t,)| t).collect();
-            threads = sqlx::query(
-                "DELETE FROM review_thread t
-                  WHERE t.pull_request_id = $1 AND t.id = ANY($2)
-                    AND NOT EXISTS (SELECT 1 FROM review_comment c WHERE c.thread_id = t.id)",
-            )
-            .bind(row)
-            .bind(&thread_ids)
-            .execute(&mut *txn)
-            .await?
-            .rows_affected();
-        }
-        txn.commit().await?;
-        Ok((removed, threads))
+        Ok(n)
     }
 }
 
-/// The native ids of a parent's mirrored notes (comments and review comments).
-async fn mirrored_notes(pool: &PgPool, parent: Parent) -> Result<Vec<u64>, sqlx::Error> {
-    let rows: Vec<(i64,)> = match parent {
-        Parent::Issue { row, .. } => {
-            sqlx::query_as("SELECT native_id FROM comment WHERE issue_id = $1")
+/// The native ids of a parent's live notes (comments and review comments).
+async fn live_notes(pool: &PgPool, parent: Parent) -> Result<Vec<u64>, sqlx::Error> {
+    let rows: Vec<(i64,)> =
+        match parent {
+            Parent::Issue { row, .. } => {
+                sqlx::query_as(
+                    "SELECT native_id FROM comment WHERE issue_id = $1 AND deleted_at IS NULL",
+                )
                 .bind(row)
                 .fetch_all(pool)
                 .await?
-        }
-        Parent::MergeRequest { row, .. } => {
-            sqlx::query_as(
-                "SELECT native_id FROM comment WHERE pull_request_id = $1
-                 UNION SELECT native_id FROM review_comment WHERE pull_request_id = $1",
+            }
+            Parent::MergeRequest { row, .. } => sqlx::query_as(
+                "SELECT native_id FROM comment WHERE pull_request_id = $1 AND deleted_at IS NULL
+                 UNION SELECT native_id FROM review_comment
+                  WHERE pull_request_id = $1 AND deleted_at IS NULL",
             )
             .bind(row)
             .fetch_all(pool)
-            .await?
-        }
-    };
+            .await?,
+        };
     Ok(rows
         .into_iter()
         .filter_map(|(id,)| u64::try_from(id).ok())

@@ -1,8 +1,8 @@
 //! Notes through gitlab-sync's passes on the sync engine, against real Postgres and the
 //! simulated GitLab over HTTP: what a pass reads gets its notes mirrored (issue notes by REST,
-//! merge request discussions with diff threads by GraphQL), and only a RECONCILIATION removes
-//! notes, those a clean REST listing omits and a direct read confirms gone. Every doubt keeps
-//! the parent as stored.
+//! merge request discussions with diff threads by GraphQL), and only a RECONCILIATION
+//! tombstones notes, those a clean REST listing omits and a direct read confirms gone, within the
+//! engine's blast radius. Every doubt keeps the parent as stored.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +11,7 @@ use anyhow::Result;
 use gitlab_client::{ClientConfig, GitlabClient, RetryPolicy};
 use gitlab_sync::source::{ClientFactory, GitlabSource, Settings};
 use gitlab_sync::sync::GitlabVendor;
+use lifecycle_core::deletion::BlastRadius;
 use sqlx::PgPool;
 use store::entity::ConnectionKind;
 use sync_engine::{Engine, JobOutcome, Jobs};
@@ -43,6 +44,8 @@ struct Fixture {
     workspace_id: Uuid,
     provider_instance_id: Uuid,
     notes: Notes,
+    /// The engine's blast radius in this fixture's jobs.
+    blast_radius: BlastRadius,
 }
 
 async fn fixture() -> Result<Fixture> {
@@ -123,6 +126,7 @@ async fn fixture() -> Result<Fixture> {
             replies,
             single,
         },
+        blast_radius: BlastRadius::default(),
     })
 }
 
@@ -158,7 +162,10 @@ impl Fixture {
                 backfill: self.config.backfill_batches(),
                 activator: None,
             }),
-            settings: self.config.sync.sync_settings(),
+            settings: sync_engine::SyncSettings {
+                blast_radius: self.blast_radius,
+                ..self.config.sync.sync_settings()
+            },
         }
     }
 
@@ -253,20 +260,36 @@ impl Fixture {
         Ok(())
     }
 
-    /// Native ids of mirrored comments, and of review comments.
+    /// Native ids of live mirrored comments, and of live review comments.
     async fn mirrored(&self) -> Result<(Vec<i64>, Vec<i64>)> {
-        let comments: Vec<(i64,)> =
-            sqlx::query_as("SELECT native_id FROM comment ORDER BY native_id")
-                .fetch_all(&self.pool)
-                .await?;
-        let reviews: Vec<(i64,)> =
-            sqlx::query_as("SELECT native_id FROM review_comment ORDER BY native_id")
-                .fetch_all(&self.pool)
-                .await?;
+        let comments: Vec<(i64,)> = sqlx::query_as(
+            "SELECT native_id FROM comment WHERE deleted_at IS NULL ORDER BY native_id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let reviews: Vec<(i64,)> = sqlx::query_as(
+            "SELECT native_id FROM review_comment WHERE deleted_at IS NULL ORDER BY native_id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
         Ok((
             comments.into_iter().map(|(n,)| n).collect(),
             reviews.into_iter().map(|(n,)| n).collect(),
         ))
+    }
+
+    /// Native ids of tombstoned notes (comments and review comments), each with its content
+    /// cleared and its `deleted_at` set; a note deleted otherwise would be missing here.
+    async fn tombstoned(&self) -> Result<Vec<u64>> {
+        let rows: Vec<(i64,)> = sqlx::query_as(
+            "SELECT native_id FROM comment WHERE deleted_at IS NOT NULL AND body IS NULL
+             UNION ALL
+             SELECT native_id FROM review_comment WHERE deleted_at IS NOT NULL AND body IS NULL
+             ORDER BY 1",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|(n,)| n as u64).collect())
     }
 
     async fn threads(&self) -> Result<i64> {
@@ -335,7 +358,8 @@ async fn initial_mirrors_issue_notes_and_merge_request_threads_without_system_no
 }
 
 #[tokio::test]
-async fn clean_reconcile_removes_exactly_the_deleted_notes_and_emptied_threads() -> Result<()> {
+async fn clean_reconcile_tombstones_exactly_the_deleted_notes_and_no_late_copy_restores_them()
+-> Result<()> {
     let f = fixture().await?;
     f.initial().await?;
     let (mr,): (Uuid,) = sqlx::query_as("SELECT id FROM pull_request")
@@ -344,11 +368,20 @@ async fn clean_reconcile_removes_exactly_the_deleted_notes_and_emptied_threads()
     // A past item event of the merge request stays whatever happens to its notes.
     sqlx::query("INSERT INTO item_event (id, pull_request_id, name, source_key, version, origin) VALUES ($1, $2, 'scm.comment.edited', 'past', now(), 'sync')")
         .bind(Uuid::now_v7()).bind(mr).execute(&f.pool).await?;
-    let gone = f.delete_upstream();
+    let copies: Vec<vendor_sim::gitlab::Note> = f.sim.model(|m| {
+        let n = &f.notes;
+        [n.issue_gone, n.mr_lone, n.diff, n.single]
+            .iter()
+            .map(|id| m.notes[id].clone())
+            .collect()
+    });
+    let mut gone = f.delete_upstream();
+    gone.sort();
 
-    // INITIAL never removes a note.
+    // INITIAL never tombstones a note.
     f.initial().await?;
     assert_eq!(f.mirrored().await?, f.all_user_notes());
+    assert!(f.tombstoned().await?.is_empty());
 
     f.reconcile().await?;
     let n = &f.notes;
@@ -356,26 +389,77 @@ async fn clean_reconcile_removes_exactly_the_deleted_notes_and_emptied_threads()
     assert_eq!(comments, [n.issue_kept as i64]);
     let mut replies: Vec<i64> = n.replies.iter().map(|r| *r as i64).collect();
     replies.sort();
-    assert_eq!(reviews, replies, "removed: {gone:?}");
-    let references: Vec<(Option<i64>,)> = sqlx::query_as("SELECT in_reply_to FROM review_comment")
-        .fetch_all(&f.pool)
-        .await?;
-    assert!(
-        references
-            .iter()
-            .all(|(r,)| r.is_none_or(|r| !gone.contains(&(r as u64)))),
-        "no reply refers to a removed note: {references:?}"
-    );
-    assert_eq!(
-        f.threads().await?,
-        1,
-        "the emptied thread is gone, the replied one stays"
-    );
+    assert_eq!(reviews, replies, "tombstoned: {gone:?}");
+    assert_eq!(f.tombstoned().await?, gone, "a tombstone, not a deletion");
+    // A tombstone keeps its place: its thread and the replies' references to it stay.
+    assert_eq!(f.threads().await?, 2);
+    let (reference,): (Option<i64>,) =
+        sqlx::query_as("SELECT in_reply_to FROM review_comment WHERE native_id = $1")
+            .bind(n.replies[0] as i64)
+            .fetch_one(&f.pool)
+            .await?;
+    assert_eq!(reference, Some(n.diff as i64));
     let (events,): (i64,) =
         sqlx::query_as("SELECT count(*) FROM item_event WHERE source_key = 'past'")
             .fetch_one(&f.pool)
             .await?;
     assert_eq!(events, 1);
+
+    // A late copy of the deleted notes (GitLab lists them again) brings none of them back.
+    f.sim.model(|m| {
+        for note in copies {
+            m.notes.insert(note.id, note);
+        }
+    });
+    f.initial().await?;
+    assert_eq!(f.mirrored().await?, (comments, reviews));
+    assert_eq!(f.tombstoned().await?, gone);
+    Ok(())
+}
+
+/// A parent's note sweep past the blast radius waits for an operator: nothing of that parent is
+/// tombstoned, the hold is counted as the engine's held sweep of class `note`, and a parent
+/// within the radius is reconciled as usual.
+#[tokio::test]
+async fn a_blast_radius_hold_stops_a_parents_note_sweep() -> Result<()> {
+    let mut f = fixture().await?;
+    // More than half of a parent's notes, however few.
+    f.blast_radius = BlastRadius {
+        numerator: 1,
+        denominator: 2,
+        min_rows: 0,
+    };
+    f.initial().await?;
+    let before = f.mirrored().await?;
+    f.delete_upstream();
+    f.reconcile().await?;
+    let n = &f.notes;
+    // The merge request loses 3 of its 5 notes: held, all stay live.
+    let (comments, reviews) = f.mirrored().await?;
+    assert!(comments.contains(&(n.mr_lone as i64)), "{comments:?}");
+    assert!(reviews.contains(&(n.diff as i64)), "{reviews:?}");
+    assert!(reviews.contains(&(n.single as i64)), "{reviews:?}");
+    assert_eq!(reviews, before.1);
+    // The issue loses 1 of its 2: within the radius, tombstoned.
+    assert_eq!(f.tombstoned().await?, [n.issue_gone]);
+    let held: Vec<(serde_json::Value,)> = sqlx::query_as(
+        "SELECT detail FROM connection_activity WHERE activity = 'sweep_held' ORDER BY created_at",
+    )
+    .fetch_all(&f.pool)
+    .await?;
+    assert_eq!(held.len(), 1, "{held:?}");
+    let detail = &held[0].0;
+    assert_eq!(detail["class"], "note");
+    assert!(
+        detail["parent"]
+            .as_str()
+            .is_some_and(|p| p.starts_with('!')),
+        "the merge request: {detail}"
+    );
+    assert_eq!(
+        (&detail["would_tombstone"], &detail["class_size"]),
+        (&serde_json::json!(3), &serde_json::json!(5))
+    );
     Ok(())
 }
 
@@ -421,7 +505,8 @@ async fn each_fault_removes_no_note() -> Result<()> {
         f.sim.clear_faults();
         f.sim.inject(fault);
         f.reconcile().await?;
-        assert_eq!(f.mirrored().await?, before, "{name} removed a note");
+        assert_eq!(f.mirrored().await?, before, "{name} tombstoned a note");
+        assert!(f.tombstoned().await?.is_empty(), "{name} tombstoned a note");
         assert_eq!(f.threads().await?, 2, "{name} removed a thread");
     }
     // A note missing from the listing that still reads by id keeps its whole parent: the
