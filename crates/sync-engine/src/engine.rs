@@ -321,6 +321,8 @@ impl<V: Vendor> Engine<V> {
         };
         let reconciling = job.job_type == SyncJobType::Reconciliation;
         let mut first_gap: Option<String> = None;
+        // The pass's known total: the totals the listings begun so far reported.
+        let mut total: Option<i64> = None;
         for mut scope in scopes.scopes {
             self.vendor.before_scope(pass, source, &mut scope).await?;
             // A vendor that never sweeps keeps no reconcile stamps to cool by.
@@ -351,7 +353,7 @@ impl<V: Vendor> Engine<V> {
                     ListingPlan::Whole => {}
                 }
                 let (stop, listed) = self
-                    .sync_class(pass, &mut scope, class, &plan, source, done)
+                    .sync_class(pass, &mut scope, class, &plan, source, done, &mut total)
                     .await?;
                 match listed {
                     Listed::Whole => {}
@@ -419,6 +421,7 @@ impl<V: Vendor> Engine<V> {
         plan: &ListingPlan,
         source: &V::Source,
         done: &mut i64,
+        total: &mut Option<i64>,
     ) -> Result<(Option<PassEnd>, Listed), sqlx::Error> {
         let job = pass.job;
         // A read error's class shadows `class` below.
@@ -447,9 +450,10 @@ impl<V: Vendor> Engine<V> {
         let mut last_cursor: Option<String> = None;
         // The vendor's page check ended the listing at its horizon, complete for its plan.
         let mut ended_here = false;
+        let mut counted_total = false;
         loop {
             // Cancel and lease checks per page.
-            match self.jobs.heartbeat(job, Some(*done), None).await? {
+            match self.jobs.heartbeat(job, Some(*done), *total).await? {
                 JobControl::Continue => {}
                 JobControl::Canceled => {
                     listing.record_fault(ListingFault::Cancelled);
@@ -531,11 +535,19 @@ impl<V: Vendor> Engine<V> {
                 last_cursor.clone_from(&read.end_cursor);
             }
             *done += read.ids.len() as i64;
+            // `progress_total`: a listing read from its start adds the total it reports.
+            if pages_written == 1
+                && total_count == TotalCount::Required
+                && let Some(n) = read.total_count
+            {
+                *total = Some(total.unwrap_or(0) + i64::try_from(n).unwrap_or(i64::MAX));
+                counted_total = true;
+            }
             metrics::counter!("sync_items_total", "vendor" => V::KIND.as_str(), "class" => V::class_name(class))
                 .increment(applied);
             if page.errored() {
                 // Fail-closed: a vendor error anywhere leaves the listing incomplete.
-                listing.record_fault(ListingFault::GraphQlError);
+                listing.record_fault(ListingFault::VendorPageAnomaly);
             }
             if check == PageCheck::EndHere {
                 // The horizon: what lies past it is out of the plan, never inferred gone. An
@@ -556,6 +568,11 @@ impl<V: Vendor> Engine<V> {
                     break;
                 }
             }
+        }
+        if counted_total {
+            // The total is recorded now, even when no page follows to carry it; a cancel or a
+            // lost lease it meets is met again before the next page.
+            self.jobs.heartbeat(job, Some(*done), *total).await?;
         }
         let finished = if batch_full || ended_here {
             Err(lifecycle_core::listing::IncompleteReason::NotFinished)
