@@ -135,6 +135,14 @@ impl PassEnd {
     }
 }
 
+/// A pass's progress as its job row shows it.
+struct Progress {
+    /// Items read.
+    done: i64,
+    /// The totals the listings begun so far reported, if any did (`progress_total`).
+    total: Option<i64>,
+}
+
 /// How one class's listing of one scope ended.
 enum Listed {
     Whole,
@@ -321,8 +329,10 @@ impl<V: Vendor> Engine<V> {
         };
         let reconciling = job.job_type == SyncJobType::Reconciliation;
         let mut first_gap: Option<String> = None;
-        // The pass's known total: the totals the listings begun so far reported.
-        let mut total: Option<i64> = None;
+        let mut progress = Progress {
+            done: *done,
+            total: None,
+        };
         for mut scope in scopes.scopes {
             self.vendor.before_scope(pass, source, &mut scope).await?;
             // A vendor that never sweeps keeps no reconcile stamps to cool by.
@@ -353,8 +363,9 @@ impl<V: Vendor> Engine<V> {
                     ListingPlan::Whole => {}
                 }
                 let (stop, listed) = self
-                    .sync_class(pass, &mut scope, class, &plan, source, done, &mut total)
+                    .sync_class(pass, &mut scope, class, &plan, source, &mut progress)
                     .await?;
+                *done = progress.done;
                 match listed {
                     Listed::Whole => {}
                     Listed::Partial(reason) => {
@@ -420,8 +431,7 @@ impl<V: Vendor> Engine<V> {
         class: V::Class,
         plan: &ListingPlan,
         source: &V::Source,
-        done: &mut i64,
-        total: &mut Option<i64>,
+        progress: &mut Progress,
     ) -> Result<(Option<PassEnd>, Listed), sqlx::Error> {
         let job = pass.job;
         // A read error's class shadows `class` below.
@@ -453,7 +463,11 @@ impl<V: Vendor> Engine<V> {
         let mut counted_total = false;
         loop {
             // Cancel and lease checks per page.
-            match self.jobs.heartbeat(job, Some(*done), *total).await? {
+            match self
+                .jobs
+                .heartbeat(job, Some(progress.done), progress.total)
+                .await?
+            {
                 JobControl::Continue => {}
                 JobControl::Canceled => {
                     listing.record_fault(ListingFault::Cancelled);
@@ -534,13 +548,14 @@ impl<V: Vendor> Engine<V> {
             if read.end_cursor.is_some() {
                 last_cursor.clone_from(&read.end_cursor);
             }
-            *done += read.ids.len() as i64;
+            progress.done += read.ids.len() as i64;
             // `progress_total`: a listing read from its start adds the total it reports.
             if pages_written == 1
                 && total_count == TotalCount::Required
                 && let Some(n) = read.total_count
             {
-                *total = Some(total.unwrap_or(0) + i64::try_from(n).unwrap_or(i64::MAX));
+                let n = i64::try_from(n).unwrap_or(i64::MAX);
+                progress.total = Some(progress.total.unwrap_or(0).saturating_add(n));
                 counted_total = true;
             }
             metrics::counter!("sync_items_total", "vendor" => V::KIND.as_str(), "class" => V::class_name(class))
@@ -572,7 +587,9 @@ impl<V: Vendor> Engine<V> {
         if counted_total {
             // The total is recorded now, even when no page follows to carry it; a cancel or a
             // lost lease it meets is met again before the next page.
-            self.jobs.heartbeat(job, Some(*done), *total).await?;
+            self.jobs
+                .heartbeat(job, Some(progress.done), progress.total)
+                .await?;
         }
         let finished = if batch_full || ended_here {
             Err(lifecycle_core::listing::IncompleteReason::NotFinished)
