@@ -27,8 +27,9 @@ pub struct ListingPage<Id> {
 pub enum ListingFault {
     /// A read failed, as the vendor's client classified it.
     Vendor(VendorErrorClass),
-    /// The response carried a GraphQL error.
-    GraphQlError,
+    /// The vendor reported an error inside an otherwise usable page (a GraphQL error on a
+    /// node, a partial answer): whatever the vendor, the listing is not whole.
+    VendorPageAnomaly,
     /// The request failed with an HTTP status.
     HttpError(u16),
     /// The rate-limit accounting stopped the listing.
@@ -46,7 +47,7 @@ impl fmt::Display for ListingFault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ListingFault::Vendor(class) => write!(f, "{class}"),
-            ListingFault::GraphQlError => f.write_str("graphql_error"),
+            ListingFault::VendorPageAnomaly => f.write_str("vendor_page_anomaly"),
             ListingFault::HttpError(status) => write!(f, "http_error: {status}"),
             ListingFault::RateLimitAbort => f.write_str("rate_limited"),
             ListingFault::Cancelled => f.write_str("canceled"),
@@ -377,7 +378,7 @@ mod tests {
     #[test]
     fn fails_closed_on_every_fault() {
         let faults = [
-            ListingFault::GraphQlError,
+            ListingFault::VendorPageAnomaly,
             ListingFault::HttpError(502),
             ListingFault::RateLimitAbort,
             ListingFault::Cancelled,

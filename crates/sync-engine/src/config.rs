@@ -29,6 +29,8 @@ use crate::service::JobSchedule;
 /// with [`sync_flags!`](crate::sync_flags), never by hand.
 pub trait SyncFlags: Debug + Clone + Send + Sync + 'static {
     const RECONCILE_CRON: &'static str;
+    /// The RECONCILIATION schedule when the variable is unset: the vendor's own.
+    const RECONCILE_CRON_DEFAULT: &'static str;
     const BACKFILL_CRON: &'static str;
     /// The BACKFILL schedule when the variable is unset.
     const BACKFILL_CRON_DEFAULT: &'static str;
@@ -57,8 +59,9 @@ pub trait SyncFlags: Debug + Clone + Send + Sync + 'static {
 /// `FORGESYNC_GITHUB_PAGE_SIZE` and the like; `flag: "github"` gives the flags that carry the
 /// vendor's name (`--github-reconcile-cooldown`; the others, `--page-size`, are the same
 /// everywhere); `vendor` and `scope` word the help ("one GitHub request", "skips a
-/// repository"); `backfill_cron` is the BACKFILL schedule's default and help (without a final
-/// period, as clap shows help).
+/// repository"); `reconcile_cron` is the RECONCILIATION schedule's default (each vendor its own:
+/// GitHub and GitLab 03:00, Slack 04:00); `backfill_cron` is the BACKFILL schedule's default and
+/// help (without a final period, as clap shows help).
 ///
 /// ```
 /// sync_engine::sync_flags! {
@@ -68,6 +71,7 @@ pub trait SyncFlags: Debug + Clone + Send + Sync + 'static {
 ///         flag: "acme",
 ///         vendor: "Acme",
 ///         scope: "space",
+///         reconcile_cron: "0 0 4 * * *",
 ///         backfill_cron: {
 ///             default: "off",
 ///             help: "Cron (with seconds) of a scheduled BACKFILL, UTC; `off` disables it",
@@ -77,6 +81,7 @@ pub trait SyncFlags: Debug + Clone + Send + Sync + 'static {
 /// use sync_engine::config::SyncFlags as _;
 /// assert_eq!(AcmeFlags::PAGE_SIZE, "FORGESYNC_ACME_PAGE_SIZE");
 /// assert_eq!(AcmeFlags::RECONCILE_COOLDOWN_FLAG, "acme-reconcile-cooldown");
+/// assert_eq!(AcmeFlags::RECONCILE_CRON_DEFAULT, "0 0 4 * * *");
 /// ```
 #[macro_export]
 macro_rules! sync_flags {
@@ -87,6 +92,7 @@ macro_rules! sync_flags {
             flag: $flag:literal,
             vendor: $vendor:literal,
             scope: $scope:literal,
+            reconcile_cron: $reconcile_default:literal,
             backfill_cron: { default: $backfill_default:literal, help: $backfill_help:literal $(,)? } $(,)?
         }
     ) => {
@@ -96,6 +102,7 @@ macro_rules! sync_flags {
 
         impl $crate::config::SyncFlags for $name {
             const RECONCILE_CRON: &'static str = concat!("FORGESYNC_", $env, "_RECONCILE_CRON");
+            const RECONCILE_CRON_DEFAULT: &'static str = $reconcile_default;
             const BACKFILL_CRON: &'static str = concat!("FORGESYNC_", $env, "_BACKFILL_CRON");
             const BACKFILL_CRON_DEFAULT: &'static str = $backfill_default;
             const BACKFILL_CRON_HELP: &'static str = $backfill_help;
@@ -154,7 +161,7 @@ pub struct SyncArgs<F: SyncFlags> {
         long,
         env = F::RECONCILE_CRON,
         value_name = F::RECONCILE_CRON,
-        default_value = "0 0 3 * * *"
+        default_value = F::RECONCILE_CRON_DEFAULT
     )]
     pub reconcile_cron: String,
 
@@ -211,7 +218,7 @@ pub struct SyncArgs<F: SyncFlags> {
     )]
     pub backfill_max_backoff_ms: u64,
 
-    /// Nodes per GraphQL page (at most 100).
+    /// Items per page read from the vendor (at most 100).
     #[arg(
         long,
         env = F::PAGE_SIZE,

@@ -135,6 +135,14 @@ impl PassEnd {
     }
 }
 
+/// A pass's progress as its job row shows it.
+struct Progress {
+    /// Items read.
+    done: i64,
+    /// The totals the listings begun so far reported, if any did (`progress_total`).
+    total: Option<i64>,
+}
+
 /// How one class's listing of one scope ended.
 enum Listed {
     Whole,
@@ -322,6 +330,10 @@ impl<V: Vendor> Engine<V> {
         };
         let reconciling = job.job_type == SyncJobType::Reconciliation;
         let mut first_gap: Option<String> = None;
+        let mut progress = Progress {
+            done: *done,
+            total: None,
+        };
         for mut scope in scopes.scopes {
             self.vendor.before_scope(pass, source, &mut scope).await?;
             // A vendor that never sweeps keeps no reconcile stamps to cool by.
@@ -352,8 +364,9 @@ impl<V: Vendor> Engine<V> {
                     ListingPlan::Whole => {}
                 }
                 let (stop, listed) = self
-                    .sync_class(pass, &mut scope, class, &plan, source, done)
+                    .sync_class(pass, &mut scope, class, &plan, source, &mut progress)
                     .await?;
+                *done = progress.done;
                 match listed {
                     Listed::Whole => {}
                     Listed::Partial(reason) => {
@@ -419,7 +432,7 @@ impl<V: Vendor> Engine<V> {
         class: V::Class,
         plan: &ListingPlan,
         source: &V::Source,
-        done: &mut i64,
+        progress: &mut Progress,
     ) -> Result<(Option<PassEnd>, Listed), sqlx::Error> {
         let job = pass.job;
         // A read error's class shadows `class` below.
@@ -448,9 +461,14 @@ impl<V: Vendor> Engine<V> {
         let mut last_cursor: Option<String> = None;
         // The vendor's page check ended the listing at its horizon, complete for its plan.
         let mut ended_here = false;
+        let mut counted_total = false;
         loop {
             // Cancel and lease checks per page.
-            match self.jobs.heartbeat(job, Some(*done), None).await? {
+            match self
+                .jobs
+                .heartbeat(job, Some(progress.done), progress.total)
+                .await?
+            {
                 JobControl::Continue => {}
                 JobControl::Canceled => {
                     listing.record_fault(ListingFault::Cancelled);
@@ -531,12 +549,21 @@ impl<V: Vendor> Engine<V> {
             if read.end_cursor.is_some() {
                 last_cursor.clone_from(&read.end_cursor);
             }
-            *done += read.ids.len() as i64;
+            progress.done += read.ids.len() as i64;
+            // `progress_total`: a listing read from its start adds the total it reports.
+            if pages_written == 1
+                && total_count == TotalCount::Required
+                && let Some(n) = read.total_count
+            {
+                let n = i64::try_from(n).unwrap_or(i64::MAX);
+                progress.total = Some(progress.total.unwrap_or(0).saturating_add(n));
+                counted_total = true;
+            }
             metrics::counter!("sync_items_total", "vendor" => V::KIND.as_str(), "class" => V::class_name(class))
                 .increment(applied);
             if page.errored() {
                 // Fail-closed: a vendor error anywhere leaves the listing incomplete.
-                listing.record_fault(ListingFault::GraphQlError);
+                listing.record_fault(ListingFault::VendorPageAnomaly);
             }
             if check == PageCheck::EndHere {
                 // The horizon: what lies past it is out of the plan, never inferred gone. An
@@ -557,6 +584,13 @@ impl<V: Vendor> Engine<V> {
                     break;
                 }
             }
+        }
+        if counted_total {
+            // The total is recorded now, even when no page follows to carry it; a cancel or a
+            // lost lease it meets is met again before the next page.
+            self.jobs
+                .heartbeat(job, Some(progress.done), progress.total)
+                .await?;
         }
         let finished = if batch_full || ended_here {
             Err(lifecycle_core::listing::IncompleteReason::NotFinished)

@@ -164,7 +164,8 @@ impl Jobs {
     ) -> Result<JobControl, sqlx::Error> {
         let updated = sqlx::query(
             "UPDATE sync_job SET lease_until = now() + make_interval(secs => $3),
-                    progress_done = coalesce($4, progress_done), progress_total = $5,
+                    progress_done = coalesce($4, progress_done),
+                    progress_total = coalesce($5, progress_total),
                     updated_at = now()
               WHERE id = $1 AND claimed_by = $2 AND status = 'running'",
         )
@@ -193,7 +194,8 @@ impl Jobs {
     /// counts from zero again.
     pub async fn start_pass(&self, job: &ClaimedJob, pass: i32) -> Result<(), sqlx::Error> {
         sqlx::query(
-            "UPDATE sync_job SET passes = $3, progress_done = 0, updated_at = now()
+            "UPDATE sync_job SET passes = $3, progress_done = 0, progress_total = NULL,
+                    updated_at = now()
               WHERE id = $1 AND claimed_by = $2 AND status = 'running'",
         )
         .bind(job.id)

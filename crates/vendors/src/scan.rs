@@ -3,7 +3,8 @@
 //! erasure would have to remove.
 //!
 //! The table list is derived from the schema, not only from the registrations: every table with
-//! a `connection_id`, `workspace_id` or `repository_id` column, a `headers` column naming
+//! a `connection_id`, `workspace_id` or `repository_id` column, a repository scope's
+//! `scope_kind`/`scope_id` (the engine's `listing_state`), a `headers` column naming
 //! connections, or a foreign-key path to such a table or to `repository`, is searched, except the
 //! retained tables (`store::erasure::RETAINED`). A content table nobody registered therefore
 //! shows up with `registered: false` instead of escaping the eraser unnoticed (and the schema
@@ -164,6 +165,13 @@ impl Schema {
         }
         if columns.contains_key("repository_id") {
             parts.push(format!("repository_id = ANY({REPOSITORIES})"));
+        }
+        // The engine's per-scope rows (`listing_state`) name a repository scope by kind and id,
+        // with no foreign key to follow.
+        if columns.contains_key("scope_kind") && columns.contains_key("scope_id") {
+            parts.push(format!(
+                "(scope_kind = 'repository' AND scope_id = ANY({REPOSITORIES}))"
+            ));
         }
         if columns.get("headers").is_some_and(|t| t == "jsonb") {
             parts.push(format!(

@@ -28,6 +28,7 @@ sync_engine::sync_flags! {
         flag: "gitlab",
         vendor: "GitLab",
         scope: "project",
+        reconcile_cron: "0 0 3 * * *",
         // A BACKFILL request takes a batch per project and leaves the rest pending: the scheduled
         // cycle drains it, so it runs by default.
         backfill_cron: {

@@ -590,3 +590,18 @@ async fn a_listing_ended_at_its_horizon_is_complete_and_infers_no_deletion() -> 
     assert_eq!(end.last_cursor.as_deref(), Some("c20"));
     Ok(())
 }
+
+#[tokio::test]
+async fn a_job_records_the_total_its_listings_report() -> Result<()> {
+    let f = Fixture::new(ConnectionKind::Gitlab).await?;
+    f.mirror.monitor(f.tenant, ("acme", "random", 2)).await?;
+    let source = ScriptedSource::new(35);
+    let engine = shaped::<Forge>(&f, &source);
+    run(&f, &engine, "INITIAL", "lifecycle", &source).await?;
+    let (done, total): (i64, Option<i64>) =
+        sqlx::query_as("SELECT progress_done, progress_total FROM sync_job")
+            .fetch_one(&f.pool)
+            .await?;
+    assert_eq!((done, total), (70, Some(70)), "two listings of 35");
+    Ok(())
+}
