@@ -101,6 +101,8 @@ pub struct Webhook<'a> {
     pub provider_instance_id: Uuid,
     /// When JetStream stored it (the NATS server's clock): the date of dated snapshots.
     pub received_at: OffsetDateTime,
+    /// The message as the bus delivered it.
+    pub delivery: &'a Delivery,
 }
 
 impl Webhook<'_> {
@@ -116,6 +118,18 @@ impl Webhook<'_> {
         admission::admit(conn, &self.origin, scope)
             .await?
             .map_err(WebhookError::OutOfScope)
+    }
+
+    /// Erases this delivery everywhere it is kept (its raw body and headers, its copies in the
+    /// streams, the one in hand included), for a vendor that must not keep what it refused (a
+    /// message from a channel without consent). Idempotent; call it outside the writing
+    /// transaction.
+    pub async fn erase(&self) -> Result<(), WebhookError> {
+        self.delivery
+            .erase()
+            .await
+            .map(|_| ())
+            .map_err(|e| WebhookError::Unavailable(format!("erasing the delivery: {e}")))
     }
 }
 
@@ -192,6 +206,7 @@ impl<A: WebhookApply> WebhookConsumer<A> {
             },
             provider_instance_id,
             received_at: delivery.stored_at(),
+            delivery,
         };
         match self.vendor.decode(&hook)? {
             Some(payload) => {
