@@ -130,6 +130,17 @@ impl Erasable {
 /// (dispatch records, dead messages).
 pub const CONNECTION_HEADER: &str = "headers ->> 'Forgesync-Connection' = $1::text";
 
+/// A uuid-array literal (`{a,b}`), bound as one text parameter and cast with `$n::uuid[]`.
+pub fn uuid_array(ids: &[Uuid]) -> String {
+    format!(
+        "{{{}}}",
+        ids.iter()
+            .map(Uuid::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    )
+}
+
 /// For holders without connection-owned subjects.
 pub fn no_subjects(_: &sqlx::PgPool, _: Uuid) -> SubjectsFuture<'_> {
     Box::pin(async { Ok(Vec::new()) })

@@ -499,7 +499,7 @@ pub async fn erase_delivery<C: ConnectionTrait>(
             DbBackend::Postgres,
             "SELECT stream, sequence FROM stream_message WHERE delivery_id = ANY($1::uuid[]) \
              ORDER BY stream, sequence",
-            [uuid_array(&messages).into()],
+            [crate::erasure::uuid_array(&messages).into()],
         ))
         .await?;
     let stream_copies = copies
@@ -550,17 +550,6 @@ pub async fn forget_stream_copies<C: ConnectionTrait>(
         ))
         .await?;
     Ok(res.rows_affected())
-}
-
-/// A uuid-array literal, bound as one text parameter.
-fn uuid_array(ids: &[Uuid]) -> String {
-    format!(
-        "{{{}}}",
-        ids.iter()
-            .map(Uuid::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
-    )
 }
 
 /// Deletes raw bodies past their retention and expired digest keys, `batch` of each at most;

@@ -199,16 +199,6 @@ impl Schema {
     }
 }
 
-fn uuid_array(ids: &[Uuid]) -> String {
-    format!(
-        "{{{}}}",
-        ids.iter()
-            .map(Uuid::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
-    )
-}
-
 /// Scans every place for the workspace's rows and messages.
 #[tracing::instrument(skip(db, bus, holders))]
 pub async fn scan(
@@ -246,9 +236,9 @@ pub async fn scan(
     .collect();
     let params = || {
         [
-            uuid_array(&connections).into(),
+            store::erasure::uuid_array(&connections).into(),
             workspace_id.into(),
-            uuid_array(&repositories).into(),
+            store::erasure::uuid_array(&repositories).into(),
         ]
     };
 
