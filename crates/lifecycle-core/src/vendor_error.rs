@@ -33,6 +33,9 @@ pub enum VendorErrorClass {
     Unreachable,
     /// The answer did not have the contract's shape, or another status we do not act on.
     InvalidResponse,
+    /// One scope is out of the connection's reach now (a bot removed from one channel), while
+    /// the credentials still reach the others: never a refusal of the credentials.
+    ScopeLost,
 }
 
 impl VendorErrorClass {
@@ -59,6 +62,7 @@ impl VendorErrorClass {
             VendorErrorClass::BudgetExhausted => "budget_exhausted",
             VendorErrorClass::Unreachable => "unreachable",
             VendorErrorClass::InvalidResponse => "invalid_response",
+            VendorErrorClass::ScopeLost => "scope_lost",
         }
     }
 }
@@ -97,6 +101,7 @@ mod tests {
             (C::SecondaryRateLimit, "secondary_rate_limit"),
             (C::ServerError, "server_error"),
             (C::Timeout, "timeout"),
+            (C::ScopeLost, "scope_lost"),
             (
                 C::GraphqlError("SERVICE_UNAVAILABLE".into()),
                 "graphql_error: SERVICE_UNAVAILABLE",

@@ -499,9 +499,12 @@ impl<V: Vendor> Engine<V> {
                     let class = e.class();
                     tracing::warn!(error = %e, %class, "page read failed; the listing is incomplete");
                     listing.record_fault(e.fault());
-                    if let ReadStop::Scope(reason) = e.stops() {
-                        // A lost scope ends its own listing only, whatever its class says: the
-                        // connection's credentials still reach the other scopes.
+                    if let ReadStop::Scope(reason) = e.stops()
+                        && !class.refuses_credentials()
+                    {
+                        // A lost scope ends its own listing only: the connection's credentials
+                        // still reach the other scopes. A refusal of the credentials is never
+                        // taken for a lost scope (it fails every other read too).
                         let reason = format!("{class}: {reason}");
                         self.scope_lost_access(pass, scope, item_class, &reason)
                             .await?;

@@ -354,7 +354,9 @@ pub enum ReadStop {
     /// The scope lost the connection's access (a bot removed from one channel), with the
     /// reason: its listing ends inferring nothing, the vendor marks that monitor
     /// ([`Vendor::scope_lost_access`]) and the pass goes on with the other scopes. The
-    /// connection's credentials are not flagged and the job does not fail for it.
+    /// connection's credentials are not flagged and the job does not fail for it. Its class is
+    /// `VendorErrorClass::ScopeLost`; an error whose class refuses the credentials is handled as
+    /// the refusal it is, whatever it says it stops.
     Scope(String),
     /// The pass, failing with the reason (the vendor is failing; a backfill may pass again).
     Pass(String),

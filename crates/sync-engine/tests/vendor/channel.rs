@@ -219,7 +219,7 @@ impl fmt::Display for ChannelError {
 
 impl ReadError for ChannelError {
     fn class(&self) -> VendorErrorClass {
-        VendorErrorClass::NotFound
+        VendorErrorClass::ScopeLost
     }
 
     fn stops(&self) -> ReadStop {

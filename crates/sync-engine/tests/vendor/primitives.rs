@@ -70,6 +70,8 @@ pub enum Confirm {
 pub struct Knobs {
     /// Scopes (by native id) whose reads fail: the bot lost access to them.
     pub lost: Vec<i64>,
+    /// Scopes whose reads fail with refused credentials, claiming to stop only the scope.
+    pub revoked: Vec<i64>,
     /// The page (counted from 0 over the vendor's life) at which the page check ends the listing.
     pub end_here_at: Option<usize>,
     pub confirm: Confirm,
@@ -91,6 +93,8 @@ pub enum ShapedError {
     Scripted(ScriptedError),
     /// The bot is no longer in the channel.
     LostAccess,
+    /// The token was revoked, though the error says it stops only its scope.
+    RevokedInScope,
     /// A confirming read failed.
     Unconfirmed,
 }
@@ -100,6 +104,7 @@ impl std::fmt::Display for ShapedError {
         match self {
             ShapedError::Scripted(e) => e.fmt(f),
             ShapedError::LostAccess => f.write_str("not_in_channel"),
+            ShapedError::RevokedInScope => f.write_str("token_revoked"),
             ShapedError::Unconfirmed => f.write_str("the confirming read answered HTTP 503"),
         }
     }
@@ -109,8 +114,8 @@ impl ReadError for ShapedError {
     fn class(&self) -> VendorErrorClass {
         match self {
             ShapedError::Scripted(e) => e.class(),
-            // A class that refuses credentials: the scope's stop still wins.
-            ShapedError::LostAccess => VendorErrorClass::Forbidden { permission: None },
+            ShapedError::LostAccess => VendorErrorClass::ScopeLost,
+            ShapedError::RevokedInScope => VendorErrorClass::BadCredentials,
             ShapedError::Unconfirmed => VendorErrorClass::ServerError,
         }
     }
@@ -119,6 +124,7 @@ impl ReadError for ShapedError {
         match self {
             ShapedError::Scripted(e) => e.stops(),
             ShapedError::LostAccess => ReadStop::Scope("the bot was removed from it".into()),
+            ShapedError::RevokedInScope => ReadStop::Scope("the token was revoked".into()),
             ShapedError::Unconfirmed => ReadStop::Listing,
         }
     }
@@ -182,6 +188,9 @@ impl<S: Shape> Vendor for Shaped<S> {
     ) -> Result<ScriptedPage, ShapedError> {
         if self.with(|k| k.lost.contains(&scope.native_id)) {
             return Err(ShapedError::LostAccess);
+        }
+        if self.with(|k| k.revoked.contains(&scope.native_id)) {
+            return Err(ShapedError::RevokedInScope);
         }
         self.inner
             .read_page(source, scope, class, after, page_size)
@@ -479,7 +488,7 @@ async fn a_scope_that_lost_access_is_marked_and_the_pass_goes_on_without_flaggin
         lost,
         [(
             "acme/general".to_owned(),
-            "forbidden: the bot was removed from it".to_owned()
+            "scope_lost: the bot was removed from it".to_owned()
         )]
     );
     let recorded = f.activities("scope_lost_access").await?;
@@ -498,6 +507,31 @@ async fn a_scope_that_lost_access_is_marked_and_the_pass_goes_on_without_flaggin
         "the connection's credentials are not flagged"
     );
     assert!(f.activities("credentials_refused").await?.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn refused_credentials_are_never_taken_for_a_lost_scope() -> Result<()> {
+    let f = Fixture::new(ConnectionKind::Gitlab).await?;
+    let source = ScriptedSource::new(5);
+    let engine = shaped::<Forge>(&f, &source);
+    // A revoked token whose error claims to stop only its scope: the refusal wins.
+    knobs(&engine).revoked = vec![1];
+    let outcome = run(&f, &engine, "RECONCILIATION", "manual", &source).await?;
+    assert!(
+        matches!(outcome, JobOutcome::Failed(_)),
+        "refused credentials fail the job: {outcome:?}"
+    );
+    assert!(knobs(&engine).lost_marked.is_empty(), "no scope is paused");
+    let refused: Option<time::OffsetDateTime> =
+        sqlx::query_scalar("SELECT credentials_refused_at FROM connection WHERE id = $1")
+            .bind(f.tenant.connection_id)
+            .fetch_one(&f.pool)
+            .await?;
+    assert!(
+        refused.is_some(),
+        "the connection's credentials are flagged"
+    );
     Ok(())
 }
 
