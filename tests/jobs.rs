@@ -709,7 +709,7 @@ async fn a_manual_backfill_passes_again_until_a_pass_is_complete() -> Result<()>
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_manual_backfill_keeps_passing_past_thirty_incomplete_passes() -> Result<()> {
     // No pass cap is set (the default); the waits are short and bounded through the flags.
-    let s = Stack::start_with(50, 100, |c| c.sync.backfill_max_backoff_ms = 100).await?;
+    let s = Stack::start_with(50, 100, |c| c.sync.backfill.backfill_max_backoff_ms = 100).await?;
     s.activate().await?;
     s.finished_jobs("INITIAL", 1).await?;
     // One issues page per repository: a pass reads as many as the INITIAL did.
@@ -750,7 +750,7 @@ async fn a_manual_backfill_keeps_passing_past_thirty_incomplete_passes() -> Resu
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_canceled_backfill_stops_between_passes() -> Result<()> {
     // A minute between passes: a cancel must not wait for it.
-    let s = Stack::start_with(300, 20, |c| c.sync.backfill_backoff_ms = 60_000).await?;
+    let s = Stack::start_with(300, 20, |c| c.sync.backfill.backfill_backoff_ms = 60_000).await?;
     s.activate().await?;
     s.finished_jobs("INITIAL", 1).await?;
     s.sim.inject(Fault::always(

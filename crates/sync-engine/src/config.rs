@@ -11,7 +11,9 @@
 //! The constants are written by [`sync_flags!`](crate::sync_flags) from the service's prefix
 //! alone, with `concat!`, so every service spells every variable `FORGESYNC_<VENDOR>_<FLAG>` and
 //! no name is typed twice. Four help texts name the vendor or its scope; the backfill schedule's
-//! default and meaning differ per vendor on purpose, so a service states both.
+//! default and meaning differ per vendor on purpose, so a service states both. The BACKFILL flags
+//! exist only for a vendor that runs BACKFILL: `SyncFlags::Backfill` is [`BackfillArgs`] (flattened
+//! into [`SyncArgs`]) when the service declares a `backfill_cron`, and [`NoBackfill`] otherwise.
 
 use std::fmt::Debug;
 use std::marker::PhantomData;
@@ -28,23 +30,15 @@ use crate::service::JobSchedule;
 /// names), the flags that carry the vendor's name, and the help texts worded per vendor. Write it
 /// with [`sync_flags!`](crate::sync_flags), never by hand.
 pub trait SyncFlags: Debug + Clone + Send + Sync + 'static {
+    /// The BACKFILL flags: [`BackfillArgs`] for a vendor that runs BACKFILL, [`NoBackfill`]
+    /// (no flag at all) for one that refuses it.
+    type Backfill: BackfillSettings;
     const RECONCILE_CRON: &'static str;
     /// The RECONCILIATION schedule when the variable is unset: the vendor's own.
     const RECONCILE_CRON_DEFAULT: &'static str;
-    const BACKFILL_CRON: &'static str;
-    /// The BACKFILL schedule when the variable is unset.
-    const BACKFILL_CRON_DEFAULT: &'static str;
-    const BACKFILL_CRON_HELP: &'static str;
     const RECONCILE_COOLDOWN: &'static str;
     const RECONCILE_COOLDOWN_FLAG: &'static str;
     const RECONCILE_COOLDOWN_HELP: &'static str;
-    const BACKFILL_MAX_PASSES: &'static str;
-    const BACKFILL_MAX_PASSES_FLAG: &'static str;
-    const BACKFILL_BACKOFF_MS: &'static str;
-    const BACKFILL_BACKOFF_MS_FLAG: &'static str;
-    const BACKFILL_BACKOFF_MS_HELP: &'static str;
-    const BACKFILL_MAX_BACKOFF_MS: &'static str;
-    const BACKFILL_MAX_BACKOFF_MS_FLAG: &'static str;
     const PAGE_SIZE: &'static str;
     const PAGE_CAP: &'static str;
     const REQUEST_TIMEOUT_MS: &'static str;
@@ -55,27 +49,51 @@ pub trait SyncFlags: Debug + Clone + Send + Sync + 'static {
     const FILTER_REFRESH_MS: &'static str;
 }
 
+/// The spelling of the BACKFILL flags of a service whose vendor runs BACKFILL; written by
+/// [`sync_flags!`](crate::sync_flags) when the service declares `backfill_cron`.
+pub trait BackfillFlags: SyncFlags {
+    const BACKFILL_CRON: &'static str;
+    /// The BACKFILL schedule when the variable is unset.
+    const BACKFILL_CRON_DEFAULT: &'static str;
+    const BACKFILL_CRON_HELP: &'static str;
+    const BACKFILL_MAX_PASSES: &'static str;
+    const BACKFILL_MAX_PASSES_FLAG: &'static str;
+    const BACKFILL_BACKOFF_MS: &'static str;
+    const BACKFILL_BACKOFF_MS_FLAG: &'static str;
+    const BACKFILL_BACKOFF_MS_HELP: &'static str;
+    const BACKFILL_MAX_BACKOFF_MS: &'static str;
+    const BACKFILL_MAX_BACKOFF_MS_FLAG: &'static str;
+}
+
+/// What the BACKFILL flags of a service give the engine: how a manual BACKFILL repeats, and the
+/// BACKFILL schedule (none when the vendor does not backfill).
+pub trait BackfillSettings:
+    clap::Args + clap::FromArgMatches + Debug + Clone + Send + Sync + 'static
+{
+    /// How a manual BACKFILL repeats an incomplete pass.
+    fn policy(&self) -> BackfillPolicy;
+    /// The BACKFILL schedule, naming its variable.
+    fn schedule(&self) -> Option<JobSchedule<'_>>;
+}
+
 /// Declares a service's [`SyncFlags`] type from its prefixes. `env: "GITHUB"` gives
 /// `FORGESYNC_GITHUB_PAGE_SIZE` and the like; `flag: "github"` gives the flags that carry the
 /// vendor's name (`--github-reconcile-cooldown`; the others, `--page-size`, are the same
 /// everywhere); `vendor` and `scope` word the help ("one GitHub request", "skips a
 /// repository"); `reconcile_cron` is the RECONCILIATION schedule's default (each vendor its own:
-/// GitHub and GitLab 03:00, Slack 04:00); `backfill_cron` is the BACKFILL schedule's default and
-/// help (without a final period, as clap shows help).
+/// GitHub and GitLab 03:00, Slack 04:00). A vendor that runs BACKFILL adds `backfill_cron`, the
+/// BACKFILL schedule's default and help (without a final period, as clap shows help), and gets
+/// the BACKFILL flags; a vendor without it has none.
 ///
 /// ```
 /// sync_engine::sync_flags! {
-///     /// acme-sync's spelling of the shared sync flags.
+///     /// acme-sync's spelling of the shared sync flags (Acme does not backfill).
 ///     pub struct AcmeFlags {
 ///         env: "ACME",
 ///         flag: "acme",
 ///         vendor: "Acme",
 ///         scope: "space",
 ///         reconcile_cron: "0 0 4 * * *",
-///         backfill_cron: {
-///             default: "off",
-///             help: "Cron (with seconds) of a scheduled BACKFILL, UTC; `off` disables it",
-///         },
 ///     }
 /// }
 /// use sync_engine::config::SyncFlags as _;
@@ -96,24 +114,13 @@ macro_rules! sync_flags {
             backfill_cron: { default: $backfill_default:literal, help: $backfill_help:literal $(,)? } $(,)?
         }
     ) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, Default)]
-        $vis struct $name;
+        $crate::sync_flags!(@flags $(#[$meta])* $vis $name, $env, $flag, $vendor, $scope,
+            $reconcile_default, $crate::config::BackfillArgs<$name>);
 
-        impl $crate::config::SyncFlags for $name {
-            const RECONCILE_CRON: &'static str = concat!("FORGESYNC_", $env, "_RECONCILE_CRON");
-            const RECONCILE_CRON_DEFAULT: &'static str = $reconcile_default;
+        impl $crate::config::BackfillFlags for $name {
             const BACKFILL_CRON: &'static str = concat!("FORGESYNC_", $env, "_BACKFILL_CRON");
             const BACKFILL_CRON_DEFAULT: &'static str = $backfill_default;
             const BACKFILL_CRON_HELP: &'static str = $backfill_help;
-            const RECONCILE_COOLDOWN: &'static str =
-                concat!("FORGESYNC_", $env, "_RECONCILE_COOLDOWN");
-            const RECONCILE_COOLDOWN_FLAG: &'static str = concat!($flag, "-reconcile-cooldown");
-            const RECONCILE_COOLDOWN_HELP: &'static str = concat!(
-                "Seconds after a complete reconcile during which the scheduled pass skips a ",
-                $scope,
-                " (operators' on-demand reconciles always run)"
-            );
             const BACKFILL_MAX_PASSES: &'static str =
                 concat!("FORGESYNC_", $env, "_BACKFILL_MAX_PASSES");
             const BACKFILL_MAX_PASSES_FLAG: &'static str = concat!($flag, "-backfill-max-passes");
@@ -130,6 +137,39 @@ macro_rules! sync_flags {
                 concat!("FORGESYNC_", $env, "_BACKFILL_MAX_BACKOFF_MS");
             const BACKFILL_MAX_BACKOFF_MS_FLAG: &'static str =
                 concat!($flag, "-backfill-max-backoff-ms");
+        }
+    };
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident {
+            env: $env:literal,
+            flag: $flag:literal,
+            vendor: $vendor:literal,
+            scope: $scope:literal,
+            reconcile_cron: $reconcile_default:literal $(,)?
+        }
+    ) => {
+        $crate::sync_flags!(@flags $(#[$meta])* $vis $name, $env, $flag, $vendor, $scope,
+            $reconcile_default, $crate::config::NoBackfill);
+    };
+    (@flags $(#[$meta:meta])* $vis:vis $name:ident, $env:literal, $flag:literal,
+        $vendor:literal, $scope:literal, $reconcile_default:literal, $backfill:ty) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, Default)]
+        $vis struct $name;
+
+        impl $crate::config::SyncFlags for $name {
+            type Backfill = $backfill;
+            const RECONCILE_CRON: &'static str = concat!("FORGESYNC_", $env, "_RECONCILE_CRON");
+            const RECONCILE_CRON_DEFAULT: &'static str = $reconcile_default;
+            const RECONCILE_COOLDOWN: &'static str =
+                concat!("FORGESYNC_", $env, "_RECONCILE_COOLDOWN");
+            const RECONCILE_COOLDOWN_FLAG: &'static str = concat!($flag, "-reconcile-cooldown");
+            const RECONCILE_COOLDOWN_HELP: &'static str = concat!(
+                "Seconds after a complete reconcile during which the scheduled pass skips a ",
+                $scope,
+                " (operators' on-demand reconciles always run)"
+            );
             const PAGE_SIZE: &'static str = concat!("FORGESYNC_", $env, "_PAGE_SIZE");
             const PAGE_CAP: &'static str = concat!("FORGESYNC_", $env, "_PAGE_CAP");
             const REQUEST_TIMEOUT_MS: &'static str =
@@ -165,17 +205,6 @@ pub struct SyncArgs<F: SyncFlags> {
     )]
     pub reconcile_cron: String,
 
-    /// Cron (with seconds) of the scheduled BACKFILL, UTC; `off` disables it. What a scheduled
-    /// BACKFILL does, and so its default, is the vendor's (`F::BACKFILL_CRON_HELP`).
-    #[arg(
-        long,
-        env = F::BACKFILL_CRON,
-        value_name = F::BACKFILL_CRON,
-        default_value = F::BACKFILL_CRON_DEFAULT,
-        help = F::BACKFILL_CRON_HELP
-    )]
-    pub backfill_cron: String,
-
     /// Seconds after a complete reconcile during which the scheduled pass skips a scope
     /// (operators' on-demand reconciles always run).
     #[arg(
@@ -186,37 +215,6 @@ pub struct SyncArgs<F: SyncFlags> {
         help = F::RECONCILE_COOLDOWN_HELP
     )]
     pub reconcile_cooldown_secs: u64,
-
-    /// Passes a manual BACKFILL may take; after the last incomplete one it fails with its reason.
-    /// Unset (the default), it passes until one pass is complete or it is canceled.
-    #[arg(
-        long = F::BACKFILL_MAX_PASSES_FLAG,
-        env = F::BACKFILL_MAX_PASSES,
-        value_name = F::BACKFILL_MAX_PASSES,
-        value_parser = clap::value_parser!(u32).range(1..)
-    )]
-    pub backfill_max_passes: Option<u32>,
-
-    /// Milliseconds a manual BACKFILL waits after its first incomplete pass; the wait doubles
-    /// with every further pass, up to the maximum backoff.
-    #[arg(
-        long = F::BACKFILL_BACKOFF_MS_FLAG,
-        env = F::BACKFILL_BACKOFF_MS,
-        value_name = F::BACKFILL_BACKOFF_MS,
-        default_value_t = 5_000,
-        help = F::BACKFILL_BACKOFF_MS_HELP
-    )]
-    pub backfill_backoff_ms: u64,
-
-    /// The longest wait, in milliseconds, between two passes of a manual BACKFILL (never below
-    /// the first wait).
-    #[arg(
-        long = F::BACKFILL_MAX_BACKOFF_MS_FLAG,
-        env = F::BACKFILL_MAX_BACKOFF_MS,
-        value_name = F::BACKFILL_MAX_BACKOFF_MS,
-        default_value_t = 300_000
-    )]
-    pub backfill_max_backoff_ms: u64,
 
     /// Items per page read from the vendor (at most 100).
     #[arg(
@@ -286,6 +284,10 @@ pub struct SyncArgs<F: SyncFlags> {
     )]
     pub job_lease_secs: u64,
 
+    /// The BACKFILL flags, when the vendor runs BACKFILL.
+    #[command(flatten)]
+    pub backfill: F::Backfill,
+
     #[arg(skip)]
     flags: PhantomData<F>,
 }
@@ -298,18 +300,7 @@ impl<F: SyncFlags> SyncArgs<F> {
             page_cap: self.page_cap,
             blast_radius: BlastRadius::default(),
             reconcile_cooldown: Duration::from_secs(self.reconcile_cooldown_secs),
-            backfill: self.backfill_policy(),
-        }
-    }
-
-    /// How a manual BACKFILL repeats an incomplete pass; the longest wait is never below the
-    /// first.
-    pub fn backfill_policy(&self) -> BackfillPolicy {
-        let first_backoff = Duration::from_millis(self.backfill_backoff_ms);
-        BackfillPolicy {
-            max_passes: self.backfill_max_passes.and_then(NonZeroU32::new),
-            first_backoff,
-            max_backoff: first_backoff.max(Duration::from_millis(self.backfill_max_backoff_ms)),
+            backfill: self.backfill.policy(),
         }
     }
 
@@ -328,19 +319,104 @@ impl<F: SyncFlags> SyncArgs<F> {
         Duration::from_millis(self.filter_refresh_ms)
     }
 
-    /// The RECONCILIATION and BACKFILL schedules, each naming its variable when it is refused.
-    pub fn job_schedules(&self) -> [JobSchedule<'_>; 2] {
-        [
-            JobSchedule {
-                job_type: JobType::Reconciliation,
-                cron: &self.reconcile_cron,
-                variable: F::RECONCILE_CRON,
-            },
-            JobSchedule {
-                job_type: JobType::Backfill,
-                cron: &self.backfill_cron,
-                variable: F::BACKFILL_CRON,
-            },
-        ]
+    /// The RECONCILIATION schedule and, for a vendor that backfills, the BACKFILL one, each
+    /// naming its variable when it is refused.
+    pub fn job_schedules(&self) -> Vec<JobSchedule<'_>> {
+        let reconcile = JobSchedule {
+            job_type: JobType::Reconciliation,
+            cron: &self.reconcile_cron,
+            variable: F::RECONCILE_CRON,
+        };
+        std::iter::once(reconcile)
+            .chain(self.backfill.schedule())
+            .collect()
+    }
+}
+
+/// The BACKFILL flags of a service whose vendor runs BACKFILL, spelled by `F`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BackfillArgs<F: BackfillFlags> {
+    /// Cron (with seconds) of the scheduled BACKFILL, UTC; `off` disables it. What a scheduled
+    /// BACKFILL does, and so its default, is the vendor's (`F::BACKFILL_CRON_HELP`).
+    #[arg(
+        long,
+        env = F::BACKFILL_CRON,
+        value_name = F::BACKFILL_CRON,
+        default_value = F::BACKFILL_CRON_DEFAULT,
+        help = F::BACKFILL_CRON_HELP
+    )]
+    pub backfill_cron: String,
+
+    /// Passes a manual BACKFILL may take; after the last incomplete one it fails with its reason.
+    /// Unset (the default), it passes until one pass is complete or it is canceled.
+    #[arg(
+        long = F::BACKFILL_MAX_PASSES_FLAG,
+        env = F::BACKFILL_MAX_PASSES,
+        value_name = F::BACKFILL_MAX_PASSES,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub backfill_max_passes: Option<u32>,
+
+    /// Milliseconds a manual BACKFILL waits after its first incomplete pass; the wait doubles
+    /// with every further pass, up to the maximum backoff.
+    #[arg(
+        long = F::BACKFILL_BACKOFF_MS_FLAG,
+        env = F::BACKFILL_BACKOFF_MS,
+        value_name = F::BACKFILL_BACKOFF_MS,
+        default_value_t = 5_000,
+        help = F::BACKFILL_BACKOFF_MS_HELP
+    )]
+    pub backfill_backoff_ms: u64,
+
+    /// The longest wait, in milliseconds, between two passes of a manual BACKFILL (never below
+    /// the first wait).
+    #[arg(
+        long = F::BACKFILL_MAX_BACKOFF_MS_FLAG,
+        env = F::BACKFILL_MAX_BACKOFF_MS,
+        value_name = F::BACKFILL_MAX_BACKOFF_MS,
+        default_value_t = 300_000
+    )]
+    pub backfill_max_backoff_ms: u64,
+
+    #[arg(skip)]
+    flags: PhantomData<F>,
+}
+
+impl<F: BackfillFlags> BackfillSettings for BackfillArgs<F> {
+    /// The longest wait is never below the first.
+    fn policy(&self) -> BackfillPolicy {
+        let first_backoff = Duration::from_millis(self.backfill_backoff_ms);
+        BackfillPolicy {
+            max_passes: self.backfill_max_passes.and_then(NonZeroU32::new),
+            first_backoff,
+            max_backoff: first_backoff.max(Duration::from_millis(self.backfill_max_backoff_ms)),
+        }
+    }
+
+    fn schedule(&self) -> Option<JobSchedule<'_>> {
+        Some(JobSchedule {
+            job_type: JobType::Backfill,
+            cron: &self.backfill_cron,
+            variable: F::BACKFILL_CRON,
+        })
+    }
+}
+
+/// The BACKFILL flags of a service whose vendor refuses BACKFILL: none, and no schedule.
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct NoBackfill {}
+
+impl BackfillSettings for NoBackfill {
+    /// Never used: the vendor refuses BACKFILL, so none is queued (`Vendor::JOBS`).
+    fn policy(&self) -> BackfillPolicy {
+        BackfillPolicy {
+            max_passes: NonZeroU32::new(1),
+            first_backoff: Duration::ZERO,
+            max_backoff: Duration::ZERO,
+        }
+    }
+
+    fn schedule(&self) -> Option<JobSchedule<'_>> {
+        None
     }
 }

@@ -18,7 +18,7 @@ pub mod subscription;
 pub mod vendor;
 pub mod webhook;
 
-pub use config::{SyncArgs, SyncFlags};
+pub use config::{BackfillArgs, BackfillFlags, NoBackfill, SyncArgs, SyncFlags};
 pub use engine::{BackfillPolicy, Engine, SyncSettings};
 pub use jobs::{ClaimedJob, JobControl, JobOutcome, Jobs};
 pub use service::{JobSchedule, SyncJobs};

@@ -9,7 +9,7 @@ use std::process::Command;
 use clap::{Args as _, FromArgMatches as _};
 use github_sync::GithubFlags;
 use gitlab_sync::GitlabFlags;
-use sync_engine::{SyncArgs, SyncFlags};
+use sync_engine::{BackfillArgs, BackfillFlags, SyncArgs, SyncFlags};
 
 /// One shared flag of one service: its field, its long flag, its variable (also its value name)
 /// and its default (`None`: unset).
@@ -88,18 +88,23 @@ fn parse<F: SyncFlags>(args: &[String]) -> Result<SyncArgs<F>, clap::Error> {
 }
 
 /// What `args` holds, by field; an unset optional field is absent.
-fn parsed<F: SyncFlags>(args: &SyncArgs<F>) -> BTreeMap<&'static str, String> {
+fn parsed<F: SyncFlags<Backfill = BackfillArgs<F>> + BackfillFlags>(
+    args: &SyncArgs<F>,
+) -> BTreeMap<&'static str, String> {
     let mut fields = BTreeMap::from([
         ("reconcile_cron", args.reconcile_cron.clone()),
-        ("backfill_cron", args.backfill_cron.clone()),
+        ("backfill_cron", args.backfill.backfill_cron.clone()),
         (
             "reconcile_cooldown_secs",
             args.reconcile_cooldown_secs.to_string(),
         ),
-        ("backfill_backoff_ms", args.backfill_backoff_ms.to_string()),
+        (
+            "backfill_backoff_ms",
+            args.backfill.backfill_backoff_ms.to_string(),
+        ),
         (
             "backfill_max_backoff_ms",
-            args.backfill_max_backoff_ms.to_string(),
+            args.backfill.backfill_max_backoff_ms.to_string(),
         ),
         ("page_size", args.page_size.to_string()),
         ("page_cap", args.page_cap.to_string()),
@@ -109,7 +114,7 @@ fn parsed<F: SyncFlags>(args: &SyncArgs<F>) -> BTreeMap<&'static str, String> {
         ("filter_refresh_ms", args.filter_refresh_ms.to_string()),
         ("job_lease_secs", args.job_lease_secs.to_string()),
     ]);
-    if let Some(passes) = args.backfill_max_passes {
+    if let Some(passes) = args.backfill.backfill_max_passes {
         fields.insert("backfill_max_passes", passes.to_string());
     }
     fields
@@ -156,7 +161,82 @@ fn each_service_keeps_its_flag_and_variable_spellings() {
     assert_spelled::<GitlabFlags>("gitlab-sync", GITLAB);
 }
 
-fn assert_flags_parse<F: SyncFlags>(service: &str, table: &[Spelling], index: u64) {
+sync_engine::sync_flags! {
+    /// A vendor that never backfills (Slack's shape): it declares no `backfill_cron`.
+    struct ChannelFlags {
+        env: "CHANNEL",
+        flag: "channel",
+        vendor: "Channel",
+        scope: "channel",
+        reconcile_cron: "0 0 4 * * *",
+    }
+}
+
+/// The shared flags without the BACKFILL ones, as every service spells them (GitHub's table
+/// minus its backfill rows, respelled for `CHANNEL`).
+fn without_backfill() -> Vec<(String, String, String, Option<String>)> {
+    GITHUB
+        .iter()
+        .filter(|(field, ..)| !field.starts_with("backfill"))
+        .map(|(field, long, env, default)| {
+            (
+                field.to_string(),
+                long.replace("github", "channel"),
+                env.replace("GITHUB", "CHANNEL"),
+                default.map(str::to_owned),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_vendor_that_does_not_backfill_has_no_backfill_flag_and_no_backfill_schedule() {
+    let mut want: Vec<_> = without_backfill()
+        .into_iter()
+        .map(|(field, long, env, _)| (field, long, env, true))
+        .collect();
+    let mut got = declared::<ChannelFlags>();
+    want.sort();
+    got.sort();
+    assert_eq!(
+        got, want,
+        "a vendor without BACKFILL has only the other flags"
+    );
+    assert!(
+        parse::<ChannelFlags>(&["--backfill-cron=0 0 5 * * *".to_owned()]).is_err(),
+        "--backfill-cron is not a flag of a vendor that does not backfill"
+    );
+    let args = parse::<ChannelFlags>(&[]).expect("the defaults parse");
+    let schedules: Vec<_> = args
+        .job_schedules()
+        .iter()
+        .map(|s| (s.job_type, s.cron.to_owned(), s.variable))
+        .collect();
+    assert_eq!(
+        schedules,
+        vec![(
+            store::entity::JobType::Reconciliation,
+            "0 0 4 * * *".to_owned(),
+            "FORGESYNC_CHANNEL_RECONCILE_CRON"
+        )]
+    );
+    // Both forges keep their BACKFILL schedule.
+    let github = parse::<GithubFlags>(&[]).expect("the defaults parse");
+    let types: Vec<_> = github.job_schedules().iter().map(|s| s.job_type).collect();
+    assert_eq!(
+        types,
+        [
+            store::entity::JobType::Reconciliation,
+            store::entity::JobType::Backfill
+        ]
+    );
+}
+
+fn assert_flags_parse<F: SyncFlags<Backfill = BackfillArgs<F>> + BackfillFlags>(
+    service: &str,
+    table: &[Spelling],
+    index: u64,
+) {
     let set = settings(table, index);
     let args: Vec<String> = set
         .iter()
