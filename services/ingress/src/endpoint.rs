@@ -88,6 +88,40 @@ impl Endpoint {
     }
 }
 
+/// The endpoints among `candidates` that one of whose open secrets `check` accepts, checking each
+/// distinct secret once and at most `max_secrets` of them (the rest count as not verifying, with a
+/// warning: a route that must try many secrets is a route that costs an attacker nothing).
+pub fn signed_by<'a>(
+    candidates: &'a [Endpoint],
+    max_secrets: usize,
+    check: impl Fn(&[u8]) -> bool,
+) -> Vec<&'a Endpoint> {
+    let mut checked: HashMap<&[u8], bool> = HashMap::new();
+    let mut verified = Vec::new();
+    let mut skipped = false;
+    for ep in candidates {
+        for (_, secret) in &ep.secrets {
+            let known = checked.len();
+            let ok = *checked.entry(secret.as_slice()).or_insert_with(|| {
+                skipped |= known >= max_secrets;
+                known < max_secrets && check(secret)
+            });
+            if ok {
+                verified.push(ep);
+                break;
+            }
+        }
+    }
+    if skipped {
+        tracing::warn!(
+            max_secrets,
+            "more distinct secrets than a delivery is checked against: give those endpoints their \
+             token route"
+        );
+    }
+    verified
+}
+
 /// How the route names its endpoint.
 #[derive(Debug, Clone, Copy)]
 pub enum Lookup<'a> {

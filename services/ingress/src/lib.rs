@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod accept;
+pub mod budget;
 pub mod endpoint;
 pub mod published;
 pub mod reject;
@@ -25,6 +26,7 @@ use store::secrets::Keyring;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use crate::budget::{BodyBudget, Buffered};
 use crate::endpoint::Endpoints;
 use crate::published::Published;
 
@@ -72,6 +74,17 @@ pub struct Config {
     /// Largest Outline webhook body, in bytes; larger ones get 413.
     #[arg(long, env = "FORGESYNC_INGRESS_OUTLINE_MAX_BODY_BYTES", value_name = "FORGESYNC_INGRESS_OUTLINE_MAX_BODY_BYTES", default_value_t = MIB)]
     pub outline_max_body_bytes: usize,
+
+    /// Bytes all webhook bodies being read or handled may hold together; a request whose next
+    /// chunk finds no room is answered 503 with Retry-After. Keep it well below the replica's
+    /// memory limit.
+    #[arg(
+        long = "buffer-budget",
+        env = "FORGESYNC_INGRESS_BUFFER_BUDGET_BYTES",
+        value_name = "FORGESYNC_INGRESS_BUFFER_BUDGET_BYTES",
+        default_value_t = 256 * MIB
+    )]
+    pub buffer_budget_bytes: usize,
 
     /// Webhook requests handled at once; more wait for a slot (within the request timeout).
     #[arg(
@@ -184,6 +197,7 @@ impl std::fmt::Debug for Config {
             .field("slack_max_body_bytes", &self.slack_max_body_bytes)
             .field("outline_max_body_bytes", &self.outline_max_body_bytes)
             .field("concurrency", &self.concurrency)
+            .field("buffer_budget_bytes", &self.buffer_budget_bytes)
             .field("digest_window_secs", &self.digest_window_secs)
             .finish_non_exhaustive()
     }
@@ -278,9 +292,24 @@ pub struct AppState {
     pub published: Published,
     /// Endpoint reads, reused for a short time.
     pub endpoints: Arc<Endpoints>,
+    /// What all bodies being read or handled may hold together.
+    pub budget: BodyBudget,
 }
 
 impl AppState {
+    /// Reads a body whose endpoint is known, no further than `limit`, within the budget and the
+    /// body-read deadline.
+    pub async fn read_body(
+        &self,
+        headers: &axum::http::HeaderMap,
+        body: axum::body::Body,
+        limit: usize,
+    ) -> Result<Buffered, crate::reject::Rejection> {
+        self.budget
+            .read(headers, body, limit, self.settings.body_timeout)
+            .await
+    }
+
     /// The largest body that travels inline: the configured limit, bounded by what the connected
     /// server's `max_payload` leaves after headers. While the server is not known yet every body
     /// goes by reference, which fits any server.
@@ -367,6 +396,7 @@ pub async fn run(
         endpoints: Arc::new(Endpoints::new(Duration::from_millis(
             config.endpoint_cache_ms,
         ))),
+        budget: BodyBudget::new(config.buffer_budget_bytes),
     };
     service.routes(routes::router(state));
     service.task("stream declaration", {

@@ -12,6 +12,9 @@ pub struct Rejection {
     /// Stable metric label and error code, e.g. `bad_signature`.
     pub reason: &'static str,
     pub message: String,
+    /// The metric label and log reason when it says more than the answer may (an unknown hook
+    /// id is counted as such, but answered like a bad signature).
+    cause: Option<&'static str>,
 }
 
 impl Rejection {
@@ -20,7 +23,33 @@ impl Rejection {
             status,
             reason,
             message: message.into(),
+            cause: None,
         }
+    }
+
+    /// Why it was refused, as counted and logged.
+    pub fn cause(&self) -> &'static str {
+        self.cause.unwrap_or(self.reason)
+    }
+
+    /// 401, answered exactly like [`Rejection::bad_signature`]: no endpoint has this hook id or
+    /// token on a route every tenant shares, whose refusals must all look alike so that hook ids
+    /// cannot be enumerated. Counted as `unknown_endpoint`.
+    pub fn unknown_hook() -> Self {
+        Rejection {
+            cause: Some("unknown_endpoint"),
+            ..Self::bad_signature()
+        }
+    }
+
+    /// 503: the bodies being read together already hold the whole buffer budget; the vendor
+    /// retries later.
+    pub fn busy() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            "ingress is reading as many bodies as it may hold at once; retry later",
+        )
     }
 
     /// 401: the signature (or token) is absent.
@@ -153,15 +182,20 @@ impl Rejection {
 
     /// Counts and logs the rejection, then answers it.
     pub fn respond(self, vendor: &'static str) -> Response {
-        metrics::counter!("ingress_rejections_total", "vendor" => vendor, "reason" => self.reason)
+        let cause = self.cause();
+        metrics::counter!("ingress_rejections_total", "vendor" => vendor, "reason" => cause)
             .increment(1);
         tracing::warn!(
             vendor,
-            reason = self.reason,
+            reason = cause,
             status = self.status.as_u16(),
             "delivery refused"
         );
         let body = serde_json::json!({ "error": self.reason, "message": self.message });
+        if self.reason == "busy" {
+            let retry = [(axum::http::header::RETRY_AFTER, "1")];
+            return (self.status, retry, Json(body)).into_response();
+        }
         (self.status, Json(body)).into_response()
     }
 }

@@ -33,9 +33,9 @@ pub async fn receive(
             .ids
             .kind;
         let limit = state.settings.body_limits.for_kind(kind);
-        let body = super::read_body(body, limit, state.settings.body_timeout).await?;
+        let body = state.read_body(&headers, body, limit).await?;
         with_fresh_retry(|attempt| {
-            let (state, headers, body, vendor) = (&state, &headers, body.clone(), &vendor);
+            let (state, headers, body, vendor) = (&state, &headers, body.bytes.clone(), &vendor);
             let lookup = Lookup::AddressToken(&token);
             async move {
                 let ep = state

@@ -2,8 +2,8 @@
 //! named by `X-GitHub-Hook-ID`. Subject `github.<owner>.<repo>.<event>`, or
 //! `github.<owner>.?.<event>` for owner-level events.
 
+use axum::body::Body;
 use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -40,27 +40,25 @@ const OWNER_LEVEL: &[&str] = &[
     "github_app_authorization",
 ];
 
-pub async fn receive(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+pub async fn receive(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let run = async {
-        let body = super::body(
-            body,
-            state.settings.body_limits.github,
-            state.settings.body_timeout,
-        )?;
+        // The hook id names the endpoint; on this route every tenant shares, a missing or unknown
+        // hook id is refused before a byte of the body is read, answered like a bad signature.
         let hook_id = header(&headers, "X-GitHub-Hook-ID")
-            .ok_or_else(|| Rejection::malformed("X-GitHub-Hook-ID is required"))?;
+            .ok_or_else(|| Rejection::missing_signature("X-GitHub-Hook-ID"))?;
         let lookup = Lookup::ProviderRef(ConnectionKind::Github, hook_id);
+        super::known(&state, lookup, Rejection::unknown_hook).await?;
+        let body = state
+            .read_body(&headers, body, state.settings.body_limits.github)
+            .await?;
         with_fresh_retry(|attempt| {
-            let (state, headers, body) = (&state, &headers, body.clone());
+            let (state, headers, body) = (&state, &headers, body.bytes.clone());
             async move {
                 let ep = state
                     .endpoints
                     .find_one(&state.db, &state.secret_key, lookup, &attempt)
-                    .await?;
+                    .await
+                    .map_err(super::unknown_as(Rejection::unknown_hook))?;
                 deliver(state, &ep, headers, body).await
             }
         })
@@ -76,10 +74,11 @@ pub async fn deliver(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Response, Rejection> {
-    ep.ensure_enabled()?;
     let signature = header(headers, "X-Hub-Signature-256")
         .ok_or_else(|| Rejection::missing_signature("X-Hub-Signature-256"))?;
     let verified = ep.verify(|secret| verify::github(secret, signature, &body))?;
+    // Only a signed delivery learns that its endpoint is disabled.
+    ep.ensure_enabled()?;
     let event = header(headers, "X-GitHub-Event")
         .ok_or_else(|| Rejection::malformed("X-GitHub-Event is required"))?;
     let payload = json_object(&body)?;

@@ -8,7 +8,7 @@
 //!   `X-Gitlab-Token` is a route credential bound to connection, key, route and origin. Subject
 //!   `gitlab.?connection.<connectionId>.<event>`, whatever the payload's paths say.
 
-use axum::extract::rejection::BytesRejection;
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use super::{header, json_object, str_at};
 use crate::accept::{Routed, accept, select_headers};
-use crate::endpoint::{Attempt, Endpoint, Lookup, Verified, with_fresh_retry};
+use crate::endpoint::{Attempt, Endpoint, Lookup, One, Verified, with_fresh_retry};
 use crate::reject::Rejection;
 use crate::{AppState, verify};
 
@@ -59,36 +59,26 @@ const ROOT_GROUP_EVENTS: &[&str] = &[
 pub async fn receive_shared(
     State(state): State<AppState>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     let run = async {
-        let body = super::body(
-            body,
-            state.settings.body_limits.gitlab,
-            state.settings.body_timeout,
-        )?;
         let token = header(&headers, "X-Gitlab-Token")
             .ok_or_else(|| Rejection::missing_signature("X-Gitlab-Token"))?;
-        // The token names the endpoint; a token no endpoint holds is a bad token.
+        // The token names the endpoint; a token no endpoint holds is a bad token, refused before
+        // the body is read.
+        let lookup = Lookup::GitlabToken(token);
+        super::known(&state, lookup, Rejection::unknown_hook).await?;
+        let body = state
+            .read_body(&headers, body, state.settings.body_limits.gitlab)
+            .await?;
         with_fresh_retry(|attempt| {
-            let (state, headers, body) = (&state, &headers, body.clone());
+            let (state, headers, body) = (&state, &headers, body.bytes.clone());
             async move {
                 let ep = state
                     .endpoints
-                    .find_one(
-                        &state.db,
-                        &state.secret_key,
-                        Lookup::GitlabToken(token),
-                        &attempt,
-                    )
+                    .find_one(&state.db, &state.secret_key, lookup, &attempt)
                     .await
-                    .map_err(|r| {
-                        if r.reason == "unknown_endpoint" {
-                            Rejection::bad_signature()
-                        } else {
-                            r
-                        }
-                    })?;
+                    .map_err(super::unknown_as(Rejection::unknown_hook))?;
                 deliver_shared(state, &ep, headers, body).await
             }
         })
@@ -104,10 +94,11 @@ pub async fn deliver_shared(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Response, Rejection> {
-    ep.ensure_enabled()?;
     let token = header(headers, "X-Gitlab-Token")
         .ok_or_else(|| Rejection::missing_signature("X-Gitlab-Token"))?;
     let verified = ep.verify(|secret| verify::gitlab_token(secret, token))?;
+    // Only a verified delivery learns that its endpoint is disabled.
+    ep.ensure_enabled()?;
     let payload = json_object(&body)?;
     let event = event_name(&payload, headers)?;
     let subject = route_by_path(&event, &payload)?.ok_or_else(|| {
@@ -134,38 +125,29 @@ pub async fn receive_registered(
     State(state): State<AppState>,
     Path((connection_id, key_id, route_id)): Path<(String, String, String)>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     let run = async {
-        let body = super::body(
-            body,
-            state.settings.body_limits.gitlab,
-            state.settings.body_timeout,
-        )?;
         let (Ok(connection), Ok(route)) = (connection_id.parse::<Uuid>(), route_id.parse::<Uuid>())
         else {
             return Err(Rejection::unknown_endpoint());
         };
+        let path = || Registered {
+            connection,
+            route,
+            connection_id: &connection_id,
+            key_id: &key_id,
+            route_id: &route_id,
+        };
+        // The route and its credential are checked before a byte of the body is read.
+        check_registered(&state, &Attempt::default(), &path(), &headers).await?;
+        let body = state
+            .read_body(&headers, body, state.settings.body_limits.gitlab)
+            .await?;
         with_fresh_retry(|attempt| {
-            let body = body.clone();
-            let (state, headers) = (&state, &headers);
-            let (connection_id, key_id, route_id) = (&connection_id, &key_id, &route_id);
-            async move {
-                deliver_registered(
-                    state,
-                    &attempt,
-                    Registered {
-                        connection,
-                        route,
-                        connection_id,
-                        key_id,
-                        route_id,
-                    },
-                    headers,
-                    body,
-                )
-                .await
-            }
+            let body = body.bytes.clone();
+            let (state, headers, path) = (&state, &headers, path());
+            async move { deliver_registered(state, &attempt, path, headers, body).await }
         })
         .await
     };
@@ -173,6 +155,7 @@ pub async fn receive_registered(
 }
 
 /// The path of a hook we registered.
+#[derive(Clone, Copy)]
 struct Registered<'a> {
     connection: Uuid,
     route: Uuid,
@@ -181,21 +164,21 @@ struct Registered<'a> {
     route_id: &'a str,
 }
 
-/// Verifies a registered hook's route credential, admits the payload, stores it.
-async fn deliver_registered(
+/// The endpoint of a registered hook's route, once the route is one we registered for exactly
+/// this connection, enabled, and its credential verifies for the connection's origin.
+async fn check_registered(
     state: &AppState,
     attempt: &Attempt,
-    path: Registered<'_>,
+    path: &Registered<'_>,
     headers: &HeaderMap,
-    body: Bytes,
-) -> Result<Response, Rejection> {
+) -> Result<One, Rejection> {
     let Registered {
         connection,
         route,
         connection_id,
         key_id,
         route_id,
-    } = path;
+    } = *path;
     let ep = state
         .endpoints
         .find_one(&state.db, &state.secret_key, Lookup::Id(route), attempt)
@@ -227,6 +210,19 @@ async fn deliver_registered(
     {
         return Err(Rejection::origin_mismatch());
     }
+    Ok(ep)
+}
+
+/// Verifies a registered hook's route credential, admits the payload, stores it.
+async fn deliver_registered(
+    state: &AppState,
+    attempt: &Attempt,
+    path: Registered<'_>,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, Rejection> {
+    let ep = check_registered(state, attempt, &path, headers).await?;
+    let connection = path.connection;
     let payload = json_object(&body)?;
     // Admission: a group-bound route accepts only its group's payloads.
     if let (Some(group), Some(path)) = (&ep.provider_ref, payload_path(&payload))

@@ -9,45 +9,30 @@ pub mod slack;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
-use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
-use bytes::Bytes;
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tower_http::timeout::{RequestBodyDeadlineLayer, TimeoutLayer};
 
 use crate::AppState;
+use crate::endpoint::{Attempt, Lookup};
 use crate::reject::Rejection;
 
-/// The webhook routes, each with its vendor's body limit, behind one concurrency limit and the
-/// request and body-read deadlines (a slow body cannot hold a worker).
+/// The webhook routes behind one concurrency limit and the request and body-read deadlines (a
+/// slow body cannot hold a worker). Every route names its endpoint from the path or the headers
+/// and reads the body only once that endpoint exists, no further than its vendor's limit and
+/// within the buffer budget all requests share.
 pub fn router(state: AppState) -> Router {
     let s = state.settings.clone();
-    let limit = |bytes: usize| DefaultBodyLimit::max(bytes);
-    let limits = &s.body_limits;
     Router::new()
-        .route(
-            "/webhooks/github",
-            post(github::receive).layer(limit(limits.github)),
-        )
-        .route(
-            "/webhooks/gitlab",
-            post(gitlab::receive_shared).layer(limit(limits.gitlab)),
-        )
+        .route("/webhooks/github", post(github::receive))
+        .route("/webhooks/gitlab", post(gitlab::receive_shared))
         .route(
             "/webhooks/gitlab/connections/{connection_id}/{key_id}/{route_id}",
-            post(gitlab::receive_registered).layer(limit(limits.gitlab)),
+            post(gitlab::receive_registered),
         )
-        .route(
-            "/webhooks/slack",
-            post(slack::receive).layer(limit(limits.slack)),
-        )
-        .route(
-            "/webhooks/outline/{token}",
-            post(outline::receive).layer(limit(limits.outline)),
-        )
-        // The endpoint's kind picks the limit once the token has named it.
+        .route("/webhooks/slack", post(slack::receive))
+        .route("/webhooks/outline/{token}", post(outline::receive))
         .route("/hooks/{token}", post(generic::receive))
         .layer(RequestBodyDeadlineLayer::new(s.body_timeout))
         .layer(GlobalConcurrencyLimitLayer::new(s.concurrency))
@@ -58,41 +43,45 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// The buffered body, or 413 past the limit, or 408 past the body-read deadline.
-pub(crate) fn body(
-    body: Result<Bytes, BytesRejection>,
+/// The refusal of a body that failed while it was read: 413 past the limit, 408 past the
+/// body-read deadline, 400 for anything else the connection did.
+pub(crate) fn body_error(
+    error: &(dyn std::error::Error + 'static),
     limit: usize,
     deadline: Duration,
-) -> Result<Bytes, Rejection> {
-    match body {
-        Ok(b) => Ok(b),
-        Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(Rejection::too_large(limit)),
-        Err(r) if caused_by::<tower_http::timeout::TimeoutError>(&r) => {
-            Err(Rejection::timed_out(deadline))
-        }
-        Err(r) => Err(Rejection::malformed(format!(
-            "the body could not be read: {}",
-            r.body_text()
-        ))),
+) -> Rejection {
+    if caused_by::<http_body_util::LengthLimitError>(error) {
+        Rejection::too_large(limit)
+    } else if caused_by::<tower_http::timeout::TimeoutError>(error) {
+        Rejection::timed_out(deadline)
+    } else {
+        Rejection::malformed(format!("the body could not be read: {error}"))
     }
 }
 
-/// Reads `body` up to `limit` bytes: 413 as soon as it passes the limit, without reading on.
-pub(crate) async fn read_body(
-    body: axum::body::Body,
-    limit: usize,
-    deadline: Duration,
-) -> Result<Bytes, Rejection> {
-    use http_body_util::BodyExt as _;
-    match http_body_util::Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Rejection::too_large(limit)),
-        Err(e) if caused_by::<tower_http::timeout::TimeoutError>(&*e) => {
-            Err(Rejection::timed_out(deadline))
+/// Refuses with `unknown()` at once when no endpoint answers to `lookup`, before the body is
+/// read; the read is cached, so the delivery's own lookup that follows costs nothing more.
+pub(crate) async fn known(
+    state: &AppState,
+    lookup: Lookup<'_>,
+    unknown: fn() -> Rejection,
+) -> Result<(), Rejection> {
+    state
+        .endpoints
+        .find_one(&state.db, &state.secret_key, lookup, &Attempt::default())
+        .await
+        .map(drop)
+        .map_err(unknown_as(unknown))
+}
+
+/// Maps an unknown endpoint to `unknown()` (a route's own refusal of it); other refusals stand.
+pub(crate) fn unknown_as(unknown: fn() -> Rejection) -> impl Fn(Rejection) -> Rejection {
+    move |r| {
+        if r.reason == "unknown_endpoint" {
+            unknown()
+        } else {
+            r
         }
-        Err(e) => Err(Rejection::malformed(format!(
-            "the body could not be read: {e}"
-        ))),
     }
 }
 

@@ -3,7 +3,7 @@
 //! assign, so deliveries are routed by the endpoint's connection, whose consumer was confirmed
 //! before the subscription was created. The delivery id is the dedup key.
 
-use axum::extract::rejection::BytesRejection;
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
@@ -25,17 +25,17 @@ pub async fn receive(
     State(state): State<AppState>,
     Path(token): Path<String>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     let run = async {
-        let body = super::body(
-            body,
-            state.settings.body_limits.outline,
-            state.settings.body_timeout,
-        )?;
+        // The token names the endpoint: an unknown one is refused before the body is read.
+        let lookup = Lookup::AddressToken(&token);
+        super::known(&state, lookup, Rejection::unknown_endpoint).await?;
+        let body = state
+            .read_body(&headers, body, state.settings.body_limits.outline)
+            .await?;
         with_fresh_retry(|attempt| {
-            let (state, headers, body) = (&state, &headers, body.clone());
-            let lookup = Lookup::AddressToken(&token);
+            let (state, headers, body) = (&state, &headers, body.bytes.clone());
             async move {
                 let ep = state
                     .endpoints
@@ -59,11 +59,11 @@ pub async fn deliver(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Response, Rejection> {
-    ep.ensure_enabled()?;
     let raw = header(headers, "Outline-Signature")
         .ok_or_else(|| Rejection::missing_signature("Outline-Signature"))?;
     let sig = verify::parse_outline(raw).ok_or_else(Rejection::bad_signature)?;
     let verified = ep.verify(|secret| verify::outline(secret, &sig, &body))?;
+    ep.ensure_enabled()?;
     let payload = json_object(&body)?;
     let routed = route(&payload, ep.ids.connection_id)?;
     // The subscription in a signed body must be the one this endpoint was made for.

@@ -1,11 +1,12 @@
 //! `POST /webhooks/slack`: the Events API. v0 signature over `v0:<timestamp>:<body>`, requests
 //! older than the tolerance refused, `url_verification` answered with its challenge and nothing
-//! stored. The endpoint is the team's (`team_id`); a challenge names no team, so every app-level
-//! Slack endpoint's secret is tried. Subject `slack.<team>.<channel or ?>.<event>`.
+//! stored. The body is verified against the app-level Slack endpoints' secrets before anything of
+//! it is parsed; then its `team_id` picks the team's endpoint among those whose secret signed it
+//! (a challenge names no team: any of them). Subject `slack.<team>.<channel or ?>.<event>`.
 
 use axum::Json;
+use axum::body::Body;
 use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -14,7 +15,7 @@ use store::entity::ConnectionKind;
 
 use super::{header, json_object, str_at};
 use crate::accept::{Routed, accept, select_headers};
-use crate::endpoint::{Endpoint, Lookup, with_fresh_retry};
+use crate::endpoint::{Endpoint, Lookup, signed_by, with_fresh_retry};
 use crate::reject::Rejection;
 use crate::{AppState, verify};
 
@@ -28,63 +29,54 @@ const KEPT: &[&str] = &[
     "User-Agent",
 ];
 
-pub async fn receive(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+/// App-level Slack endpoints read for one delivery at most.
+const APP_ENDPOINTS: u32 = 10_000;
+
+/// Distinct signing secrets one delivery is checked against at most. The route is for the
+/// operator's Slack app, whose installations share its signing secret; an endpoint with a secret
+/// of its own belongs on its token route (`/hooks/{token}`).
+const APP_SECRETS: usize = 32;
+
+pub async fn receive(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let run = async {
-        let body = super::body(
-            body,
-            state.settings.body_limits.slack,
-            state.settings.body_timeout,
-        )?;
-        // Signature first: nothing of the body is parsed for an unsigned request.
+        // A request without a fresh timestamp and a signature, or with no Slack app to verify it,
+        // is refused before its body is read.
         signed(&state, &headers)?;
-        // The team names the endpoint whose secret verifies the body; only that one string is read
-        // before verification, and it selects a secret, nothing more.
-        let team = team_id(&body);
+        let app = Lookup::AppLevel(ConnectionKind::Slack);
+        super::known(&state, app, Rejection::unknown_hook).await?;
+        let body = state
+            .read_body(&headers, body, state.settings.body_limits.slack)
+            .await?;
         with_fresh_retry(|attempt| {
-            let (state, headers, body, team) = (&state, &headers, body.clone(), team.as_deref());
+            let (state, headers, body) = (&state, &headers, body.bytes.clone());
             async move {
-                match team {
-                    Some(team) => {
-                        let ep = state
-                            .endpoints
-                            .find_one(
-                                &state.db,
-                                &state.secret_key,
-                                Lookup::ProviderRef(ConnectionKind::Slack, team),
-                                &attempt,
-                            )
-                            .await?;
-                        deliver(state, &ep, headers, body).await
-                    }
-                    None => {
-                        let candidates = state
-                            .endpoints
-                            .find(
-                                &state.db,
-                                &state.secret_key,
-                                Lookup::AppLevel(ConnectionKind::Slack),
-                                50,
-                                &attempt,
-                            )
-                            .await?;
-                        let (ts, sig) = signed(state, headers)?;
-                        let ep = candidates
-                            .iter()
-                            .find(|ep| ep.verify(|s| verify::slack(s, ts, sig, &body)).is_ok())
-                            .ok_or_else(|| {
-                                if candidates.is_empty() {
-                                    Rejection::unknown_endpoint()
-                                } else {
-                                    Rejection::bad_signature()
-                                }
-                            })?;
-                        deliver(state, ep, headers, body).await
-                    }
+                let candidates = state
+                    .endpoints
+                    .find(&state.db, &state.secret_key, app, APP_ENDPOINTS, &attempt)
+                    .await?;
+                let (ts, sig) = signed(state, headers)?;
+                // Nothing of the body is parsed before its signature verifies: the body is
+                // checked against each distinct secret once, and only then is the team read,
+                // to pick among the endpoints whose secret signed it.
+                let verified = signed_by(&candidates, APP_SECRETS, |secret| {
+                    verify::slack(secret, ts, sig, &body)
+                });
+                if verified.is_empty() {
+                    return Err(Rejection::bad_signature());
                 }
+                let ep = match team_id(&body) {
+                    Some(team) => verified
+                        .into_iter()
+                        .find(|ep| {
+                            ep.provider_ref
+                                .as_deref()
+                                .is_some_and(|t| t.eq_ignore_ascii_case(&team))
+                        })
+                        // Signed, but not by this team's app: answered like any refusal here.
+                        .ok_or_else(Rejection::unknown_hook)?,
+                    None => verified[0],
+                };
+                deliver(state, ep, headers, body).await
             }
         })
         .await
@@ -92,8 +84,8 @@ pub async fn receive(
     run.await.unwrap_or_else(|r| r.respond(VENDOR))
 }
 
-/// The top-level `team_id` of a body, read without building the rest of the document; `None`
-/// when absent, empty or not JSON.
+/// The top-level `team_id` of a verified body, read without building the rest of the document;
+/// `None` when absent, empty or not JSON.
 fn team_id(body: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Team {
@@ -130,9 +122,9 @@ pub async fn deliver(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Response, Rejection> {
-    ep.ensure_enabled()?;
     let (ts, sig) = signed(state, headers)?;
     let verified = ep.verify(|secret| verify::slack(secret, ts, sig, &body))?;
+    ep.ensure_enabled()?;
     let payload = json_object(&body)?;
     if str_at(&payload, "/type") == Some("url_verification") {
         let challenge = str_at(&payload, "/challenge")

@@ -583,3 +583,244 @@ async fn an_inline_limit_past_the_servers_max_payload_stops_ingress_naming_both(
     );
     Ok(())
 }
+
+/// Opens a connection, sends a request head announcing `declared` bytes of body and the first
+/// `sent` of them, and leaves the rest unsent: the writer half is returned to keep it open.
+async fn partial_post(
+    h: &Harness,
+    path: &str,
+    headers: &[(&str, String)],
+    declared: usize,
+    sent: usize,
+) -> Result<(
+    tokio::net::tcp::OwnedReadHalf,
+    tokio::net::tcp::OwnedWriteHalf,
+)> {
+    let addr = h.ingress.url().trim_start_matches("http://").to_owned();
+    let (rd, mut wr) = tokio::net::TcpStream::connect(addr).await?.into_split();
+    let mut head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {declared}\r\n"
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    wr.write_all(head.as_bytes()).await?;
+    wr.write_all(&vec![b' '; sent]).await?;
+    Ok((rd, wr))
+}
+
+/// The status line of the answer on `rd` (within 20 s), or "closed"/"silent".
+async fn answer(rd: &mut tokio::net::tcp::OwnedReadHalf) -> String {
+    let mut buf = vec![0u8; 4096];
+    match tokio::time::timeout(Duration::from_secs(20), rd.read(&mut buf)).await {
+        Ok(Ok(n)) if n > 0 => String::from_utf8_lossy(&buf[..n]).into_owned(),
+        Ok(_) => "closed".to_owned(),
+        Err(_) => "silent".to_owned(),
+    }
+}
+
+/// The value of `ingress_buffered_bytes` on `/metrics` (0 before any body was read).
+async fn buffered(h: &Harness) -> Result<f64> {
+    let text = h.metrics().await?;
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix("ingress_buffered_bytes "))
+        .map(|v| v.trim().parse())
+        .transpose()?
+        .unwrap_or(0.0))
+}
+
+const MIB: usize = 1024 * 1024;
+
+/// 40 posts announcing 25 MiB each, to every route with hook ids, tokens and paths no endpoint
+/// has, are each answered while their bodies are still unsent: the refusal comes from the head
+/// alone, the shared routes answer it exactly like a bad signature, and nothing is buffered. A's
+/// valid delivery flows meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_hooks_are_refused_before_their_bodies_are_read() -> Result<()> {
+    let h = Harness::start_with(|c| c.buffer_budget_bytes = 8 * MIB).await?;
+    let a = h.connection(ConnectionKind::Github, None).await?;
+    h.endpoint(&a, Registration::Operator, Some("1111"), None, A_SECRET)
+        .await?;
+    let slack = h.connection(ConnectionKind::Slack, None).await?;
+    h.endpoint(&slack, Registration::App, Some("T0ACME"), None, A_SECRET)
+        .await?;
+    let sig = |name: &'static str| (name, "sha256=00".to_owned());
+    let routes: Vec<(String, Vec<(&str, String)>, &str)> = vec![
+        (
+            "/webhooks/github".into(),
+            vec![
+                ("X-GitHub-Hook-ID", "9999".into()),
+                ("X-GitHub-Event", "push".into()),
+                sig("X-Hub-Signature-256"),
+            ],
+            " 401 ",
+        ),
+        (
+            "/webhooks/gitlab".into(),
+            vec![("X-Gitlab-Token", "no-such-token".into())],
+            " 401 ",
+        ),
+        (
+            format!(
+                "/webhooks/gitlab/connections/{}/k1/{}",
+                uuid::Uuid::new_v4(),
+                uuid::Uuid::new_v4()
+            ),
+            vec![("X-Gitlab-Token", "forged".into())],
+            " 404 ",
+        ),
+        (
+            "/webhooks/outline/no-such-token".into(),
+            vec![("Outline-Signature", "t=1,s=00".into())],
+            " 404 ",
+        ),
+        ("/hooks/no-such-token".into(), vec![], " 404 "),
+        // Slack: a signature that no app secret verifies is refused once read (the body is what
+        // is signed), but a stale timestamp is refused from the head.
+        (
+            "/webhooks/slack".into(),
+            vec![
+                ("X-Slack-Request-Timestamp", "1".into()),
+                ("X-Slack-Signature", "v0=00".into()),
+            ],
+            " 401 ",
+        ),
+    ];
+    let mut open = Vec::new();
+    for i in 0..40 {
+        let (path, headers, want) = &routes[i % routes.len()];
+        let (mut rd, wr) = partial_post(&h, path, headers, 25 * MIB, 64 * 1024).await?;
+        let got = answer(&mut rd).await;
+        assert!(
+            got.starts_with("HTTP/1.1") && got.contains(want),
+            "{path}: answered {got:?} while its body was still unsent, wanted{want}"
+        );
+        open.push((rd, wr));
+    }
+    // The shared routes answer an unknown hook exactly as a wrong signature.
+    let (_, github_unknown) = h
+        .post(
+            "/webhooks/github",
+            &github_headers("9999", "push", "d-x", &github_push(1), A_SECRET),
+            github_push(1),
+        )
+        .await?;
+    let (_, github_forged) = h
+        .post(
+            "/webhooks/github",
+            &github_headers("1111", "push", "d-x", &github_push(1), B_SECRET),
+            github_push(1),
+        )
+        .await?;
+    assert_eq!(github_unknown, github_forged);
+    assert_eq!(
+        buffered(&h).await?,
+        0.0,
+        "an unknown hook's body was buffered"
+    );
+
+    // With all 40 still open, A's delivery is read, stored and published.
+    let body = github_push(2);
+    let (s, text) = h
+        .post(
+            "/webhooks/github",
+            &github_headers("1111", "push", "d-a", &body, A_SECRET),
+            body,
+        )
+        .await?;
+    assert_eq!(s, StatusCode::OK, "{text}");
+    assert_eq!(
+        h.stream(Stream::WebhooksGithub, "github.acme.api.push", 1)
+            .await?
+            .len(),
+        1
+    );
+    assert_eq!(buffered(&h).await?, 0.0, "A's body was not given back");
+    let metrics = h.metrics().await?;
+    assert!(
+        metrics.contains(r#"ingress_rejections_total{vendor="github",reason="unknown_endpoint"}"#),
+        "unknown hooks are counted as such:\n{metrics}"
+    );
+    drop(open);
+    h.ingress.stop().await
+}
+
+/// B, with its own valid endpoint, holds bodies open to take ingress's memory: what all bodies
+/// hold together stays within the budget, a body that finds no room is answered 503 with
+/// Retry-After, A's small delivery still flows, and the budget comes back when B's bodies are
+/// cut off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_share_one_buffer_budget() -> Result<()> {
+    let h = Harness::start_with(|c| {
+        c.buffer_budget_bytes = MIB;
+        c.body_timeout_secs = 3;
+    })
+    .await?;
+    let a = h.connection(ConnectionKind::Github, None).await?;
+    h.endpoint(&a, Registration::Operator, Some("1111"), None, A_SECRET)
+        .await?;
+    let b = h.connection(ConnectionKind::Github, None).await?;
+    h.endpoint(&b, Registration::Operator, Some("2222"), None, B_SECRET)
+        .await?;
+    let b_headers = vec![
+        ("X-GitHub-Hook-ID", "2222".to_owned()),
+        ("X-GitHub-Event", "push".to_owned()),
+        ("X-Hub-Signature-256", "sha256=00".to_owned()),
+    ];
+    // Two slow bodies of 400 KiB each, announced as 20 MiB.
+    let mut slow = Vec::new();
+    for _ in 0..2 {
+        slow.push(partial_post(&h, "/webhooks/github", &b_headers, 20 * MIB, 400 * 1024).await?);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while buffered(&h).await? < (800 * 1024) as f64 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slow bodies were not read"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A third has no room for its 400 KiB: 503 at once, with Retry-After.
+    let (mut rd, _wr) =
+        partial_post(&h, "/webhooks/github", &b_headers, 20 * MIB, 400 * 1024).await?;
+    let got = answer(&mut rd).await;
+    assert!(
+        got.contains(" 503 ") && got.to_ascii_lowercase().contains("retry-after: 1"),
+        "{got}"
+    );
+    assert!(buffered(&h).await? <= MIB as f64);
+
+    // A's delivery fits in what is left, and is taken.
+    let body = github_push(4);
+    let (s, text) = h
+        .post(
+            "/webhooks/github",
+            &github_headers("1111", "push", "d-a", &body, A_SECRET),
+            body,
+        )
+        .await?;
+    assert_eq!(s, StatusCode::OK, "{text}");
+
+    // B's bodies are cut at the body deadline, and the budget is whole again.
+    for (rd, _wr) in &mut slow {
+        let got = answer(rd).await;
+        assert!(got.contains(" 408 ") || got == "closed", "{got}");
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while buffered(&h).await? > 0.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the budget was not given back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let metrics = h.metrics().await?;
+    assert!(
+        metrics.contains(r#"ingress_rejections_total{vendor="github",reason="busy"}"#),
+        "{metrics}"
+    );
+    h.ingress.stop().await
+}

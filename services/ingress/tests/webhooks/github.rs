@@ -172,13 +172,15 @@ async fn every_rejection_answers_its_status_and_stores_nothing() -> Result<()> {
     )
     .await?;
 
+    // An unknown hook id is answered exactly like a bad signature (hook ids cannot be
+    // enumerated), and counted as what it is.
     let mut unknown = headers("pull_request", "d-1", &body, SECRET);
     unknown[2].1 = "999".into();
     assert_refused(
         &h,
         h.post("/webhooks/github", &unknown, body.clone()).await?,
-        StatusCode::NOT_FOUND,
-        "unknown_endpoint",
+        StatusCode::UNAUTHORIZED,
+        "bad_signature",
     )
     .await?;
 

@@ -108,8 +108,8 @@ async fn events_are_signed_fresh_and_routed_by_team_and_channel() -> Result<()> 
         &h,
         h.post("/webhooks/slack", &signed(&other, now(), SECRET), other)
             .await?,
-        StatusCode::NOT_FOUND,
-        "unknown_endpoint",
+        StatusCode::UNAUTHORIZED,
+        "bad_signature",
     )
     .await?;
 
