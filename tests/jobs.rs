@@ -1011,3 +1011,33 @@ async fn a_comment_deleted_upstream_is_removed_by_a_complete_reconcile_only() ->
     assert_eq!(corrections.get("comments_removed"), Some(&json!(1)));
     Ok(())
 }
+
+/// DNS rebinding: a connection's server name resolved to a public address when it was named
+/// and to loopback now (here: `localhost`, and the address itself). github-sync, on the
+/// operator's default egress policy, connects to neither: the job fails as "vendor
+/// unreachable" and the server behind the address never sees a request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_that_resolves_to_an_internal_address_is_never_contacted_by_a_job() -> Result<()> {
+    let s = Stack::start_with(10, 100, |c| {
+        c.common.egress = vendor_http::egress::Egress::public_only();
+    })
+    .await?;
+    sqlx::query("UPDATE provider_instance SET server_url = replace(server_url, '127.0.0.1', 'localhost') WHERE kind = 'github'")
+        .execute(&s.pool)
+        .await?;
+    s.activate().await?;
+    let jobs = s.finished_jobs("INITIAL", 1).await?;
+    assert_eq!(jobs[0].0, "failed", "{jobs:?}");
+    let error = jobs[0].1.clone().unwrap_or_default();
+    assert!(error.contains("vendor unreachable"), "{error}");
+    assert!(
+        !error.contains("127.0.0.1"),
+        "the job's error names the address: {error}"
+    );
+    assert_eq!(
+        s.sim.call_counts().values().sum::<u64>(),
+        0,
+        "the internal server was reached"
+    );
+    Ok(())
+}

@@ -17,6 +17,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
+use vendor_http::egress::Egress;
 
 use crate::auth::{AppCredentials, InstallationToken, Secret, TokenCache};
 use crate::budget::{Budget, BudgetStop, Ledger, RateLimit, Resource};
@@ -58,6 +59,9 @@ pub struct ClientConfig {
     pub retry: RetryPolicy,
     /// The largest answer read; a larger one fails with [`Error::TooLarge`].
     pub max_response_bytes: usize,
+    /// Where calls may connect: public addresses only unless the operator allows more; a call
+    /// elsewhere fails with [`Error::Unreachable`].
+    pub egress: Egress,
 }
 
 impl Default for ClientConfig {
@@ -78,7 +82,13 @@ impl ClientConfig {
             timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            egress: Egress::default(),
         }
+    }
+
+    /// The same configuration connecting where `egress` permits.
+    pub fn with_egress(self, egress: Egress) -> Self {
+        Self { egress, ..self }
     }
 
     /// Defaults for the GitHub server a connection names: none, `github.com` or
@@ -112,13 +122,12 @@ impl ClientConfig {
     }
 
     fn http(&self) -> Result<reqwest::Client, Error> {
-        reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .user_agent(&self.user_agent)
             .timeout(self.timeout)
             // A redirect would carry our credentials to wherever it points: never followed.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(Error::Transport)
+            .redirect(reqwest::redirect::Policy::none());
+        self.egress.apply(builder).build().map_err(Error::Transport)
     }
 }
 
@@ -127,6 +136,7 @@ impl ClientConfig {
 #[derive(Debug)]
 pub struct GithubApp {
     http: reqwest::Client,
+    egress: Egress,
     base_url: String,
     retry: RetryPolicy,
     max_response_bytes: usize,
@@ -141,6 +151,7 @@ impl GithubApp {
     pub fn new(config: &ClientConfig, credentials: AppCredentials) -> Result<Self, Error> {
         Ok(Self {
             http: config.http()?,
+            egress: config.egress.clone(),
             base_url: config.base_url.clone(),
             retry: config.retry,
             max_response_bytes: config.max_response_bytes,
@@ -263,11 +274,12 @@ impl GithubApp {
                 })?;
                 // A fresh JWT per attempt: a retry after a long Retry-After must not send a stale one.
                 let jwt = self.credentials.jwt(OffsetDateTime::now_utc())?;
+                self.egress.check_str(url).map_err(Error::Unreachable)?;
                 let response = rest_request(&self.http, method.clone(), url)
                     .bearer_auth(jwt)
                     .send()
                     .await
-                    .map_err(Error::Transport)?;
+                    .map_err(Error::from_transport)?;
                 spent_on_limit(
                     &self.ledger,
                     Resource::Rest,
@@ -374,6 +386,7 @@ pub struct GithubClient {
 #[derive(Debug)]
 struct Shared {
     http: reqwest::Client,
+    egress: Egress,
     base_url: String,
     graphql_url: String,
     retry: RetryPolicy,
@@ -389,6 +402,7 @@ impl GithubClient {
         Ok(Self {
             shared: Arc::new(Shared {
                 http: config.http()?,
+                egress: config.egress.clone(),
                 base_url: config.base_url.clone(),
                 graphql_url: config.graphql_url.clone(),
                 retry: config.retry,
@@ -742,12 +756,16 @@ impl GithubClient {
         resource: Resource,
         json: Option<&B>,
     ) -> Result<(HeaderMap, Vec<u8>), Error> {
+        self.shared
+            .egress
+            .check_str(url)
+            .map_err(Error::Unreachable)?;
         let token = self.shared.auth.bearer().await?;
         let mut request = rest_request(&self.shared.http, method, url).bearer_auth(token.expose());
         if let Some(json) = json {
             request = request.json(json);
         }
-        let response = request.send().await.map_err(Error::Transport)?;
+        let response = request.send().await.map_err(Error::from_transport)?;
         match spent_on_limit(
             &self.shared.ledger,
             resource,

@@ -24,6 +24,7 @@ impl RetryableError for Error {
             | Error::Decode { .. }
             | Error::Redirected { .. }
             | Error::TooLarge { .. }
+            | Error::Unreachable(_)
             | Error::Forbidden { .. }
             | Error::Auth { .. } => false,
         }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use github_client::{AppCredentials, Budget, ClientConfig, Error, GithubApp, TOKEN_REFRESH_MARGIN};
+use vendor_http::egress::Egress;
 use vendor_sim::github::{GithubSim, RateLimitBudget, RateLimitResource, Scenario, generate, ops};
 
 const PRIVATE: &[u8] = include_bytes!("fixtures/test-app-key.pem");
@@ -27,7 +28,7 @@ async fn sim(token_lifetime: Duration) -> (GithubSim, u64) {
 
 fn app(sim: &GithubSim) -> GithubApp {
     GithubApp::new(
-        &ClientConfig::new(sim.base_url()),
+        &ClientConfig::new(sim.base_url()).with_egress(Egress::unrestricted()),
         AppCredentials::from_pem(4242, PRIVATE).unwrap(),
     )
     .unwrap()

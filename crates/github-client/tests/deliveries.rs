@@ -7,6 +7,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use github_client::{AppCredentials, ClientConfig, Error, GithubApp, RetryPolicy};
 use serde_json::json;
+use vendor_http::egress::Egress;
 use vendor_sim::github::webhook::Delivery;
 use vendor_sim::github::{Fault, FaultKind, GithubSim, Model, ops};
 
@@ -49,7 +50,7 @@ fn app(sim: &GithubSim, app_id: u64) -> GithubApp {
             max_delay: Duration::from_millis(5),
             max_retry_after: Duration::from_secs(1),
         },
-        ..ClientConfig::new(sim.base_url())
+        ..ClientConfig::new(sim.base_url()).with_egress(Egress::unrestricted())
     };
     GithubApp::new(&config, AppCredentials::from_pem(app_id, PRIVATE).unwrap()).unwrap()
 }

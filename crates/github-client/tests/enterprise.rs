@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use github_client::{AppCredentials, Auth, ClientConfig, GithubApp, GithubClient};
+use vendor_http::egress::Egress;
 use vendor_sim::github::{GithubSim, Scenario, generate, ops};
 
 const PRIVATE: &[u8] = include_bytes!("fixtures/test-app-key.pem");
@@ -20,7 +21,7 @@ async fn an_enterprise_server_url_reaches_its_rest_and_graphql_apis() {
     model.set_app_id("4242");
     let sim = GithubSim::start_enterprise(model).await.unwrap();
 
-    let config = ClientConfig::for_server(Some(sim.base_url()));
+    let config = ClientConfig::for_server(Some(sim.base_url())).with_egress(Egress::unrestricted());
     assert_eq!(config.base_url, sim.rest_url());
     assert_eq!(config.graphql_url, sim.graphql_url());
     let app = GithubApp::new(&config, AppCredentials::from_pem(4242, PRIVATE).unwrap()).unwrap();
@@ -50,7 +51,7 @@ async fn an_enterprise_server_url_reaches_its_rest_and_graphql_apis() {
 
     // The server URL taken as an api.github.com-style base reaches nothing there.
     let root = GithubClient::new(
-        &ClientConfig::new(sim.base_url()),
+        &ClientConfig::new(sim.base_url()).with_egress(Egress::unrestricted()),
         Auth::personal_token("x"),
     )
     .unwrap();

@@ -15,6 +15,7 @@ use github_client::{
     IssueState, RateLimitKind, Resource, RetryPolicy,
 };
 use serde_json::{Value, json};
+use vendor_http::egress::Egress;
 
 const PRIVATE: &[u8] = include_bytes!("fixtures/test-app-key.pem");
 const PUBLIC: &[u8] = include_bytes!("fixtures/test-app-key.pub.pem");
@@ -101,7 +102,7 @@ impl Scripted {
                 max_delay: Duration::from_millis(5),
                 max_retry_after: Duration::from_secs(5),
             },
-            ..ClientConfig::new(&self.url)
+            ..ClientConfig::new(&self.url).with_egress(Egress::unrestricted())
         }
     }
 
@@ -736,9 +737,48 @@ async fn an_answer_streamed_without_a_length_is_cut_at_the_cap() {
             max_retries: 0,
             ..RetryPolicy::default()
         },
-        ..ClientConfig::new(&url)
+        ..ClientConfig::new(&url).with_egress(Egress::unrestricted())
     };
     let client = GithubClient::new(&config, Auth::personal_token("pat-1")).unwrap();
     let err = client.issues_page("acme", "r", 1, None).await.unwrap_err();
     assert!(matches!(err, Error::TooLarge { limit: 8192 }), "{err:?}");
+}
+
+/// A tenant's server URL naming an internal address, as an address or as a name that resolves
+/// to one, is never connected to: the call fails as "vendor unreachable", nothing is sent, and
+/// it is not retried. The operator's allowed range lets it through.
+#[tokio::test]
+async fn internal_addresses_are_unreachable_unless_the_operator_allows_them() {
+    let server = Scripted::start(vec![ok(issues_page(vec![issue(1)], false, 10))]).await;
+    let port = server.url.rsplit(':').next().unwrap().to_owned();
+    for base in [
+        server.url.clone(),
+        format!("http://localhost:{port}"),
+        format!("http://[::ffff:127.0.0.1]:{port}"),
+    ] {
+        let config = ClientConfig {
+            retry: server.config().retry,
+            ..ClientConfig::new(&base)
+        };
+        let client = GithubClient::new(&config, Auth::personal_token("pat-1")).unwrap();
+        let err = client.issues_page("acme", "r", 50, None).await.unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(err, Error::Unreachable(_)) && text.contains("vendor unreachable"),
+            "{base}: {err:?}"
+        );
+        assert!(
+            !text.contains("127.0.0.1"),
+            "{base}: the address reached the error: {text}"
+        );
+    }
+    assert!(server.seen().is_empty(), "an internal address was reached");
+    let allowed = ClientConfig {
+        retry: server.config().retry,
+        ..ClientConfig::new(format!("http://localhost:{port}"))
+            .with_egress(Egress::allowing("127.0.0.0/8,::1/128").unwrap())
+    };
+    let client = GithubClient::new(&allowed, Auth::personal_token("pat-1")).unwrap();
+    client.issues_page("acme", "r", 50, None).await.unwrap();
+    assert_eq!(server.seen().len(), 1);
 }

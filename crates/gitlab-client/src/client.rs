@@ -14,6 +14,7 @@ use reqwest::{Method, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use time::OffsetDateTime;
+use vendor_http::egress::Egress;
 
 use crate::budget::{Budget, BudgetStop, Ledger, RateLimit};
 use crate::error::{Error, GraphqlError, PathSegment};
@@ -47,6 +48,9 @@ pub struct ClientConfig {
     pub retry: RetryPolicy,
     /// The largest answer read; a larger one fails with [`Error::TooLarge`].
     pub max_response_bytes: usize,
+    /// Where calls may connect: public addresses only unless the operator allows more; a call
+    /// elsewhere fails with [`Error::Unreachable`].
+    pub egress: Egress,
 }
 
 impl ClientConfig {
@@ -58,7 +62,13 @@ impl ClientConfig {
             timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            egress: Egress::default(),
         }
+    }
+
+    /// The same configuration connecting where `egress` permits.
+    pub fn with_egress(self, egress: Egress) -> Self {
+        Self { egress, ..self }
     }
 }
 
@@ -120,6 +130,7 @@ pub struct GitlabClient {
 
 struct Shared {
     http: reqwest::Client,
+    egress: Egress,
     base_url: String,
     retry: RetryPolicy,
     max_response_bytes: usize,
@@ -141,16 +152,20 @@ impl GitlabClient {
     /// A client for `config`'s instance acting with `token` (personal, group or OAuth), with no
     /// budget floor.
     pub fn new(config: &ClientConfig, token: impl Into<String>) -> Result<Self, Error> {
-        let http = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .user_agent(&config.user_agent)
             .timeout(config.timeout)
             // A redirect would carry the token to wherever it points: never followed.
-            .redirect(reqwest::redirect::Policy::none())
+            .redirect(reqwest::redirect::Policy::none());
+        let http = config
+            .egress
+            .apply(builder)
             .build()
             .map_err(Error::Transport)?;
         Ok(Self {
             shared: Arc::new(Shared {
                 http,
+                egress: config.egress.clone(),
                 base_url: config.base_url.clone(),
                 retry: config.retry,
                 max_response_bytes: config.max_response_bytes,
@@ -587,6 +602,10 @@ impl GitlabClient {
         url: &str,
         json: Option<&B>,
     ) -> Result<(HeaderMap, Vec<u8>), Error> {
+        self.shared
+            .egress
+            .check_str(url)
+            .map_err(Error::Unreachable)?;
         let mut request = self
             .shared
             .http
@@ -596,7 +615,7 @@ impl GitlabClient {
         if let Some(json) = json {
             request = request.json(json);
         }
-        let response = request.send().await.map_err(Error::Transport)?;
+        let response = request.send().await.map_err(Error::from_transport)?;
         self.record(response.headers());
         read_success(response, self.shared.max_response_bytes).await
     }

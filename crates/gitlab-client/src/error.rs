@@ -76,9 +76,21 @@ pub enum Error {
     /// No HTTP answer at all (connect, timeout, TLS, broken body).
     #[error("could not reach GitLab: {0}")]
     Transport(#[source] reqwest::Error),
+    /// The call would connect where the egress policy forbids (an internal address); nothing
+    /// was sent. Its text tells a tenant only that the vendor is unreachable.
+    #[error("could not reach GitLab: {0}")]
+    Unreachable(vendor_http::egress::Refused),
 }
 
 impl Error {
+    /// A request that got no answer: refused by the egress policy, or a transport failure.
+    pub fn from_transport(e: reqwest::Error) -> Self {
+        match vendor_http::egress::refused_in(&e) {
+            Some(refused) => Error::Unreachable(refused),
+            None => Error::Transport(e),
+        }
+    }
+
     /// Whether GitLab says the object does not exist (or is not visible to this token).
     pub fn is_not_found(&self) -> bool {
         matches!(self, Error::Http { status: 404, .. })

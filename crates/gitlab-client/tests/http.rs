@@ -9,6 +9,7 @@ use gitlab_client::{
     PathSegment, RetryPolicy,
 };
 use time::OffsetDateTime;
+use vendor_http::egress::Egress;
 use vendor_sim::gitlab::{
     DiffPosition, Fault, GitlabFault, GitlabSim, Model, NewIssue, NewMergeRequest, NoteOn, ops,
 };
@@ -66,7 +67,7 @@ async fn world() -> World {
 }
 
 fn client(sim: &GitlabSim) -> GitlabClient {
-    let mut config = ClientConfig::new(sim.base_url());
+    let mut config = ClientConfig::new(sim.base_url()).with_egress(Egress::unrestricted());
     config.retry = RetryPolicy {
         max_retries: 3,
         min_delay: Duration::from_millis(1),

@@ -142,6 +142,23 @@ pub struct CommonArgs {
         default_value_t = 3 * 3600
     )]
     pub duplicate_window_secs: u64,
+
+    /// Address ranges vendor calls may reach besides public addresses (comma-separated CIDR,
+    /// e.g. `10.20.0.0/16` for a GitLab inside the network). Otherwise loopback, link-local,
+    /// private, CGNAT and unique-local addresses are refused, when a connection names its server
+    /// and at every connect.
+    #[arg(
+        long = "egress-allow",
+        env = "FORGESYNC_EGRESS_ALLOW",
+        value_name = "FORGESYNC_EGRESS_ALLOW",
+        default_value = "",
+        value_parser = parse_egress
+    )]
+    pub egress: vendor_http::egress::Egress,
+}
+
+fn parse_egress(spec: &str) -> Result<vendor_http::egress::Egress, String> {
+    vendor_http::egress::Egress::allowing(spec)
 }
 
 impl CommonArgs {

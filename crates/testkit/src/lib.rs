@@ -206,6 +206,10 @@ impl TestEnv {
     }
 }
 
+/// The ranges the local stack and the tests let vendor calls reach: loopback, where the
+/// simulators listen.
+pub const LOCAL_EGRESS: &str = "127.0.0.0/8,::1/128";
+
 /// Service flags as the binaries parse them (clap's defaults, the environment), pointed at
 /// `database_url`, `nats_url` and `prefix`, listening on an ephemeral port of 127.0.0.1, with a
 /// short shutdown grace and a day of stream retention for tests.
@@ -226,6 +230,8 @@ pub fn common_args(
         "--listen=127.0.0.1:0".to_owned(),
         "--shutdown-grace=5".to_owned(),
         format!("--stream-max-age={}", 24 * 3600),
+        // The simulators listen on loopback.
+        format!("--egress-allow={LOCAL_EGRESS}"),
     ];
     argv.extend(prefix.map(|p| format!("--nats-prefix={p}")));
     <Flags as clap::Parser>::try_parse_from(argv)

@@ -8,6 +8,7 @@
 //! retries, since holding a job that long is worse than stopping it cleanly.
 #![forbid(unsafe_code)]
 
+pub mod egress;
 pub mod quota;
 
 use std::future::Future;

@@ -74,18 +74,33 @@ pub async fn verify_pat_repositories(
                     "GitHub refused the `token` secret; nothing was stored",
                 ));
             }
-            // An outage, a rate limit or an answer we cannot read is not a verdict.
+            // An outage, a rate limit or an answer we cannot read is not a verdict. The tenant
+            // learns which of these it was, never what the server answered (its server may be
+            // anything); the log has the detail.
             Err(e) => {
                 tracing::warn!(repository = %format!("{owner}/{name}"), error = %e, "could not verify a GitHub repository");
                 return Err(ApiError::new(
                     axum::http::StatusCode::BAD_GATEWAY,
                     "github_unavailable",
                     format!(
-                        "could not verify {owner}/{name} with GitHub ({e}); nothing was stored, try again"
+                        "could not verify {owner}/{name} with GitHub ({}); nothing was stored, try again",
+                        failure(&e)
                     ),
                 ));
             }
         }
     }
     Ok(())
+}
+
+/// What a tenant is told of a failed call: its kind, never the server's words.
+fn failure(e: &Error) -> &'static str {
+    match e {
+        Error::Transport(t) if t.is_timeout() => "timed out",
+        Error::Transport(_) | Error::Unreachable(_) => "vendor unreachable",
+        Error::RateLimited { .. } | Error::BudgetExhausted(_) => "rate limited",
+        Error::Http { status, .. } if *status >= 500 => "the server is failing",
+        Error::Redirected { .. } => "the server redirected; check server_url",
+        _ => "the server's answer could not be read",
+    }
 }

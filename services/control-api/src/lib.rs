@@ -151,6 +151,9 @@ pub struct AppState {
     pub rotation_window: std::time::Duration,
     /// Connections may name http server URLs (local simulators only).
     pub allow_insecure_server_urls: bool,
+    /// Where a connection's server may be (`FORGESYNC_EGRESS_ALLOW`): checked when it is named
+    /// and at every call.
+    pub egress: vendor_http::egress::Egress,
 }
 
 /// The API router, without health endpoints.
@@ -208,6 +211,7 @@ pub async fn run(
         secret_key,
         rotation_window,
         allow_insecure_server_urls: config.allow_insecure_server_urls,
+        egress: config.common.egress.clone(),
     };
     let mut service = runtime::Service::new("control-api", &config.common, &shutdown);
     service.routes(router(state, config.max_body_bytes));

@@ -65,6 +65,8 @@ pub struct ClientFactory {
     pub readers: ReaderCache,
     /// How long one GitHub request may take before it counts as a timeout.
     pub request_timeout: std::time::Duration,
+    /// Where a connection's server may be reached (`FORGESYNC_EGRESS_ALLOW`).
+    pub egress: vendor_http::egress::Egress,
 }
 
 /// A connection's GitHub App acting as itself (JWT calls), and the installation the connection
@@ -164,7 +166,8 @@ impl ClientFactory {
             return Ok(kept);
         }
         // github.com's API, or a GitHub Enterprise Server's REST and GraphQL bases.
-        let mut config = ClientConfig::for_server(server_url.as_deref());
+        let mut config =
+            ClientConfig::for_server(server_url.as_deref()).with_egress(self.egress.clone());
         config.timeout = self.request_timeout;
         let budget = Budget::keep(settings.min_remaining.unwrap_or(500));
         let own_app_id = self.app_id.or(settings.app_id);
@@ -308,6 +311,7 @@ fn source_error(e: Error) -> SourceError {
         },
         Error::Transport(e) if e.is_timeout() => SourceError::Timeout(e.to_string()),
         Error::Transport(e) => SourceError::Unreachable(e.to_string()),
+        Error::Unreachable(refused) => SourceError::Unreachable(refused.to_string()),
         other => SourceError::Other(other.to_string()),
     }
 }

@@ -119,6 +119,7 @@ pub async fn run(
         app_id: config.app_id,
         readers: Default::default(),
         request_timeout: config.sync.request_timeout(),
+        egress: config.common.egress.clone(),
     });
     let factory: Arc<dyn SourceFactory> = clients.clone();
     let bus = config.common.connect_bus().await?;

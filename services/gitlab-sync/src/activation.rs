@@ -152,6 +152,8 @@ pub struct Activator {
     pub hooks: Option<HookSettings>,
     /// One GitLab request's time limit.
     pub request_timeout: Duration,
+    /// Where a connection's server may be reached (`FORGESYNC_EGRESS_ALLOW`).
+    pub egress: vendor_http::egress::Egress,
     pub page_size: u32,
     pub page_cap: u32,
 }
@@ -177,6 +179,7 @@ impl Activator {
             keyring,
             hooks: config.hook_settings()?,
             request_timeout: config.sync.request_timeout(),
+            egress: config.common.egress.clone(),
             page_size: config.sync.page_size,
             page_cap: config.sync.page_cap,
         })
@@ -452,7 +455,8 @@ fn certainly_not_created(e: &GitlabError) -> bool {
         GitlabError::Auth { .. }
         | GitlabError::BudgetExhausted(_)
         | GitlabError::RateLimited { .. }
-        | GitlabError::Redirected { .. } => true,
+        | GitlabError::Redirected { .. }
+        | GitlabError::Unreachable(_) => true,
         GitlabError::Graphql { .. }
         | GitlabError::Decode { .. }
         | GitlabError::TooLarge { .. }
@@ -549,7 +553,7 @@ impl Activator {
         let token = String::from_utf8(token).context("the GitLab token is not UTF-8")?;
         let config = ClientConfig {
             timeout: self.request_timeout,
-            ..ClientConfig::new(origin)
+            ..ClientConfig::new(origin).with_egress(self.egress.clone())
         };
         Ok(GitlabClient::new(&config, token)?)
     }

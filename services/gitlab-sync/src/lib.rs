@@ -145,6 +145,7 @@ pub async fn run(
         secret_key,
         request_timeout: config.sync.request_timeout(),
         retry: RetryPolicy::default(),
+        egress: config.common.egress.clone(),
     };
     let factory_for_hooks = factory.clone();
     let activator = activation::Activator::new(

@@ -81,6 +81,8 @@ pub struct ClientFactory {
     pub request_timeout: Duration,
     /// Retries of 5xx, 429 and transport failures.
     pub retry: RetryPolicy,
+    /// Where a connection's server may be reached (`FORGESYNC_EGRESS_ALLOW`).
+    pub egress: vendor_http::egress::Egress,
 }
 
 impl fmt::Debug for ClientFactory {
@@ -115,7 +117,8 @@ impl ClientFactory {
             .ok_or_else(|| anyhow!("the connection has no `token` secret"))?;
         let token = String::from_utf8(token).context("the connection's token is not text")?;
         let mut config =
-            ClientConfig::new(instance.server_url.as_deref().unwrap_or(DEFAULT_SERVER));
+            ClientConfig::new(instance.server_url.as_deref().unwrap_or(DEFAULT_SERVER))
+                .with_egress(self.egress.clone());
         config.timeout = self.request_timeout;
         config.retry = self.retry;
         let budget = Budget::keep(settings.min_remaining.unwrap_or(500));
@@ -148,7 +151,7 @@ impl ReadError for ReadFailure {
             Error::RateLimited { .. } => VendorErrorClass::RateLimited,
             Error::BudgetExhausted(_) => VendorErrorClass::BudgetExhausted,
             Error::Transport(e) if e.is_timeout() => VendorErrorClass::Timeout,
-            Error::Transport(_) => VendorErrorClass::Unreachable,
+            Error::Transport(_) | Error::Unreachable(_) => VendorErrorClass::Unreachable,
         }
     }
 

@@ -95,6 +95,7 @@ async fn setup(request_timeout: Duration) -> Result<Setup> {
         keyring,
         hooks: Some(HookSettings::new("https://hooks.example.com/", &keys)?),
         request_timeout,
+        egress: env.common_args().egress,
         // Small pages: every listing takes more than one.
         page_size: 2,
         page_cap: 100,

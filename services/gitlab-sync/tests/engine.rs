@@ -142,6 +142,7 @@ impl Fixture {
                 db: self.db.db.clone(),
                 secret_key: store::secrets::Keyring::parse(&self.config.secret_key).unwrap(),
                 request_timeout: self.config.sync.request_timeout(),
+                egress: self.config.common.egress.clone(),
                 // Persistent faults stay faults; a retry waits milliseconds, not seconds.
                 retry: RetryPolicy {
                     max_retries: 1,

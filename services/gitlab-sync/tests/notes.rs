@@ -16,6 +16,7 @@ use sqlx::PgPool;
 use store::entity::ConnectionKind;
 use sync_engine::{Engine, JobOutcome, Jobs};
 use uuid::Uuid;
+use vendor_http::egress::Egress;
 use vendor_sim::gitlab::{
     DiffPosition, Fault, GitlabFault, GitlabSim, Model, NewIssue, NewMergeRequest, NoteOn, ops,
 };
@@ -132,7 +133,7 @@ async fn fixture() -> Result<Fixture> {
 
 impl Fixture {
     fn client(&self) -> GitlabClient {
-        let mut config = ClientConfig::new(self.sim.base_url());
+        let mut config = ClientConfig::new(self.sim.base_url()).with_egress(Egress::unrestricted());
         config.retry = RetryPolicy {
             max_retries: 1,
             min_delay: Duration::from_millis(1),
@@ -157,6 +158,7 @@ impl Fixture {
                     db: self.db.db.clone(),
                     secret_key: store::secrets::Keyring::parse(&testkit::secret_key()).unwrap(),
                     request_timeout: Duration::from_secs(5),
+                    egress: Egress::unrestricted(),
                     retry: RetryPolicy::default(),
                 },
                 backfill: self.config.backfill_batches(),

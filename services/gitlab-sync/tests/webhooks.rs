@@ -290,6 +290,7 @@ impl World {
                 db: self.env.db.db.clone(),
                 secret_key: Keyring::parse(&self.config.secret_key)?,
                 request_timeout: self.config.sync.request_timeout(),
+                egress: self.config.common.egress.clone(),
                 retry: RetryPolicy {
                     max_retries: 1,
                     min_delay: Duration::from_millis(5),

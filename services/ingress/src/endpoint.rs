@@ -91,11 +91,11 @@ impl Endpoint {
 /// The endpoints among `candidates` that one of whose open secrets `check` accepts, checking each
 /// distinct secret once and at most `max_secrets` of them (the rest count as not verifying, with a
 /// warning: a route that must try many secrets is a route that costs an attacker nothing).
-pub fn signed_by<'a>(
-    candidates: &'a [Endpoint],
+pub fn signed_by(
+    candidates: &[Endpoint],
     max_secrets: usize,
     check: impl Fn(&[u8]) -> bool,
-) -> Vec<&'a Endpoint> {
+) -> Vec<&Endpoint> {
     let mut checked: HashMap<&[u8], bool> = HashMap::new();
     let mut verified = Vec::new();
     let mut skipped = false;

@@ -155,7 +155,7 @@ pub(crate) async fn find_connection<C: ConnectionTrait>(
               (status = 404, description = "No such workspace reachable with this token.", body = ErrorBody),
               (status = 409, description = "The workspace is being purged (`workspace_not_active`).", body = ErrorBody),
               (status = 413, response = PayloadTooLarge), (status = 415, response = UnsupportedMediaType),
-              (status = 422, description = "The server URL is not acceptable, a secret name the kind does not take (`unknown_secret_name`, naming the allowed ones), or the token cannot read the named repositories.", body = ErrorBody),
+              (status = 422, description = "The server URL is not acceptable (`invalid_server_url`) or not a public host (`vendor_unreachable`: loopback, link-local, private, CGNAT and unique-local addresses are refused unless the operator allows their range), a secret name the kind does not take (`unknown_secret_name`, naming the allowed ones), or the token cannot read the named repositories.", body = ErrorBody),
               (status = 502, description = "The vendor could not be asked to verify the token.", body = ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
@@ -168,16 +168,28 @@ pub async fn create(
     if !settings.is_object() {
         return Err(ApiError::bad_request("settings must be a JSON object"));
     }
-    // Vendor instances: https only (unless the operator allows http), no user info.
+    // Nothing is checked with a vendor, nor anything resolved, for a caller who cannot reach the
+    // workspace.
+    find_reachable(&state.db, &caller, workspace_id, false).await?;
+    // Vendor instances: https only (unless the operator allows http), no user info, and a host
+    // whose every address is public (unless the operator allows its range).
     if let Some(url) = body.server_url.as_deref().filter(|u| !u.trim().is_empty()) {
         provider_instance::check_server_url(url, state.allow_insecure_server_urls)
             .map_err(|message| ApiError::unprocessable("invalid_server_url", message))?;
+        state.egress.check_server(url.trim()).await.map_err(|refused| {
+            tracing::warn!(%workspace_id, detail = %refused.detail(), "server_url refused by the egress policy");
+            ApiError::unprocessable(
+                "vendor_unreachable",
+                "server_url: vendor unreachable; a connection's server must be a public host",
+            )
+        })?;
     }
     // Reads follow verified access: a PAT's repositories resolve with the PAT first.
     if body.kind == ConnectionKind::Github {
         let api = github_client::ClientConfig::for_server(
             provider_instance::normalise_server_url(body.server_url.as_deref()).as_deref(),
-        );
+        )
+        .with_egress(state.egress.clone());
         crate::github_access::verify_pat_repositories(
             &api,
             &settings,
@@ -303,7 +315,8 @@ pub async fn replace_secrets(
         let api = github_client::ClientConfig::for_server(
             provider_instance::normalise_server_url(instance.and_then(|i| i.server_url).as_deref())
                 .as_deref(),
-        );
+        )
+        .with_egress(state.egress.clone());
         crate::github_access::verify_pat_repositories(&api, &row.settings, Some(token.as_str()))
             .await?;
     }

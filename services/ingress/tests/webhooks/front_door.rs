@@ -634,6 +634,9 @@ async fn buffered(h: &Harness) -> Result<f64> {
 
 const MIB: usize = 1024 * 1024;
 
+/// A route, the headers a request to it carries, and the status it must answer.
+type Probe = (String, Vec<(&'static str, String)>, &'static str);
+
 /// 40 posts announcing 25 MiB each, to every route with hook ids, tokens and paths no endpoint
 /// has, are each answered while their bodies are still unsent: the refusal comes from the head
 /// alone, the shared routes answer it exactly like a bad signature, and nothing is buffered. A's
@@ -648,7 +651,7 @@ async fn unknown_hooks_are_refused_before_their_bodies_are_read() -> Result<()> 
     h.endpoint(&slack, Registration::App, Some("T0ACME"), None, A_SECRET)
         .await?;
     let sig = |name: &'static str| (name, "sha256=00".to_owned());
-    let routes: Vec<(String, Vec<(&str, String)>, &str)> = vec![
+    let routes: Vec<Probe> = vec![
         (
             "/webhooks/github".into(),
             vec![

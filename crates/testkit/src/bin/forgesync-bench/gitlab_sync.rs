@@ -91,6 +91,7 @@ pub async fn run() -> Result<()> {
                 db: env.db.db.clone(),
                 secret_key: ring,
                 request_timeout: config.sync.request_timeout(),
+                egress: config.common.egress.clone(),
                 retry: gitlab_client::RetryPolicy::default(),
             },
             backfill: config.backfill_batches(),
