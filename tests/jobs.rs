@@ -1041,3 +1041,72 @@ async fn a_server_that_resolves_to_an_internal_address_is_never_contacted_by_a_j
     );
     Ok(())
 }
+
+/// A vendor whose clock runs far ahead (or a server that lies) lists an issue dated 2099: the
+/// job writes every other item and not that one, so no row is dated where forward-only writes
+/// would refuse every later version, and says so in `sync_future_times_total`. Once the vendor
+/// dates it sanely, the next reconcile writes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_item_dated_in_the_future_is_not_written_by_a_job() -> Result<()> {
+    let s = Stack::start(20, 100).await?;
+    let repo = s.repositories[0];
+    let (number, native) = s.sim.model(|m| {
+        let issue = m
+            .repository(repo)
+            .expect("repository exists")
+            .issues()
+            .next()
+            .expect("issues");
+        (issue.number, issue.database_id)
+    });
+    let real = s.sim.model(|m| {
+        let mut real = None;
+        m.update_issue(repo, number, |i| {
+            real = Some(i.updated_at);
+            i.updated_at = time::macros::datetime!(2099-01-01 00:00 UTC);
+        });
+        real.expect("the issue exists")
+    });
+    s.activate().await?;
+    let jobs = s.finished_jobs("INITIAL", 1).await?;
+    assert_eq!(jobs[0].0, "succeeded", "{jobs:?}");
+    let future_rows = s
+        .count("SELECT count(*) FROM issue WHERE upstream_updated_at > now() + interval '1 day'")
+        .await?;
+    assert_eq!(future_rows, 0, "a row was dated in the future");
+    let stored: Option<(i64,)> = sqlx::query_as("SELECT native_id FROM issue WHERE native_id = $1")
+        .bind(i64::try_from(native)?)
+        .fetch_optional(&s.pool)
+        .await?;
+    assert!(stored.is_none(), "the future-dated issue was written");
+    assert_eq!(
+        s.count("SELECT count(*) FROM issue").await?
+            + s.count("SELECT count(*) FROM pull_request").await?,
+        s.upstream_items() - 1
+    );
+    let metrics = reqwest::get(format!("{}/metrics", s._sync.url()))
+        .await?
+        .text()
+        .await?;
+    assert!(
+        metrics.contains(r#"sync_future_times_total{vendor="github"} 1"#),
+        "{metrics}"
+    );
+
+    // Dated sanely again, it is written by the next reconcile.
+    s.sim.model(|m| {
+        m.update_issue(repo, number, |i| i.updated_at = real);
+    });
+    s.reconcile().await?;
+    let jobs = s.finished_jobs("RECONCILIATION", 1).await?;
+    assert_eq!(jobs[0].0, "succeeded", "{jobs:?}");
+    let stored: Option<(i64,)> = sqlx::query_as("SELECT native_id FROM issue WHERE native_id = $1")
+        .bind(i64::try_from(native)?)
+        .fetch_optional(&s.pool)
+        .await?;
+    assert!(
+        stored.is_some(),
+        "the issue was not written once dated sanely"
+    );
+    Ok(())
+}

@@ -30,6 +30,7 @@ mod m0025_resource_kind_open;
 mod m0026_listing_state;
 mod m0027_integration_event;
 mod m0028_delivery_erasure;
+mod m0029_future_versions;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -164,6 +165,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0028_delivery_erasure",
                 up: m0028_delivery_erasure::UP,
+            }),
+            Box::new(Sql {
+                name: "m0029_future_versions",
+                up: m0029_future_versions::UP,
             }),
         ]
     }

@@ -176,7 +176,12 @@ async fn a_forged_far_future_edit_from_another_tenant_neither_writes_nor_freezes
         "A's issue changed"
     );
     assert_eq!(a_footprint(&stack).await?, before);
-    assert_eq!(stack.out_of_scope().await?, 2);
+    // Both refused before any writer ran: dated past their receipt, they never reach admission
+    // (which would have refused them as out of scope).
+    assert_eq!(
+        stack.out_of_scope().await? + stack.rejected("future_time").await?,
+        2
+    );
 
     // A genuine update still applies: the row was never frozen.
     let genuine = stack.sim.model(|m| {
@@ -497,5 +502,55 @@ async fn a_paused_connections_own_delivery_writes_nothing() -> Result<()> {
         row_before,
         "a paused connection's webhook wrote"
     );
+    Ok(())
+}
+
+/// Whoever signed it, a delivery dated past its receipt (plus the skew allowed) is refused with
+/// its reason before any writer runs: the row keeps its version, the reason is kept with the
+/// dead message and counted, and A's genuine update applies after it (nothing was frozen).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_delivery_dated_in_the_future_is_refused_with_its_reason_and_freezes_nothing()
+-> Result<()> {
+    let stack = LiveStack::start(scenario()).await?;
+    let target = stack.repositories[0];
+    let (number, native) = first_issue(&stack, target);
+    let row_before = issue_row(&stack, native).await?;
+    let mut ahead = stack.sim.model(|m| {
+        let r = m.repository(target).expect("repository exists");
+        issues_payload(m, "edited", r, r.issue(number).expect("issue exists"))
+    });
+    ahead["issue"]["title"] = Value::from("dated ahead");
+    ahead["issue"]["updated_at"] = Value::from("2099-01-01T00:00:00Z");
+    // Signed by A's own endpoint: admission alone would let it through.
+    stack.deliver("issues", &ahead).await?;
+    stack.settle().await?;
+    assert_eq!(
+        issue_row(&stack, native).await?,
+        row_before,
+        "the row changed"
+    );
+    let (reason,): (String,) = sqlx::query_as(
+        "SELECT reason FROM dead_message WHERE stream LIKE '%WEBHOOKS_GITHUB' ORDER BY created_at DESC LIMIT 1",
+    )
+    .fetch_one(&stack.pool)
+    .await?;
+    assert!(
+        reason.contains("2099") && reason.contains("clock skew"),
+        "{reason}"
+    );
+    assert_eq!(stack.rejected("future_time").await?, 1);
+
+    let genuine = stack.sim.model(|m| {
+        m.update_issue(target, number, |i| {
+            i.title = "edited by A".into();
+            i.updated_at += time::Duration::HOUR;
+        });
+        let r = m.repository(target).expect("repository exists");
+        issues_payload(m, "edited", r, r.issue(number).expect("issue exists"))
+    });
+    stack.deliver("issues", &genuine).await?;
+    stack.settle().await?;
+    let (_, title, _) = issue_row(&stack, native).await?;
+    assert_eq!(title.as_deref(), Some("edited by A"));
     Ok(())
 }

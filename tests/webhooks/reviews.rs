@@ -299,8 +299,9 @@ async fn a_dismissal_is_final_and_recorded_once() -> Result<()> {
 async fn a_dismissal_received_before_the_stored_state_changes_nothing() -> Result<()> {
     let s = stack().await?;
     let (repo, _, pr) = items(&s);
-    // The stored review is dated later than any dismissal received now.
-    let later = OffsetDateTime::now_utc() + Duration::hours(1);
+    // The stored review is dated later than any dismissal received now (within the clock skew
+    // allowed: a version further ahead is refused as dated in the future).
+    let later = OffsetDateTime::now_utc() + Duration::minutes(3);
     let submitted = review(ReviewState::ChangesRequested, later);
     let dismissed = review(ReviewState::Dismissed, later);
     let payload = |action: &str, r: &Review| {

@@ -201,6 +201,11 @@ impl LiveStack {
 
     /// How many GitHub deliveries github-sync counted out of scope (`/metrics`).
     pub async fn out_of_scope(&self) -> Result<u64> {
+        self.rejected("out_of_scope").await
+    }
+
+    /// How many GitHub deliveries github-sync refused for `reason` (`/metrics`).
+    pub async fn rejected(&self, reason: &str) -> Result<u64> {
         let text = self
             .http
             .get(format!("{}/metrics", self._sync.url()))
@@ -213,7 +218,7 @@ impl LiveStack {
             .filter(|l| {
                 l.starts_with("webhooks_rejected_total{")
                     && l.contains("vendor=\"github\"")
-                    && l.contains("reason=\"out_of_scope\"")
+                    && l.contains(&format!("reason=\"{reason}\""))
             })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
             .sum())

@@ -500,7 +500,39 @@ pub async fn server_filters(
 /// existing one keeps its settings and filters, `filter` is added unless one already covers it
 /// (a parked durable's idle filter is replaced). A runner re-declaring the durable later keeps
 /// `filter` only if its own filters include it.
+///
+/// The server has no compare-and-set for a consumer's filters: two callers adding theirs at once
+/// may each write the list it read, and one's filter is lost. So the filters are read back, and
+/// the addition is made again (a few times, after a short pause) until the server holds it.
 pub async fn ensure_filter(
+    bus: &Bus,
+    spec: &ConsumerSpec,
+    filter: &str,
+) -> Result<Vec<String>, BusError> {
+    use lifecycle_core::subject::filter_covers;
+    const ATTEMPTS: u32 = 5;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let held = ensure_filter_once(bus, spec, filter).await?;
+        if held.iter().any(|f| filter_covers(f, filter)) || attempt >= ATTEMPTS {
+            return Ok(held);
+        }
+        tracing::info!(
+            filter,
+            attempt,
+            "a concurrent update dropped the consumer filter just added; adding it again"
+        );
+        // Callers racing on one durable pause for different times before trying again.
+        let jitter = u64::from(uuid::Uuid::new_v4().as_u128() as u8 % 50);
+        tokio::time::sleep(std::time::Duration::from_millis(
+            20 * u64::from(attempt) + jitter,
+        ))
+        .await;
+    }
+}
+
+async fn ensure_filter_once(
     bus: &Bus,
     spec: &ConsumerSpec,
     filter: &str,

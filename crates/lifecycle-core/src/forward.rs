@@ -38,6 +38,57 @@ pub enum ForwardEntity {
     OutlineDocument,
 }
 
+/// The clock skew allowed between a vendor and us when no setting says otherwise.
+pub const DEFAULT_CLOCK_SKEW: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The latest vendor time a write may carry: when we observed what carries it (a delivery's
+/// receipt by JetStream, a page's read) plus the clock skew allowed. A version past it would
+/// freeze its row, since forward-only writes refuse everything older, so it is refused with its
+/// reason instead of written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeBound {
+    observed: Timestamp,
+    skew: std::time::Duration,
+}
+
+impl TimeBound {
+    /// The bound of something observed at `observed`, allowing `skew`.
+    pub fn after(observed: Timestamp, skew: std::time::Duration) -> Self {
+        TimeBound { observed, skew }
+    }
+
+    /// The latest time admitted.
+    pub fn limit(&self) -> Timestamp {
+        self.observed + self.skew
+    }
+
+    /// `Ok` when `at` is not past the limit; otherwise why it is refused.
+    pub fn check(&self, at: Timestamp) -> Result<(), FutureTime> {
+        if at > self.limit() {
+            Err(FutureTime {
+                at,
+                observed: self.observed,
+                skew: self.skew,
+            })
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// A vendor time later than when it was observed plus the skew allowed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the vendor time {at} is later than the {observed} it was received or read at plus the {} s \
+     of clock skew allowed",
+    .skew.as_secs()
+)]
+pub struct FutureTime {
+    pub at: Timestamp,
+    pub observed: Timestamp,
+    pub skew: std::time::Duration,
+}
+
 /// Compares a payload's `updated_at` with the stored row's (`None` when the row is new).
 pub fn by_updated_at(stored: Option<Timestamp>, payload: Timestamp) -> Freshness {
     match stored {
@@ -187,6 +238,19 @@ mod tests {
 
     fn ts(s: &str) -> SlackTs {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_time_past_the_observation_plus_the_skew_is_refused_with_both() {
+        let observed = time::macros::datetime!(2026-12-03 12:00 UTC);
+        let bound = TimeBound::after(observed, DEFAULT_CLOCK_SKEW);
+        assert!(bound.check(observed).is_ok());
+        assert!(bound.check(observed + time::Duration::minutes(5)).is_ok());
+        let far = time::macros::datetime!(2099-01-01 00:00 UTC);
+        let refused = bound.check(far).unwrap_err();
+        let text = refused.to_string();
+        assert!(text.contains("2099") && text.contains("300 s"), "{text}");
+        assert!(bound.check(observed + time::Duration::minutes(6)).is_err());
     }
 
     #[test]

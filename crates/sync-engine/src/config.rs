@@ -47,6 +47,7 @@ pub trait SyncFlags: Debug + Clone + Send + Sync + 'static {
     const JOB_CONCURRENCY: &'static str;
     const WEBHOOK_CONCURRENCY: &'static str;
     const FILTER_REFRESH_MS: &'static str;
+    const CLOCK_SKEW: &'static str;
 }
 
 /// The spelling of the BACKFILL flags of a service whose vendor runs BACKFILL; written by
@@ -186,6 +187,7 @@ macro_rules! sync_flags {
                 concat!("FORGESYNC_", $env, "_WEBHOOK_CONCURRENCY");
             const FILTER_REFRESH_MS: &'static str =
                 concat!("FORGESYNC_", $env, "_FILTER_REFRESH_MS");
+            const CLOCK_SKEW: &'static str = concat!("FORGESYNC_", $env, "_CLOCK_SKEW_SECS");
         }
     };
 }
@@ -274,6 +276,17 @@ pub struct SyncArgs<F: SyncFlags> {
     )]
     pub filter_refresh_ms: u64,
 
+    /// Seconds a vendor time may be past when we received or read it (a delivery's receipt by
+    /// JetStream, a page's read); a later one would freeze its row, so it is refused with its
+    /// reason.
+    #[arg(
+        long = "clock-skew-secs",
+        env = F::CLOCK_SKEW,
+        value_name = F::CLOCK_SKEW,
+        default_value_t = lifecycle_core::forward::DEFAULT_CLOCK_SKEW.as_secs()
+    )]
+    pub clock_skew_secs: u64,
+
     /// Seconds a job's claim lasts without a heartbeat before another replica may take it.
     // One variable for every sync service, as it has always been (no vendor in its name).
     #[arg(
@@ -301,7 +314,13 @@ impl<F: SyncFlags> SyncArgs<F> {
             blast_radius: BlastRadius::default(),
             reconcile_cooldown: Duration::from_secs(self.reconcile_cooldown_secs),
             backfill: self.backfill.policy(),
+            clock_skew: self.clock_skew(),
         }
+    }
+
+    /// How far past its receipt or read a vendor time may be.
+    pub fn clock_skew(&self) -> Duration {
+        Duration::from_secs(self.clock_skew_secs)
     }
 
     /// How long a job's claim lasts without a heartbeat.

@@ -55,6 +55,8 @@ pub struct SyncSettings {
     /// A scheduled RECONCILIATION skips a scope completely reconciled this recently.
     pub reconcile_cooldown: Duration,
     pub backfill: BackfillPolicy,
+    /// How far past a page's read a vendor time may be ([`Pass::time_bound`]).
+    pub clock_skew: Duration,
 }
 
 /// How a manual BACKFILL repeats an incomplete pass.
@@ -204,6 +206,7 @@ impl<V: Vendor> Engine<V> {
             provider_instance_id,
             jobs: &self.jobs,
             blast_radius: self.settings.blast_radius,
+            clock_skew: self.settings.clock_skew,
         };
         let (outcome, done) = if let Some(refusal) = V::KIND.jobs().refusal(job.job_type) {
             // The vendor's declaration binds the engine as it binds the API.

@@ -290,9 +290,16 @@ pub struct Pass<'a> {
     pub(crate) jobs: &'a Jobs,
     /// The engine's blast radius, which child sweeps share ([`crate::children`]).
     pub(crate) blast_radius: BlastRadius,
+    pub(crate) clock_skew: std::time::Duration,
 }
 
 impl Pass<'_> {
+    /// The latest vendor time a page read at `read_at` may carry: a node dated past it is not
+    /// written (it would freeze its row), and says why.
+    pub fn time_bound(&self, read_at: time::OffsetDateTime) -> lifecycle_core::forward::TimeBound {
+        lifecycle_core::forward::TimeBound::after(read_at, self.clock_skew)
+    }
+
     /// Extends the job's lease and says whether it goes on, as the engine asks before every
     /// page: canceled, or taken over by another replica (write nothing more). The job's
     /// recorded progress stays.

@@ -34,6 +34,7 @@ const GITHUB: &[Spelling] = &[
     ("job_concurrency", "job-concurrency", "FORGESYNC_GITHUB_JOB_CONCURRENCY", Some("2")),
     ("webhook_concurrency", "webhook-concurrency", "FORGESYNC_GITHUB_WEBHOOK_CONCURRENCY", Some("16")),
     ("filter_refresh_ms", "filter-refresh-ms", "FORGESYNC_GITHUB_FILTER_REFRESH_MS", Some("5000")),
+    ("clock_skew_secs", "clock-skew-secs", "FORGESYNC_GITHUB_CLOCK_SKEW_SECS", Some("300")),
     ("job_lease_secs", "job-lease", "FORGESYNC_JOB_LEASE", Some("60")),
 ];
 
@@ -53,6 +54,7 @@ const GITLAB: &[Spelling] = &[
     ("job_concurrency", "job-concurrency", "FORGESYNC_GITLAB_JOB_CONCURRENCY", Some("2")),
     ("webhook_concurrency", "webhook-concurrency", "FORGESYNC_GITLAB_WEBHOOK_CONCURRENCY", Some("16")),
     ("filter_refresh_ms", "filter-refresh-ms", "FORGESYNC_GITLAB_FILTER_REFRESH_MS", Some("5000")),
+    ("clock_skew_secs", "clock-skew-secs", "FORGESYNC_GITLAB_CLOCK_SKEW_SECS", Some("300")),
     ("job_lease_secs", "job-lease", "FORGESYNC_JOB_LEASE", Some("60")),
 ];
 
@@ -112,6 +114,7 @@ fn parsed<F: SyncFlags<Backfill = BackfillArgs<F>> + BackfillFlags>(
         ("job_concurrency", args.job_concurrency.to_string()),
         ("webhook_concurrency", args.webhook_concurrency.to_string()),
         ("filter_refresh_ms", args.filter_refresh_ms.to_string()),
+        ("clock_skew_secs", args.clock_skew_secs.to_string()),
         ("job_lease_secs", args.job_lease_secs.to_string()),
     ]);
     if let Some(passes) = args.backfill.backfill_max_passes {

@@ -148,16 +148,19 @@ pub async fn run(
     for class in [conversation::COMMENTS, conversation::REVIEW_COMMENTS] {
         class.register_metrics();
     }
-    let webhook_handler = Arc::new(WebhookConsumer::new(
-        db.get_postgres_connection_pool().clone(),
-        webhooks::GithubWebhooks {
-            pool: db.get_postgres_connection_pool().clone(),
-            readers: webhooks::Readers {
-                db: db.clone(),
-                factory,
+    let webhook_handler = Arc::new(
+        WebhookConsumer::new(
+            db.get_postgres_connection_pool().clone(),
+            webhooks::GithubWebhooks {
+                pool: db.get_postgres_connection_pool().clone(),
+                readers: webhooks::Readers {
+                    db: db.clone(),
+                    factory,
+                },
             },
-        },
-    ));
+        )
+        .with_clock_skew(config.sync.clock_skew()),
+    );
     let owner_spec = ConsumerSpec {
         filter_subjects: vec![subject::github_owner_filter()],
         ..ConsumerSpec::new(Stream::WebhooksGithub, "github-sync-owner-events")

@@ -2,7 +2,7 @@
 //! (`scm_mirror::items`) with each count known only where GitHub reported no error at its path;
 //! closes and merges a page stores become sync-discovered item events.
 
-use lifecycle_core::forward::Freshness;
+use lifecycle_core::forward::{Freshness, TimeBound};
 use lifecycle_core::partial::{Field, PathSegment, field_errored};
 use lifecycle_core::source_key::LifecycleChange;
 use scm_mirror::events::{self, Item, Origin};
@@ -26,6 +26,8 @@ pub const VENDOR: ConnectionKind = ConnectionKind::Github;
 pub struct Written {
     pub applied: u64,
     pub stale: u64,
+    /// Items dated past the page's read plus the skew allowed: not written.
+    pub future: u64,
     /// What the lists nested under the items changed.
     pub nested: Corrections,
 }
@@ -118,6 +120,7 @@ pub async fn upsert_page<N: ListedNode>(
     repository_id: Uuid,
     page: &Page<N>,
     removal: Option<&Removal<'_>>,
+    bound: TimeBound,
 ) -> Result<Written, sqlx::Error> {
     // Fail-closed: a GraphQL error anywhere on the page leaves every nested listing in doubt.
     let removal = removal.filter(|_| page.error_paths.is_empty());
@@ -132,6 +135,13 @@ pub async fn upsert_page<N: ListedNode>(
     for (i, (n, key)) in page.nodes.iter().zip(&keys).enumerate() {
         // Misfiled work that cannot move stays with its holding repository.
         if skipped.contains(&key.native_id) {
+            continue;
+        }
+        // A version past the page's read (plus the skew) would freeze the row: not written.
+        if let Err(future) = bound.check(key.updated_at) {
+            tracing::warn!(native_id = key.native_id, reason = %future, "a listed item is dated in the future; not written");
+            metrics::counter!("sync_future_times_total", "vendor" => "github").increment(1);
+            written.future += 1;
             continue;
         }
         let prior = stored.get(&key.native_id);

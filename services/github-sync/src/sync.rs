@@ -294,10 +294,12 @@ impl Vendor for GithubVendor {
             });
         let written = match page {
             ListedPage::Issues(page) => {
-                mirror::upsert_page(&self.pool, repo_id, page, removal.as_ref()).await?
+                let bound = pass.time_bound(page.read_at);
+                mirror::upsert_page(&self.pool, repo_id, page, removal.as_ref(), bound).await?
             }
             ListedPage::PullRequests(page) => {
-                mirror::upsert_page(&self.pool, repo_id, page, removal.as_ref()).await?
+                let bound = pass.time_bound(page.read_at);
+                mirror::upsert_page(&self.pool, repo_id, page, removal.as_ref(), bound).await?
             }
         };
         if written.nested.total() > 0 {

@@ -199,23 +199,29 @@ fn webhook_consumers(
     use sync_engine::webhook::{WebhookConsumer, follow};
     let pool = db.get_postgres_connection_pool().clone();
     let refresh = config.sync.filter_refresh();
-    let registered = Arc::new(WebhookConsumer::new(
-        pool.clone(),
-        webhooks::GitlabWebhooks {
-            pool: pool.clone(),
-            route: Some(webhooks::route::RouteAdmission {
-                db: db.clone(),
-                factory,
-            }),
-        },
-    ));
-    let operator = Arc::new(WebhookConsumer::new(
-        pool.clone(),
-        webhooks::GitlabWebhooks {
-            pool: pool.clone(),
-            route: None,
-        },
-    ));
+    let registered = Arc::new(
+        WebhookConsumer::new(
+            pool.clone(),
+            webhooks::GitlabWebhooks {
+                pool: pool.clone(),
+                route: Some(webhooks::route::RouteAdmission {
+                    db: db.clone(),
+                    factory,
+                }),
+            },
+        )
+        .with_clock_skew(config.sync.clock_skew()),
+    );
+    let operator = Arc::new(
+        WebhookConsumer::new(
+            pool.clone(),
+            webhooks::GitlabWebhooks {
+                pool: pool.clone(),
+                route: None,
+            },
+        )
+        .with_clock_skew(config.sync.clock_skew()),
+    );
     let registered_spec =
         webhooks::filters::connection_events_spec(config.sync.webhook_concurrency);
     let operator_spec = webhooks::filters::project_events_spec(config.sync.webhook_concurrency);

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use gitlab_client::{IssueState, MergeRequestState, Page};
-use lifecycle_core::forward::Freshness;
+use lifecycle_core::forward::{Freshness, TimeBound};
 use lifecycle_core::partial::Field;
 use lifecycle_core::source_key::LifecycleChange;
 use scm_mirror::events::{self, Item, Origin};
@@ -41,6 +41,9 @@ pub struct Written {
     pub stale: u64,
     /// Nodes left unwritten: unresolved, or a value this build cannot store.
     pub unusable: u64,
+    /// Nodes dated past the page's read plus the skew allowed: not written, and no watermark
+    /// from them.
+    pub future: u64,
     /// The newest `updatedAt` on the page.
     pub newest: Option<OffsetDateTime>,
 }
@@ -195,11 +198,20 @@ pub async fn upsert_page<T: GitlabNode>(
     repository_id: Uuid,
     page: &Page<T>,
     close_times: &BTreeMap<i64, OffsetDateTime>,
+    bound: TimeBound,
 ) -> Result<Written, sqlx::Error> {
     let mut written = Written::default();
     let mut nodes = Vec::with_capacity(page.nodes.len());
     for (i, node) in page.nodes.iter().enumerate() {
         match node.as_ref().and_then(|n| n.mirror(page, i)) {
+            // A version past the page's read (plus the skew) would freeze the row and carry the
+            // watermark into the future: neither written nor counted.
+            Some(mirrored) if bound.check(fields(&mirrored.0).updated_at).is_err() => {
+                let f = fields(&mirrored.0);
+                tracing::warn!(native_id = f.native_id, updated_at = %f.updated_at, limit = %bound.limit(), "a listed item is dated in the future; not written");
+                metrics::counter!("sync_future_times_total", "vendor" => "gitlab").increment(1);
+                written.future += 1;
+            }
             Some(mirrored) => nodes.push(mirrored),
             None => written.unusable += 1,
         }

@@ -533,12 +533,14 @@ impl Vendor for GitlabVendor {
             }
         };
         let times = &page.close_times;
+        // GitLab's pages carry no read time: they were read just now.
+        let bound = pass.time_bound(OffsetDateTime::now_utc());
         let written = match &page.page {
             ListedPage::Issues(p) => {
-                mirror::upsert_page(&self.pool, class, repository_id, p, times).await?
+                mirror::upsert_page(&self.pool, class, repository_id, p, times, bound).await?
             }
             ListedPage::MergeRequests(p) => {
-                mirror::upsert_page(&self.pool, class, repository_id, p, times).await?
+                mirror::upsert_page(&self.pool, class, repository_id, p, times, bound).await?
             }
         };
         project.newest = project.newest.max(written.newest);

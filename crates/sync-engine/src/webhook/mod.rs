@@ -20,6 +20,7 @@ use std::future::Future;
 
 use bus::consumer::{Delivery, Handler, HandlerError, Settle, headers};
 use bus::contracts::WebhookDelivery;
+use lifecycle_core::forward::{FutureTime, TimeBound};
 use sqlx::{PgConnection, PgPool};
 use store::admission::{self, AdmissionRule, Admitted, Origin, Refusal};
 use store::entity::ConnectionKind;
@@ -165,11 +166,25 @@ pub trait WebhookApply: Send + Sync + 'static {
 pub struct WebhookConsumer<A> {
     pool: PgPool,
     vendor: A,
+    clock_skew: std::time::Duration,
 }
 
 impl<A: WebhookApply> WebhookConsumer<A> {
+    /// A consumer allowing the default clock skew.
     pub fn new(pool: PgPool, vendor: A) -> Self {
-        WebhookConsumer { pool, vendor }
+        WebhookConsumer {
+            pool,
+            vendor,
+            clock_skew: lifecycle_core::forward::DEFAULT_CLOCK_SKEW,
+        }
+    }
+
+    /// The same consumer refusing vendor times more than `skew` past a delivery's receipt.
+    pub fn with_clock_skew(self, skew: std::time::Duration) -> Self {
+        WebhookConsumer {
+            clock_skew: skew,
+            ..self
+        }
     }
 
     /// Sets `known` once the vendor decoded the delivery's event (one it acts on).
@@ -208,6 +223,15 @@ impl<A: WebhookApply> WebhookConsumer<A> {
             received_at: delivery.stored_at(),
             delivery,
         };
+        // No row may be dated past when its delivery arrived (plus the skew allowed): forward-only
+        // writes would then refuse every genuine update after it. Checked for every vendor before
+        // its decode, so no writer can forget it.
+        let bound = TimeBound::after(hook.received_at, self.clock_skew);
+        if let Some(future) = future_time(&body, bound) {
+            metrics::counter!("webhooks_rejected_total", "vendor" => A::KIND.as_str(), "reason" => "future_time")
+                .increment(1);
+            return Err(WebhookError::Invalid(future.to_string()));
+        }
         match self.vendor.decode(&hook)? {
             Some(payload) => {
                 *known = true;
@@ -233,6 +257,66 @@ impl<A: WebhookApply> WebhookConsumer<A> {
             None => Ok(Outcome::Ignored),
         }
     }
+}
+
+/// The keys under which vendors carry the times that version a record or date its lifecycle
+/// (GitHub and GitLab in snake case, Outline in camel case). Future dates of other kinds (a
+/// milestone's due date) are legitimate and not among them.
+const VERSION_TIME_KEYS: &[&str] = &[
+    "updated_at",
+    "updatedAt",
+    "created_at",
+    "createdAt",
+    "closed_at",
+    "closedAt",
+    "merged_at",
+    "mergedAt",
+    "submitted_at",
+    "submittedAt",
+    "last_edited_at",
+];
+
+/// The first version time in a JSON `body` past `bound`; `None` when none is (or the body is no
+/// JSON: the vendor's decode refuses that).
+fn future_time(body: &[u8], bound: TimeBound) -> Option<FutureTime> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let mut pending = vec![&value];
+    while let Some(v) = pending.pop() {
+        match v {
+            serde_json::Value::Object(map) => {
+                for (key, v) in map {
+                    if VERSION_TIME_KEYS.contains(&key.as_str())
+                        && let Some(at) = v.as_str().and_then(vendor_time)
+                        && let Err(future) = bound.check(at)
+                    {
+                        return Some(future);
+                    }
+                    pending.push(v);
+                }
+            }
+            serde_json::Value::Array(items) => pending.extend(items),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// A vendor's time text: RFC 3339, or GitLab's `2024-01-02 03:04:05 UTC` and
+/// `2024-01-02 03:04:05 +0000`.
+fn vendor_time(text: &str) -> Option<OffsetDateTime> {
+    use time::format_description::well_known::Rfc3339;
+    if let Ok(at) = OffsetDateTime::parse(text, &Rfc3339) {
+        return Some(at);
+    }
+    let utc =
+        time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC");
+    if let Ok(at) = time::PrimitiveDateTime::parse(text, &utc) {
+        return Some(at.assume_utc());
+    }
+    let offset = time::macros::format_description!(
+        "[year]-[month]-[day] [hour]:[minute]:[second] [offset_hour sign:mandatory][offset_minute]"
+    );
+    OffsetDateTime::parse(text, &offset).ok()
 }
 
 /// The delivery's body: inline, or by reference to the stored raw body (`None`: erased).
@@ -315,5 +399,37 @@ impl<A: WebhookApply> Handler for WebhookConsumer<A> {
                 | WebhookError::Unavailable(_)),
             ) => Err(HandlerError::transient(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_version_time_past_the_receipt_is_found_wherever_it_sits() {
+        let received = time::macros::datetime!(2026-12-03 12:00 UTC);
+        let bound = TimeBound::after(received, lifecycle_core::forward::DEFAULT_CLOCK_SKEW);
+        let body = |v: serde_json::Value| serde_json::to_vec(&v).unwrap();
+        // GitHub's, nested; GitLab's two text forms; Outline's camel case.
+        for future in [
+            serde_json::json!({"issue": {"updated_at": "2099-01-01T00:00:00Z"}}),
+            serde_json::json!({"object_attributes": {"updated_at": "2099-01-01 00:00:00 UTC"}}),
+            serde_json::json!({"commits": [{"created_at": "2099-01-01 00:00:00 +0000"}]}),
+            serde_json::json!({"payload": {"model": {"updatedAt": "2099-01-01T00:00:00.000Z"}}}),
+        ] {
+            let found = future_time(&body(future.clone()), bound);
+            assert!(found.is_some_and(|f| f.at.year() == 2099), "{future}");
+        }
+        // Times within the skew, due dates, unparsable text and non-JSON pass.
+        for fine in [
+            serde_json::json!({"issue": {"updated_at": "2026-12-03T12:04:00Z"}}),
+            serde_json::json!({"milestone": {"due_on": "2099-01-01T00:00:00Z"}}),
+            serde_json::json!({"issue": {"updated_at": "tomorrow"}}),
+            serde_json::json!({"repository": {"created_at": 4102444800_u64}}),
+        ] {
+            assert_eq!(future_time(&body(fine.clone()), bound), None, "{fine}");
+        }
+        assert_eq!(future_time(b"not json", bound), None);
     }
 }

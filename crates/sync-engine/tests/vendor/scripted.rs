@@ -616,6 +616,7 @@ pub fn settings() -> SyncSettings {
             first_backoff: Duration::from_millis(200),
             max_backoff: Duration::from_millis(800),
         },
+        clock_skew: lifecycle_core::forward::DEFAULT_CLOCK_SKEW,
     }
 }
 
