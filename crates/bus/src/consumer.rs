@@ -50,6 +50,10 @@ pub struct ConsumerSpec {
     pub concurrency: usize,
     /// Nak delay by attempt (the last entry repeats).
     pub backoff: Vec<Duration>,
+    /// The longest one handling may take; past it the handling is dropped (its transaction
+    /// rolls back) and the message comes again after its backoff. `None`: no limit (a handler
+    /// that must finish, such as an erasure).
+    pub handler_deadline: Option<Duration>,
 }
 
 impl ConsumerSpec {
@@ -64,6 +68,7 @@ impl ConsumerSpec {
             ack_wait: Duration::from_secs(30),
             concurrency: 8,
             backoff: [1, 5, 30, 120, 600].map(Duration::from_secs).to_vec(),
+            handler_deadline: None,
         }
     }
 
@@ -372,13 +377,31 @@ async fn handle_one<H: Handler>(handler: &H, delivery: Delivery) {
     };
     // Keep the message ours while the handler works; a dead replica's message comes back.
     let every = (delivery.ctx.spec.ack_wait / 3).max(Duration::from_millis(100));
+    let deadline = delivery.ctx.spec.handler_deadline;
     let result = {
         let work = handler.handle(message, &delivery);
         tokio::pin!(work);
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        let expired = async {
+            match deadline {
+                Some(deadline) => tokio::time::sleep(deadline).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(expired);
         loop {
             tokio::select! {
                 r = &mut work => break r,
+                () = &mut expired => {
+                    // A handler stalled on a slow vendor must not hold its worker: it is
+                    // dropped, and the message tried again later.
+                    let deadline = deadline.unwrap_or_default();
+                    report::failed(&consumer, "deadline");
+                    break Err(HandlerError::Transient(format!(
+                        "the handler passed its {} s deadline",
+                        deadline.as_secs()
+                    )));
+                }
                 _ = tick.tick() => {
                     if let Err(e) = delivery.in_progress().await {
                         tracing::warn!(error = %e, "progress ack failed");

@@ -26,6 +26,7 @@ pub const OUTCOMES: &[&str] = &["applied", "unchanged", "ignored", "nak", "dead"
 /// decode, a handler dropped without settling (a panic), a delivery budget already spent.
 pub const REASONS: &[&str] = &[
     "transient",
+    "deadline",
     "permanent",
     "undecodable",
     "dropped",

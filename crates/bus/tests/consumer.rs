@@ -331,6 +331,45 @@ async fn progress_acks_keep_a_long_handler_from_redelivery() -> Result<()> {
     Ok(())
 }
 
+/// A handler stalled on a slow vendor holds its worker no longer than the consumer's handler
+/// deadline: it is dropped, the message comes again after its backoff, and once its budget is
+/// spent it is dead with the reason (never lost, never held forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_handler_is_dropped_at_its_deadline_and_the_message_comes_again() -> Result<()> {
+    let db = testkit::TestDb::new().await?;
+    let bus = testkit::test_bus().await?;
+    let handler = Arc::new(Flaky {
+        succeed: AtomicBool::new(true),
+        hold: Some(Duration::from_secs(600)),
+        ..Default::default()
+    });
+    let spec = ConsumerSpec {
+        handler_deadline: Some(Duration::from_millis(300)),
+        ..spec(2)
+    };
+    let (stop, task) = start(&bus, &db.db, spec, handler.clone());
+    let started = std::time::Instant::now();
+    bus.publish(
+        "lifecycle.github.c9.activated",
+        "m-9",
+        HeaderMap::new(),
+        "{}".into(),
+    )
+    .await?;
+    wait_for("the stalled message to be recorded dead", async || {
+        !dead_rows(&db.db).await.is_empty()
+    })
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(handler.attempts.load(Ordering::SeqCst), 2);
+    assert_eq!(handler.acked.load(Ordering::SeqCst), 0);
+    let dead = dead_rows(&db.db).await;
+    assert!(dead[0].reason.contains("deadline"), "{}", dead[0].reason);
+    stop.cancel();
+    task.await??;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outcomes_are_counted_per_consumer() -> Result<()> {
     // This test's process has no other recorder (nextest runs each test alone).

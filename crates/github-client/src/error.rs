@@ -96,6 +96,15 @@ pub enum Error {
     /// was sent. Its text tells a tenant only that the vendor is unreachable.
     #[error("could not reach GitHub: {0}")]
     Unreachable(vendor_http::egress::Refused),
+    /// The call, every retry and wait included, passed its deadline
+    /// ([`vendor_http::RetryPolicy::deadline`]).
+    #[error("GitHub did not answer {operation} within {} s, retries included", .deadline.as_secs())]
+    Deadline {
+        /// The operation.
+        operation: &'static str,
+        /// The deadline it passed.
+        deadline: Duration,
+    },
 }
 
 impl Error {

@@ -25,8 +25,16 @@ impl RetryableError for Error {
             | Error::Redirected { .. }
             | Error::TooLarge { .. }
             | Error::Unreachable(_)
+            | Error::Deadline { .. }
             | Error::Forbidden { .. }
             | Error::Auth { .. } => false,
+        }
+    }
+
+    fn deadline_passed(operation: &'static str, deadline: Duration) -> Self {
+        Error::Deadline {
+            operation,
+            deadline,
         }
     }
 
@@ -53,6 +61,7 @@ mod tests {
             min_delay: Duration::from_millis(1),
             max_delay: Duration::from_millis(5),
             max_retry_after: Duration::from_secs(2),
+            deadline: vendor_http::DEFAULT_CALL_DEADLINE,
         }
     }
 
@@ -136,5 +145,44 @@ mod tests {
         let (attempts, _) =
             count_attempts(fast(), || http(503, Some(Duration::from_secs(60)))).await;
         assert_eq!(attempts, 1);
+    }
+
+    /// A server that stalls (each attempt slower than the deadline) or asks for a wait the
+    /// deadline cannot hold: the call ends at its deadline, or at once, as a deadline error, so
+    /// a slow vendor holds a job slot or webhook worker no longer than that.
+    #[tokio::test]
+    async fn a_call_ends_at_its_deadline_whatever_the_server_does() {
+        let policy = RetryPolicy {
+            deadline: Duration::from_millis(300),
+            max_retry_after: Duration::from_secs(120),
+            ..fast()
+        };
+        let started = std::time::Instant::now();
+        let err = policy
+            .run("stall", || async {
+                tokio::time::sleep(Duration::from_secs(25)).await;
+                Ok::<(), Error>(())
+            })
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Deadline {
+                    operation: "stall",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(2));
+
+        // 503 with Retry-After: 120 against a 300 ms deadline: not waited out at all.
+        let started = std::time::Instant::now();
+        let (attempts, err) =
+            count_attempts(policy, || http(503, Some(Duration::from_secs(120)))).await;
+        assert_eq!(attempts, 1, "a wait past the deadline was taken");
+        assert!(matches!(err, Error::Http { status: 503, .. }), "{err:?}");
+        assert!(started.elapsed() < Duration::from_secs(1));
     }
 }

@@ -49,6 +49,7 @@ fn app(sim: &GithubSim, app_id: u64) -> GithubApp {
             min_delay: Duration::from_millis(1),
             max_delay: Duration::from_millis(5),
             max_retry_after: Duration::from_secs(1),
+            deadline: vendor_http::DEFAULT_CALL_DEADLINE,
         },
         ..ClientConfig::new(sim.base_url()).with_egress(Egress::unrestricted())
     };

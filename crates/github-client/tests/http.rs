@@ -101,6 +101,7 @@ impl Scripted {
                 min_delay: Duration::from_millis(1),
                 max_delay: Duration::from_millis(5),
                 max_retry_after: Duration::from_secs(5),
+                deadline: vendor_http::DEFAULT_CALL_DEADLINE,
             },
             ..ClientConfig::new(&self.url).with_egress(Egress::unrestricted())
         }

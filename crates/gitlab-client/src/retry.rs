@@ -25,7 +25,15 @@ impl RetryableError for Error {
             | Error::Redirected { .. }
             | Error::TooLarge { .. }
             | Error::Unreachable(_)
+            | Error::Deadline { .. }
             | Error::Auth { .. } => false,
+        }
+    }
+
+    fn deadline_passed(operation: &'static str, deadline: Duration) -> Self {
+        Error::Deadline {
+            operation,
+            deadline,
         }
     }
 

@@ -73,6 +73,7 @@ fn client(sim: &GitlabSim) -> GitlabClient {
         min_delay: Duration::from_millis(1),
         max_delay: Duration::from_millis(5),
         max_retry_after: Duration::from_secs(2),
+        deadline: vendor_http::DEFAULT_CALL_DEADLINE,
     };
     GitlabClient::new(&config, TOKEN).unwrap()
 }

@@ -5,7 +5,8 @@
 //! Retried, a bounded number of times with exponential backoff and jitter: whatever the
 //! client's error says is retryable (5xx, throttling, transport failures). A vendor's
 //! `Retry-After` overrides the backoff; one longer than [`RetryPolicy::max_retry_after`] ends the
-//! retries, since holding a job that long is worse than stopping it cleanly.
+//! retries, since holding a job that long is worse than stopping it cleanly. A call has one
+//! deadline for all its attempts and waits ([`RetryPolicy::deadline`], 60 s by default).
 #![forbid(unsafe_code)]
 
 pub mod egress;
@@ -68,7 +69,13 @@ pub trait RetryableError: std::fmt::Display {
 
     /// How long the vendor asked us to wait, when it said.
     fn retry_after(&self) -> Option<Duration>;
+
+    /// The call, retries included, took longer than its deadline.
+    fn deadline_passed(operation: &'static str, deadline: Duration) -> Self;
 }
+
+/// The deadline of a vendor call with its retries when none is set.
+pub const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(60);
 
 /// How many times and how long to retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +88,9 @@ pub struct RetryPolicy {
     pub max_delay: Duration,
     /// The longest `Retry-After` we wait out; longer ones end the retries.
     pub max_retry_after: Duration,
+    /// The longest a call may take, every attempt and wait included: a slow or stalling server
+    /// holds a job slot or a webhook worker no longer than this.
+    pub deadline: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -90,6 +100,7 @@ impl Default for RetryPolicy {
             min_delay: Duration::from_millis(500),
             max_delay: Duration::from_secs(30),
             max_retry_after: Duration::from_secs(120),
+            deadline: DEFAULT_CALL_DEADLINE,
         }
     }
 }
@@ -129,10 +140,19 @@ impl RetryPolicy {
             attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             attempt()
         };
-        let result = self
-            .retry(operation, counted)
-            .instrument(span.clone())
-            .await;
+        let deadline = self.deadline;
+        let result = match tokio::time::timeout(
+            deadline,
+            self.retry(operation, counted).instrument(span.clone()),
+        )
+        .await
+        {
+            Ok(result) => result,
+            Err(_) => {
+                tracing::warn!(parent: &span, operation, ?deadline, "{} call passed its deadline", E::VENDOR);
+                Err(E::deadline_passed(operation, deadline))
+            }
+        };
         span.record(
             "attempts",
             attempts.load(std::sync::atomic::Ordering::Relaxed),
@@ -155,17 +175,20 @@ impl RetryPolicy {
             .with_max_times(self.max_retries)
             .with_jitter();
         let max_retry_after = self.max_retry_after;
+        // A wait that would end past the deadline ends the retries now instead.
+        let ends = std::time::Instant::now() + self.deadline;
         attempt
             .retry(backoff)
             .when(E::is_retryable)
             .adjust(move |err: &E, backoff_delay| {
                 // `None` from the backoff means the attempts are used up.
                 let backoff_delay = backoff_delay?;
-                match err.retry_after() {
-                    Some(wait) if wait > max_retry_after => None,
-                    Some(wait) => Some(wait),
-                    None => Some(backoff_delay),
-                }
+                let wait = match err.retry_after() {
+                    Some(wait) if wait > max_retry_after => return None,
+                    Some(wait) => wait,
+                    None => backoff_delay,
+                };
+                (std::time::Instant::now() + wait < ends).then_some(wait)
             })
             .notify(|err: &E, wait| {
                 tracing::warn!(operation, error = %err, ?wait, "{} call failed; retrying", E::VENDOR);

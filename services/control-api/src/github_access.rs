@@ -97,6 +97,7 @@ pub async fn verify_pat_repositories(
 fn failure(e: &Error) -> &'static str {
     match e {
         Error::Transport(t) if t.is_timeout() => "timed out",
+        Error::Deadline { .. } => "timed out",
         Error::Transport(_) | Error::Unreachable(_) => "vendor unreachable",
         Error::RateLimited { .. } | Error::BudgetExhausted(_) => "rate limited",
         Error::Http { status, .. } if *status >= 500 => "the server is failing",

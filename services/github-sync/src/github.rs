@@ -312,6 +312,7 @@ fn source_error(e: Error) -> SourceError {
         Error::Transport(e) if e.is_timeout() => SourceError::Timeout(e.to_string()),
         Error::Transport(e) => SourceError::Unreachable(e.to_string()),
         Error::Unreachable(refused) => SourceError::Unreachable(refused.to_string()),
+        e @ Error::Deadline { .. } => SourceError::Timeout(e.to_string()),
         other => SourceError::Other(other.to_string()),
     }
 }

@@ -163,11 +163,13 @@ pub async fn run(
     );
     let owner_spec = ConsumerSpec {
         filter_subjects: vec![subject::github_owner_filter()],
+        handler_deadline: Some(sync_engine::webhook::HANDLER_DEADLINE),
         ..ConsumerSpec::new(Stream::WebhooksGithub, "github-sync-owner-events")
     };
     service.consumer(&bus, &db, owner_spec, webhook_handler.clone());
     let repository_spec = ConsumerSpec {
         concurrency: config.sync.webhook_concurrency.max(1),
+        handler_deadline: Some(sync_engine::webhook::HANDLER_DEADLINE),
         ..ConsumerSpec::new(Stream::WebhooksGithub, "github-sync-repository-events")
     };
     service.task("repository webhook consumer", {

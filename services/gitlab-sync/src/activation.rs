@@ -72,6 +72,7 @@ fn connection_route(connection_id: Uuid) -> Monitor {
 pub fn connection_events_spec(concurrency: usize) -> ConsumerSpec {
     ConsumerSpec {
         concurrency: concurrency.max(1),
+        handler_deadline: Some(sync_engine::webhook::HANDLER_DEADLINE),
         ..ConsumerSpec::new(Stream::WebhooksGitlab, CONNECTION_EVENTS_CONSUMER)
     }
 }
@@ -460,6 +461,7 @@ fn certainly_not_created(e: &GitlabError) -> bool {
         GitlabError::Graphql { .. }
         | GitlabError::Decode { .. }
         | GitlabError::TooLarge { .. }
+        | GitlabError::Deadline { .. }
         | GitlabError::Transport(_) => false,
     }
 }

@@ -152,6 +152,7 @@ impl ReadError for ReadFailure {
             Error::BudgetExhausted(_) => VendorErrorClass::BudgetExhausted,
             Error::Transport(e) if e.is_timeout() => VendorErrorClass::Timeout,
             Error::Transport(_) | Error::Unreachable(_) => VendorErrorClass::Unreachable,
+            Error::Deadline { .. } => VendorErrorClass::Timeout,
         }
     }
 

@@ -139,6 +139,7 @@ impl Fixture {
             min_delay: Duration::from_millis(1),
             max_delay: Duration::from_millis(2),
             max_retry_after: Duration::from_secs(1),
+            deadline: vendor_http::DEFAULT_CALL_DEADLINE,
         };
         GitlabClient::new(&config, TOKEN).unwrap()
     }

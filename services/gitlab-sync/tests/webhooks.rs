@@ -296,6 +296,7 @@ impl World {
                     min_delay: Duration::from_millis(5),
                     max_delay: Duration::from_millis(10),
                     max_retry_after: Duration::from_secs(1),
+                    deadline: vendor_http::DEFAULT_CALL_DEADLINE,
                 },
             },
             backfill: self.config.backfill_batches(),

@@ -259,6 +259,11 @@ impl<A: WebhookApply> WebhookConsumer<A> {
     }
 }
 
+/// The longest one webhook handling may take (a vendor call's deadline is 60 s; a handler makes
+/// at most a few): past it the handling is dropped and the delivery tried again later, so a
+/// tenant's slow server cannot hold the webhook workers every tenant shares.
+pub const HANDLER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(90);
+
 /// The keys under which vendors carry the times that version a record or date its lifecycle
 /// (GitHub and GitLab in snake case, Outline in camel case). Future dates of other kinds (a
 /// milestone's due date) are legitimate and not among them.

@@ -21,6 +21,7 @@ pub const PROJECT_EVENTS_CONSUMER: &str = "gitlab-sync-project-events";
 pub fn project_events_spec(concurrency: usize) -> ConsumerSpec {
     ConsumerSpec {
         concurrency: concurrency.max(1),
+        handler_deadline: Some(sync_engine::webhook::HANDLER_DEADLINE),
         ..ConsumerSpec::new(Stream::WebhooksGitlab, PROJECT_EVENTS_CONSUMER)
     }
 }
