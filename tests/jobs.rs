@@ -388,8 +388,20 @@ async fn two_replicas_share_the_jobs_and_none_runs_twice() -> Result<()> {
         ops::REPOSITORY_ISSUES,
         FaultKind::Delay(Duration::from_millis(150)),
     ));
+    // At most one job per type waits for a connection: each request is made once the one
+    // before it was claimed, so eight jobs run, spread over the two replicas' slots.
     for _ in 0..8 {
         s.reconcile().await?;
+        let pool = &s.pool;
+        eventually("the queued reconcile to be claimed", || async move {
+            let (waiting,): (i64,) = sqlx::query_as(
+                "SELECT count(*) FROM sync_job WHERE job_type = 'RECONCILIATION' AND status = 'queued'",
+            )
+            .fetch_one(pool)
+            .await?;
+            Ok((waiting == 0).then_some(()))
+        })
+        .await?;
     }
     let jobs = s.finished_jobs("RECONCILIATION", 8).await?;
     assert!(jobs.iter().all(|j| j.0 == "succeeded"), "{jobs:?}");

@@ -31,6 +31,7 @@ mod m0026_listing_state;
 mod m0027_integration_event;
 mod m0028_delivery_erasure;
 mod m0029_future_versions;
+mod m0030_one_queued_job;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -169,6 +170,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0029_future_versions",
                 up: m0029_future_versions::UP,
+            }),
+            Box::new(Sql {
+                name: "m0030_one_queued_job",
+                up: m0030_one_queued_job::UP,
             }),
         ]
     }

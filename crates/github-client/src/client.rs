@@ -618,6 +618,42 @@ impl GithubClient {
         })
     }
 
+    /// Every repository the installation can reach, one page at a time and at most `max_pages`
+    /// pages: a listing that would go on past them, or past the total it states, is incomplete
+    /// and fails as [`Error::Incomplete`] (never a partial answer taken for the whole).
+    pub async fn installation_repositories_all(
+        &self,
+        max_pages: u32,
+    ) -> Result<Vec<RestRepository>, Error> {
+        const OPERATION: &str = "GET /installation/repositories";
+        let mut out = Vec::new();
+        let (mut page, mut read) = (1, 0);
+        loop {
+            if read >= max_pages {
+                return Err(Error::Incomplete {
+                    operation: OPERATION,
+                    reason: format!("it goes on past {max_pages} pages, the most read"),
+                });
+            }
+            let got = self.installation_repositories(page).await?;
+            read += 1;
+            out.extend(got.repositories);
+            if out.len() as u64 > got.total_count {
+                return Err(Error::Incomplete {
+                    operation: OPERATION,
+                    reason: format!(
+                        "it lists more repositories than the {} it says it has",
+                        got.total_count
+                    ),
+                });
+            }
+            match got.next_page {
+                Some(next) if next > page => page = next,
+                _ => return Ok(out),
+            }
+        }
+    }
+
     /// A repository by native id (REST); `None` when GitHub answers 404.
     #[tracing::instrument(skip(self))]
     pub async fn repository_by_id(&self, id: u64) -> Result<Option<RestRepository>, Error> {

@@ -96,6 +96,15 @@ pub enum Error {
     /// was sent. Its text tells a tenant only that the vendor is unreachable.
     #[error("could not reach GitHub: {0}")]
     Unreachable(vendor_http::egress::Refused),
+    /// A listing that cannot be read whole within its bounds (more pages than allowed, more
+    /// entries than it states): nothing of it may be taken for the whole.
+    #[error("GitHub's answer to {operation} is incomplete: {reason}")]
+    Incomplete {
+        /// The operation.
+        operation: &'static str,
+        /// Why.
+        reason: String,
+    },
     /// The call, every retry and wait included, passed its deadline
     /// ([`vendor_http::RetryPolicy::deadline`]).
     #[error("GitHub did not answer {operation} within {} s, retries included", .deadline.as_secs())]

@@ -26,6 +26,7 @@ impl RetryableError for Error {
             | Error::TooLarge { .. }
             | Error::Unreachable(_)
             | Error::Deadline { .. }
+            | Error::Incomplete { .. }
             | Error::Forbidden { .. }
             | Error::Auth { .. } => false,
         }

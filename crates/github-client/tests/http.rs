@@ -783,3 +783,55 @@ async fn internal_addresses_are_unreachable_unless_the_operator_allows_them() {
     client.issues_page("acme", "r", 50, None).await.unwrap();
     assert_eq!(server.seen().len(), 1);
 }
+
+/// A server that answers every page of the installation's repositories with a `next` link: the
+/// listing ends at its page cap as incomplete, having asked for no more pages than the cap; a
+/// listing longer than the total it states ends as incomplete too.
+#[tokio::test]
+async fn an_endless_installation_listing_ends_at_its_cap_as_incomplete() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let asked = Arc::new(AtomicU32::new(0));
+    let total = Arc::new(AtomicU32::new(1_000_000));
+    let (seen, stated) = (asked.clone(), total.clone());
+    let app = axum::Router::new().route(
+        "/installation/repositories",
+        axum::routing::get(
+            move |axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>| {
+                let (seen, stated) = (seen.clone(), stated.clone());
+                async move {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    let page: u32 = q.get("page").and_then(|p| p.parse().ok()).unwrap_or(1);
+                    let body = json!({"total_count": stated.load(Ordering::SeqCst), "repositories": [
+                        {"id": page, "node_id": format!("R_{page}"), "name": format!("r{page}"),
+                         "full_name": format!("acme/r{page}"), "owner": {"login": "acme"}}
+                    ]});
+                    let next = format!(
+                        "<http://x/installation/repositories?per_page=100&page={}>; rel=\"next\"",
+                        page + 1
+                    );
+                    ([("link", next)], axum::Json(body))
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let config = ClientConfig::new(&url).with_egress(Egress::unrestricted());
+    let client = GithubClient::new(&config, Auth::personal_token("pat-1")).unwrap();
+
+    let err = client.installation_repositories_all(50).await.unwrap_err();
+    assert!(matches!(err, Error::Incomplete { .. }), "{err:?}");
+    assert!(err.to_string().contains("50 pages"), "{err}");
+    assert_eq!(asked.load(Ordering::SeqCst), 50, "read past its cap");
+
+    total.store(3, Ordering::SeqCst);
+    asked.store(0, Ordering::SeqCst);
+    let err = client.installation_repositories_all(50).await.unwrap_err();
+    assert!(
+        err.to_string().contains("more repositories than the 3"),
+        "{err}"
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 4);
+}

@@ -9,7 +9,8 @@ use crate::entity::{JobStatus, JobTrigger, JobType, connection, sync_job};
 use crate::outbox;
 
 /// Inserts a queued job and enqueues its message. With a `dedup_key`, a job already queued under
-/// that key wins and `None` is returned (a redelivered activation queues nothing twice).
+/// that key wins and `None` is returned (a redelivered activation queues nothing twice); so does
+/// a job of the same type already waiting for the connection (at most one waits at a time).
 pub async fn queue<C: ConnectionTrait>(
     db: &C,
     conn: &connection::Model,
@@ -52,6 +53,22 @@ pub async fn queue<C: ConnectionTrait>(
     };
     outbox::enqueue_contract(db, &message).await?;
     Ok(Some(job))
+}
+
+/// The job of `job_type` waiting for `connection_id`, if one is (at most one is: index
+/// `sync_job_one_queued`).
+pub async fn queued<C: ConnectionTrait>(
+    db: &C,
+    connection_id: Uuid,
+    job_type: JobType,
+) -> Result<Option<sync_job::Model>, DbErr> {
+    use sea_orm::{ColumnTrait, QueryFilter};
+    sync_job::Entity::find()
+        .filter(sync_job::Column::ConnectionId.eq(connection_id))
+        .filter(sync_job::Column::JobType.eq(job_type))
+        .filter(sync_job::Column::Status.eq(JobStatus::Queued))
+        .one(db)
+        .await
 }
 
 /// A trace context as the JSON object stored on the row; `None` when not traced.

@@ -111,6 +111,25 @@ pub struct Config {
         value_name = "FORGESYNC_ALLOW_INSECURE_SERVER_URLS"
     )]
     pub allow_insecure_server_urls: bool,
+
+    /// Connections a workspace may hold (disconnected ones not counted); one more is 422
+    /// `connection_cap`.
+    #[arg(
+        long,
+        env = "FORGESYNC_MAX_CONNECTIONS_PER_WORKSPACE",
+        value_name = "FORGESYNC_MAX_CONNECTIONS_PER_WORKSPACE",
+        default_value_t = 50
+    )]
+    pub max_connections_per_workspace: u64,
+
+    /// Repositories (monitors) one connection's settings may name; more is 422 `monitor_cap`.
+    #[arg(
+        long,
+        env = "FORGESYNC_MAX_MONITORS_PER_CONNECTION",
+        value_name = "FORGESYNC_MAX_MONITORS_PER_CONNECTION",
+        default_value_t = 1000
+    )]
+    pub max_monitors_per_connection: usize,
 }
 
 impl std::fmt::Debug for Config {
@@ -154,6 +173,15 @@ pub struct AppState {
     /// Where a connection's server may be (`FORGESYNC_EGRESS_ALLOW`): checked when it is named
     /// and at every call.
     pub egress: vendor_http::egress::Egress,
+    /// What one workspace and one connection may hold.
+    pub caps: Caps,
+}
+
+/// Quotas on what a tenant may create, each named in the refusal that reaches it.
+#[derive(Debug, Clone, Copy)]
+pub struct Caps {
+    pub connections_per_workspace: u64,
+    pub monitors_per_connection: usize,
 }
 
 /// The API router, without health endpoints.
@@ -212,6 +240,10 @@ pub async fn run(
         rotation_window,
         allow_insecure_server_urls: config.allow_insecure_server_urls,
         egress: config.common.egress.clone(),
+        caps: Caps {
+            connections_per_workspace: config.max_connections_per_workspace,
+            monitors_per_connection: config.max_monitors_per_connection,
+        },
     };
     let mut service = runtime::Service::new("control-api", &config.common, &shutdown);
     service.routes(router(state, config.max_body_bytes));

@@ -20,10 +20,16 @@ struct Api {
 
 impl Api {
     async fn start(env: &TestEnv) -> Result<(Api, Running)> {
-        let (running, keys) = (
-            testkit::spawn(testkit::control_api_config(env.common_args())).await?,
-            testkit::control_api_keys()?,
-        );
+        Self::start_with(env, |_| {}).await
+    }
+
+    async fn start_with(
+        env: &TestEnv,
+        tweak: impl FnOnce(&mut control_api::Config),
+    ) -> Result<(Api, Running)> {
+        let mut config = testkit::control_api_config(env.common_args());
+        tweak(&mut config);
+        let (running, keys) = (testkit::spawn(config).await?, testkit::control_api_keys()?);
         let api = Api {
             http: reqwest::Client::new(),
             base: running.url(),
@@ -313,6 +319,124 @@ async fn manual_initial_is_422_and_reconciliation_queues_a_job_with_its_message(
     assert_eq!(s, StatusCode::OK);
     assert_eq!(jobs.as_array().unwrap().len(), 1);
     assert_eq!(jobs[0]["type"], "RECONCILIATION");
+    running.stop().await
+}
+
+/// A connection cannot queue without bound: while a job of a type waits, asking for another one
+/// of that type answers the waiting job (one job row, one message); another type queues its own,
+/// and once the waiting job has started, the next request queues again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_one_job_per_type_waits_for_a_connection() -> Result<()> {
+    let env = TestEnv::new().await?;
+    let (api, running) = Api::start(&env).await?;
+    let ws = api.workspace("acme").await?;
+    let conn = api.connection(&ws, "github").await?;
+    let id = conn["id"].as_str().unwrap();
+    api.post(
+        &format!("/workspaces/{ws}/connections/{id}/activate"),
+        json!({}),
+    )
+    .await?;
+    let sync = format!("/workspaces/{ws}/connections/{id}/sync");
+    let mut ids = Vec::new();
+    for _ in 0..20 {
+        let (s, job) = api.post(&sync, json!({ "type": "RECONCILIATION" })).await?;
+        assert_eq!(s, StatusCode::ACCEPTED, "{job}");
+        ids.push(job["id"].as_str().unwrap().to_owned());
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "a second waiting job was queued: {ids:?}");
+    let (s, backfill) = api.post(&sync, json!({ "type": "BACKFILL" })).await?;
+    assert_eq!(s, StatusCode::ACCEPTED, "{backfill}");
+    assert_ne!(backfill["id"].as_str().unwrap(), ids[0]);
+    let reconciles = |db| {
+        count(
+            db,
+            "SELECT count(*) FROM sync_job WHERE job_type = 'RECONCILIATION'",
+        )
+    };
+    assert_eq!(reconciles(&env.db.db).await?, 1);
+    let subject = format!("jobs.github.{id}.reconciliation");
+    let messages =
+        testkit::read_stream(&env.bus, Stream::Jobs, &subject, 2, Duration::from_secs(2)).await?;
+    assert_eq!(messages.len(), 1, "one message for the one job");
+
+    // Once it runs, the next request waits as a job of its own.
+    count(
+        &env.db.db,
+        "WITH s AS (UPDATE sync_job SET status = 'running' WHERE job_type = 'RECONCILIATION' RETURNING 1) SELECT count(*) FROM s",
+    )
+    .await?;
+    let (s, next) = api.post(&sync, json!({ "type": "RECONCILIATION" })).await?;
+    assert_eq!(s, StatusCode::ACCEPTED, "{next}");
+    assert_ne!(next["id"].as_str().unwrap(), ids[0]);
+    assert_eq!(reconciles(&env.db.db).await?, 2);
+    running.stop().await
+}
+
+/// A tenant cannot grow without bound: a workspace holds at most its cap of connections (a
+/// disconnected one frees its place) and a connection's settings name at most its cap of
+/// repositories; each refusal is 422 naming the cap, and writes nothing. Another workspace is not
+/// held to the first one's count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_and_monitors_are_capped_per_tenant() -> Result<()> {
+    let env = TestEnv::new().await?;
+    let (api, running) = Api::start_with(&env, |c| {
+        c.max_connections_per_workspace = 2;
+        c.max_monitors_per_connection = 3;
+    })
+    .await?;
+    let ws = api.workspace("acme").await?;
+    let first = api.connection(&ws, "gitlab").await?;
+    api.connection(&ws, "gitlab").await?;
+    let path = format!("/workspaces/{ws}/connections");
+    let before = count(&env.db.db, "SELECT count(*) FROM connection").await?;
+    let (s, body) = api
+        .post(
+            &path,
+            json!({ "kind": "gitlab", "secrets": { "token": "glpat-x" } }),
+        )
+        .await?;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"], "connection_cap");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("FORGESYNC_MAX_CONNECTIONS_PER_WORKSPACE = 2"),
+        "{body}"
+    );
+    assert_eq!(
+        count(&env.db.db, "SELECT count(*) FROM connection").await?,
+        before
+    );
+    // Another workspace has its own count.
+    let other = api.workspace("globex").await?;
+    api.connection(&other, "gitlab").await?;
+    // A disconnected connection frees its place.
+    let id = first["id"].as_str().unwrap();
+    let (s, body) = api
+        .post(
+            &format!("/workspaces/{ws}/connections/{id}/disconnect"),
+            json!({}),
+        )
+        .await?;
+    assert!(s.is_success(), "{body}");
+    api.connection(&ws, "gitlab").await?;
+
+    let (s, body) = api
+        .post(
+            &format!("/workspaces/{other}/connections"),
+            json!({ "kind": "github", "secrets": { "token": "ghp-x" },
+                "settings": { "auth": "pat", "repositories": ["a/1", "a/2", "a/3", "a/4"] } }),
+        )
+        .await?;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"], "monitor_cap");
+    assert!(
+        body["message"].as_str().unwrap().contains("cap of 3"),
+        "{body}"
+    );
     running.stop().await
 }
 

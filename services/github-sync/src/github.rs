@@ -54,6 +54,9 @@ struct Settings {
     min_remaining: Option<u32>,
 }
 
+/// Pages of an App installation's repository listing read at most (100 repositories each).
+const MAX_INSTALLATION_PAGES: u32 = 1_000;
+
 /// Builds a [`ClientSource`] per connection and keeps it: every job and webhook of a connection
 /// shares one reader, its installation token and its rate-limit ledger.
 pub struct ClientFactory {
@@ -741,24 +744,19 @@ impl GithubSource for ClientSource {
             }
             return Ok(reach);
         }
-        let mut out = Vec::new();
-        let mut page = 1;
-        loop {
-            let got = self
-                .client
-                .installation_repositories(page)
-                .await
-                .map_err(source_error)?;
-            out.extend(got.repositories.into_iter().map(|r| RepoRef {
+        // Bounded: a server that never stops answering `next` ends the listing as incomplete.
+        let out = self
+            .client
+            .installation_repositories_all(MAX_INSTALLATION_PAGES)
+            .await
+            .map_err(source_error)?
+            .into_iter()
+            .map(|r| RepoRef {
                 owner: r.owner.login,
                 name: r.name,
                 native_id: i64::try_from(r.id).ok(),
-            }));
-            match got.next_page {
-                Some(next) if next > page => page = next,
-                _ => break,
-            }
-        }
+            })
+            .collect();
         Ok(Reach {
             repositories: out,
             unresolved: Vec::new(),

@@ -630,6 +630,22 @@ async fn a_schedule_queues_one_job_per_active_connection_per_due_instant() -> Re
     .await?;
     assert_eq!(again, 0);
     let later = due + time::Duration::days(1);
+    // While that job still waits, a later instant adds nothing: one job per type waits.
+    assert_eq!(
+        queue_scheduled(
+            &db,
+            ConnectionKind::Github,
+            store::entity::JobType::Backfill,
+            later
+        )
+        .await?,
+        0
+    );
+    // Once it ran, the later instant queues its own.
+    sqlx::query("UPDATE sync_job SET status = 'succeeded', finished_at = now()")
+        .execute(&f.pool)
+        .await?;
+    let later = later + time::Duration::days(1);
     assert_eq!(
         queue_scheduled(
             &db,

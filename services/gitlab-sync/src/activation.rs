@@ -157,6 +157,8 @@ pub struct Activator {
     pub egress: vendor_http::egress::Egress,
     pub page_size: u32,
     pub page_cap: u32,
+    /// How much one discovery may find.
+    pub discovery_caps: DiscoveryCaps,
 }
 
 impl Activator {
@@ -183,6 +185,7 @@ impl Activator {
             egress: config.common.egress.clone(),
             page_size: config.sync.page_size,
             page_cap: config.sync.page_cap,
+            discovery_caps: DiscoveryCaps::with_pages(config.sync.page_cap),
         })
     }
 }
@@ -240,14 +243,39 @@ fn native_id(gid: &str) -> Option<u64> {
     gid.rsplit('/').next()?.parse().ok()
 }
 
+/// How much one discovery may find: a group past these is not walked further, and the
+/// discovery is incomplete, with the reason.
+#[derive(Debug, Clone, Copy)]
+pub struct DiscoveryCaps {
+    /// Pages one listing may take.
+    pub pages: u32,
+    /// Groups, the connected one and its subgroups.
+    pub groups: usize,
+    /// Projects across them.
+    pub projects: usize,
+}
+
+impl DiscoveryCaps {
+    /// The caps of a replica whose listings take at most `pages` pages.
+    pub fn with_pages(pages: u32) -> Self {
+        DiscoveryCaps {
+            pages,
+            groups: 1_000,
+            projects: 10_000,
+        }
+    }
+}
+
 /// Lists the group's subgroups to their end, then each group's direct projects, and checks the
-/// projects found against GitLab's count. Faults make it incomplete; what was found is kept.
+/// projects found against GitLab's count. Faults make it incomplete; what was found is kept. It
+/// stops at its caps (a group that never ends cannot hold an activation slot).
 pub async fn discover(
     client: &GitlabClient,
     group: &str,
     page_size: u32,
-    page_cap: u32,
+    caps: DiscoveryCaps,
 ) -> Discovery {
+    let page_cap = caps.pages;
     let mut d = Discovery {
         groups: vec![group.to_owned()],
         ..Discovery::default()
@@ -286,6 +314,14 @@ pub async fn discover(
             }
             d.groups.push(path);
         }
+        if d.groups.len() > caps.groups {
+            d.fail(format!(
+                "the group has more than {} groups, the most one discovery walks",
+                caps.groups
+            ));
+            d.groups.truncate(caps.groups);
+            break;
+        }
         if !page.page_info.has_next_page {
             break;
         }
@@ -300,6 +336,13 @@ pub async fn discover(
     // Each group's direct projects.
     let mut listed: u64 = 0;
     for g in d.groups.clone() {
+        if d.projects.len() >= caps.projects {
+            d.fail(format!(
+                "the group has more than {} projects, the most one discovery takes",
+                caps.projects
+            ));
+            break;
+        }
         let mut after: Option<String> = None;
         let mut pages = 0;
         let mut counted: Option<u32> = None;
@@ -358,6 +401,14 @@ pub async fn discover(
                         path: node.path.clone(),
                     },
                 );
+            }
+            if d.projects.len() > caps.projects {
+                d.fail(format!(
+                    "the group has more than {} projects, the most one discovery takes",
+                    caps.projects
+                ));
+                clean = false;
+                break;
             }
             if !page.page_info.has_next_page {
                 break;
@@ -501,7 +552,11 @@ impl Activator {
         let client = self.client(&conn, &origin).await?;
 
         // 1. Discovery.
-        let d = discover(&client, &target.group, self.page_size, self.page_cap).await;
+        let caps = DiscoveryCaps {
+            pages: self.page_cap,
+            ..self.discovery_caps
+        };
+        let d = discover(&client, &target.group, self.page_size, caps).await;
         let discovery = self.apply_discovery(&conn, &target, &d, moment).await?;
 
         // 2. The consumer, confirmed on the server.

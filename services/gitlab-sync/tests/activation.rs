@@ -99,6 +99,7 @@ async fn setup(request_timeout: Duration) -> Result<Setup> {
         // Small pages: every listing takes more than one.
         page_size: 2,
         page_cap: 100,
+        discovery_caps: gitlab_sync::activation::DiscoveryCaps::with_pages(100),
     };
     Ok(Setup {
         env,
@@ -317,6 +318,33 @@ async fn discovery_faults_register_no_hook_and_say_why_then_sync_now_registers_e
     assert!(matches!(done.hook, HookState::Open(_)));
     assert_eq!(hooks(&s.sim).len(), 1);
     assert_eq!(s.sim.calls(ops::DELETE_GROUP_HOOK), 0);
+    Ok(())
+}
+
+/// A group larger than one discovery may take (a tenant's server that never ends its project
+/// listing, here a cap below the group's size) ends the discovery at its cap as incomplete, with
+/// the reason: no hook is registered on a partial view, and the activation slot is let go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_discovery_past_its_caps_ends_incomplete_and_registers_nothing() -> Result<()> {
+    let mut s = setup(Duration::from_secs(10)).await?;
+    s.act.discovery_caps.projects = 2;
+    let done = s.act.activate(&s.conn, Moment::Activated).await?.unwrap();
+    let reason = done.discovery.clone().unwrap_err();
+    assert!(reason.contains("more than 2 projects"), "{reason}");
+    assert!(matches!(done.hook, HookState::Missing(_)), "{done:?}");
+    assert_eq!(s.sim.calls(ops::CREATE_GROUP_HOOK), 0);
+    assert!(monitors(&s.pool, s.conn.id).await?.len() <= 3);
+
+    s.act.discovery_caps.projects = 10_000;
+    s.act.discovery_caps.groups = 0;
+    let done = s
+        .act
+        .activate(&s.conn, Moment::Reconciliation)
+        .await?
+        .unwrap();
+    let reason = done.discovery.clone().unwrap_err();
+    assert!(reason.contains("more than 0 groups"), "{reason}");
+    assert_eq!(s.sim.calls(ops::CREATE_GROUP_HOOK), 0);
     Ok(())
 }
 

@@ -425,6 +425,10 @@ async fn refused_credentials_fail_the_job_flag_the_connection_and_stop_its_sched
     let queued =
         queue_scheduled(&f.db, ConnectionKind::Gitlab, JobType::Reconciliation, now).await?;
     assert_eq!(queued, 1);
+    // That job waits; an operator's reconcile runs here in its place (one job per type waits).
+    sqlx::query("UPDATE sync_job SET status = 'canceled' WHERE status = 'queued'")
+        .execute(&f.pool)
+        .await?;
     assert_eq!(
         f.run::<Gitlab>("RECONCILIATION", "manual", &source).await?,
         JobOutcome::Succeeded

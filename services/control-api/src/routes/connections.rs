@@ -10,8 +10,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use lifecycle_core::connection::Transition;
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter,
-    QueryOrder, QuerySelect, TransactionTrait,
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait,
+    QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
 };
 use serde::{Deserialize, Serialize};
 use store::entity::{
@@ -155,7 +155,7 @@ pub(crate) async fn find_connection<C: ConnectionTrait>(
               (status = 404, description = "No such workspace reachable with this token.", body = ErrorBody),
               (status = 409, description = "The workspace is being purged (`workspace_not_active`).", body = ErrorBody),
               (status = 413, response = PayloadTooLarge), (status = 415, response = UnsupportedMediaType),
-              (status = 422, description = "The server URL is not acceptable (`invalid_server_url`) or not a public host (`vendor_unreachable`: loopback, link-local, private, CGNAT and unique-local addresses are refused unless the operator allows their range), a secret name the kind does not take (`unknown_secret_name`, naming the allowed ones), or the token cannot read the named repositories.", body = ErrorBody),
+              (status = 422, description = "The workspace holds its cap of connections (`connection_cap`), the settings name more repositories than a connection may monitor (`monitor_cap`), the server URL is not acceptable (`invalid_server_url`) or not a public host (`vendor_unreachable`: loopback, link-local, private, CGNAT and unique-local addresses are refused unless the operator allows their range), a secret name the kind does not take (`unknown_secret_name`, naming the allowed ones), or the token cannot read the named repositories.", body = ErrorBody),
               (status = 502, description = "The vendor could not be asked to verify the token.", body = ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
@@ -171,6 +171,7 @@ pub async fn create(
     // Nothing is checked with a vendor, nor anything resolved, for a caller who cannot reach the
     // workspace.
     find_reachable(&state.db, &caller, workspace_id, false).await?;
+    check_monitor_cap(&settings, state.caps.monitors_per_connection)?;
     // Vendor instances: https only (unless the operator allows http), no user info, and a host
     // whose every address is public (unless the operator allows its range).
     if let Some(url) = body.server_url.as_deref().filter(|u| !u.trim().is_empty()) {
@@ -205,6 +206,22 @@ pub async fn create(
             "the workspace is being purged; it cannot gain connections",
         ));
     }
+    // The workspace row is locked: two creations cannot both take the last place.
+    let held = connection::Entity::find()
+        .filter(connection::Column::WorkspaceId.eq(workspace_id))
+        .filter(connection::Column::Status.ne(ConnectionStatus::Disconnected))
+        .count(&txn)
+        .await?;
+    if held >= state.caps.connections_per_workspace {
+        return Err(ApiError::unprocessable(
+            "connection_cap",
+            format!(
+                "the workspace holds {held} connections, its cap \
+                 (FORGESYNC_MAX_CONNECTIONS_PER_WORKSPACE = {}); disconnect one first",
+                state.caps.connections_per_workspace
+            ),
+        ));
+    }
     let instance = provider_instance::ensure(&txn, body.kind, body.server_url.as_deref()).await?;
     let row = connection::ActiveModel {
         id: Set(Uuid::now_v7()),
@@ -229,6 +246,24 @@ pub async fn create(
     txn.commit().await?;
     tracing::info!(%workspace_id, connection_id = %view.id, actor = %caller.sub, "connection created");
     Ok((StatusCode::CREATED, Json(view)))
+}
+
+/// A connection's settings may name at most `cap` repositories to monitor.
+fn check_monitor_cap(settings: &serde_json::Value, cap: usize) -> Result<(), ApiError> {
+    let named = settings
+        .get("repositories")
+        .and_then(serde_json::Value::as_array)
+        .map_or(0, Vec::len);
+    if named > cap {
+        return Err(ApiError::unprocessable(
+            "monitor_cap",
+            format!(
+                "settings.repositories names {named} repositories, more than the cap of {cap} \
+                 per connection (FORGESYNC_MAX_MONITORS_PER_CONNECTION)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Only the names the connection's kind reads may be set: any other name would be stored and

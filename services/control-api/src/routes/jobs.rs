@@ -98,7 +98,7 @@ fn client_job_type(requested: &str) -> Result<JobType, ApiError> {
 /// RECONCILIATION or BACKFILL of an active connection; INITIAL jobs start with activation.
 #[utoipa::path(post, path = "/workspaces/{workspace_id}/connections/{connection_id}/sync",
     operation_id = "createSyncJob", params(ConnectionPath), request_body = CreateJob,
-    responses((status = 202, description = "The job, queued.", body = JobView),
+    responses((status = 202, description = "The job, queued; or the job of that type already waiting for this connection (at most one waits at a time).", body = JobView),
               (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
               (status = 403, response = Forbidden),
               (status = 404, description = "No such connection in a workspace this token reaches.", body = ErrorBody),
@@ -131,10 +131,15 @@ pub async fn create(
             ),
         ));
     }
-    // The job row and its message commit together (store::jobs is the one way to queue).
-    let job = store::jobs::queue(&txn, &conn, job_type, JobTrigger::Manual, None)
-        .await?
-        .ok_or_else(|| ApiError::internal("a job without a dedup key was not inserted"))?;
+    // The job row and its message commit together (store::jobs is the one way to queue). At
+    // most one job per connection and type waits at a time: a second request is answered with
+    // the one already queued (the connection row is locked, so the two cannot race).
+    let job = match store::jobs::queue(&txn, &conn, job_type, JobTrigger::Manual, None).await? {
+        Some(job) => job,
+        None => store::jobs::queued(&txn, conn.id, job_type)
+            .await?
+            .ok_or_else(|| ApiError::internal("a job was neither queued nor found waiting"))?,
+    };
     txn.commit().await?;
     tracing::info!(%workspace_id, %connection_id, job_id = %job.id, job_type = job_type.as_str(), actor = %caller.sub, "sync job queued");
     Ok((StatusCode::ACCEPTED, Json(job.into())))
