@@ -111,16 +111,26 @@ fn covered_sql(extra: &str) -> String {
     )
 }
 
-/// The workspace's covered repositories of `kind`, by owner and name.
+/// A page of the workspace's covered repositories of `kind`, by owner and name: at most `limit`
+/// after the repository `after` (keyset, so pages neither skip nor repeat as rows arrive).
 pub async fn covered_repositories<C: ConnectionTrait>(
     db: &C,
     workspace_id: Uuid,
     kind: ConnectionKind,
+    after: Option<Uuid>,
+    limit: u64,
 ) -> Result<Vec<CoveredRepository>, DbErr> {
+    let sql = format!(
+        "{} LIMIT {limit}",
+        covered_sql(
+            "AND ($3::uuid IS NULL OR (lower(r.owner), lower(r.name), r.id) >
+                 (SELECT lower(a.owner), lower(a.name), a.id FROM repository a WHERE a.id = $3))"
+        )
+    );
     CoveredRepository::find_by_statement(Statement::from_sql_and_values(
         DbBackend::Postgres,
-        covered_sql(""),
-        [workspace_id.into(), kind.to_value().into()],
+        sql,
+        [workspace_id.into(), kind.to_value().into(), after.into()],
     ))
     .all(db)
     .await

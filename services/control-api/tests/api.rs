@@ -440,6 +440,69 @@ async fn connections_and_monitors_are_capped_per_tenant() -> Result<()> {
     running.stop().await
 }
 
+/// Every list pages: at most `limit` entries, and `after` the last one the next page, neither
+/// skipping nor repeating; a `limit` past the bound is held to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_page_by_keyset() -> Result<()> {
+    let env = TestEnv::new().await?;
+    let (api, running) = Api::start(&env).await?;
+    let mut workspaces = Vec::new();
+    for name in ["a", "b", "c"] {
+        workspaces.push(api.workspace(name).await?);
+    }
+    let ws = &workspaces[0];
+    let mut connections = Vec::new();
+    for _ in 0..3 {
+        connections.push(
+            api.connection(ws, "gitlab").await?["id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    let id = &connections[0];
+    for transition in ["activate", "suspend", "resume"] {
+        let (s, body) = api
+            .post(
+                &format!("/workspaces/{ws}/connections/{id}/{transition}"),
+                json!({}),
+            )
+            .await?;
+        assert!(s.is_success(), "{transition}: {body}");
+    }
+    let ids = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    for (path, all) in [
+        ("/workspaces".to_owned(), workspaces.clone()),
+        (format!("/workspaces/{ws}/connections"), connections.clone()),
+    ] {
+        let (s, first) = api.get(&format!("{path}?limit=2")).await?;
+        assert_eq!(s, StatusCode::OK, "{first}");
+        assert_eq!(ids(&first), all[..2], "{path}");
+        let (_, rest) = api.get(&format!("{path}?limit=2&after={}", all[1])).await?;
+        assert_eq!(ids(&rest), all[2..], "{path}");
+        let (_, whole) = api.get(&format!("{path}?limit=100000")).await?;
+        assert_eq!(ids(&whole), all, "{path}");
+    }
+    // The audit trail, newest first: create and three transitions.
+    let audit = format!("/workspaces/{ws}/connections/{id}/audit");
+    let (_, whole) = api.get(&audit).await?;
+    let trail = ids(&whole);
+    assert_eq!(trail.len(), 4, "{whole}");
+    let (_, first) = api.get(&format!("{audit}?limit=3")).await?;
+    assert_eq!(ids(&first), trail[..3]);
+    let (_, rest) = api.get(&format!("{audit}?after={}", trail[2])).await?;
+    assert_eq!(ids(&rest), trail[3..]);
+    let (s, _) = api.get(&format!("{audit}?after=not-an-id")).await?;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    running.stop().await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_type_the_vendor_refuses_is_422_and_writes_nothing() -> Result<()> {
     let env = TestEnv::new().await?;

@@ -20,10 +20,12 @@ use store::entity::{
 };
 use uuid::Uuid;
 
+use super::KeysetPage;
 use super::workspaces::find_reachable;
 use super::{ConnectionPath, WorkspacePath, rfc3339};
 use crate::AppState;
 use crate::auth::{Admin, Caller};
+use crate::error::QueryParams;
 use crate::error::{
     ApiError, BadRequest, ErrorBody, Forbidden, JsonBody, PathParams, PayloadTooLarge,
     Unauthorized, UnsupportedMediaType,
@@ -391,7 +393,7 @@ pub async fn replace_secrets(
 
 /// List a workspace's connections
 #[utoipa::path(get, path = "/workspaces/{workspace_id}/connections", operation_id = "listConnections",
-    params(WorkspacePath),
+    params(WorkspacePath, KeysetPage),
     responses((status = 200, description = "The workspace's connections, oldest first.", body = Vec<ConnectionView>),
               (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
               (status = 404, description = "No such workspace reachable with this token.", body = ErrorBody)))]
@@ -399,12 +401,17 @@ pub async fn list(
     State(state): State<AppState>,
     Caller(caller): Caller,
     PathParams(workspace_id): PathParams<Uuid>,
+    QueryParams(page): QueryParams<KeysetPage>,
 ) -> Result<Json<Vec<ConnectionView>>, ApiError> {
     find_reachable(&state.db, &caller, workspace_id, false).await?;
-    let rows = connection::in_workspace(workspace_id)
-        .order_by_asc(connection::Column::CreatedAt)
-        .all(&state.db)
-        .await?;
+    // Ids are time-ordered (v7): by id is by creation, and a keyset.
+    let mut q = connection::in_workspace(workspace_id)
+        .order_by_asc(connection::Column::Id)
+        .limit(page.limit());
+    if let Some(after) = page.after {
+        q = q.filter(connection::Column::Id.gt(after));
+    }
+    let rows = q.all(&state.db).await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         out.push(view(&state.db, row).await?);
@@ -429,7 +436,7 @@ pub async fn get(
 
 /// List a connection's audit trail
 #[utoipa::path(get, path = "/workspaces/{workspace_id}/connections/{connection_id}/audit",
-    operation_id = "listConnectionAudit", params(ConnectionPath),
+    operation_id = "listConnectionAudit", params(ConnectionPath, KeysetPage),
     responses((status = 200, description = "Every change of the connection, with who made it.", body = Vec<AuditView>),
               (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
               (status = 404, description = "No such connection in a workspace this token reaches.", body = ErrorBody)))]
@@ -437,11 +444,17 @@ pub async fn audit(
     State(state): State<AppState>,
     Caller(caller): Caller,
     PathParams((workspace_id, connection_id)): PathParams<(Uuid, Uuid)>,
+    QueryParams(page): QueryParams<KeysetPage>,
 ) -> Result<Json<Vec<AuditView>>, ApiError> {
     find_connection(&state.db, &caller, workspace_id, connection_id, false).await?;
-    let rows = connection_audit::of_connection(workspace_id, connection_id)
-        .all(&state.db)
-        .await?;
+    // Newest first; `after` names the last entry of the previous (newer) page.
+    let mut q = connection_audit::of_connection(workspace_id, connection_id)
+        .order_by_desc(connection_audit::Column::Id)
+        .limit(page.limit());
+    if let Some(after) = page.after {
+        q = q.filter(connection_audit::Column::Id.lt(after));
+    }
+    let rows = q.all(&state.db).await?;
     Ok(Json(
         rows.into_iter()
             .map(|a| AuditView {

@@ -9,6 +9,7 @@ use store::entity::ConnectionKind;
 use store::scm_scope::{self, CoveredRepository};
 use uuid::Uuid;
 
+use super::KeysetPage;
 use super::scm::{IssuePage, IssueView, covered, issue_page};
 use super::workspaces::find_reachable;
 use super::{WorkspacePath, rfc3339};
@@ -48,7 +49,7 @@ impl From<CoveredRepository> for RepositoryView {
 ///
 /// Those its monitors cover while its GitHub connection authorises reads.
 #[utoipa::path(get, path = "/workspaces/{workspace_id}/github/repositories",
-    operation_id = "listGithubRepositories", params(WorkspacePath),
+    operation_id = "listGithubRepositories", params(WorkspacePath, KeysetPage),
     responses((status = 200, description = "The repositories the workspace sees.", body = Vec<RepositoryView>),
               (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
               (status = 404, description = "No such workspace reachable with this token.", body = ErrorBody)))]
@@ -56,10 +57,17 @@ pub async fn repositories(
     State(state): State<AppState>,
     Caller(caller): Caller,
     PathParams(workspace_id): PathParams<Uuid>,
+    QueryParams(page): QueryParams<KeysetPage>,
 ) -> Result<Json<Vec<RepositoryView>>, ApiError> {
     find_reachable(&state.db, &caller, workspace_id, false).await?;
-    let rows =
-        scm_scope::covered_repositories(&state.db, workspace_id, ConnectionKind::Github).await?;
+    let rows = scm_scope::covered_repositories(
+        &state.db,
+        workspace_id,
+        ConnectionKind::Github,
+        page.after,
+        page.limit(),
+    )
+    .await?;
     Ok(Json(rows.into_iter().map(Into::into).collect()))
 }
 

@@ -14,6 +14,7 @@ use store::scm_scope::{
 };
 use uuid::Uuid;
 
+use super::KeysetPage;
 use super::scm::{IssuePage, IssueView, covered, issue_page};
 use super::workspaces::find_reachable;
 use super::{WorkspacePath, rfc3339};
@@ -239,7 +240,7 @@ impl MergeRequestDetail {
 /// Those its monitors bind by GitLab's project id, on the server of a GitLab connection that
 /// authorises reads (active, suspended or paused).
 #[utoipa::path(get, path = "/workspaces/{workspace_id}/gitlab/projects",
-    operation_id = "listGitlabProjects", params(WorkspacePath),
+    operation_id = "listGitlabProjects", params(WorkspacePath, KeysetPage),
     responses((status = 200, description = "The projects the workspace sees, by namespace and path.", body = Vec<ProjectView>),
               (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
               (status = 404, description = "No such workspace reachable with this token.", body = ErrorBody)))]
@@ -247,10 +248,17 @@ pub async fn projects(
     State(state): State<AppState>,
     Caller(caller): Caller,
     PathParams(workspace_id): PathParams<Uuid>,
+    QueryParams(page): QueryParams<KeysetPage>,
 ) -> Result<Json<Vec<ProjectView>>, ApiError> {
     find_reachable(&state.db, &caller, workspace_id, false).await?;
-    let rows =
-        scm_scope::covered_repositories(&state.db, workspace_id, ConnectionKind::Gitlab).await?;
+    let rows = scm_scope::covered_repositories(
+        &state.db,
+        workspace_id,
+        ConnectionKind::Gitlab,
+        page.after,
+        page.limit(),
+    )
+    .await?;
     Ok(Json(rows.into_iter().map(Into::into).collect()))
 }
 

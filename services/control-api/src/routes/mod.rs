@@ -11,6 +11,24 @@ pub mod jobs;
 pub mod scm;
 pub mod workspaces;
 
+/// A page of a list, by keyset: what follows the entry `after` names, at most `limit` of it.
+/// Every list route pages, so no list grows past what one answer holds.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct KeysetPage {
+    /// Entries after this one (the last `id` of the previous page).
+    pub after: Option<uuid::Uuid>,
+    /// At most this many entries (default 100, at most 1000).
+    pub limit: Option<u64>,
+}
+
+impl KeysetPage {
+    /// The page size asked for, within bounds.
+    pub fn limit(&self) -> u64 {
+        self.limit.unwrap_or(100).clamp(1, 1000)
+    }
+}
+
 use axum::Router;
 use axum::handler::Handler;
 use axum::http::Method;

@@ -15,10 +15,12 @@ use store::entity::{WorkspaceStatus, workspace};
 use store::outbox;
 use uuid::Uuid;
 
+use super::KeysetPage;
 use super::WorkspacePath;
 use super::rfc3339;
 use crate::AppState;
 use crate::auth::{Admin, Caller};
+use crate::error::QueryParams;
 use crate::error::{
     ApiError, BadRequest, ErrorBody, Forbidden, JsonBody, PathParams, PayloadTooLarge,
     Unauthorized, UnsupportedMediaType,
@@ -108,14 +110,21 @@ pub async fn create(
 /// List workspaces
 ///
 /// Every workspace for an operator token; a workspace token's own otherwise.
-#[utoipa::path(get, path = "/workspaces", operation_id = "listWorkspaces",
-    responses((status = 200, description = "The workspaces the token reaches, oldest first.", body = Vec<WorkspaceView>),
-              (status = 401, response = Unauthorized)))]
+#[utoipa::path(get, path = "/workspaces", operation_id = "listWorkspaces", params(KeysetPage),
+    responses((status = 200, description = "A page of the workspaces the token reaches, oldest first.", body = Vec<WorkspaceView>),
+              (status = 400, response = BadRequest), (status = 401, response = Unauthorized)))]
 pub async fn list(
     State(state): State<AppState>,
     Caller(caller): Caller,
+    QueryParams(page): QueryParams<KeysetPage>,
 ) -> Result<Json<Vec<WorkspaceView>>, ApiError> {
-    let mut q = workspace::Entity::find().order_by_asc(workspace::Column::CreatedAt);
+    // Ids are time-ordered (v7): by id is by creation, and a keyset.
+    let mut q = workspace::Entity::find()
+        .order_by_asc(workspace::Column::Id)
+        .limit(page.limit());
+    if let Some(after) = page.after {
+        q = q.filter(workspace::Column::Id.gt(after));
+    }
     if !caller.operator {
         q = q.filter(workspace::Column::Id.is_in(caller.workspace_id));
     }
