@@ -408,6 +408,49 @@ async fn a_workspace_token_cannot_create_endpoints_that_shared_routes_select() -
     api.stop().await
 }
 
+/// Outline subscription ids belong to their workspace: B cannot take the id A's subscription
+/// carries first and so refuse A its endpoint (each workspace binds its own), an Outline endpoint
+/// must name its subscription, and one workspace cannot bind one id twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outline_subscription_ids_are_required_and_scoped_to_the_workspace() -> Result<()> {
+    let env = TestEnv::new().await?;
+    let (s, api, ingress) = start(&env).await?;
+    let (ws_a, conn_a) = workspace_with(&s, "alpha", "outline").await?;
+    let (ws_b, conn_b) = workspace_with(&s, "bravo", "outline").await?;
+    let a_admin = testkit::token(&s.keys, Role::Admin, Some(uuid::Uuid::parse_str(&ws_a)?))?;
+    let b_admin = testkit::token(&s.keys, Role::Admin, Some(uuid::Uuid::parse_str(&ws_b)?))?;
+    let a_path = format!("/workspaces/{ws_a}/connections/{conn_a}/endpoints");
+    let b_path = format!("/workspaces/{ws_b}/connections/{conn_b}/endpoints");
+    let bound = json!({"registration": "registered", "provider_ref": "sub-x", "address": true});
+    // B claims the id first; A still binds its own subscription.
+    let (st, body) = s.call(&b_path, &b_admin, bound.clone()).await?;
+    assert_eq!(st, StatusCode::CREATED, "{body}");
+    let (st, body) = s.call(&a_path, &a_admin, bound.clone()).await?;
+    assert_eq!(
+        st,
+        StatusCode::CREATED,
+        "A was refused the id B took first: {body}"
+    );
+    // Within one workspace the id is bound once.
+    let (st, body) = s.call(&a_path, &a_admin, bound).await?;
+    assert_eq!(st, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"], "provider_ref_taken");
+    // An endpoint bound to no subscription would take every subscription's deliveries.
+    let before = endpoints_of(&env, &ws_a).await?.len();
+    let (st, body) = s
+        .call(
+            &a_path,
+            &a_admin,
+            json!({"registration": "registered", "address": true}),
+        )
+        .await?;
+    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"], "provider_ref_required");
+    assert_eq!(endpoints_of(&env, &ws_a).await?.len(), before);
+    ingress.stop().await?;
+    api.stop().await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_into_a_closed_connection_is_409_and_publishes_nothing() -> Result<()> {
     let env = TestEnv::new().await?;

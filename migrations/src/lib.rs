@@ -32,6 +32,7 @@ mod m0027_integration_event;
 mod m0028_delivery_erasure;
 mod m0029_future_versions;
 mod m0030_one_queued_job;
+mod m0031_outline_subscription_scope;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -174,6 +175,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0030_one_queued_job",
                 up: m0030_one_queued_job::UP,
+            }),
+            Box::new(Sql {
+                name: "m0031_outline_subscription_scope",
+                up: m0031_outline_subscription_scope::UP,
             }),
         ]
     }

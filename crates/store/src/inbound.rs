@@ -338,6 +338,10 @@ impl NewEndpoint {
 /// The unique index that gives a `(kind, provider_ref)` to one enabled endpoint (m0013).
 pub const PROVIDER_REF_INDEX: &str = "inbound_endpoint_provider_ref_enabled";
 
+/// The unique index that gives an Outline subscription id to one enabled endpoint of a
+/// workspace (m0031).
+pub const OUTLINE_SUBSCRIPTION_INDEX: &str = "inbound_endpoint_outline_subscription";
+
 fn secret_name(endpoint_id: Uuid) -> String {
     format!("webhook/{endpoint_id}/{}", Uuid::now_v7())
 }

@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use sea_orm::{EntityTrait, QuerySelect, SqlErr, TransactionTrait};
 use serde::{Deserialize, Serialize};
 use store::entity::inbound_endpoint::{self, Registration};
-use store::entity::{ConnectionStatus, inbound_endpoint::EndpointStatus};
+use store::entity::{ConnectionKind, ConnectionStatus, inbound_endpoint::EndpointStatus};
 use store::inbound::{NewEndpoint, ReplayClosed, ReplayError};
 use store::secrets::SecretError;
 use uuid::Uuid;
@@ -109,7 +109,8 @@ fn secret_or_random(given: Option<String>) -> Result<String, ApiError> {
               (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
               (status = 403, response = Forbidden),
               (status = 404, description = "No such connection in a workspace this token reaches.", body = ErrorBody),
-              (status = 409, description = "The connection is disconnected (`connection_closed`), or another enabled endpoint has this provider_ref (`provider_ref_taken`).", body = ErrorBody),
+              (status = 409, description = "The connection is disconnected (`connection_closed`), or another enabled endpoint has this provider_ref (`provider_ref_taken`; an Outline subscription id within the workspace).", body = ErrorBody),
+              (status = 422, description = "An Outline endpoint without its subscription's id (`provider_ref_required`).", body = ErrorBody),
               (status = 413, response = PayloadTooLarge), (status = 415, response = UnsupportedMediaType)))]
 pub async fn create(
     State(state): State<AppState>,
@@ -155,6 +156,19 @@ pub async fn create(
             "a disconnected connection cannot gain webhook endpoints",
         ));
     }
+    // An Outline endpoint is bound to its subscription: a delivery naming any other is refused,
+    // so one without an id would take every subscription's deliveries.
+    if new.kind == ConnectionKind::Outline
+        && new
+            .provider_ref
+            .as_deref()
+            .is_none_or(|r| r.trim().is_empty())
+    {
+        return Err(ApiError::unprocessable(
+            "provider_ref_required",
+            "an Outline endpoint names its webhook subscription's id in provider_ref",
+        ));
+    }
     let (kind, provider_ref) = (new.kind, new.provider_ref.clone());
     let row = store::inbound::create_endpoint(&txn, &state.secret_key, new, secret.as_bytes())
         .await
@@ -179,7 +193,8 @@ pub async fn create(
 /// Whether `e` is the violation of the one-enabled-endpoint-per-provider_ref index.
 fn is_provider_ref_taken(e: &sea_orm::DbErr) -> bool {
     matches!(e.sql_err(), Some(SqlErr::UniqueConstraintViolation(msg))
-        if msg.contains(store::inbound::PROVIDER_REF_INDEX))
+        if msg.contains(store::inbound::PROVIDER_REF_INDEX)
+            || msg.contains(store::inbound::OUTLINE_SUBSCRIPTION_INDEX))
 }
 
 /// The longest rotation window: a leaked old secret stays useful no longer than this.

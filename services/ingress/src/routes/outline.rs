@@ -66,11 +66,9 @@ pub async fn deliver(
     ep.ensure_enabled()?;
     let payload = json_object(&body)?;
     let routed = route(&payload, ep.ids.connection_id)?;
-    // The subscription in a signed body must be the one this endpoint was made for.
-    if let (Some(expected), Some(got)) =
-        (&ep.provider_ref, str_at(&payload, "/webhookSubscriptionId"))
-        && expected != got
-    {
+    // The subscription in a signed body must be the one this endpoint was made for; an endpoint
+    // bound to none takes nothing (it would take every subscription's deliveries).
+    if ep.provider_ref.as_deref() != str_at(&payload, "/webhookSubscriptionId") {
         return Err(Rejection::malformed(
             "webhookSubscriptionId is not the subscription this endpoint belongs to",
         ));

@@ -103,3 +103,34 @@ async fn token_routes_verify_and_route_by_connection() -> Result<()> {
     );
     h.ingress.stop().await
 }
+
+/// An Outline endpoint bound to no subscription (written before ids were required) takes no
+/// delivery, whatever subscription its signed body names: it would otherwise carry every
+/// subscription's deliveries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_bound_to_no_subscription_takes_nothing() -> Result<()> {
+    let h = Harness::start().await?;
+    let conn = h.connection(ConnectionKind::Outline, None).await?;
+    h.endpoint(
+        &conn,
+        Registration::Registered,
+        None,
+        Some("tok-outline-unbound"),
+        SECRET,
+    )
+    .await?;
+    let body = delivery();
+    assert_refused(
+        &h,
+        h.post(
+            "/webhooks/outline/tok-outline-unbound",
+            &signed(&body, SECRET),
+            body.clone(),
+        )
+        .await?,
+        StatusCode::BAD_REQUEST,
+        "malformed",
+    )
+    .await?;
+    h.ingress.stop().await
+}
