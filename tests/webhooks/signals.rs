@@ -196,6 +196,31 @@ async fn owners(stack: &LiveStack) -> Result<Vec<String>> {
     Ok(rows.into_iter().map(|(o,)| o).collect())
 }
 
+/// A rename GitHub does not confirm (the App's own endpoint signs it, but the installation's
+/// repositories are still the old login's) re-keys nothing: a claim is not a fact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_installation_rename_github_does_not_confirm_rekeys_nothing() -> Result<()> {
+    let stack = stack().await?;
+    let id = installation(&stack);
+    let payload = stack.sim.model(|m| {
+        m.rename_account("acme", "acme-corp");
+        let payload = installation_target_payload(m, id, "acme");
+        m.rename_account("acme-corp", "acme");
+        payload
+    });
+    stack.deliver("installation_target", &payload).await?;
+    stack.settle().await?;
+    assert_eq!(owners(&stack).await?, vec!["acme".to_owned()]);
+    let (unconfirmed,): (i64,) = sqlx::query_as(
+        "SELECT (detail->>'unconfirmed')::bigint FROM connection_activity
+          WHERE activity = 'github_installation_target_renamed'",
+    )
+    .fetch_one(&stack.pool)
+    .await?;
+    assert_eq!(unconfirmed, 1);
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_renamed_installation_account_rekeys_its_repositories_and_monitors() -> Result<()> {
     let stack = stack().await?;

@@ -313,6 +313,7 @@ async fn transition_connection(
 /// consumer filters follow the new owner name.
 pub async fn installation_target(
     pool: &PgPool,
+    readers: &Readers,
     hook: &Webhook<'_>,
     event: InstallationTargetEvent,
 ) -> Result<Outcome, WebhookError> {
@@ -320,6 +321,29 @@ pub async fn installation_target(
         return Ok(Outcome::Ignored);
     };
     let (from, to) = (from.from.as_str(), event.account.login.as_str());
+    // Admission first: nothing is read with the connection's credentials for a delivery it does
+    // not cover (the writing transaction admits again).
+    let mut txn = pool.begin().await?;
+    admitted(&mut txn, hook, event.installation.id).await?;
+    txn.rollback().await?;
+    // A rename is a claim until GitHub confirms it: the installation's repositories, read with
+    // the connection's own credentials outside any transaction, must be the new login's. Only
+    // repositories GitHub lists under it are re-keyed.
+    let Some(reader) = readers.active(hook.connection_id).await? else {
+        return Err(WebhookError::Unavailable(
+            "the rename cannot be confirmed with GitHub now".into(),
+        ));
+    };
+    let reach = reader
+        .repositories()
+        .await
+        .map_err(|e| WebhookError::Unavailable(format!("confirming the rename: {e}")))?;
+    let confirmed: std::collections::BTreeSet<i64> = reach
+        .repositories
+        .iter()
+        .filter(|r| r.owner.eq_ignore_ascii_case(to))
+        .filter_map(|r| r.native_id)
+        .collect();
     let mut txn = pool.begin().await?;
     let on = admitted(&mut txn, hook, event.installation.id).await?;
     // Only what this connection monitors by native id: the account's repositories it verified.
@@ -336,8 +360,12 @@ pub async fn installation_target(
     .bind(from)
     .fetch_all(&mut *txn)
     .await?;
-    let (mut moved, mut merged, mut blocked) = (0, 0, 0);
+    let (mut moved, mut merged, mut blocked, mut unconfirmed) = (0, 0, 0, 0);
     for (native_id, name) in &repositories {
+        if !confirmed.contains(native_id) {
+            unconfirmed += 1;
+            continue;
+        }
         let done = monitors::rekey(
             &mut txn,
             on.connection_id,
@@ -364,11 +392,12 @@ pub async fn installation_target(
             "from": from, "to": to,
             "repositories": repositories.len(),
             "monitors_moved": moved, "monitors_merged": merged, "monitors_blocked": blocked,
+            "unconfirmed": unconfirmed,
         }),
     )
     .await?;
     txn.commit().await?;
-    tracing::info!(connection_id = %on.connection_id, from, to, repositories = repositories.len(), moved, "installation account renamed; its repositories re-keyed");
+    tracing::info!(connection_id = %on.connection_id, from, to, repositories = repositories.len(), moved, unconfirmed, "installation account renamed; the repositories GitHub lists under the new login re-keyed");
     Ok(Outcome::Applied)
 }
 

@@ -115,7 +115,9 @@ impl WebhookApply for GithubWebhooks {
             Event::InstallationRepositories(e) => {
                 installation::installation_repositories(pool, readers, hook, e).await
             }
-            Event::InstallationTarget(e) => installation::installation_target(pool, hook, e).await,
+            Event::InstallationTarget(e) => {
+                installation::installation_target(pool, readers, hook, e).await
+            }
             Event::Issues(e) => items::issues(pool, hook, e).await,
             Event::PullRequest(e) => items::pull_request(pool, hook, e).await,
             Event::CheckSuite(e) => checks::check_suite(pool, readers, hook, e).await,
