@@ -37,6 +37,14 @@ impl<M: Monitors> Filters<M> {
     }
 }
 
+/// Says that the consumer could not run with `filters` filters, and counts it in
+/// `webhook_consumer_refusals_total{consumer}`.
+fn refused(consumer: &str, filters: usize, error: &dyn std::fmt::Display) {
+    metrics::counter!("webhook_consumer_refusals_total", "consumer" => consumer.to_owned())
+        .increment(1);
+    tracing::error!(consumer, filters, %error, "the consumer could not run with its filters; declaring it again");
+}
+
 /// Runs the consumer `template` (its filters replaced by [`Filters::current`]) until
 /// `shutdown`, checking the monitors every `refresh` and re-declaring the consumer when its
 /// filters change. Without any monitor nothing is consumed and the durable is parked
@@ -89,7 +97,16 @@ pub async fn run<H: Handler, M: Monitors>(
         loop {
             tokio::select! {
                 done = &mut run => {
-                    done?;
+                    // The server may refuse the consumer (its filters grew past what it takes,
+                    // or it is down): every tenant's deliveries wait on this service, so it
+                    // says why and declares again, and never ends for it.
+                    if let Err(e) = done {
+                        refused(&template.durable, current.len(), &e);
+                        tokio::select! {
+                            _ = shutdown.cancelled() => {}
+                            _ = tokio::time::sleep(refresh.max(Duration::from_secs(1))) => {}
+                        }
+                    }
                     break;
                 }
                 _ = tokio::time::sleep(refresh) => {
@@ -97,7 +114,9 @@ pub async fn run<H: Handler, M: Monitors>(
                         Ok(next) if next != current => {
                             // Monitors changed: finish in-flight work, then re-declare.
                             stop.cancel();
-                            (&mut run).await?;
+                            if let Err(e) = (&mut run).await {
+                                refused(&template.durable, current.len(), &e);
+                            }
                             break;
                         }
                         Ok(_) => {}

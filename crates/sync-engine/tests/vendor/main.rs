@@ -10,6 +10,7 @@ mod scripted;
 
 mod channel_life;
 mod engine;
+mod follow;
 mod primitives;
 mod service;
 mod webhooks;
