@@ -593,6 +593,7 @@ async fn an_oversize_rotation_window_is_422_and_changes_nothing() -> Result<()> 
         before[0].clone(),
         b"new-secret-0123456789",
         Duration::from_secs(u64::MAX),
+        false,
     )
     .await;
     assert!(res.is_err(), "a window past the calendar is refused");

@@ -33,6 +33,7 @@ mod m0028_delivery_erasure;
 mod m0029_future_versions;
 mod m0030_one_queued_job;
 mod m0031_outline_subscription_scope;
+mod m0032_tenant_keyed_endpoints;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -179,6 +180,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0031_outline_subscription_scope",
                 up: m0031_outline_subscription_scope::UP,
+            }),
+            Box::new(Sql {
+                name: "m0032_tenant_keyed_endpoints",
+                up: m0032_tenant_keyed_endpoints::UP,
             }),
         ]
     }

@@ -62,6 +62,7 @@ async fn a_merge_request_and_its_note_reach_the_mirror_through_the_registered_gr
             registration: Registration::Registered,
             provider_ref: Some("acme".into()),
             address_token: None,
+            tenant_keyed: false,
         },
         Uuid::now_v7().as_bytes(),
     )

@@ -49,6 +49,7 @@ async fn tenant(db: &DatabaseConnection, instance: Uuid) -> Result<EndpointIds> 
             registration: Registration::Registered,
             provider_ref: None,
             address_token: Some(Uuid::now_v7().simple().to_string()),
+            tenant_keyed: false,
         },
         b"secret",
     )

@@ -25,9 +25,9 @@ use crate::error::{Error, GraphqlError, PathSegment, RateLimitKind};
 use crate::queries::{
     CommitCheckRunsVariables, CommitChecks, CommitObject, GetCommitCheckRuns, GitObjectId,
     IssueNode, PageInfo, PullRequestNode, RateLimitFields, RepositoryById, RepositoryByIdVariables,
-    RepositoryByName, RepositoryByNameVariables, RepositoryHeader, RepositoryIssues,
-    RepositoryNode, RepositoryPageVariables, RepositoryPullRequests, RepositoryRef,
-    SelectsRateLimit,
+    RepositoryByName, RepositoryByNameVariables, RepositoryHeader, RepositoryIssue,
+    RepositoryIssues, RepositoryItemVariables, RepositoryNode, RepositoryPageVariables,
+    RepositoryPullRequest, RepositoryPullRequests, RepositoryRef, SelectsRateLimit,
 };
 use crate::rest::{
     AccessTokenBody, HookDeliveriesPage, HookDelivery, InstallationRepositoriesBody,
@@ -360,6 +360,23 @@ impl<T> Page<T> {
     }
 }
 
+/// One item of a repository read by number.
+#[derive(Debug, Clone)]
+pub struct Item<T> {
+    /// The repository as GitHub names it now.
+    pub repository: RepositoryHeader,
+    /// The item; `None` when the repository has no such item (GitHub's NOT_FOUND is among
+    /// `errors`) or GitHub failed to resolve it.
+    pub node: Option<T>,
+    /// GraphQL errors of an otherwise usable response (paths under `repository.issue` or
+    /// `repository.pullRequest`).
+    pub errors: Vec<GraphqlError>,
+    /// The query's cost and what is left.
+    pub rate_limit: Option<RateLimit>,
+    /// When we asked (our clock).
+    pub fetched_at: OffsetDateTime,
+}
+
 /// One read of a commit's check runs, statuses and suites (`GetCommitCheckRuns`).
 #[derive(Debug, Clone)]
 pub struct CommitCheckRuns {
@@ -508,6 +525,48 @@ impl GithubClient {
             total_count: count("RepositoryPullRequests", connection.total_count)?,
             page_info: connection.page_info,
             nodes: connection.nodes.unwrap_or_default(),
+            errors,
+            rate_limit,
+            fetched_at,
+        })
+    }
+
+    /// One issue by number, with the first page of its comments (as an issues page has it).
+    #[tracing::instrument(skip(self))]
+    pub async fn issue(&self, owner: &str, name: &str, number: i32) -> Result<Item<IssueNode>, Error> {
+        let fetched_at = OffsetDateTime::now_utc();
+        let operation = RepositoryIssue::build(item_variables(owner, name, number));
+        let (data, errors, rate_limit) = self.graphql("RepositoryIssue", operation).await?;
+        let Some(repository) = data.repository else {
+            return Err(repository_missing(owner, name, errors));
+        };
+        Ok(Item {
+            repository: repository.header,
+            node: repository.issue,
+            errors,
+            rate_limit,
+            fetched_at,
+        })
+    }
+
+    /// One pull request by number, with the first pages of what a pull requests page reads
+    /// under it.
+    #[tracing::instrument(skip(self))]
+    pub async fn pull_request(
+        &self,
+        owner: &str,
+        name: &str,
+        number: i32,
+    ) -> Result<Item<PullRequestNode>, Error> {
+        let fetched_at = OffsetDateTime::now_utc();
+        let operation = RepositoryPullRequest::build(item_variables(owner, name, number));
+        let (data, errors, rate_limit) = self.graphql("RepositoryPullRequest", operation).await?;
+        let Some(repository) = data.repository else {
+            return Err(repository_missing(owner, name, errors));
+        };
+        Ok(Item {
+            repository: repository.header,
+            node: repository.pull_request,
             errors,
             rate_limit,
             fetched_at,
@@ -1003,6 +1062,14 @@ fn page_variables(
         // Bounded to GitHub's 1..=100, so the cast cannot overflow.
         first: first.clamp(1, MAX_PAGE_SIZE) as i32,
         after: after.map(str::to_owned),
+    }
+}
+
+fn item_variables(owner: &str, name: &str, number: i32) -> RepositoryItemVariables {
+    RepositoryItemVariables {
+        owner: owner.to_owned(),
+        name: name.to_owned(),
+        number,
     }
 }
 

@@ -28,7 +28,7 @@ pub use auth::{AppClaims, AppCredentials, InstallationToken, Secret, TOKEN_REFRE
 pub use budget::{Budget, BudgetStop, RateLimit, Resource};
 pub use client::{
     Auth, ClientConfig, CommitCheckRuns, DEFAULT_MAX_RESPONSE_BYTES, GITHUB_API, GithubApp,
-    GithubClient, MAX_PAGE_SIZE, Page,
+    GithubClient, Item, MAX_PAGE_SIZE, Page,
 };
 pub use error::{Error, GraphqlError, PathSegment, RateLimitKind};
 pub use queries::{

@@ -543,6 +543,64 @@ pub struct RepositoryPullRequests {
     pub rate_limit: Option<RateLimitFields>,
 }
 
+/// Variables of the two reads of one item by number.
+#[derive(cynic::QueryVariables, Debug, Clone)]
+pub struct RepositoryItemVariables {
+    /// Owner login.
+    pub owner: String,
+    /// Repository name.
+    pub name: String,
+    /// The item's number within the repository.
+    pub number: i32,
+}
+
+/// The repository of a `RepositoryIssue` read.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Repository", variables = "RepositoryItemVariables")]
+pub struct IssueRepository {
+    /// The header fields.
+    #[cynic(spread)]
+    pub header: RepositoryHeader,
+    /// `None` when the repository has no issue of that number (GitHub adds a NOT_FOUND error;
+    /// a pull request's number names no issue).
+    #[arguments(number: $number)]
+    pub issue: Option<IssueNode>,
+}
+
+/// The repository of a `RepositoryPullRequest` read.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Repository", variables = "RepositoryItemVariables")]
+pub struct PullRequestRepository {
+    /// The header fields.
+    #[cynic(spread)]
+    pub header: RepositoryHeader,
+    /// `None` when the repository has no pull request of that number.
+    #[arguments(number: $number)]
+    pub pull_request: Option<PullRequestNode>,
+}
+
+/// Operation `RepositoryIssue`: one issue by number.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Query", variables = "RepositoryItemVariables")]
+pub struct RepositoryIssue {
+    /// `None` when the repository is gone or not visible.
+    #[arguments(owner: $owner, name: $name)]
+    pub repository: Option<IssueRepository>,
+    /// This query's cost and the remaining budget.
+    pub rate_limit: Option<RateLimitFields>,
+}
+
+/// Operation `RepositoryPullRequest`: one pull request by number.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Query", variables = "RepositoryItemVariables")]
+pub struct RepositoryPullRequest {
+    /// `None` when the repository is gone or not visible.
+    #[arguments(owner: $owner, name: $name)]
+    pub repository: Option<PullRequestRepository>,
+    /// This query's cost and the remaining budget.
+    pub rate_limit: Option<RateLimitFields>,
+}
+
 /// Variables of `RepositoryById`.
 #[derive(cynic::QueryVariables, Debug, Clone)]
 pub struct RepositoryByIdVariables {
@@ -874,6 +932,8 @@ selects_rate_limit!(
     RepositoryPullRequests,
     RepositoryById,
     RepositoryByName,
+    RepositoryIssue,
+    RepositoryPullRequest,
     GetCommitCheckRuns
 );
 
@@ -889,6 +949,14 @@ mod tests {
             name: "r".into(),
             first: 50,
             after: None,
+        }
+    }
+
+    fn item_vars() -> RepositoryItemVariables {
+        RepositoryItemVariables {
+            owner: "o".into(),
+            name: "r".into(),
+            number: 7,
         }
     }
 
@@ -938,6 +1006,14 @@ mod tests {
             (
                 include_str!("../queries/RepositoryPullRequests.graphql"),
                 RepositoryPullRequests::build(page_vars()).query,
+            ),
+            (
+                include_str!("../queries/RepositoryIssue.graphql"),
+                RepositoryIssue::build(item_vars()).query,
+            ),
+            (
+                include_str!("../queries/RepositoryPullRequest.graphql"),
+                RepositoryPullRequest::build(item_vars()).query,
             ),
             (
                 include_str!("../queries/GetCommitCheckRuns.graphql"),

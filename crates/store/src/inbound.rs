@@ -56,8 +56,9 @@ pub enum Dedup {
         digest_window: Duration,
         verified_by: Option<String>,
     },
-    /// An explicit replay of an earlier message: no dedup, and the replay is recorded.
-    Replay { of: Uuid },
+    /// An explicit replay of an earlier message: no dedup, and the replay is recorded. It is a
+    /// claim exactly when the original was (`tenant_signed`).
+    Replay { of: Uuid, tenant_signed: bool },
 }
 
 /// A verified delivery, ready to be made durable.
@@ -116,7 +117,7 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
     let message_id = Uuid::now_v7();
     let digest = sha256_hex(&new.body);
     let ep = new.endpoint;
-    let (msg_id, event_id, replay_of) = match &new.dedup {
+    let (msg_id, event_id, replay_of, tenant_signed) = match &new.dedup {
         Dedup::Keys {
             event_id,
             digest_window,
@@ -128,19 +129,26 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
                 keys.push((format!("event:{id}"), None));
             }
             keys.push((format!("digest:{digest}"), Some(now_plus(*digest_window)?)));
-            match insert_dedup_keys(db, ep.endpoint_id, message_id, &keys, verified_by).await? {
-                Keys::Taken => {}
-                Keys::Duplicate => return Ok(Recorded::Duplicate),
-                Keys::EndpointClosed => return Ok(Recorded::EndpointClosed),
-            }
+            let tenant_signed =
+                match insert_dedup_keys(db, ep.endpoint_id, message_id, &keys, verified_by).await? {
+                    Keys::Taken { tenant_signed } => tenant_signed,
+                    Keys::Duplicate => return Ok(Recorded::Duplicate),
+                    Keys::EndpointClosed => return Ok(Recorded::EndpointClosed),
+                };
             // The stream deduplicates on the same key, so a republish after a crash is absorbed.
             (
                 format!("{}:{}", ep.endpoint_id, keys[0].0),
                 event_id.clone(),
                 None,
+                tenant_signed,
             )
         }
-        Dedup::Replay { of } => (format!("replay:{message_id}"), None, Some(*of)),
+        Dedup::Replay { of, tenant_signed } => (
+            format!("replay:{message_id}"),
+            None,
+            Some(*of),
+            *tenant_signed,
+        ),
     };
 
     let inline = new.body.len() <= new.inline_body_max;
@@ -188,9 +196,9 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
         DbBackend::Postgres,
         "INSERT INTO inbound_message (id, endpoint_id, workspace_id, connection_id, kind, \
          verification, headers, body_digest, provider_event_id, event, subject, msg_id, \
-         outbox_id, replay_of, trace_context) \
+         outbox_id, replay_of, trace_context, tenant_signed) \
          VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, $11, $12, $13, $14, \
-         NULLIF($15::jsonb, '{}'::jsonb))",
+         NULLIF($15::jsonb, '{}'::jsonb), $16)",
         [
             message_id.into(),
             ep.endpoint_id.into(),
@@ -207,6 +215,7 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
             outbox_id.into(),
             replay_of.into(),
             trace_context.into(),
+            tenant_signed.into(),
         ],
     ))
     .await?;
@@ -241,7 +250,8 @@ async fn original_traceparent<C: ConnectionTrait>(
 
 /// What [`insert_dedup_keys`] found.
 enum Keys {
-    Taken,
+    /// Taken; `tenant_signed` when the secret that verified the delivery is one a tenant knows.
+    Taken { tenant_signed: bool },
     Duplicate,
     EndpointClosed,
 }
@@ -278,7 +288,9 @@ async fn insert_dedup_keys<C: ConnectionTrait>(
     // Rotation: a previous secret verifies only inside its window, by the database's clock.
     // An expired digest is taken over; an event id (no expiry) never is.
     let sql = format!(
-        "WITH open AS (SELECT 1 FROM inbound_endpoint e JOIN connection c ON c.id = e.connection_id \
+        "WITH open AS (SELECT CASE WHEN $3::text IS NOT NULL AND e.secret_current <> $3 \
+             THEN e.previous_tenant_keyed ELSE e.tenant_keyed END AS tenant_signed \
+           FROM inbound_endpoint e JOIN connection c ON c.id = e.connection_id \
            WHERE e.id = $1 AND NOT {ENDPOINT_DISABLED_SQL} AND ($3::text IS NULL \
              OR e.secret_current = $3 OR (e.secret_previous = $3 AND e.previous_valid_until > now()))), \
          taken AS (INSERT INTO dedup_key (endpoint_id, key, message_id, expires_at) \
@@ -287,7 +299,8 @@ async fn insert_dedup_keys<C: ConnectionTrait>(
            ON CONFLICT (endpoint_id, key) DO UPDATE SET message_id = EXCLUDED.message_id, \
              expires_at = EXCLUDED.expires_at, created_at = now() \
            WHERE dedup_key.expires_at IS NOT NULL AND dedup_key.expires_at <= now() RETURNING key) \
-         SELECT EXISTS (SELECT 1 FROM open) AS open, (SELECT count(*) FROM taken) AS taken"
+         SELECT EXISTS (SELECT 1 FROM open) AS open, (SELECT count(*) FROM taken) AS taken, \
+           COALESCE((SELECT tenant_signed FROM open), true) AS tenant_signed"
     );
     let row = db
         .query_one_raw(Statement::from_sql_and_values(
@@ -299,10 +312,11 @@ async fn insert_dedup_keys<C: ConnectionTrait>(
         .ok_or_else(|| DbErr::Custom("the dedup statement returned no row".into()))?;
     let open: bool = row.try_get("", "open")?;
     let taken: i64 = row.try_get("", "taken")?;
+    let tenant_signed: bool = row.try_get("", "tenant_signed")?;
     Ok(if !open {
         Keys::EndpointClosed
     } else if taken as usize == keys.len() {
-        Keys::Taken
+        Keys::Taken { tenant_signed }
     } else {
         Keys::Duplicate
     })
@@ -318,20 +332,33 @@ pub struct NewEndpoint {
     pub provider_ref: Option<String>,
     /// Gives the endpoint a token-addressed route.
     pub address_token: Option<String>,
+    /// A tenant chose the secret or is shown it (anyone but an operator or forgesync itself):
+    /// what the endpoint receives is a claim, confirmed with the vendor before it writes.
+    pub tenant_keyed: bool,
 }
 
 impl NewEndpoint {
     /// Whether a shared vendor route can select this endpoint by something other than its own
-    /// address: Slack's app-level route, a GitHub hook id or Slack team id (`provider_ref`), or
-    /// the token of an operator-created GitLab hook. Such an endpoint is not scoped to one
-    /// workspace, so only operators create it.
+    /// address (see [`on_shared_route`]). Such an endpoint is not scoped to one workspace, so
+    /// only operators create it.
     pub fn on_shared_route(&self) -> bool {
-        match (self.registration, self.kind) {
-            (Registration::App, _) => true,
-            (_, ConnectionKind::Github | ConnectionKind::Slack) => self.provider_ref.is_some(),
-            (Registration::Operator, ConnectionKind::Gitlab) => true,
-            _ => false,
-        }
+        on_shared_route(self.registration, self.kind, self.provider_ref.is_some())
+    }
+}
+
+/// Whether a shared vendor route can select an endpoint by something other than its own
+/// address: Slack's app-level route, a GitHub hook id or Slack team id (`provider_ref`), or the
+/// token of an operator-created GitLab hook.
+pub fn on_shared_route(
+    registration: Registration,
+    kind: ConnectionKind,
+    has_provider_ref: bool,
+) -> bool {
+    match (registration, kind) {
+        (Registration::App, _) => true,
+        (_, ConnectionKind::Github | ConnectionKind::Slack) => has_provider_ref,
+        (Registration::Operator, ConnectionKind::Gitlab) => true,
+        _ => false,
     }
 }
 
@@ -368,6 +395,8 @@ pub async fn create_endpoint<C: ConnectionTrait>(
         secret_current: Set(name),
         token_lookup: Set(lookup),
         status: Set(EndpointStatus::Active),
+        tenant_keyed: Set(new.tenant_keyed),
+        previous_tenant_keyed: Set(new.tenant_keyed),
         ..Default::default()
     }
     .insert(db)
@@ -376,13 +405,15 @@ pub async fn create_endpoint<C: ConnectionTrait>(
 }
 
 /// Replaces an endpoint's secret; the old one keeps verifying for `window`. The secret before
-/// that is deleted. Lock the endpoint row first (the caller's transaction).
+/// that is deleted. `tenant_keyed`: a tenant chose or is shown the new secret. Lock the endpoint
+/// row first (the caller's transaction).
 pub async fn rotate_secret<C: ConnectionTrait>(
     db: &C,
     key: &Keyring,
     endpoint: inbound_endpoint::Model,
     secret: &[u8],
     window: Duration,
+    tenant_keyed: bool,
 ) -> Result<inbound_endpoint::Model, SecretError> {
     // Checked before anything is written: a window past the calendar changes nothing.
     let valid_until = now_plus(window)?;
@@ -404,6 +435,9 @@ pub async fn rotate_secret<C: ConnectionTrait>(
     active.secret_current = Set(name);
     active.previous_token_lookup = Set(endpoint.token_lookup.clone());
     active.token_lookup = Set(lookup);
+    // The secret replaced stays as known to whoever knew it, for as long as it verifies.
+    active.previous_tenant_keyed = Set(endpoint.tenant_keyed);
+    active.tenant_keyed = Set(tenant_keyed);
     if endpoint.status != EndpointStatus::Disabled {
         active.status = Set(EndpointStatus::Rotating);
     }
@@ -730,7 +764,10 @@ pub async fn replay<C: ConnectionTrait>(
             event: original.event,
             subject: original.subject,
             // Explicit replay bypasses dedup and records where it came from.
-            dedup: Dedup::Replay { of: message_id },
+            dedup: Dedup::Replay {
+                of: message_id,
+                tenant_signed: original.tenant_signed,
+            },
             retention: remaining,
             inline_body_max: DEFAULT_INLINE_BODY_MAX,
             relay_hold: Duration::ZERO,

@@ -189,6 +189,8 @@ impl Registrar {
                 registration: EndpointRegistration::Registered,
                 provider_ref: req.provider_ref,
                 address_token: None,
+                // Registered by forgesync with a secret it generated and shows no one.
+                tenant_keyed: false,
             },
             secret.as_bytes(),
         )

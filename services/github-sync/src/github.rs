@@ -31,6 +31,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::SourceFactory;
+use crate::mirror::ListedNode;
 use crate::source::{
     CommentNode, Conversation, GithubSource, IssueNode, ItemFields, Nested, Page, PullRequestNode,
     Reach, RepoHeader, RepoRef, ReviewCommentNode, ReviewNode, Reviewer, SourceError, ThreadNode,
@@ -407,6 +408,61 @@ fn listing_page<T, N>(
     })
 }
 
+/// One item read by number as a page of one, so it is written exactly as a listing's node is:
+/// its errors are moved to where that node's would sit (`repository.issue.comments` becomes
+/// `repository.issues.nodes.0.comments`), so an errored count stays unknown. `None` when
+/// GitHub has no such item for these credentials.
+fn item_page<T, N: ListedNode>(
+    read: github_client::Item<T>,
+    read_at: OffsetDateTime,
+    field: &str,
+    node: impl Fn(&T) -> Option<(N, Conversation)>,
+) -> Result<Option<Page<N>>, SourceError> {
+    let Some(item) = &read.node else {
+        let missing = read.errors.iter().any(|e| e.is_not_found());
+        return match read.errors.first() {
+            Some(first) if !missing => Err(SourceError::GraphQl {
+                kind: first.kind.clone(),
+                message: first.message.clone(),
+            }),
+            _ => Ok(None),
+        };
+    };
+    let (node, conversation) = node(item)
+        .ok_or_else(|| SourceError::Other(format!("the {field} has no databaseId")))?;
+    let error_paths = read
+        .errors
+        .iter()
+        .map(|e| {
+            let p = path(&e.path);
+            match p.as_slice() {
+                [PathSegment::Key(r), PathSegment::Key(f), rest @ ..] if r == "repository" && f == field => {
+                    let mut moved = vec![
+                        PathSegment::Key("repository".into()),
+                        PathSegment::Key(N::CONNECTION.into()),
+                        PathSegment::Key("nodes".into()),
+                        PathSegment::Index(0),
+                    ];
+                    moved.extend_from_slice(rest);
+                    moved
+                }
+                _ => p,
+            }
+        })
+        .collect();
+    Ok(Some(Page {
+        repository: header(&read.repository)?,
+        nodes: vec![node],
+        conversations: vec![conversation],
+        read_at,
+        total_count: None,
+        has_next_page: false,
+        end_cursor: None,
+        error_paths,
+        cost: read.rate_limit.map_or(0, |r| r.cost),
+    }))
+}
+
 fn login(a: Option<&queries::Actor>) -> Option<String> {
     a.map(|a| a.login.clone())
 }
@@ -776,17 +832,7 @@ impl GithubSource for ClientSource {
             .issues_page(&repo.owner, &repo.name, first, after)
             .await
             .map_err(source_error)?;
-        listing_page(read, read_at, |n| {
-            let node = IssueNode {
-                fields: item_fields!(n)?,
-                state_reason: n.state_reason.as_ref().map(lower),
-            };
-            let conversation = Conversation {
-                comments: Some(comments(&n.comments)),
-                ..Conversation::default()
-            };
-            Some((node, conversation))
-        })
+        listing_page(read, read_at, issue_node)
     }
 
     async fn pull_requests_page(
@@ -801,19 +847,63 @@ impl GithubSource for ClientSource {
             .pull_requests_page(&repo.owner, &repo.name, first, after)
             .await
             .map_err(source_error)?;
-        listing_page(read, read_at, |n| {
-            let node = PullRequestNode {
-                fields: item_fields!(n)?,
-                draft: Some(n.is_draft),
-                review_count: n.reviews.as_ref().map(|r| r.total_count),
-                head_ref: Some(n.head_ref_name.clone()),
-                head_sha: Some(n.head_ref_oid.0.clone()),
-                base_ref: Some(n.base_ref_name.clone()),
-                merged_at: n.merged_at.as_ref().map(|t| t.0),
-            };
-            Some((node, pull_request_conversation(n)))
-        })
+        listing_page(read, read_at, pull_request_node)
     }
+
+    async fn issue(
+        &self,
+        repo: &RepoRef,
+        number: i32,
+    ) -> Result<Option<Page<IssueNode>>, SourceError> {
+        let read_at = OffsetDateTime::now_utc();
+        let read = self
+            .client
+            .issue(&repo.owner, &repo.name, number)
+            .await
+            .map_err(source_error)?;
+        item_page(read, read_at, "issue", issue_node)
+    }
+
+    async fn pull_request(
+        &self,
+        repo: &RepoRef,
+        number: i32,
+    ) -> Result<Option<Page<PullRequestNode>>, SourceError> {
+        let read_at = OffsetDateTime::now_utc();
+        let read = self
+            .client
+            .pull_request(&repo.owner, &repo.name, number)
+            .await
+            .map_err(source_error)?;
+        item_page(read, read_at, "pullRequest", pull_request_node)
+    }
+}
+
+/// An issue as the mirror stores it, with what was read under it; `None` without a native id.
+fn issue_node(n: &queries::IssueNode) -> Option<(IssueNode, Conversation)> {
+    let node = IssueNode {
+        fields: item_fields!(n)?,
+        state_reason: n.state_reason.as_ref().map(lower),
+    };
+    let conversation = Conversation {
+        comments: Some(comments(&n.comments)),
+        ..Conversation::default()
+    };
+    Some((node, conversation))
+}
+
+/// A pull request as the mirror stores it, with what was read under it.
+fn pull_request_node(n: &queries::PullRequestNode) -> Option<(PullRequestNode, Conversation)> {
+    let node = PullRequestNode {
+        fields: item_fields!(n)?,
+        draft: Some(n.is_draft),
+        review_count: n.reviews.as_ref().map(|r| r.total_count),
+        head_ref: Some(n.head_ref_name.clone()),
+        head_sha: Some(n.head_ref_oid.0.clone()),
+        base_ref: Some(n.base_ref_name.clone()),
+        merged_at: n.merged_at.as_ref().map(|t| t.0),
+    };
+    Some((node, pull_request_conversation(n)))
 }
 
 #[cfg(test)]

@@ -151,13 +151,14 @@ pub async fn run(
     let webhook_handler = Arc::new(
         WebhookConsumer::new(
             db.get_postgres_connection_pool().clone(),
-            webhooks::GithubWebhooks {
-                pool: db.get_postgres_connection_pool().clone(),
-                readers: webhooks::Readers {
+            webhooks::GithubWebhooks::new(
+                db.get_postgres_connection_pool().clone(),
+                webhooks::Readers {
                     db: db.clone(),
                     factory,
                 },
-            },
+                config.sync.clock_skew(),
+            ),
         )
         .with_clock_skew(config.sync.clock_skew()),
     );

@@ -122,15 +122,28 @@ pub async fn upsert_page<N: ListedNode>(
     removal: Option<&Removal<'_>>,
     bound: TimeBound,
 ) -> Result<Written, sqlx::Error> {
+    let mut txn = pool.begin().await?;
+    let written = upsert_page_in(&mut txn, repository_id, page, removal, bound).await?;
+    txn.commit().await?;
+    Ok(written)
+}
+
+/// [`upsert_page`] in the caller's transaction (one that has admitted a delivery, say).
+pub async fn upsert_page_in<N: ListedNode>(
+    txn: &mut sqlx::PgConnection,
+    repository_id: Uuid,
+    page: &Page<N>,
+    removal: Option<&Removal<'_>>,
+    bound: TimeBound,
+) -> Result<Written, sqlx::Error> {
     // Fail-closed: a GraphQL error anywhere on the page leaves every nested listing in doubt.
     let removal = removal.filter(|_| page.error_paths.is_empty());
     let class: ItemClass = N::CLASS;
     let keys: Vec<ItemKey> = page.nodes.iter().map(ItemNode::key).collect();
     let ids: Vec<i64> = keys.iter().map(|k| k.native_id).collect();
-    let mut txn = pool.begin().await?;
     let numbered: Vec<(i64, i32)> = keys.iter().map(|k| (k.native_id, k.number)).collect();
-    let skipped = misfiled::refile_page(&mut txn, class, repository_id, &numbered).await?;
-    let stored = items::lock_items(&mut txn, class, repository_id, &ids).await?;
+    let skipped = misfiled::refile_page(&mut *txn, class, repository_id, &numbered).await?;
+    let stored = items::lock_items(&mut *txn, class, repository_id, &ids).await?;
     let mut written = Written::default();
     for (i, (n, key)) in page.nodes.iter().zip(&keys).enumerate() {
         // Misfiled work that cannot move stays with its holding repository.
@@ -146,12 +159,12 @@ pub async fn upsert_page<N: ListedNode>(
         }
         let prior = stored.get(&key.native_id);
         let counts = counts(n, &page.error_paths, i);
-        let step = compare_write(&mut txn, repository_id, n, counts, prior, None).await?;
+        let step = compare_write(&mut *txn, repository_id, n, counts, prior, None).await?;
         // The nested lists carry their own versions: written even under a stale item.
         if let Some(conversation) = page.conversations.get(i) {
             let item = N::item(step.id, repository_id);
             let nested = conversation::write(
-                &mut txn,
+                &mut *txn,
                 &item,
                 key.updated_at,
                 page.read_at,
@@ -167,10 +180,9 @@ pub async fn upsert_page<N: ListedNode>(
         }
         if let Some(change) = n.stored_change(prior) {
             let item = N::item(step.id, repository_id);
-            events::record(&mut txn, &item, &change, key.updated_at, Origin::Sync).await?;
+            events::record(&mut *txn, &item, &change, key.updated_at, Origin::Sync).await?;
         }
         written.applied += 1;
     }
-    txn.commit().await?;
     Ok(written)
 }

@@ -234,6 +234,21 @@ pub trait GithubSource: Send + Sync {
         after: Option<&str>,
     ) -> Result<Page<PullRequestNode>, SourceError>;
 
+    /// One issue by number, with what an issues page reads under it, as a page of one; `None`
+    /// when GitHub shows these credentials no issue of that number.
+    async fn issue(
+        &self,
+        repo: &RepoRef,
+        number: i32,
+    ) -> Result<Option<Page<IssueNode>>, SourceError>;
+
+    /// One pull request by number, as [`GithubSource::issue`].
+    async fn pull_request(
+        &self,
+        repo: &RepoRef,
+        number: i32,
+    ) -> Result<Option<Page<PullRequestNode>>, SourceError>;
+
     /// One read of a commit's check runs, statuses and suites (`GetCommitCheckRuns`). Any doubt
     /// about the answer (a GraphQL error, an unknown commit) is an error: a failed read.
     async fn commit_check_runs(

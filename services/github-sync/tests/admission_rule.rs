@@ -88,8 +88,9 @@ impl World {
         sqlx::query(
             "INSERT INTO inbound_message (id, endpoint_id, workspace_id, connection_id, kind,
                                           verification, body_digest, event, subject, msg_id,
-                                          outbox_id)
-             VALUES ($1, $2, $3, $4, 'github', 'hmac', 'd', 'installation', 's', $1::text, $1)",
+                                          outbox_id, tenant_signed)
+             VALUES ($1, $2, $3, $4, 'github', 'hmac', 'd', 'installation', 's', $1::text, $1,
+                     false)",
         )
         .bind(message)
         .bind(endpoint)

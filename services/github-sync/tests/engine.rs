@@ -209,6 +209,26 @@ impl GithubSource for ScriptedGithub {
         ))
     }
 
+    async fn issue(
+        &self,
+        _repo: &RepoRef,
+        _number: i32,
+    ) -> Result<Option<Page<IssueNode>>, SourceError> {
+        Err(SourceError::Other(
+            "the scripted GitHub reads no single issue".into(),
+        ))
+    }
+
+    async fn pull_request(
+        &self,
+        _repo: &RepoRef,
+        _number: i32,
+    ) -> Result<Option<Page<PullRequestNode>>, SourceError> {
+        Err(SourceError::Other(
+            "the scripted GitHub reads no single pull request".into(),
+        ))
+    }
+
     async fn pull_requests_page(
         &self,
         _repo: &RepoRef,

@@ -188,7 +188,10 @@ impl World {
         replay_of: Option<Uuid>,
     ) -> Result<Uuid> {
         let dedup = match replay_of {
-            Some(of) => Dedup::Replay { of },
+            Some(of) => Dedup::Replay {
+                of,
+                tenant_signed: false,
+            },
             None => Dedup::Keys {
                 event_id: Some(Uuid::now_v7().to_string()),
                 digest_window: Duration::from_secs(1),
@@ -402,6 +405,7 @@ async fn tenant(
                 registration,
                 provider_ref: None,
                 address_token: Some(Uuid::now_v7().simple().to_string()),
+                tenant_keyed: false,
             },
             Uuid::now_v7().as_bytes(),
         )

@@ -329,6 +329,7 @@ async fn github_endpoint(db: &DatabaseConnection) -> Result<Uuid> {
             registration: Registration::Operator,
             provider_ref: Some(HOOK_ID.to_owned()),
             address_token: None,
+            tenant_keyed: false,
         },
         SECRET.as_bytes(),
     )

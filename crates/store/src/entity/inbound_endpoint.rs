@@ -54,6 +54,10 @@ pub struct Model {
     pub token_lookup: Option<String>,
     pub previous_token_lookup: Option<String>,
     pub status: EndpointStatus,
+    /// A tenant chose or was shown the current secret: what it signs is a claim (m0032).
+    pub tenant_keyed: bool,
+    /// The same of the previous secret, while it still verifies.
+    pub previous_tenant_keyed: bool,
     pub created_at: TimeDateTimeWithTimeZone,
     pub updated_at: TimeDateTimeWithTimeZone,
 }

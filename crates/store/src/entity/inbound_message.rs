@@ -24,6 +24,8 @@ pub struct Model {
     /// Its dispatch record; `dispatched` once that row is gone (view `inbound_message_state`).
     pub outbox_id: Uuid,
     pub replay_of: Option<Uuid>,
+    /// Verified by a secret a tenant knows: a claim its consumer confirms with the vendor.
+    pub tenant_signed: bool,
     pub received_at: TimeDateTimeWithTimeZone,
     /// When its body, headers and stream copies were erased on their own
     /// (`crate::inbound::erase_delivery`); the row stays as history.

@@ -15,6 +15,7 @@
 //! - database failure, or a vendor API the connection cannot reach now: redelivered with backoff.
 
 pub mod follow;
+pub mod hint;
 
 use std::future::Future;
 
@@ -102,11 +103,30 @@ pub struct Webhook<'a> {
     pub provider_instance_id: Uuid,
     /// When JetStream stored it (the NATS server's clock): the date of dated snapshots.
     pub received_at: OffsetDateTime,
+    /// Whether its signature proves it came from the vendor, or only that a tenant sent it.
+    pub claim: Claim,
     /// The message as the bus delivered it.
     pub delivery: &'a Delivery,
 }
 
+/// What a delivery's signature proves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Signed by a secret no tenant knows (the App's, set by the operator, or one forgesync
+    /// generated for a hook it created): the vendor sent it, and its payload may be written.
+    Fact,
+    /// Signed by a secret a tenant chose or was shown: anyone in that workspace could have
+    /// written it. Its payload only names what to re-read; see [`hint`].
+    Hint,
+}
+
 impl Webhook<'_> {
+    /// Whether the payload is only a claim: the vendor must confirm what it names before
+    /// anything is written ([`hint::Confirmations`]).
+    pub fn is_hint(&self) -> bool {
+        self.claim == Claim::Hint
+    }
+
     /// Admits the delivery for `scope` under the vendor's rule (see [`store::admission`]) in
     /// the caller's transaction, which then holds the connection row until it commits. Call it
     /// before anything the payload names is read or written; a refusal is
@@ -205,8 +225,8 @@ impl<A: WebhookApply> WebhookConsumer<A> {
         };
         let connection_id = connection_header
             .ok_or_else(|| WebhookError::Invalid("no connection header".into()))?;
-        let Some(provider_instance_id) =
-            provider_instance(&self.pool, connection_id, A::KIND).await?
+        let Some((provider_instance_id, claim)) =
+            provider_instance(&self.pool, connection_id, delivery_id, A::KIND).await?
         else {
             // The connection is gone (erased) or not this vendor's: nothing of it may be written.
             return Ok(Outcome::Ignored);
@@ -221,13 +241,15 @@ impl<A: WebhookApply> WebhookConsumer<A> {
             },
             provider_instance_id,
             received_at: delivery.stored_at(),
+            claim,
             delivery,
         };
         // No row may be dated past when its delivery arrived (plus the skew allowed): forward-only
         // writes would then refuse every genuine update after it. Checked for every vendor before
-        // its decode, so no writer can forget it.
+        // its decode, so no writer can forget it. A hint's dates are never written (the vendor's
+        // answer is, bounded by its read), so a hint is confirmed whatever it claims.
         let bound = TimeBound::after(hook.received_at, self.clock_skew);
-        if let Some(future) = future_time(&body, bound) {
+        if let (Claim::Fact, Some(future)) = (claim, future_time(&body, bound)) {
             metrics::counter!("webhooks_rejected_total", "vendor" => A::KIND.as_str(), "reason" => "future_time")
                 .increment(1);
             return Err(WebhookError::Invalid(future.to_string()));
@@ -339,19 +361,34 @@ async fn body(
     Ok(store::inbound::stored_body(pool, message_id).await?)
 }
 
-/// The provider instance of `connection_id` when it is a connection of `kind`.
+/// The provider instance of `connection_id` when it is a connection of `kind`, and what the
+/// delivery's signature proves, as ingress recorded it when it verified the delivery. A delivery
+/// ingress has no record of (none named, or another connection's) is a claim: nothing on the
+/// message itself can make it a fact.
 async fn provider_instance(
     pool: &PgPool,
     connection_id: Uuid,
+    delivery_id: Option<Uuid>,
     kind: ConnectionKind,
-) -> Result<Option<Uuid>, sqlx::Error> {
-    let row: Option<(Uuid,)> =
-        sqlx::query_as("SELECT provider_instance_id FROM connection WHERE id = $1 AND kind = $2")
-            .bind(connection_id)
-            .bind(kind.as_str())
-            .fetch_optional(pool)
-            .await?;
-    Ok(row.map(|(id,)| id))
+) -> Result<Option<(Uuid, Claim)>, sqlx::Error> {
+    let row: Option<(Uuid, Option<bool>)> = sqlx::query_as(
+        "SELECT c.provider_instance_id, \
+                (SELECT m.tenant_signed FROM inbound_message m \
+                  WHERE m.id = $3 AND m.connection_id = c.id) \
+           FROM connection c WHERE c.id = $1 AND c.kind = $2",
+    )
+    .bind(connection_id)
+    .bind(kind.as_str())
+    .bind(delivery_id)
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|(id, tenant_signed)| {
+        let claim = match tenant_signed {
+            Some(false) => Claim::Fact,
+            Some(true) | None => Claim::Hint,
+        };
+        (id, claim)
+    }))
 }
 
 impl<A: WebhookApply> Handler for WebhookConsumer<A> {

@@ -731,6 +731,7 @@ impl Mirror {
                 registration: Registration::Registered,
                 provider_ref: None,
                 address_token: Some(Uuid::now_v7().simple().to_string()),
+                tenant_keyed: false,
             },
             b"scripted-secret",
         )
@@ -771,7 +772,10 @@ impl Mirror {
         how: Stored,
     ) -> Result<Uuid> {
         let dedup = match how.replay_of {
-            Some(of) => Dedup::Replay { of },
+            Some(of) => Dedup::Replay {
+                of,
+                tenant_signed: false,
+            },
             None => Dedup::Keys {
                 event_id: Some(Uuid::now_v7().to_string()),
                 digest_window: Duration::from_secs(3600),

@@ -1373,6 +1373,39 @@ impl Repository {
             total_count: p.total_count,
         })
     }
+    /// One issue by number; GitHub's NOT_FOUND when there is none (a pull request's number
+    /// names no issue).
+    async fn issue(&self, ctx: &Context<'_>, number: i32) -> async_graphql::Result<Option<Issue>> {
+        let model = lock(model_of(ctx));
+        let repo = model.repos.get(&self.id).ok_or_else(|| gone(self.id))?;
+        let found = u64::try_from(number).ok().and_then(|n| repo.issue(n));
+        let issue = found.ok_or_else(|| {
+            typed_error(
+                "NOT_FOUND",
+                format!("Could not resolve to an Issue with the number of {number}."),
+            )
+        })?;
+        let nested = Arc::new(model.conversation(issue.database_id));
+        Ok(Some(Issue(issue.clone(), nested)))
+    }
+    /// One pull request by number; GitHub's NOT_FOUND when there is none.
+    async fn pull_request(
+        &self,
+        ctx: &Context<'_>,
+        number: i32,
+    ) -> async_graphql::Result<Option<PullRequest>> {
+        let model = lock(model_of(ctx));
+        let repo = model.repos.get(&self.id).ok_or_else(|| gone(self.id))?;
+        let found = u64::try_from(number).ok().and_then(|n| repo.pull_request(n));
+        let pull = found.ok_or_else(|| {
+            typed_error(
+                "NOT_FOUND",
+                format!("Could not resolve to a PullRequest with the number of {number}."),
+            )
+        })?;
+        let nested = Arc::new(model.conversation(pull.database_id));
+        Ok(Some(PullRequest(pull.clone(), nested)))
+    }
     async fn pull_requests(
         &self,
         ctx: &Context<'_>,

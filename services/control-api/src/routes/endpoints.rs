@@ -133,6 +133,9 @@ pub async fn create(
         registration: body.registration,
         provider_ref: body.provider_ref,
         address_token,
+        // The answer shows the secret to the caller: only an operator's keeps it from tenants,
+        // and a delivery signed with a secret a tenant knows is a claim, not a fact.
+        tenant_keyed: !caller.operator,
     };
     // An endpoint a shared vendor route selects is not scoped to one workspace: operators only.
     if new.on_shared_route() {
@@ -258,10 +261,26 @@ pub async fn rotate_secret(
             "the endpoint is disabled; its connection was disconnected",
         ));
     }
-    let row =
-        store::inbound::rotate_secret(&txn, &state.secret_key, endpoint, secret.as_bytes(), window)
-            .await
-            .map_err(ApiError::internal)?;
+    // Who may create an endpoint a shared route selects is who may choose its secret.
+    let shared = store::inbound::on_shared_route(
+        endpoint.registration,
+        endpoint.kind,
+        endpoint.provider_ref.is_some(),
+    );
+    if shared {
+        caller.require_operator()?;
+    }
+    let tenant_keyed = !caller.operator;
+    let row = store::inbound::rotate_secret(
+        &txn,
+        &state.secret_key,
+        endpoint,
+        secret.as_bytes(),
+        window,
+        tenant_keyed,
+    )
+    .await
+    .map_err(ApiError::internal)?;
     txn.commit().await?;
     tracing::info!(%workspace_id, %connection_id, endpoint = %endpoint_id, actor = %caller.sub,
         window_secs = window.as_secs(), "webhook secret rotated");

@@ -21,6 +21,19 @@ pub struct IssueCommentEvent {
     comment: payload::Comment,
 }
 
+impl IssueCommentEvent {
+    /// The repository, class and number this delivery names (a hint's item): the comment's
+    /// issue, or the pull request whose conversation it is.
+    pub fn named(&self) -> (&Repository, ItemClass, i32) {
+        let class = if self.issue.pull_request.is_some() {
+            ItemClass::PullRequest
+        } else {
+            ItemClass::Issue
+        };
+        (&self.repository, class, self.issue.item.number)
+    }
+}
+
 /// The item the comment belongs to, locked; an issue not mirrored yet is created from the
 /// payload (a stub the issues handler and the sync move forward later).
 async fn parent(

@@ -5,7 +5,7 @@
 use lifecycle_core::forward::{Freshness, Push};
 use lifecycle_core::source_key::{LifecycleChange, state_change_publishes as publishes};
 use scm_mirror::events::{self, Item, Origin};
-use scm_mirror::items::{self, Counts, ItemNode, ItemStep, StoredItem};
+use scm_mirror::items::{self, Counts, ItemClass, ItemNode, ItemStep, StoredItem};
 use serde::Deserialize;
 use sqlx::PgPool;
 use time::OffsetDateTime;
@@ -22,6 +22,13 @@ pub struct IssuesEvent {
     issue: payload::Issue,
 }
 
+impl IssuesEvent {
+    /// The repository, class and number this delivery names (a hint's item).
+    pub fn named(&self) -> (&Repository, ItemClass, i32) {
+        (&self.repository, ItemClass::Issue, self.issue.item.number)
+    }
+}
+
 #[derive(Debug, Deserialize)]
 pub struct PullRequestEvent {
     action: String,
@@ -31,6 +38,13 @@ pub struct PullRequestEvent {
     before: Option<String>,
     #[serde(default)]
     after: Option<String>,
+}
+
+impl PullRequestEvent {
+    /// The repository, class and number this delivery names (a hint's item).
+    pub fn named(&self) -> (&Repository, ItemClass, i32) {
+        (&self.repository, ItemClass::PullRequest, self.pull_request.item.number)
+    }
 }
 
 /// Handles an `issues` delivery.

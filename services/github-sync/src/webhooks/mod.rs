@@ -8,6 +8,7 @@
 pub mod checks;
 pub mod comments;
 pub mod filters;
+pub mod hints;
 pub mod installation;
 pub mod items;
 pub mod misfiled;
@@ -22,6 +23,7 @@ use scm_mirror::admission::GithubRepository;
 use sea_orm::{DatabaseConnection, EntityTrait};
 use sqlx::PgPool;
 use store::entity::{ConnectionKind, ConnectionStatus, connection};
+use sync_engine::webhook::hint::Confirmations;
 use sync_engine::webhook::{Outcome, Webhook, WebhookApply, WebhookError, parse};
 use uuid::Uuid;
 
@@ -30,8 +32,25 @@ use crate::{GithubSource, SourceFactory};
 /// github-sync's [`WebhookApply`]: GitHub's events by name, each to its writer.
 pub struct GithubWebhooks {
     pub pool: PgPool,
-    /// Reads GitHub for a delivery that needs more than its payload (a head's check runs).
+    /// Reads GitHub for a delivery that needs more than its payload (a head's check runs, the
+    /// item a hint names).
     pub readers: Readers,
+    /// The confirming reads of hints, per item ([`hints`]).
+    pub confirmations: Confirmations,
+    /// How far past a confirming read a version may be dated.
+    pub clock_skew: std::time::Duration,
+}
+
+impl GithubWebhooks {
+    /// The consumer's vendor half, allowing `clock_skew` past a read.
+    pub fn new(pool: PgPool, readers: Readers, clock_skew: std::time::Duration) -> Self {
+        GithubWebhooks {
+            pool,
+            readers,
+            confirmations: Confirmations::new("github"),
+            clock_skew,
+        }
+    }
 }
 
 /// Builds a delivery's connection's GitHub reader, as jobs do.
@@ -109,6 +128,12 @@ impl WebhookApply for GithubWebhooks {
 
     async fn apply(&self, hook: &Webhook<'_>, event: Event) -> Result<Outcome, WebhookError> {
         let (pool, readers) = (&self.pool, &self.readers);
+        // A claim about an item is confirmed by reading the item; its payload is never written.
+        if hook.is_hint()
+            && let Some(hinted) = event.hinted()
+        {
+            return hints::confirm(self, hook, hinted).await;
+        }
         match event {
             Event::Repository(e) => repository::handle(pool, readers, hook, e).await,
             Event::Installation(e) => installation::installation(pool, readers, hook, e).await,

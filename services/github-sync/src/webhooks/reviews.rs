@@ -11,7 +11,7 @@ use lifecycle_core::forward::{
 use lifecycle_core::source_key::LifecycleChange;
 use scm_mirror::comments::{self, CommentAction, ReviewComment, StoredComment};
 use scm_mirror::events::{self, Item, Origin};
-use scm_mirror::items::{self, Counts};
+use scm_mirror::items::{self, Counts, ItemClass};
 use scm_mirror::reviews::{Review, StoredThread, Thread};
 use serde::Deserialize;
 use sqlx::PgPool;
@@ -29,12 +29,26 @@ pub struct ReviewEvent {
     review: payload::Review,
 }
 
+impl ReviewEvent {
+    /// The repository, class and number this delivery names (a hint's item).
+    pub fn named(&self) -> (&Repository, ItemClass, i32) {
+        (&self.repository, ItemClass::PullRequest, self.pull_request.item.number)
+    }
+}
+
 #[derive(Debug, Deserialize)]
 pub struct ReviewCommentEvent {
     action: String,
     repository: Repository,
     pull_request: payload::PullRequest,
     comment: payload::ReviewComment,
+}
+
+impl ReviewCommentEvent {
+    /// The repository, class and number this delivery names (a hint's item).
+    pub fn named(&self) -> (&Repository, ItemClass, i32) {
+        (&self.repository, ItemClass::PullRequest, self.pull_request.item.number)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -45,6 +59,13 @@ pub struct ThreadEvent {
     thread: payload::Thread,
     #[serde(default)]
     sender: Option<Account>,
+}
+
+impl ThreadEvent {
+    /// The repository, class and number this delivery names (a hint's item).
+    pub fn named(&self) -> (&Repository, ItemClass, i32) {
+        (&self.repository, ItemClass::PullRequest, self.pull_request.item.number)
+    }
 }
 
 /// The pull request a review payload is about, in a monitored repository, locked; created from

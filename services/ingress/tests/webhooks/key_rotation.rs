@@ -164,6 +164,7 @@ async fn rotating_the_secret_key_under_traffic_fails_no_delivery() -> Result<()>
             registration: Registration::Operator,
             provider_ref: Some("80".into()),
             address_token: None,
+            tenant_keyed: false,
         },
         b"secret-new",
     )

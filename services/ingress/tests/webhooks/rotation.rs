@@ -45,6 +45,7 @@ async fn the_previous_secret_verifies_inside_the_window_only() -> Result<()> {
         ep,
         b"new-secret",
         Duration::from_secs(86_400),
+        false,
     )
     .await?;
     assert_eq!(rotated.status, inbound_endpoint::EndpointStatus::Rotating);

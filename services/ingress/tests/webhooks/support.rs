@@ -93,6 +93,7 @@ impl Harness {
                 registration,
                 provider_ref: provider_ref.map(str::to_owned),
                 address_token: address_token.map(str::to_owned),
+                tenant_keyed: false,
             },
             secret.as_bytes(),
         )

@@ -245,6 +245,7 @@ pub async fn run() -> Result<()> {
                     registration: Registration::Operator,
                     provider_ref: Some(provider_ref),
                     address_token: None,
+                    tenant_keyed: false,
                 },
                 SECRET,
             )
