@@ -3,6 +3,7 @@
 
 // Each test module uses its own part of the stack.
 mod admission;
+mod claims;
 mod repos;
 mod reviews;
 #[allow(dead_code)]

@@ -17,6 +17,10 @@ pub mod ops {
     pub const REPOSITORY_ISSUES: &str = "RepositoryIssues";
     /// GraphQL `RepositoryPullRequests`.
     pub const REPOSITORY_PULL_REQUESTS: &str = "RepositoryPullRequests";
+    /// GraphQL `RepositoryIssue`: one issue by number.
+    pub const REPOSITORY_ISSUE: &str = "RepositoryIssue";
+    /// GraphQL `RepositoryPullRequest`: one pull request by number.
+    pub const REPOSITORY_PULL_REQUEST: &str = "RepositoryPullRequest";
     /// GraphQL `GetCommitCheckRuns`.
     pub const GET_COMMIT_CHECK_RUNS: &str = "GetCommitCheckRuns";
     /// GraphQL `RepositoryById`.
