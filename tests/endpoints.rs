@@ -408,6 +408,63 @@ async fn a_workspace_token_cannot_create_endpoints_that_shared_routes_select() -
     api.stop().await
 }
 
+/// Who knows a secret decides what its deliveries prove. An endpoint a workspace token made (or
+/// re-keyed) is tenant-keyed: what it receives is a claim. A workspace token cannot re-key an
+/// endpoint only an operator could create, and an operator's rotation leaves the secret it
+/// replaced tenant-keyed for as long as it still verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_a_tenant_chose_or_saw_sign_claims_and_only_operators_rekey_shared_endpoints()
+-> Result<()> {
+    let env = TestEnv::new().await?;
+    let (s, api, ingress) = start(&env).await?;
+    let (ws, conn, shared) = github_endpoint(&s, "5005", "operator-secret-0123456789").await?;
+    let admin = testkit::token(&s.keys, Role::Admin, Some(uuid::Uuid::parse_str(&ws)?))?;
+    let endpoints = format!("/workspaces/{ws}/connections/{conn}/endpoints");
+    let (st, own) = s
+        .call(&endpoints, &admin, json!({"registration": "operator", "address": true}))
+        .await?;
+    assert_eq!(st, StatusCode::CREATED, "{own}");
+    let own = own["id"].as_str().unwrap().to_owned();
+    let keyed = |id: String| {
+        let env = &env;
+        let ws = ws.clone();
+        async move {
+            let row = endpoints_of(env, &ws)
+                .await?
+                .into_iter()
+                .find(|e| e.id.to_string() == id)
+                .expect("endpoint exists");
+            anyhow::Ok((row.tenant_keyed, row.previous_tenant_keyed))
+        }
+    };
+    assert_eq!(keyed(shared.clone()).await?, (false, false), "the operator's");
+    assert_eq!(keyed(own.clone()).await?, (true, true), "the workspace's");
+
+    // The workspace cannot re-key the shared endpoint; nothing changes.
+    let rotate = |id: &str| format!("{endpoints}/{id}/rotate-secret");
+    let (st, answer) = s.call(&rotate(&shared), &admin, json!({})).await?;
+    assert_eq!(st, StatusCode::FORBIDDEN, "{answer}");
+    assert_eq!(keyed(shared.clone()).await?, (false, false));
+    assert_eq!(
+        s.push("5005", "still-the-operators", "operator-secret-0123456789")
+            .await?
+            .0,
+        StatusCode::OK
+    );
+
+    // An operator re-keys the workspace's endpoint: the new secret is the operator's, the old one
+    // stays a claim while it verifies.
+    let (st, answer) = s.call(&rotate(&own), &s.admin, json!({})).await?;
+    assert_eq!(st, StatusCode::OK, "{answer}");
+    assert_eq!(keyed(own.clone()).await?, (false, true));
+    // The workspace re-keys it back: claims again.
+    let (st, answer) = s.call(&rotate(&own), &admin, json!({})).await?;
+    assert_eq!(st, StatusCode::OK, "{answer}");
+    assert_eq!(keyed(own).await?, (true, false));
+    ingress.stop().await?;
+    api.stop().await
+}
+
 /// Outline subscription ids belong to their workspace: B cannot take the id A's subscription
 /// carries first and so refuse A its endpoint (each workspace binds its own), an Outline endpoint
 /// must name its subscription, and one workspace cannot bind one id twice.
