@@ -20,6 +20,18 @@ use vendor_sim::gitlab::{GitlabSim, Model, NewMergeRequest, NoteOn};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_merge_request_and_its_note_reach_the_mirror_through_the_registered_group_hook()
 -> Result<()> {
+    through_the_registered_group_hook(false).await
+}
+
+/// The same hooks on an endpoint whose secret a tenant knows are claims: GitLab has no
+/// confirming read of one item yet, so nothing of them is written, and the connection records
+/// why (the next reconcile reads the project).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_on_an_endpoint_a_tenant_keyed_write_nothing_and_say_why() -> Result<()> {
+    through_the_registered_group_hook(true).await
+}
+
+async fn through_the_registered_group_hook(tenant_keyed: bool) -> Result<()> {
     let env = TestEnv::new().await?;
     let pool = env.db.db.get_postgres_connection_pool().clone();
     let mut model = Model::default();
@@ -62,7 +74,7 @@ async fn a_merge_request_and_its_note_reach_the_mirror_through_the_registered_gr
             registration: Registration::Registered,
             provider_ref: Some("acme".into()),
             address_token: None,
-            tenant_keyed: false,
+            tenant_keyed,
         },
         Uuid::now_v7().as_bytes(),
     )
@@ -113,6 +125,35 @@ async fn a_merge_request_and_its_note_reach_the_mirror_through_the_registered_gr
         "ingress accepted both hooks: {attempts:?}"
     );
 
+    if tenant_keyed {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let said: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM connection_activity
+                  WHERE connection_id = $1 AND activity = 'hint_unconfirmed'",
+            )
+            .bind(connection_id)
+            .fetch_one(&pool)
+            .await?;
+            if said >= 2 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the hooks were not settled as claims"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        for table in ["pull_request", "comment", "repository_to_monitor"] {
+            let rows: i64 =
+                sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+                    .fetch_one(&pool)
+                    .await?;
+            assert_eq!(rows, 0, "a claim wrote to {table}");
+        }
+        sync.stop().await?;
+        return ingress.stop().await;
+    }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let stored: Option<(String, i64)> = sqlx::query_as(

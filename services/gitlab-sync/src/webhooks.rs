@@ -21,7 +21,7 @@ use scm_mirror::admission::GitlabProject;
 use sqlx::{PgPool, Postgres, Transaction};
 use store::admission::Refusal;
 use store::entity::ConnectionKind;
-use sync_engine::webhook::{Outcome, Webhook, WebhookApply, WebhookError, parse};
+use sync_engine::webhook::{Outcome, Webhook, WebhookApply, WebhookError, hint, parse};
 use uuid::Uuid;
 
 use crate::mirror::split_path;
@@ -57,6 +57,18 @@ impl WebhookApply for GitlabWebhooks {
     }
 
     async fn apply(&self, hook: &Webhook<'_>, event: Event) -> Result<Outcome, WebhookError> {
+        // A claim (an endpoint whose secret a tenant knows) writes nothing of its own. GitLab
+        // has no confirming read of one item yet, so the next reconcile reads the project.
+        if hook.is_hint() {
+            return hint::unconfirmed(
+                &self.pool,
+                hook,
+                "gitlab",
+                "signed by a secret a tenant knows; GitLab hints are not read back, the next \
+                 reconcile reads the project",
+            )
+            .await;
+        }
         match event {
             Event::Issue(e) => items::issue(self, hook, e).await,
             Event::MergeRequest(e) => items::merge_request(self, hook, e).await,

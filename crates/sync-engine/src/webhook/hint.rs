@@ -153,23 +153,7 @@ impl Confirmations {
                 });
                 Ok(outcome)
             }
-            Confirmation::Unconfirmed(reason) => {
-                confirmed("unconfirmed");
-                tracing::info!(vendor, connection_id = %hook.connection_id, event = hook.event,
-                    %reason, "a hint the vendor did not confirm; nothing written, reconcile heals it");
-                store::activity::record_for_connection(
-                    pool,
-                    hook.connection_id,
-                    "hint_unconfirmed",
-                    serde_json::json!({
-                        "event": hook.event,
-                        "delivery_id": hook.origin.delivery_id,
-                        "reason": reason,
-                    }),
-                )
-                .await?;
-                Ok(Outcome::Unchanged)
-            }
+            Confirmation::Unconfirmed(reason) => unconfirmed(pool, hook, vendor, &reason).await,
         }
     }
 
@@ -226,4 +210,31 @@ impl Drop for Reading {
             }
         }
     }
+}
+
+/// Settles a hint nothing confirmed: nothing written, the reason recorded as the delivering
+/// connection's activity (`hint_unconfirmed`) and counted. For a vendor with no confirming read
+/// of what a delivery names, every hint ends here and its reconcile reads the vendor.
+pub async fn unconfirmed(
+    pool: &PgPool,
+    hook: &Webhook<'_>,
+    vendor: &'static str,
+    reason: &str,
+) -> Result<Outcome, WebhookError> {
+    metrics::counter!("webhook_hint_confirmations_total", "vendor" => vendor, "outcome" => "unconfirmed")
+        .increment(1);
+    tracing::info!(vendor, connection_id = %hook.connection_id, event = hook.event, %reason,
+        "a hint the vendor did not confirm; nothing written, reconcile heals it");
+    store::activity::record_for_connection(
+        pool,
+        hook.connection_id,
+        "hint_unconfirmed",
+        serde_json::json!({
+            "event": hook.event,
+            "delivery_id": hook.origin.delivery_id,
+            "reason": reason,
+        }),
+    )
+    .await?;
+    Ok(Outcome::Unchanged)
 }
