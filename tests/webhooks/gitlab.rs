@@ -23,11 +23,11 @@ async fn a_merge_request_and_its_note_reach_the_mirror_through_the_registered_gr
     through_the_registered_group_hook(false).await
 }
 
-/// The same hooks on an endpoint whose secret a tenant knows are claims: GitLab has no
-/// confirming read of one item yet, so nothing of them is written, and the connection records
-/// why (the next reconcile reads the project).
+/// The same hooks on an endpoint whose secret a tenant knows are claims: nothing of their
+/// payloads is written; the merge request they name is read from GitLab and written as GitLab
+/// has it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hooks_on_an_endpoint_a_tenant_keyed_write_nothing_and_say_why() -> Result<()> {
+async fn hooks_on_a_tenant_keyed_endpoint_are_confirmed_by_reading_gitlab() -> Result<()> {
     through_the_registered_group_hook(true).await
 }
 
@@ -126,31 +126,70 @@ async fn through_the_registered_group_hook(tenant_keyed: bool) -> Result<()> {
     );
 
     if tenant_keyed {
+        // Claims: the merge request is read from GitLab by number with the connection's token
+        // and written as GitLab has it; the note is left to the notes reconciliation (a merge
+        // request's note is written from its discussions listing).
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
-            let said: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM connection_activity
-                  WHERE connection_id = $1 AND activity = 'hint_unconfirmed'",
+            let stored: Option<String> = sqlx::query_scalar(
+                "SELECT p.title FROM pull_request p JOIN repository r ON r.id = p.repository_id
+                  WHERE r.native_id = $1 AND p.number = $2",
             )
-            .bind(connection_id)
-            .fetch_one(&pool)
+            .bind(project as i64)
+            .bind(iid as i32)
+            .fetch_optional(&pool)
             .await?;
-            if said >= 2 {
+            if stored.as_deref() == Some("Add the API") {
                 break;
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "the hooks were not settled as claims"
+                "the claim was not confirmed: {stored:?}"
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        for table in ["pull_request", "comment", "repository_to_monitor"] {
-            let rows: i64 =
-                sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
-                    .fetch_one(&pool)
-                    .await?;
-            assert_eq!(rows, 0, "a claim wrote to {table}");
+        assert!(sim.calls("ProjectMergeRequest") >= 1, "GitLab was read");
+        let comments: i64 = sqlx::query_scalar("SELECT count(*) FROM comment")
+            .fetch_one(&pool)
+            .await?;
+        assert_eq!(comments, 0, "a claim's note was written");
+
+        // A forged merge of it, dated 2099, on the same endpoint: read again, written as GitLab
+        // has it (still open, no merge event).
+        let genuine = all
+            .iter()
+            .find(|a| a.event == "Merge Request Hook")
+            .expect("GitLab sent the merge request's hook");
+        let mut forged: serde_json::Value = serde_json::from_slice(&genuine.body)?;
+        forged["object_attributes"]["title"] = json!("merged by a forger");
+        forged["object_attributes"]["state"] = json!("merged");
+        forged["object_attributes"]["action"] = json!("merge");
+        forged["object_attributes"]["updated_at"] = json!("2099-01-01 00:00:00 UTC");
+        let reads = sim.calls("ProjectMergeRequest");
+        let status = vendor_sim::gitlab::webhook::Delivery::new("Merge Request Hook", &forged)
+            .send(&reqwest::Client::new(), &url, &credential, "forged", &sim.base_url())
+            .await?;
+        assert_eq!(status.as_u16(), 200);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while sim.calls("ProjectMergeRequest") == reads {
+            assert!(tokio::time::Instant::now() < deadline, "the forged claim was not read back");
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (title, state): (String, String) = sqlx::query_as(
+            "SELECT p.title, p.state FROM pull_request p JOIN repository r ON r.id = p.repository_id
+              WHERE r.native_id = $1 AND p.number = $2",
+        )
+        .bind(project as i64)
+        .bind(iid as i32)
+        .fetch_one(&pool)
+        .await?;
+        assert_eq!((title.as_str(), state.as_str()), ("Add the API", "open"));
+        let merges: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM item_event WHERE name = 'scm.pull_request.merged'")
+                .fetch_one(&pool)
+                .await?;
+        assert_eq!(merges, 0, "a forged merge reached the events");
         sync.stop().await?;
         return ingress.stop().await;
     }

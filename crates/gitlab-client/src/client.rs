@@ -21,8 +21,9 @@ use crate::error::{Error, GraphqlError, PathSegment};
 use crate::queries::{
     Discussion, DiscussionPageVariables, GroupNode, GroupPageVariables, GroupPathVariables,
     GroupProjectCount, GroupProjects, GroupSubgroups, IssueNode, MergeRequestDiscussions,
-    MergeRequestNode, PageInfo, ProjectById, ProjectByIdVariables, ProjectIssues,
-    ProjectMergeRequests, ProjectNode, ProjectPageVariables, Time,
+    MergeRequestNode, PageInfo, ProjectById, ProjectByIdVariables, ProjectIssue, ProjectIssues,
+    ProjectItemVariables, ProjectMergeRequest, ProjectMergeRequests, ProjectNode,
+    ProjectPageVariables, Time,
 };
 use crate::rest::{
     GroupHook, GroupHooksPage, MessageBody, NewGroupHook, Note, NoteParent, NotesPage, PageHeaders,
@@ -349,6 +350,65 @@ impl GitlabClient {
             .ok_or_else(|| missing("mergeRequests of", &full_path, &errors))?;
         Ok(Page {
             count: Some(count("ProjectMergeRequests", connection.count)?),
+            page_info: connection.page_info,
+            nodes: connection.nodes.unwrap_or_default(),
+            errors,
+            fetched_at,
+            project: Some(named),
+        })
+    }
+
+    /// One issue of `project` by number, as a page of at most one (the listing's shape, so it
+    /// is written as a listed node is).
+    #[tracing::instrument(skip(self))]
+    pub async fn issue_by_iid(&self, project: &str, iid: u64) -> Result<Page<IssueNode>, Error> {
+        let fetched_at = OffsetDateTime::now_utc();
+        let op = ProjectIssue::build(item_variables(project, iid));
+        let (data, errors) = self.graphql("ProjectIssue", op).await?;
+        let project = data
+            .project
+            .ok_or_else(|| missing("project", project, &errors))?;
+        let full_path = project.full_path.into_inner();
+        let named = PageProject {
+            id: project.id.into_inner(),
+            full_path: full_path.clone(),
+        };
+        let connection = project
+            .issues
+            .ok_or_else(|| missing("issues of", &full_path, &errors))?;
+        Ok(Page {
+            count: Some(count("ProjectIssue", connection.count)?),
+            page_info: connection.page_info,
+            nodes: connection.nodes.unwrap_or_default(),
+            errors,
+            fetched_at,
+            project: Some(named),
+        })
+    }
+
+    /// One merge request of `project` by number, as a page of at most one.
+    #[tracing::instrument(skip(self))]
+    pub async fn merge_request_by_iid(
+        &self,
+        project: &str,
+        iid: u64,
+    ) -> Result<Page<MergeRequestNode>, Error> {
+        let fetched_at = OffsetDateTime::now_utc();
+        let op = ProjectMergeRequest::build(item_variables(project, iid));
+        let (data, errors) = self.graphql("ProjectMergeRequest", op).await?;
+        let project = data
+            .project
+            .ok_or_else(|| missing("project", project, &errors))?;
+        let full_path = project.full_path.into_inner();
+        let named = PageProject {
+            id: project.id.into_inner(),
+            full_path: full_path.clone(),
+        };
+        let connection = project
+            .merge_requests
+            .ok_or_else(|| missing("mergeRequests of", &full_path, &errors))?;
+        Ok(Page {
+            count: Some(count("ProjectMergeRequest", connection.count)?),
             page_info: connection.page_info,
             nodes: connection.nodes.unwrap_or_default(),
             errors,
@@ -712,6 +772,13 @@ fn group_variables(group: &str, first: u32, after: Option<&str>) -> GroupPageVar
         // Bounded to 1..=100, so the cast cannot overflow.
         first: first.clamp(1, MAX_PAGE_SIZE) as i32,
         after: after.map(str::to_owned),
+    }
+}
+
+fn item_variables(project: &str, iid: u64) -> ProjectItemVariables {
+    ProjectItemVariables {
+        full_path: cynic::Id::new(project),
+        iid: iid.to_string(),
     }
 }
 

@@ -542,6 +542,59 @@ pub struct ProjectMergeRequests {
     pub project: Option<MergeRequestsProject>,
 }
 
+/// Variables of the reads of one item by number.
+#[derive(cynic::QueryVariables, Debug, Clone)]
+pub struct ProjectItemVariables {
+    /// The project's full path.
+    pub full_path: cynic::Id,
+    /// The item's number within the project.
+    pub iid: String,
+}
+
+/// The project of a `ProjectIssue` read.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Project", variables = "ProjectItemVariables")]
+pub struct IssueProject {
+    /// Global id.
+    pub id: cynic::Id,
+    /// Full path now.
+    pub full_path: cynic::Id,
+    /// The issue of that number, if any.
+    #[arguments(iids: [$iid], first: 1)]
+    pub issues: Option<IssueConnection>,
+}
+
+/// The project of a `ProjectMergeRequest` read.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Project", variables = "ProjectItemVariables")]
+pub struct MergeRequestProject {
+    /// Global id.
+    pub id: cynic::Id,
+    /// Full path now.
+    pub full_path: cynic::Id,
+    /// The merge request of that number, if any.
+    #[arguments(iids: [$iid], first: 1)]
+    pub merge_requests: Option<MergeRequestConnection>,
+}
+
+/// Operation `ProjectIssue`: one issue by number.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Query", variables = "ProjectItemVariables")]
+pub struct ProjectIssue {
+    /// `None` when the project is gone or not visible.
+    #[arguments(fullPath: $full_path)]
+    pub project: Option<IssueProject>,
+}
+
+/// Operation `ProjectMergeRequest`: one merge request by number.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Query", variables = "ProjectItemVariables")]
+pub struct ProjectMergeRequest {
+    /// `None` when the project is gone or not visible.
+    #[arguments(fullPath: $full_path)]
+    pub project: Option<MergeRequestProject>,
+}
+
 /// A `NoteID`: `gid://gitlab/<Note|DiffNote|DiscussionNote>/<id>`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]

@@ -196,6 +196,7 @@ fn webhook_consumers(
     db: &sea_orm::DatabaseConnection,
     factory: source::ClientFactory,
 ) {
+    use sync_engine::webhook::hint::Confirmations;
     use sync_engine::webhook::{WebhookConsumer, follow};
     let pool = db.get_postgres_connection_pool().clone();
     let refresh = config.sync.filter_refresh();
@@ -206,8 +207,11 @@ fn webhook_consumers(
                 pool: pool.clone(),
                 route: Some(webhooks::route::RouteAdmission {
                     db: db.clone(),
-                    factory,
+                    factory: factory.clone(),
                 }),
+                readers: factory.clone(),
+                confirmations: Confirmations::new("gitlab"),
+                clock_skew: config.sync.clock_skew(),
             },
         )
         .with_clock_skew(config.sync.clock_skew()),
@@ -218,6 +222,9 @@ fn webhook_consumers(
             webhooks::GitlabWebhooks {
                 pool: pool.clone(),
                 route: None,
+                readers: factory,
+                confirmations: Confirmations::new("gitlab"),
+                clock_skew: config.sync.clock_skew(),
             },
         )
         .with_clock_skew(config.sync.clock_skew()),

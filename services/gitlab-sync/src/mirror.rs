@@ -200,6 +200,21 @@ pub async fn upsert_page<T: GitlabNode>(
     close_times: &BTreeMap<i64, OffsetDateTime>,
     bound: TimeBound,
 ) -> Result<Written, sqlx::Error> {
+    let mut txn = pool.begin().await?;
+    let written = upsert_page_in(&mut txn, class, repository_id, page, close_times, bound).await?;
+    txn.commit().await?;
+    Ok(written)
+}
+
+/// [`upsert_page`] in the caller's transaction (one that has admitted a delivery, say).
+pub async fn upsert_page_in<T: GitlabNode>(
+    txn: &mut sqlx::PgConnection,
+    class: ItemClass,
+    repository_id: Uuid,
+    page: &Page<T>,
+    close_times: &BTreeMap<i64, OffsetDateTime>,
+    bound: TimeBound,
+) -> Result<Written, sqlx::Error> {
     let mut written = Written::default();
     let mut nodes = Vec::with_capacity(page.nodes.len());
     for (i, node) in page.nodes.iter().enumerate() {
@@ -217,8 +232,7 @@ pub async fn upsert_page<T: GitlabNode>(
         }
     }
     let ids: Vec<i64> = nodes.iter().map(|(n, _)| fields(n).native_id).collect();
-    let mut txn = pool.begin().await?;
-    let stored = items::lock_items(&mut txn, class, repository_id, &ids).await?;
+    let stored = items::lock_items(&mut *txn, class, repository_id, &ids).await?;
     for (node, counts) in &mut nodes {
         let prior = stored.get(&fields(node).native_id);
         if let MirrorNode::MergeRequest(n) = node
@@ -237,10 +251,10 @@ pub async fn upsert_page<T: GitlabNode>(
         written.newest = written.newest.max(Some(f.updated_at));
         let step = match node {
             MirrorNode::Issue(n) => {
-                compare_write(&mut txn, repository_id, n, *counts, prior, None).await?
+                compare_write(&mut *txn, repository_id, n, *counts, prior, None).await?
             }
             MirrorNode::MergeRequest(n) => {
-                compare_write(&mut txn, repository_id, n, *counts, prior, None).await?
+                compare_write(&mut *txn, repository_id, n, *counts, prior, None).await?
             }
         };
         if step.freshness == Freshness::Stale {
@@ -252,11 +266,10 @@ pub async fn upsert_page<T: GitlabNode>(
                 MirrorNode::Issue(_) => Item::issue(VENDOR, step.id, repository_id),
                 MirrorNode::MergeRequest(_) => Item::pull_request(VENDOR, step.id, repository_id),
             };
-            events::record(&mut txn, &item, &change, f.updated_at, Origin::Sync).await?;
+            events::record(&mut *txn, &item, &change, f.updated_at, Origin::Sync).await?;
         }
         written.applied += 1;
     }
-    txn.commit().await?;
     Ok(written)
 }
 

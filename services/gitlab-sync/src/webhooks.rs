@@ -12,6 +12,7 @@
 //! monitors), which only ever write to monitored projects.
 
 pub mod filters;
+pub mod hints;
 pub mod items;
 pub mod notes;
 pub mod payload;
@@ -33,6 +34,12 @@ pub struct GitlabWebhooks {
     /// Route admission of undiscovered projects; `None` on the shared endpoint's consumer,
     /// where a hook writes only to projects already monitored.
     pub route: Option<route::RouteAdmission>,
+    /// Builds the delivering connection's reader for the item a hint names.
+    pub readers: crate::source::ClientFactory,
+    /// The confirming reads of hints, per item ([`hints`]).
+    pub confirmations: hint::Confirmations,
+    /// How far past a confirming read a version may be dated.
+    pub clock_skew: std::time::Duration,
 }
 
 /// A GitLab hook decoded for its event.
@@ -57,17 +64,13 @@ impl WebhookApply for GitlabWebhooks {
     }
 
     async fn apply(&self, hook: &Webhook<'_>, event: Event) -> Result<Outcome, WebhookError> {
-        // A claim (an endpoint whose secret a tenant knows) writes nothing of its own. GitLab
-        // has no confirming read of one item yet, so the next reconcile reads the project.
+        // A claim (an endpoint whose secret a tenant knows) writes nothing of its own: GitLab
+        // is asked for what it names.
         if hook.is_hint() {
-            return hint::unconfirmed(
-                &self.pool,
-                hook,
-                "gitlab",
-                "signed by a secret a tenant knows; GitLab hints are not read back, the next \
-                 reconcile reads the project",
-            )
-            .await;
+            return match event.hinted() {
+                Some(hinted) => hints::confirm(self, hook, hinted).await,
+                None => Ok(Outcome::Ignored),
+            };
         }
         match event {
             Event::Issue(e) => items::issue(self, hook, e).await,

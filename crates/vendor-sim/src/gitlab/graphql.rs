@@ -356,6 +356,7 @@ impl Project {
         first: Option<i32>,
         #[graphql(default_with = "Some(IssueSort::LegacyCreatedDesc)")] sort: Option<IssueSort>,
         updated_after: Option<Time>,
+        iids: Option<Vec<String>>,
     ) -> async_graphql::Result<Option<IssueConnection>> {
         let m = model(ctx);
         let mut items: Vec<model::Issue> = m
@@ -363,6 +364,7 @@ impl Project {
             .values()
             .filter(|i| i.project == self.0.id)
             .filter(|i| updated_after.is_none_or(|t| i.updated_at > t.0))
+            .filter(|i| numbered(iids.as_deref(), i.iid))
             .cloned()
             .collect();
         match sort.unwrap_or(IssueSort::LegacyCreatedDesc) {
@@ -410,6 +412,7 @@ impl Project {
             MergeRequestSort,
         >,
         updated_after: Option<Time>,
+        iids: Option<Vec<String>>,
     ) -> async_graphql::Result<Option<MergeRequestConnection>> {
         let m = model(ctx);
         let mut items: Vec<model::MergeRequest> = m
@@ -417,6 +420,7 @@ impl Project {
             .values()
             .filter(|i| i.project == self.0.id)
             .filter(|i| updated_after.is_none_or(|t| i.updated_at > t.0))
+            .filter(|i| numbered(iids.as_deref(), i.iid))
             .cloned()
             .collect();
         match sort.unwrap_or(MergeRequestSort::LegacyCreatedDesc) {
@@ -891,4 +895,9 @@ impl Query {
             },
         }))
     }
+}
+
+/// Whether `iid` is among `iids` (GitLab's filter of a listing by number); no filter takes all.
+fn numbered(iids: Option<&[String]>, iid: u64) -> bool {
+    iids.is_none_or(|iids| iids.iter().any(|n| n.parse() == Ok(iid)))
 }
