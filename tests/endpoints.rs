@@ -421,7 +421,11 @@ async fn secrets_a_tenant_chose_or_saw_sign_claims_and_only_operators_rekey_shar
     let admin = testkit::token(&s.keys, Role::Admin, Some(uuid::Uuid::parse_str(&ws)?))?;
     let endpoints = format!("/workspaces/{ws}/connections/{conn}/endpoints");
     let (st, own) = s
-        .call(&endpoints, &admin, json!({"registration": "operator", "address": true}))
+        .call(
+            &endpoints,
+            &admin,
+            json!({"registration": "operator", "address": true}),
+        )
         .await?;
     assert_eq!(st, StatusCode::CREATED, "{own}");
     let own = own["id"].as_str().unwrap().to_owned();
@@ -437,7 +441,11 @@ async fn secrets_a_tenant_chose_or_saw_sign_claims_and_only_operators_rekey_shar
             anyhow::Ok((row.tenant_keyed, row.previous_tenant_keyed))
         }
     };
-    assert_eq!(keyed(shared.clone()).await?, (false, false), "the operator's");
+    assert_eq!(
+        keyed(shared.clone()).await?,
+        (false, false),
+        "the operator's"
+    );
     assert_eq!(keyed(own.clone()).await?, (true, true), "the workspace's");
 
     // The workspace cannot re-key the shared endpoint; nothing changes.

@@ -167,12 +167,21 @@ async fn through_the_registered_group_hook(tenant_keyed: bool) -> Result<()> {
         forged["object_attributes"]["updated_at"] = json!("2099-01-01 00:00:00 UTC");
         let reads = sim.calls("ProjectMergeRequest");
         let status = vendor_sim::gitlab::webhook::Delivery::new("Merge Request Hook", &forged)
-            .send(&reqwest::Client::new(), &url, &credential, "forged", &sim.base_url())
+            .send(
+                &reqwest::Client::new(),
+                &url,
+                &credential,
+                "forged",
+                sim.base_url(),
+            )
             .await?;
         assert_eq!(status.as_u16(), 200);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         while sim.calls("ProjectMergeRequest") == reads {
-            assert!(tokio::time::Instant::now() < deadline, "the forged claim was not read back");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the forged claim was not read back"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -185,10 +194,11 @@ async fn through_the_registered_group_hook(tenant_keyed: bool) -> Result<()> {
         .fetch_one(&pool)
         .await?;
         assert_eq!((title.as_str(), state.as_str()), ("Add the API", "open"));
-        let merges: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM item_event WHERE name = 'scm.pull_request.merged'")
-                .fetch_one(&pool)
-                .await?;
+        let merges: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM item_event WHERE name = 'scm.pull_request.merged'",
+        )
+        .fetch_one(&pool)
+        .await?;
         assert_eq!(merges, 0, "a forged merge reached the events");
         sync.stop().await?;
         return ingress.stop().await;

@@ -533,7 +533,12 @@ impl GithubClient {
 
     /// One issue by number, with the first page of its comments (as an issues page has it).
     #[tracing::instrument(skip(self))]
-    pub async fn issue(&self, owner: &str, name: &str, number: i32) -> Result<Item<IssueNode>, Error> {
+    pub async fn issue(
+        &self,
+        owner: &str,
+        name: &str,
+        number: i32,
+    ) -> Result<Item<IssueNode>, Error> {
         let fetched_at = OffsetDateTime::now_utc();
         let operation = RepositoryIssue::build(item_variables(owner, name, number));
         let (data, errors, rate_limit) = self.graphql("RepositoryIssue", operation).await?;

@@ -117,39 +117,42 @@ pub async fn record<C: ConnectionTrait>(db: &C, new: NewMessage) -> Result<Recor
     let message_id = Uuid::now_v7();
     let digest = sha256_hex(&new.body);
     let ep = new.endpoint;
-    let (msg_id, event_id, replay_of, tenant_signed) = match &new.dedup {
-        Dedup::Keys {
-            event_id,
-            digest_window,
-            verified_by,
-        } => {
-            let mut keys: Vec<(String, Option<OffsetDateTime>)> = Vec::with_capacity(2);
-            // Provider event ids are recognised forever; body digests for a window.
-            if let Some(id) = event_id {
-                keys.push((format!("event:{id}"), None));
+    let (msg_id, event_id, replay_of, tenant_signed) =
+        match &new.dedup {
+            Dedup::Keys {
+                event_id,
+                digest_window,
+                verified_by,
+            } => {
+                let mut keys: Vec<(String, Option<OffsetDateTime>)> = Vec::with_capacity(2);
+                // Provider event ids are recognised forever; body digests for a window.
+                if let Some(id) = event_id {
+                    keys.push((format!("event:{id}"), None));
+                }
+                keys.push((format!("digest:{digest}"), Some(now_plus(*digest_window)?)));
+                let tenant_signed =
+                    match insert_dedup_keys(db, ep.endpoint_id, message_id, &keys, verified_by)
+                        .await?
+                    {
+                        Keys::Taken { tenant_signed } => tenant_signed,
+                        Keys::Duplicate => return Ok(Recorded::Duplicate),
+                        Keys::EndpointClosed => return Ok(Recorded::EndpointClosed),
+                    };
+                // The stream deduplicates on the same key, so a republish after a crash is absorbed.
+                (
+                    format!("{}:{}", ep.endpoint_id, keys[0].0),
+                    event_id.clone(),
+                    None,
+                    tenant_signed,
+                )
             }
-            keys.push((format!("digest:{digest}"), Some(now_plus(*digest_window)?)));
-            let tenant_signed =
-                match insert_dedup_keys(db, ep.endpoint_id, message_id, &keys, verified_by).await? {
-                    Keys::Taken { tenant_signed } => tenant_signed,
-                    Keys::Duplicate => return Ok(Recorded::Duplicate),
-                    Keys::EndpointClosed => return Ok(Recorded::EndpointClosed),
-                };
-            // The stream deduplicates on the same key, so a republish after a crash is absorbed.
-            (
-                format!("{}:{}", ep.endpoint_id, keys[0].0),
-                event_id.clone(),
+            Dedup::Replay { of, tenant_signed } => (
+                format!("replay:{message_id}"),
                 None,
-                tenant_signed,
-            )
-        }
-        Dedup::Replay { of, tenant_signed } => (
-            format!("replay:{message_id}"),
-            None,
-            Some(*of),
-            *tenant_signed,
-        ),
-    };
+                Some(*of),
+                *tenant_signed,
+            ),
+        };
 
     let inline = new.body.len() <= new.inline_body_max;
     let message = WebhookDelivery {
@@ -251,7 +254,9 @@ async fn original_traceparent<C: ConnectionTrait>(
 /// What [`insert_dedup_keys`] found.
 enum Keys {
     /// Taken; `tenant_signed` when the secret that verified the delivery is one a tenant knows.
-    Taken { tenant_signed: bool },
+    Taken {
+        tenant_signed: bool,
+    },
     Duplicate,
     EndpointClosed,
 }

@@ -428,15 +428,17 @@ fn item_page<T, N: ListedNode>(
             _ => Ok(None),
         };
     };
-    let (node, conversation) = node(item)
-        .ok_or_else(|| SourceError::Other(format!("the {field} has no databaseId")))?;
+    let (node, conversation) =
+        node(item).ok_or_else(|| SourceError::Other(format!("the {field} has no databaseId")))?;
     let error_paths = read
         .errors
         .iter()
         .map(|e| {
             let p = path(&e.path);
             match p.as_slice() {
-                [PathSegment::Key(r), PathSegment::Key(f), rest @ ..] if r == "repository" && f == field => {
+                [PathSegment::Key(r), PathSegment::Key(f), rest @ ..]
+                    if r == "repository" && f == field =>
+                {
                     let mut moved = vec![
                         PathSegment::Key("repository".into()),
                         PathSegment::Key(N::CONNECTION.into()),

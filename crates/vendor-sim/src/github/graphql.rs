@@ -1396,7 +1396,9 @@ impl Repository {
     ) -> async_graphql::Result<Option<PullRequest>> {
         let model = lock(model_of(ctx));
         let repo = model.repos.get(&self.id).ok_or_else(|| gone(self.id))?;
-        let found = u64::try_from(number).ok().and_then(|n| repo.pull_request(n));
+        let found = u64::try_from(number)
+            .ok()
+            .and_then(|n| repo.pull_request(n));
         let pull = found.ok_or_else(|| {
             typed_error(
                 "NOT_FOUND",

@@ -71,7 +71,9 @@ pub async fn confirm(
     );
     webhooks
         .confirmations
-        .confirm(&webhooks.pool, hook, key, || read_and_write(webhooks, hook, hinted))
+        .confirm(&webhooks.pool, hook, key, || {
+            read_and_write(webhooks, hook, hinted)
+        })
         .await
 }
 
@@ -108,7 +110,16 @@ async fn read_and_write(
         }
         ItemClass::PullRequest => {
             let read = reader.pull_request(&repo, number).await;
-            write(webhooks, hook, scope, repository_id, "pull request", number, read).await
+            write(
+                webhooks,
+                hook,
+                scope,
+                repository_id,
+                "pull request",
+                number,
+                read,
+            )
+            .await
         }
     }
 }

@@ -43,7 +43,11 @@ pub struct PullRequestEvent {
 impl PullRequestEvent {
     /// The repository, class and number this delivery names (a hint's item).
     pub fn named(&self) -> (&Repository, ItemClass, i32) {
-        (&self.repository, ItemClass::PullRequest, self.pull_request.item.number)
+        (
+            &self.repository,
+            ItemClass::PullRequest,
+            self.pull_request.item.number,
+        )
     }
 }
 

@@ -32,7 +32,11 @@ pub struct ReviewEvent {
 impl ReviewEvent {
     /// The repository, class and number this delivery names (a hint's item).
     pub fn named(&self) -> (&Repository, ItemClass, i32) {
-        (&self.repository, ItemClass::PullRequest, self.pull_request.item.number)
+        (
+            &self.repository,
+            ItemClass::PullRequest,
+            self.pull_request.item.number,
+        )
     }
 }
 
@@ -47,7 +51,11 @@ pub struct ReviewCommentEvent {
 impl ReviewCommentEvent {
     /// The repository, class and number this delivery names (a hint's item).
     pub fn named(&self) -> (&Repository, ItemClass, i32) {
-        (&self.repository, ItemClass::PullRequest, self.pull_request.item.number)
+        (
+            &self.repository,
+            ItemClass::PullRequest,
+            self.pull_request.item.number,
+        )
     }
 }
 
@@ -64,7 +72,11 @@ pub struct ThreadEvent {
 impl ThreadEvent {
     /// The repository, class and number this delivery names (a hint's item).
     pub fn named(&self) -> (&Repository, ItemClass, i32) {
-        (&self.repository, ItemClass::PullRequest, self.pull_request.item.number)
+        (
+            &self.repository,
+            ItemClass::PullRequest,
+            self.pull_request.item.number,
+        )
     }
 }
 

@@ -272,7 +272,11 @@ async fn write<T: GitlabNode>(
     let mut changed = written.applied > 0;
     if let (Some(note), Some(item)) = (
         &read.note,
-        read.page.nodes.iter().flatten().find_map(GitlabNode::native_id),
+        read.page
+            .nodes
+            .iter()
+            .flatten()
+            .find_map(GitlabNode::native_id),
     ) {
         let parent: Option<Uuid> = sqlx::query_scalar(
             "SELECT id FROM issue WHERE repository_id = $1 AND native_id = $2 FOR UPDATE",
@@ -281,8 +285,8 @@ async fn write<T: GitlabNode>(
         .bind(item)
         .fetch_optional(&mut *txn)
         .await?;
-        let row = parent
-            .and_then(|id| NoteRow::from_rest(Item::issue(VENDOR, id, repository_id), note));
+        let row =
+            parent.and_then(|id| NoteRow::from_rest(Item::issue(VENDOR, id, repository_id), note));
         if let Some(row) = row {
             changed |= row.write(&mut txn, None).await?;
         }
@@ -314,9 +318,8 @@ async fn mirror_project(
         name: name.to_owned(),
         archived: Some(project.archived),
     };
-    let id =
-        scm_mirror::repository::ensure_repository(&w.pool, hook.provider_instance_id, &header)
-            .await?;
+    let id = scm_mirror::repository::ensure_repository(&w.pool, hook.provider_instance_id, &header)
+        .await?;
     Ok(Ok((id, project.path_with_namespace)))
 }
 

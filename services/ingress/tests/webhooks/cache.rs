@@ -66,8 +66,15 @@ async fn a_cached_endpoint_follows_a_rotation_and_the_end_of_its_window_at_once(
     let (hs, b) = push(1, "old");
     assert_eq!(h.post("/webhooks/github", &hs, b).await?.0, StatusCode::OK);
 
-    store::inbound::rotate_secret(h.db(), &h.key, ep, b"new", Duration::from_secs(86_400), false)
-        .await?;
+    store::inbound::rotate_secret(
+        h.db(),
+        &h.key,
+        ep,
+        b"new",
+        Duration::from_secs(86_400),
+        false,
+    )
+    .await?;
     // The cached read knows only the old secret: the new one is read afresh.
     let (hs, b) = push(2, "new");
     assert_eq!(h.post("/webhooks/github", &hs, b).await?.0, StatusCode::OK);
