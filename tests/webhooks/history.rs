@@ -167,8 +167,26 @@ fn script(s: &LiveStack, repo_id: u64, changes: usize, seed: u64) -> Vec<Change>
 /// Publishes `delivery` straight onto the webhook stream under a fresh message id, as a copy
 /// arriving after the duplicate window (or an operator's replay) would.
 async fn publish_copy(s: &LiveStack, owner: &str, repo: &str, delivery: &Delivery) -> Result<()> {
+    // A copy of the message ingress stored for the delivery: it names that record, which says
+    // what its signature proved. Until ingress has stored it (a shuffled send may come first)
+    // the copy names none, and is then only a claim, which github-sync confirms by reading.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let stored = loop {
+        let stored: Option<uuid::Uuid> =
+            sqlx::query_scalar("SELECT id FROM inbound_message WHERE provider_event_id = $1")
+                .bind(&delivery.delivery_id)
+                .fetch_optional(&s.pool)
+                .await?;
+        if stored.is_some() || tokio::time::Instant::now() >= deadline {
+            break stored;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let mut headers = async_nats::HeaderMap::new();
     headers.insert("Forgesync-Connection", s.conn.as_str());
+    if let Some(stored) = stored {
+        headers.insert("Forgesync-Delivery", stored.to_string().as_str());
+    }
     headers.insert("Forgesync-Event", delivery.event.as_str());
     let subject = lifecycle_core::subject::github(owner, repo, &delivery.event)?;
     s.env
@@ -282,6 +300,15 @@ async fn a_shuffled_tripled_history_interleaved_with_syncs_equals_in_order_appli
     let mut rng = Rng(99);
     for i in (1..sends.len()).rev() {
         sends.swap(i, rng.below(i + 1));
+    }
+    // A stream copy follows its delivery's first send (it copies what ingress stored).
+    for change in 0..changes.len() {
+        let at = |copy| sends.iter().position(|&c| c == (change, copy));
+        if let (Some(first), Some(copy)) = (at(0), at(2))
+            && copy < first
+        {
+            sends.swap(first, copy);
+        }
     }
     let third = sends.len() / 3;
     for (part, chunk) in sends.chunks(third).enumerate() {
