@@ -237,9 +237,15 @@ mod tests {
             let command = format!("command: [\"{}\"]", identity.user());
             let own = compose
                 .split_once(&command)
-                .and_then(|(_, rest)| rest.lines().find_map(|l| l.trim().strip_prefix("NATS_URL: ")))
+                .and_then(|(_, rest)| {
+                    rest.lines()
+                        .find_map(|l| l.trim().strip_prefix("NATS_URL: "))
+                })
                 .unwrap_or_else(|| panic!("compose runs no {command} with a NATS_URL"));
-            assert_eq!(own, format!("nats://{}:{password}@nats:4222", identity.user()));
+            assert_eq!(
+                own,
+                format!("nats://{}:{password}@nats:4222", identity.user())
+            );
         }
     }
 
