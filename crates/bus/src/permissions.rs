@@ -63,6 +63,29 @@ impl Identity {
         )
     }
 
+    /// `url` (one server or several, comma-separated) authenticating as this user with
+    /// `password` (percent-encoded into each server's user info, which replaces any there).
+    pub fn url(self, url: &str, password: &str) -> String {
+        let password: String = password
+            .bytes()
+            .map(
+                |b| match b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                    true => char::from(b).to_string(),
+                    false => format!("%{b:02X}"),
+                },
+            )
+            .collect();
+        url.split(',')
+            .map(|server| {
+                let server = server.trim();
+                let (scheme, rest) = server.split_once("://").unwrap_or(("nats", server));
+                let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+                format!("{scheme}://{}:{password}@{host}", self.user())
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// The logical subjects (no namespace) this service publishes messages on: what it sends
     /// inline and what its outbox rows carry.
     pub fn publishes(self) -> Vec<String> {
@@ -301,6 +324,14 @@ mod tests {
         );
         assert!(p.publish.contains(&"$JS.ACK.T1_JOBS.>".to_owned()));
         assert!(!p.publish.iter().any(|s| s == "jobs.github.>"));
+    }
+
+    #[test]
+    fn a_service_url_carries_its_user() {
+        assert_eq!(
+            Identity::Eraser.url("nats://old:x@n1:4222, n2", "p@ss word"),
+            "nats://eraser:p%40ss%20word@n1:4222,nats://eraser:p%40ss%20word@n2"
+        );
     }
 
     #[test]
