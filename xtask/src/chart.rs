@@ -1416,7 +1416,9 @@ mod tests {
         });
         let err = failure(&copy);
         assert!(
-            err.contains("NATS_URL comes from the Secret key \"NATS_URL\", not its own NATS_URL_INGRESS"),
+            err.contains(
+                "NATS_URL comes from the Secret key \"NATS_URL\", not its own NATS_URL_INGRESS"
+            ),
             "{err}"
         );
     }

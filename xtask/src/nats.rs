@@ -73,8 +73,8 @@ pub fn version_at_least(version: &str, (major, minor): (u64, u64)) -> bool {
 /// One user per service (`deploy/nats-authorization.conf`, written from the `bus` crate's
 /// permissions), each with a password made for this run.
 pub struct Users {
-    /// The authorization file the server's config includes.
-    pub file: std::path::PathBuf,
+    /// The authorization block, as the file has it; the server's config carries it.
+    pub authorization: String,
     /// Each user's password variable and its value: the server reads them from its
     /// environment, and the services build their URLs from them.
     pub passwords: Vec<(String, String)>,
@@ -99,7 +99,7 @@ impl Users {
             file.display()
         );
         Ok(Users {
-            file: file.to_path_buf(),
+            authorization: text,
             passwords,
         })
     }
@@ -176,10 +176,9 @@ pub fn start_throwaway(
 /// The throwaway server's configuration, close to what production runs.
 fn config_text(port: u16, store: &Path, pid_file: &Path, users: Option<&Users>) -> String {
     let authorization = match users {
-        Some(users) => format!(
-            "# One user per service, as deploy/nats.conf has them.\ninclude {}\n",
-            quote(&users.file)
-        ),
+        // Written in, not included: nats-server resolves an include against the config's own
+        // directory, the run's.
+        Some(users) => users.authorization.clone(),
         None => String::new(),
     };
     format!(

@@ -200,3 +200,21 @@ async fn a_relay_claims_only_what_its_user_may_publish() -> Result<()> {
     db.drop().await;
     Ok(())
 }
+
+#[test]
+fn the_shipped_nats_conf_is_valid_and_needs_every_password() -> Result<()> {
+    let bin = std::env::var("FORGESYNC_TEST_NATS_SERVER")?;
+    let conf = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/nats.conf");
+    let valid = |without: Option<Identity>| {
+        let mut check = std::process::Command::new(&bin);
+        check.args(["-c", conf, "-t"]);
+        for identity in Identity::ALL.into_iter().filter(|i| Some(*i) != without) {
+            check.env(identity.password_variable(), password(identity));
+        }
+        check.output().map(|out| out.status.success())
+    };
+    assert!(valid(None)?, "deploy/nats.conf does not parse");
+    // A password left unset stops the server rather than opening its user.
+    assert!(!valid(Some(Identity::Eraser))?);
+    Ok(())
+}
