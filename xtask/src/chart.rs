@@ -5,7 +5,8 @@
 //!
 //! - every binary under `services/` has a chart entry, a Dockerfile target and a compose service;
 //! - every pod meets the Pod Security "restricted" profile, plus our hardening;
-//! - every service gets exactly the secrets its flags read (those with hidden values);
+//! - every service gets exactly the secrets its flags read (those with hidden values), and its
+//!   NATS credentials from Secret keys of its own (one NATS user per service);
 //! - terminationGracePeriodSeconds covers FORGESYNC_SHUTDOWN_GRACE and the preStop pause;
 //! - only ingress is routed publicly, on its webhook paths, with room for 25 MiB bodies;
 //! - KEDA scales each worker on the consumers its code declares;
@@ -230,6 +231,7 @@ pub fn check(tools: &Tools, inputs: &Inputs) -> anyhow::Result<String> {
         let mut found = Vec::new();
         check_pods(&docs, &mut found);
         check_secrets(&docs, &binaries, &sources, &mut found);
+        check_nats_users(&docs, &mut found);
         check_grace(&docs, &mut found);
         check_public_routes(&docs, &fullname, &mut found);
         check_consumers(&render["values"], &binaries, &sources, &mut found);
@@ -606,6 +608,29 @@ fn check_secrets(
             )),
             Some(_) => {}
             None => problems.push(format!("{name}: no service binary {:?}", component(doc))),
+        }
+    }
+}
+
+/// Each service connects to NATS as its own user: NATS_URL (and an NKey seed) come from the
+/// Secret keys named after it (`NATS_URL_GITHUB_SYNC`), never from a key services share.
+fn check_nats_users(docs: &[&Value], problems: &mut Vec<String>) {
+    for doc in docs.iter().filter(|d| d["kind"] == "Deployment") {
+        let own = component(doc).to_uppercase().replace('-', "_");
+        for env in env_of(doc) {
+            let var = env["name"].as_str().unwrap_or_default();
+            if var != "NATS_URL" && var != "FORGESYNC_NATS_NKEY" {
+                continue;
+            }
+            let key = env["valueFrom"]["secretKeyRef"]["key"]
+                .as_str()
+                .unwrap_or_default();
+            if key != format!("{var}_{own}") {
+                problems.push(format!(
+                    "{}: {var} comes from the Secret key {key:?}, not its own {var}_{own}",
+                    name_of(doc)
+                ));
+            }
         }
     }
 }
@@ -1376,6 +1401,24 @@ mod tests {
         let err = failure(&copy);
         assert!(
             err.contains("additional properties 'replicaz' not allowed"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_nats_user_shared_by_services_fails() {
+        let copy = ChartCopy::new("nats-users");
+        copy.edit("helm/forgesync/templates/_helpers.tpl", |t| {
+            t.replace(
+                "(list \"NATS_URL\" \"FORGESYNC_NATS_NKEY\")",
+                "(list \"FORGESYNC_NATS_NKEY\")",
+            )
+        });
+        let err = failure(&copy);
+        assert!(
+            err.contains(
+                "NATS_URL comes from the Secret key \"NATS_URL\", not its own NATS_URL_INGRESS"
+            ),
             "{err}"
         );
     }

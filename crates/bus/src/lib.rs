@@ -10,6 +10,7 @@ pub use store::contracts;
 pub mod dead;
 pub mod erasure;
 pub mod namespace;
+pub mod permissions;
 pub mod relay;
 pub mod streams;
 
@@ -195,7 +196,9 @@ pub struct Published {
 impl Bus {
     /// Connects to NATS and binds to `namespace`. Credentials come from the URL's user info
     /// (`nats://user:password@host`, or `nats://token@host`; percent-encoded) and, when given, an
-    /// NKey seed; async-nats itself ignores a URL's user info. Errors name the URL without it.
+    /// NKey seed; async-nats itself ignores a URL's user info. A user receives replies on an
+    /// inbox of its own (`_INBOX.<user>`, what [`permissions`] lets it subscribe to). Errors name
+    /// the URL without its user info.
     pub async fn connect(
         url: &str,
         nkey_seed: Option<&str>,
@@ -207,7 +210,12 @@ impl Bus {
             .retry_on_initial_connect()
             .connection_timeout(Duration::from_secs(5));
         match url_credentials(url) {
-            Some((user, Some(password))) => options = options.user_and_password(user, password),
+            Some((user, Some(password))) => {
+                if let Some(prefix) = permissions::inbox_prefix(&user) {
+                    options = options.custom_inbox_prefix(prefix);
+                }
+                options = options.user_and_password(user, password);
+            }
             Some((token, None)) => options = options.token(token),
             None => {}
         }

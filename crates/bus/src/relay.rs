@@ -55,6 +55,11 @@ pub struct RelayConfig {
     /// one, so a burst of notifications costs one round, not one each. (Rows an inline publisher
     /// handles are kept from relays by their `available_at`, not by this wait.)
     pub settle: Duration,
+    /// The logical subjects (NATS filters) whose rows this relay claims; empty: every row. A
+    /// service's relay claims what its NATS identity may publish
+    /// ([`crate::permissions::Identity::publishes`]), so it never holds a row the server would
+    /// refuse it while another service's relay could send it.
+    pub subjects: Vec<String>,
 }
 
 impl Default for RelayConfig {
@@ -63,8 +68,36 @@ impl Default for RelayConfig {
             batch_size: 500,
             poll_interval: Duration::from_secs(1),
             settle: Duration::from_millis(100),
+            subjects: Vec::new(),
         }
     }
+}
+
+/// A regular expression matching the subjects `filters` match (NATS wildcards: `*` one token,
+/// a trailing `>` one or more); no filter matches every subject.
+fn subjects_regex(filters: &[String]) -> String {
+    if filters.is_empty() {
+        return "^".to_owned();
+    }
+    let one = |filter: &String| {
+        filter
+            .split('.')
+            .map(|token| match token {
+                "*" => "[^.]+".to_owned(),
+                ">" => ".+".to_owned(),
+                literal => literal
+                    .chars()
+                    .map(|c| match c.is_ascii_alphanumeric() {
+                        true => c.to_string(),
+                        false => format!("\\{c}"),
+                    })
+                    .collect(),
+            })
+            .collect::<Vec<_>>()
+            .join("\\.")
+    };
+    let alternatives: Vec<String> = filters.iter().map(one).collect();
+    format!("^({})$", alternatives.join("|"))
 }
 
 /// One relay; run as many as you like.
@@ -89,9 +122,12 @@ impl Relay {
         let rows = outbox::Entity::find()
             .from_raw_sql(Statement::from_sql_and_values(
                 DbBackend::Postgres,
-                "SELECT * FROM outbox WHERE available_at <= now() ORDER BY available_at, id \
-                 LIMIT $1 FOR UPDATE SKIP LOCKED",
-                [(self.config.batch_size as i64).into()],
+                "SELECT * FROM outbox WHERE available_at <= now() AND subject ~ $2 \
+                 ORDER BY available_at, id LIMIT $1 FOR UPDATE SKIP LOCKED",
+                [
+                    (self.config.batch_size as i64).into(),
+                    subjects_regex(&self.config.subjects).into(),
+                ],
             ))
             .all(&txn)
             .await?;

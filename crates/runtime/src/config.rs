@@ -228,8 +228,13 @@ impl fmt::Debug for CommonArgs {
     }
 }
 
-/// Replaces the user-info part of a URL (`user:password@`) with `***@`.
+/// Replaces the user-info part of a URL (`user:password@`) with `***@`, in each server of a
+/// comma-separated list (a NATS URL may name several, each with its credentials).
 pub fn redact_url(url: &str) -> String {
+    url.split(',').map(redact_one).collect::<Vec<_>>().join(",")
+}
+
+fn redact_one(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
         return url.to_owned();
     };
@@ -323,6 +328,14 @@ mod tests {
         let shown = format!("{:?}", cli.common);
         assert!(!shown.contains("secret"), "{shown}");
         assert!(shown.contains("postgres://***@db/x"), "{shown}");
+    }
+
+    #[test]
+    fn every_server_of_a_nats_url_is_shown_without_its_password() {
+        assert_eq!(
+            redact_url("nats://ingress:pw1@n1:4222,nats://ingress:pw2@n2:4222"),
+            "nats://***@n1:4222,nats://***@n2:4222"
+        );
     }
 
     /// Runs one test of this binary in a child process with `env` set (setting the variables

@@ -11,6 +11,7 @@ use anyhow::Context as _;
 use axum::Router;
 use bus::Bus;
 use bus::consumer::{ConsumerSpec, Handler};
+use bus::permissions::Identity;
 use bus::relay::{Relay, RelayConfig};
 use sea_orm::DatabaseConnection;
 use tokio_util::sync::CancellationToken;
@@ -111,9 +112,16 @@ impl Service {
         self.task("schedules", |stop| schedules.run(stop))
     }
 
-    /// Relays the outbox rows this service writes; any number of relays is safe.
+    /// Relays the outbox rows this service's NATS identity may publish (every row for a service
+    /// without one); any number of relays is safe.
     pub fn relay(&mut self, db: &DatabaseConnection, bus: &Bus) -> &mut Self {
-        let relay = Relay::new(db.clone(), bus.clone(), RelayConfig::default());
+        let config = RelayConfig {
+            subjects: Identity::for_service(self.name)
+                .map(Identity::publishes)
+                .unwrap_or_default(),
+            ..RelayConfig::default()
+        };
+        let relay = Relay::new(db.clone(), bus.clone(), config);
         self.task("outbox relay", |stop| async move {
             relay.run(stop).await;
             Ok(())

@@ -103,3 +103,16 @@ seccompProfile:
     - { protocol: TCP, port: {{ . }} }
     {{- end }}
 {{- end }}
+
+{{/* The Secret key a service's environment variable is read from: the NATS credentials are
+     its own NATS user's (NATS_URL -> NATS_URL_GITHUB_SYNC), any other key is shared.
+     Args: (list serviceName envName). */}}
+{{- define "forgesync.secretKey" -}}
+{{- $name := index . 0 -}}
+{{- $key := index . 1 -}}
+{{- if has $key (list "NATS_URL" "FORGESYNC_NATS_NKEY") -}}
+{{- printf "%s_%s" $key (upper (replace "-" "_" $name)) -}}
+{{- else -}}
+{{- $key -}}
+{{- end -}}
+{{- end -}}

@@ -1,7 +1,7 @@
 //! gitlab-sync's webhook consumers, running in-process against real Postgres and JetStream and
 //! the simulated GitLab: deliveries are stored as ingress stores them (`store::inbound::record`,
-//! on the subject ingress derives), relayed by the service and consumed. Bodies are the
-//! simulator's real-shaped hooks.
+//! on the subject ingress derives), relayed as ingress's relay would (gitlab-sync's own relays
+//! only what its NATS user publishes) and consumed. Bodies are the simulator's real-shaped hooks.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -58,6 +58,8 @@ struct World {
     env: testkit::TestEnv,
     sim: GitlabSim,
     service: Option<testkit::Running>,
+    /// Stops the relay standing in for ingress's.
+    _ingress_relay: tokio_util::sync::DropGuard,
     config: gitlab_sync::Config,
     provider_instance_id: Uuid,
     a: Tenant,
@@ -125,10 +127,21 @@ impl World {
             ],
         )?;
         let service = Some(testkit::spawn(config.clone()).await?);
+        let stop = tokio_util::sync::CancellationToken::new();
+        let relay = bus::relay::Relay::new(
+            env.db.db.clone(),
+            env.bus.clone(),
+            bus::relay::RelayConfig::default(),
+        );
+        tokio::spawn({
+            let stop = stop.clone();
+            async move { relay.run(stop).await }
+        });
         Ok(World {
             env,
             sim,
             service,
+            _ingress_relay: stop.drop_guard(),
             config,
             provider_instance_id: instance,
             a,

@@ -7,6 +7,7 @@
 use std::net::SocketAddr;
 
 use anyhow::{Context as _, Result};
+use bus::permissions::Identity;
 use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
@@ -113,8 +114,9 @@ async fn main() -> Result<()> {
             workspace,
             nats_prefix,
         } => {
-            let common =
-                testkit::common_args(&database_url, &env("NATS_URL")?, nats_prefix.as_deref());
+            // The scan reads streams as the eraser does.
+            let nats_url = service_nats_url(&env("NATS_URL")?, Identity::Eraser);
+            let common = testkit::common_args(&database_url, &nats_url, nats_prefix.as_deref());
             let db = common.connect_db().await?;
             let bus = common.connect_bus().await?;
             let report = vendors::scan::scan(&db, &bus, vendors::holders(), workspace).await?;
@@ -132,6 +134,15 @@ async fn main() -> Result<()> {
     }
 }
 
+/// `nats_url` as `identity`'s user when xtask started NATS with one user per service (it sets
+/// their passwords in the environment); `nats_url` as it is otherwise.
+fn service_nats_url(nats_url: &str, identity: Identity) -> String {
+    match std::env::var(identity.password_variable()) {
+        Ok(password) if !password.is_empty() => identity.url(nats_url, &password),
+        _ => nats_url.to_owned(),
+    }
+}
+
 fn next_port(addr: SocketAddr, n: u16) -> SocketAddr {
     SocketAddr::new(addr.ip(), addr.port().saturating_add(n))
 }
@@ -144,39 +155,52 @@ async fn up(
     traces: &str,
 ) -> Result<()> {
     let shutdown = runtime::shutdown_token();
-    let common = |port: SocketAddr, migrate: bool| {
-        let mut c = testkit::common_args(database_url, nats_url, None);
+    let common = |identity: Identity, port: SocketAddr, migrate: bool| {
+        let mut c = testkit::common_args(database_url, &service_nats_url(nats_url, identity), None);
         c.listen = port;
         c.migrate = migrate;
         c
     };
     // control-api migrates first; the others start against the current schema.
     let (control_api, keys) = (
-        testkit::spawn(testkit::control_api_config(common(listen, true))).await?,
+        testkit::spawn(testkit::control_api_config(common(
+            Identity::ControlApi,
+            listen,
+            true,
+        )))
+        .await?,
         testkit::control_api_keys()?,
     );
-    let ingress =
-        testkit::spawn(testkit::ingress_config(common(next_port(listen, 1), false))).await?;
-    let mut sync_config = testkit::github_sync_config(common(next_port(listen, 2), false));
+    let ingress = testkit::spawn(testkit::ingress_config(common(
+        Identity::Ingress,
+        next_port(listen, 1),
+        false,
+    )))
+    .await?;
+    let mut sync_config =
+        testkit::github_sync_config(common(Identity::GithubSync, next_port(listen, 2), false));
     // Unlike tests, the local stack reconciles on github-sync's own (default) schedule.
     let defaults: github_sync::Config = testkit::config(
-        common(next_port(listen, 2), false),
+        common(Identity::GithubSync, next_port(listen, 2), false),
         &[format!("--secret-key={}", testkit::secret_key())],
     )?;
     sync_config.sync.reconcile_cron = defaults.sync.reconcile_cron;
     let github_sync = testkit::spawn(sync_config).await?;
-    let mut eraser_config = testkit::eraser_config(common(next_port(listen, 3), false));
+    let mut eraser_config =
+        testkit::eraser_config(common(Identity::Eraser, next_port(listen, 3), false));
     // Unlike tests, the local stack prunes on the eraser's own schedules.
     let eraser_defaults: eraser::Config =
-        testkit::config(common(next_port(listen, 3), false), &[])?;
+        testkit::config(common(Identity::Eraser, next_port(listen, 3), false), &[])?;
     eraser_config.ledger_prune_cron = eraser_defaults.ledger_prune_cron;
     eraser_config.audit_prune_cron = eraser_defaults.audit_prune_cron;
     let eraser = testkit::spawn(eraser_config).await?;
     // gitlab-sync registers each GitLab connection's group hook at ingress's URL.
-    let mut gitlab_config =
-        testkit::gitlab_sync_config(common(next_port(listen, 4), false), Some(&ingress.url()));
+    let mut gitlab_config = testkit::gitlab_sync_config(
+        common(Identity::GitlabSync, next_port(listen, 4), false),
+        Some(&ingress.url()),
+    );
     let gitlab_defaults: gitlab_sync::Config = testkit::config(
-        common(next_port(listen, 4), false),
+        common(Identity::GitlabSync, next_port(listen, 4), false),
         &[format!("--secret-key={}", testkit::secret_key())],
     )?;
     gitlab_config.sync.reconcile_cron = gitlab_defaults.sync.reconcile_cron;
