@@ -130,29 +130,9 @@ async fn footprint(stack: &LiveStack, conn: &str) -> Result<Vec<String>> {
     Ok(rows.into_iter().map(|(r,)| r).collect())
 }
 
-/// The metric `name`'s value for GitHub with `outcome`, from github-sync's `/metrics`.
+/// github-sync's `name{vendor="github", outcome}` (`/metrics`).
 async fn hints(stack: &LiveStack, name: &str, outcome: &str) -> Result<u64> {
-    let (_, url) = stack
-        .service_urls()
-        .into_iter()
-        .find(|(service, _)| *service == "github-sync")
-        .expect("github-sync runs");
-    let text = stack
-        .http
-        .get(format!("{url}/metrics"))
-        .send()
-        .await?
-        .text()
-        .await?;
-    Ok(text
-        .lines()
-        .filter(|l| {
-            l.starts_with(&format!("{name}{{"))
-                && l.contains("vendor=\"github\"")
-                && l.contains(&format!("outcome=\"{outcome}\""))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum())
+    stack.sync_metric(name, "outcome", outcome).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

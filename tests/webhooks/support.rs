@@ -206,6 +206,12 @@ impl LiveStack {
 
     /// How many GitHub deliveries github-sync refused for `reason` (`/metrics`).
     pub async fn rejected(&self, reason: &str) -> Result<u64> {
+        self.sync_metric("webhooks_rejected_total", "reason", reason)
+            .await
+    }
+
+    /// The sum of github-sync's `name{vendor="github", label="value"}` series (`/metrics`).
+    pub async fn sync_metric(&self, name: &str, label: &str, value: &str) -> Result<u64> {
         let text = self
             .http
             .get(format!("{}/metrics", self._sync.url()))
@@ -216,9 +222,9 @@ impl LiveStack {
         Ok(text
             .lines()
             .filter(|l| {
-                l.starts_with("webhooks_rejected_total{")
+                l.starts_with(&format!("{name}{{"))
                     && l.contains("vendor=\"github\"")
-                    && l.contains(&format!("reason=\"{reason}\""))
+                    && l.contains(&format!("{label}=\"{value}\""))
             })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
             .sum())

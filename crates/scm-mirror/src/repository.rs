@@ -50,6 +50,33 @@ pub async fn ensure_repository<'e>(
     Ok(id)
 }
 
+/// The mirrored repository of `native_id` on a provider instance, with its stored name (the
+/// name to ask the vendor by, never one a payload claims); `None` when not mirrored.
+pub async fn stored<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    provider_instance_id: Uuid,
+    native_id: i64,
+) -> Result<Option<(Uuid, RepoRef)>, sqlx::Error> {
+    let row: Option<(Uuid, String, String)> = sqlx::query_as(
+        "SELECT id, owner, name FROM repository WHERE provider_instance_id = $1 AND native_id = $2",
+    )
+    .bind(provider_instance_id)
+    .bind(native_id)
+    .fetch_optional(executor)
+    .await?;
+    Ok(row.map(|(id, owner, name)| {
+        let native_id = Some(native_id);
+        (
+            id,
+            RepoRef {
+                owner,
+                name,
+                native_id,
+            },
+        )
+    }))
+}
+
 /// Whether a rename received at `received_at` may set repository `native_id`'s name, locking its
 /// row: `false` when the stored name was set by a rename received later. A repository not
 /// mirrored yet has no stored name to protect.

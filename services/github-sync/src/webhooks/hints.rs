@@ -20,7 +20,7 @@ use uuid::Uuid;
 use super::payload::Repository;
 use super::{Event, GithubWebhooks};
 use crate::mirror::{self, ListedNode, Written};
-use crate::source::{Page, RepoRef, SourceError};
+use crate::source::{Page, SourceError};
 
 /// The item a hint names.
 #[derive(Debug, Clone, Copy)]
@@ -89,7 +89,7 @@ async fn read_and_write(
     let stored = {
         let mut conn = webhooks.pool.acquire().await?;
         hook.admit(&mut conn, scope).await?;
-        stored_repository(&mut conn, hook.provider_instance_id, native_id).await?
+        scm_mirror::repository::stored(&mut *conn, hook.provider_instance_id, native_id).await?
     };
     // The name asked for is the mirror's, never the payload's.
     let Some((repository_id, repo)) = stored else {
@@ -161,29 +161,4 @@ async fn write<N: ListedNode>(
 /// Whether a page write changed the mirror.
 fn changed(written: &Written) -> bool {
     written.applied > 0 || written.nested.total() > 0
-}
-
-/// The mirrored repository of `native_id` and its stored name.
-async fn stored_repository(
-    conn: &mut sqlx::PgConnection,
-    provider_instance_id: Uuid,
-    native_id: i64,
-) -> Result<Option<(Uuid, RepoRef)>, sqlx::Error> {
-    let row: Option<(Uuid, String, String)> = sqlx::query_as(
-        "SELECT id, owner, name FROM repository WHERE provider_instance_id = $1 AND native_id = $2",
-    )
-    .bind(provider_instance_id)
-    .bind(native_id)
-    .fetch_optional(conn)
-    .await?;
-    Ok(row.map(|(id, owner, name)| {
-        (
-            id,
-            RepoRef {
-                owner,
-                name,
-                native_id: Some(native_id),
-            },
-        )
-    }))
 }

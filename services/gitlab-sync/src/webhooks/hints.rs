@@ -130,7 +130,9 @@ async fn read_and_write(
     };
     let stored = {
         let mut conn = w.pool.acquire().await?;
-        stored_project(&mut conn, hook.provider_instance_id, hinted.project.id).await?
+        scm_mirror::repository::stored(&mut *conn, hook.provider_instance_id, hinted.project.id)
+            .await?
+            .map(|(id, repo)| (id, format!("{}/{}", repo.owner, repo.name)))
     };
     // The path asked for is the mirror's or GitLab's, never the payload's.
     let (repository_id, path) = match stored {
@@ -321,20 +323,4 @@ async fn mirror_project(
     let id = scm_mirror::repository::ensure_repository(&w.pool, hook.provider_instance_id, &header)
         .await?;
     Ok(Ok((id, project.path_with_namespace)))
-}
-
-/// The mirrored project of `native_id` and its stored full path.
-async fn stored_project(
-    conn: &mut sqlx::PgConnection,
-    provider_instance_id: Uuid,
-    native_id: i64,
-) -> Result<Option<(Uuid, String)>, sqlx::Error> {
-    let row: Option<(Uuid, String, String)> = sqlx::query_as(
-        "SELECT id, owner, name FROM repository WHERE provider_instance_id = $1 AND native_id = $2",
-    )
-    .bind(provider_instance_id)
-    .bind(native_id)
-    .fetch_optional(conn)
-    .await?;
-    Ok(row.map(|(id, owner, name)| (id, format!("{owner}/{name}"))))
 }
