@@ -34,6 +34,23 @@ pub fn split_path(full_path: &str) -> Option<(&str, &str)> {
         .filter(|(owner, name)| !owner.is_empty() && !name.is_empty())
 }
 
+/// The mirror's header of GitLab project `native_id` at `full_path`: its namespace as owner, its
+/// path as name. `None` for a path without a namespace.
+pub fn project_header(
+    native_id: i64,
+    full_path: &str,
+    archived: Option<bool>,
+) -> Option<scm_mirror::repository::RepoHeader> {
+    let (owner, name) = split_path(full_path)?;
+    Some(scm_mirror::repository::RepoHeader {
+        native_id,
+        node_id: format!("gid://gitlab/Project/{native_id}"),
+        owner: owner.to_owned(),
+        name: name.to_owned(),
+        archived,
+    })
+}
+
 /// What a page write did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Written {

@@ -25,7 +25,7 @@ use store::entity::ConnectionKind;
 use sync_engine::webhook::{Outcome, Webhook, WebhookApply, WebhookError, hint, parse};
 use uuid::Uuid;
 
-use crate::mirror::split_path;
+use crate::mirror::project_header;
 use payload::HookProject;
 
 /// gitlab-sync's [`WebhookApply`]: GitLab's hooks by `object_kind`, each to its writer.
@@ -123,29 +123,18 @@ async fn in_scope(
         },
     )
     .await?;
-    let found: Option<Uuid> = sqlx::query_scalar(
-        "SELECT id FROM repository WHERE provider_instance_id = $1 AND native_id = $2",
-    )
-    .bind(hook.provider_instance_id)
-    .bind(project.id)
-    .fetch_optional(&mut *txn)
-    .await?;
-    if let Some(id) = found {
+    let found =
+        scm_mirror::repository::stored(&mut *txn, hook.provider_instance_id, project.id).await?;
+    if let Some((id, _)) = found {
         return Ok(id);
     }
-    let (owner, name) = split_path(&project.path_with_namespace).ok_or_else(|| {
-        WebhookError::Invalid(format!(
-            "the project's path has no namespace: {:?}",
-            project.path_with_namespace
-        ))
-    })?;
-    let header = scm_mirror::repository::RepoHeader {
-        native_id: project.id,
-        node_id: format!("gid://gitlab/Project/{}", project.id),
-        owner: owner.to_owned(),
-        name: name.to_owned(),
-        archived: None,
-    };
+    let header =
+        project_header(project.id, &project.path_with_namespace, None).ok_or_else(|| {
+            WebhookError::Invalid(format!(
+                "the project's path has no namespace: {:?}",
+                project.path_with_namespace
+            ))
+        })?;
     let id =
         scm_mirror::repository::ensure_repository(&mut *txn, hook.provider_instance_id, &header)
             .await?;

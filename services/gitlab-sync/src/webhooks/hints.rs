@@ -15,7 +15,6 @@ use lifecycle_core::forward::TimeBound;
 use scm_mirror::admission::GitlabProject;
 use scm_mirror::events::Item;
 use scm_mirror::items::ItemClass;
-use scm_mirror::repository::RepoHeader;
 use sea_orm::EntityTrait as _;
 use store::admission::Refusal;
 use store::entity::connection;
@@ -26,7 +25,7 @@ use uuid::Uuid;
 
 use super::payload::HookProject;
 use super::{Event, GitlabWebhooks};
-use crate::mirror::{self, GitlabNode, VENDOR, gid_number, split_path};
+use crate::mirror::{self, GitlabNode, VENDOR, gid_number, project_header};
 use crate::note_rows::NoteRow;
 
 /// What a hint names.
@@ -305,22 +304,20 @@ async fn mirror_project(
     client: &GitlabClient,
     native_id: i64,
 ) -> Result<Result<(Uuid, String), String>, WebhookError> {
-    let project = match client.project(project_number(native_id)).await {
+    // The read route admission makes: GitLab's current path for the id.
+    let project = match client.project_by_id(project_number(native_id)).await {
         Ok(Some(project)) => project,
         Ok(None) => return Ok(Err("GitLab shows this connection no such project".into())),
         Err(e) => return Ok(Err(format!("reading GitLab: {e}"))),
     };
-    let Some((owner, name)) = split_path(&project.path_with_namespace) else {
+    if gid_number(project.id.inner()) != Some(native_id) {
+        return Ok(Err("GitLab named another project for the id".into()));
+    }
+    let full_path = project.full_path.into_inner();
+    let Some(header) = project_header(native_id, &full_path, project.archived) else {
         return Ok(Err("GitLab names the project without a namespace".into()));
-    };
-    let header = RepoHeader {
-        native_id,
-        node_id: format!("gid://gitlab/Project/{native_id}"),
-        owner: owner.to_owned(),
-        name: name.to_owned(),
-        archived: Some(project.archived),
     };
     let id = scm_mirror::repository::ensure_repository(&w.pool, hook.provider_instance_id, &header)
         .await?;
-    Ok(Ok((id, project.path_with_namespace)))
+    Ok(Ok((id, full_path)))
 }
