@@ -1122,3 +1122,144 @@ async fn an_item_dated_in_the_future_is_not_written_by_a_job() -> Result<()> {
     );
     Ok(())
 }
+
+/// Jobs take turns across tenants. Mallory's two connections name servers it controls, which
+/// answer after 25 s with `503 Retry-After: 120`. Its workspace runs one job at a time: the
+/// second reconcile is deferred without holding a slot, and acme's reconcile, queued after both,
+/// runs in the other slot and ends while Mallory's first job is still waiting on its server.
+/// When that job ends, the deferred one is woken and runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slow_tenant_holds_one_job_slot_and_another_tenants_reconcile_runs_meanwhile()
+-> Result<()> {
+    // Two job slots in the one replica, as deployed by default.
+    let s = Stack::start_with(20, 100, |c| c.sync.job_concurrency = 2).await?;
+    s.activate().await?;
+    let (status, ws) = s.post("/workspaces", json!({"name": "mallory"})).await?;
+    assert_eq!(status, 201, "{ws}");
+    let mallory = ws["id"].as_str().unwrap().to_owned();
+    let mut slow = Vec::new();
+    let mut connections = Vec::new();
+    for _ in 0..2 {
+        let generated = generate(&Scenario {
+            items: 10,
+            ..Scenario::default()
+        });
+        let mut model = generated.model;
+        model.set_app_id("4242");
+        let sim = GithubSim::start(model).await?;
+        let (status, conn) = s
+            .post(
+                &format!("/workspaces/{mallory}/connections"),
+                json!({
+                    "kind": "github",
+                    "server_url": sim.base_url(),
+                    "settings": { "auth": "app", "app_id": 4242, "installation_id": generated.installation },
+                    "secrets": { "private_key": String::from_utf8(APP_KEY.to_vec())? },
+                }),
+            )
+            .await?;
+        assert_eq!(status, 201, "{conn}");
+        let id = conn["id"].as_str().unwrap().to_owned();
+        let (status, body) = s
+            .post(
+                &format!("/workspaces/{mallory}/connections/{id}/activate"),
+                json!({}),
+            )
+            .await?;
+        assert_eq!(status, 200, "{body}");
+        slow.push(sim);
+        connections.push(id);
+    }
+    let initial = s.finished_jobs("INITIAL", 3).await?;
+    assert!(initial.iter().all(|j| j.0 == "succeeded"), "{initial:?}");
+    for sim in &slow {
+        for kind in [
+            FaultKind::Delay(Duration::from_secs(25)),
+            FaultKind::Unavailable { retry_after: 120 },
+        ] {
+            sim.inject(Fault {
+                operation: None,
+                calls: Calls::Always,
+                kind,
+            });
+        }
+    }
+    for id in &connections {
+        let (status, body) = s
+            .post(
+                &format!("/workspaces/{mallory}/connections/{id}/sync"),
+                json!({"type": "RECONCILIATION"}),
+            )
+            .await?;
+        assert_eq!(status, 202, "{body}");
+    }
+    let pool = &s.pool;
+    let mallory_jobs = || reconciles_of(pool, &mallory);
+    eventually(
+        "one of mallory's jobs to run and the other to wait",
+        || async {
+            let rows = mallory_jobs().await?;
+            let expected = vec![
+                ("queued".to_owned(), true, false),
+                ("running".to_owned(), false, false),
+            ];
+            Ok((rows == expected).then_some(()))
+        },
+    )
+    .await?;
+    // Queued after both of Mallory's; it must not wait for Mallory's server.
+    s.reconcile().await?;
+    let acme = &s.ws;
+    let ours = eventually("acme's reconcile to end", || async move {
+        let row: Option<(String, Option<String>)> = sqlx::query_as(
+            "SELECT status, error FROM sync_job
+              WHERE workspace_id = $1::uuid AND job_type = 'RECONCILIATION'
+                AND finished_at IS NOT NULL",
+        )
+        .bind(acme)
+        .fetch_optional(pool)
+        .await?;
+        Ok(row)
+    })
+    .await?;
+    assert_eq!(ours.0, "succeeded", "{ours:?}");
+    let rows = mallory_jobs().await?;
+    assert!(
+        rows.iter().all(|(_, _, finished)| !finished),
+        "acme's reconcile waited for a job of Mallory's: {rows:?}"
+    );
+    // Mallory's server recovers; its first job ends and the deferred one takes its turn.
+    for sim in &slow {
+        sim.clear_faults();
+    }
+    let both = eventually("both of mallory's jobs to end", || async {
+        let rows = mallory_jobs().await?;
+        Ok((rows.len() == 2 && rows.iter().all(|(_, _, finished)| *finished)).then_some(rows))
+    })
+    .await?;
+    assert!(both.iter().all(|(_, deferred, _)| !deferred), "{both:?}");
+    let claimed: Vec<(Option<String>,)> = sqlx::query_as(
+        "SELECT error FROM sync_job
+          WHERE workspace_id = $1::uuid AND job_type = 'RECONCILIATION' ORDER BY started_at",
+    )
+    .bind(&mallory)
+    .fetch_all(pool)
+    .await?;
+    assert_eq!(claimed.len(), 2, "{claimed:?}");
+    assert_eq!(
+        claimed[1].0, None,
+        "the deferred job ran against the recovered server"
+    );
+    Ok(())
+}
+
+/// `(status, deferred, finished)` of a workspace's RECONCILIATION jobs, by status.
+async fn reconciles_of(pool: &PgPool, workspace: &str) -> Result<Vec<(String, bool, bool)>> {
+    Ok(sqlx::query_as(
+        "SELECT status, deferred_at IS NOT NULL, finished_at IS NOT NULL FROM sync_job
+          WHERE workspace_id = $1::uuid AND job_type = 'RECONCILIATION' ORDER BY status",
+    )
+    .bind(workspace)
+    .fetch_all(pool)
+    .await?)
+}

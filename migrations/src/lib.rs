@@ -34,6 +34,7 @@ mod m0029_future_versions;
 mod m0030_one_queued_job;
 mod m0031_outline_subscription_scope;
 mod m0032_tenant_keyed_endpoints;
+mod m0033_deferred_jobs;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -184,6 +185,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0032_tenant_keyed_endpoints",
                 up: m0032_tenant_keyed_endpoints::UP,
+            }),
+            Box::new(Sql {
+                name: "m0033_deferred_jobs",
+                up: m0033_deferred_jobs::UP,
             }),
         ]
     }

@@ -297,6 +297,18 @@ pub struct SyncArgs<F: SyncFlags> {
     )]
     pub job_lease_secs: u64,
 
+    /// Jobs of one workspace run at once by all of this service's replicas together (a
+    /// connection runs one at a time whatever this says), so no tenant holds every job slot;
+    /// a job past it waits its turn without holding a slot.
+    #[arg(
+        long = "workspace-jobs",
+        env = "FORGESYNC_WORKSPACE_JOBS",
+        value_name = "FORGESYNC_WORKSPACE_JOBS",
+        default_value_t = crate::jobs::DEFAULT_WORKSPACE_JOBS,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub workspace_jobs: u32,
+
     /// The BACKFILL flags, when the vendor runs BACKFILL.
     #[command(flatten)]
     pub backfill: F::Backfill,
@@ -315,6 +327,7 @@ impl<F: SyncFlags> SyncArgs<F> {
             reconcile_cooldown: Duration::from_secs(self.reconcile_cooldown_secs),
             backfill: self.backfill.policy(),
             clock_skew: self.clock_skew(),
+            workspace_jobs: self.workspace_jobs,
         }
     }
 

@@ -11,7 +11,7 @@ use store::entity::{ConnectionKind, ConnectionStatus, JobTrigger, JobType, conne
 use uuid::Uuid;
 
 use crate::engine::Engine;
-use crate::jobs::JobOutcome;
+use crate::jobs::{Claim, JobOutcome};
 use lifecycle_core::job::SyncJobType;
 
 use crate::vendor::{Moment, Vendor};
@@ -35,8 +35,15 @@ impl<V: Vendor> JobHandler<V> {
     pub async fn run_job(&self, job_id: Uuid) -> Result<Settle, HandlerError> {
         let jobs = &self.engine.jobs;
         let job = match jobs.claim(job_id).await {
-            Ok(Some(job)) => job,
-            Ok(None) => {
+            Ok(Claim::Claimed(job)) => job,
+            // Not its turn: the message is settled, so waiting spends no delivery and holds
+            // no slot; a job of its workspace ending (or the sweep) queues it again.
+            Ok(Claim::Deferred(wait)) => {
+                metrics::counter!("sync_jobs_deferred_total", "vendor" => V::KIND.as_str(), "waits_for" => wait.as_str())
+                    .increment(1);
+                return Ok(Settle::Unchanged("job deferred until its turn"));
+            }
+            Ok(Claim::Unclaimable) => {
                 // Lease takeover: a replica holding the job may die with it (this message came
                 // back because one stopped), so the message returns until the lease lapses or
                 // the job ends; a finished or canceled job needs nothing.

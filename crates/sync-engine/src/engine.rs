@@ -37,6 +37,11 @@ pub fn register_metrics<V: Vendor>() {
                 .increment(0);
         }
     }
+    for wait in [crate::jobs::Wait::Connection, crate::jobs::Wait::Workspace] {
+        metrics::counter!("sync_jobs_deferred_total", "vendor" => vendor, "waits_for" => wait.as_str())
+            .increment(0);
+    }
+    metrics::counter!("sync_jobs_woken_total", "vendor" => vendor).increment(0);
     for class in V::CLASSES {
         metrics::counter!("sweeps_held_total", "vendor" => vendor, "class" => V::class_name(*class))
             .increment(0);
@@ -57,6 +62,9 @@ pub struct SyncSettings {
     pub backfill: BackfillPolicy,
     /// How far past a page's read a vendor time may be ([`Pass::time_bound`]).
     pub clock_skew: Duration,
+    /// Jobs of one workspace running at once across the vendor's replicas
+    /// ([`Jobs::with_workspace_limit`]).
+    pub workspace_jobs: u32,
 }
 
 /// How a manual BACKFILL repeats an incomplete pass.
@@ -165,7 +173,8 @@ impl<V: Vendor> Engine<V> {
         settings: SyncSettings,
     ) -> Self {
         Engine {
-            jobs: Jobs::new(V::KIND, pool.clone(), replica, lease),
+            jobs: Jobs::new(V::KIND, pool.clone(), replica, lease)
+                .with_workspace_limit(settings.workspace_jobs),
             pool,
             settings,
             vendor,

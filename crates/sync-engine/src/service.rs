@@ -17,6 +17,9 @@ use crate::consumers::{JobHandler, LifecycleHandler, queue_scheduled};
 use crate::engine::Engine;
 use crate::vendor::Vendor;
 
+/// How often a replica wakes every deferred job whose turn has come.
+const DEFERRED_SWEEP: Duration = Duration::from_secs(10);
+
 /// A cron schedule that queues one job type for every active connection of the vendor.
 #[derive(Debug, Clone, Copy)]
 pub struct JobSchedule<'a> {
@@ -63,6 +66,20 @@ impl<V: Vendor> SyncJobs<'_, V> {
             ..ConsumerSpec::new(Stream::Jobs, format!("{}-jobs", self.service))
         };
         let vendor = self.engine.vendor.clone();
+        // Ends of jobs wake the jobs deferred behind them; this sweep wakes the rest (those
+        // deferred behind a replica that died, or when a wake's transaction failed).
+        let deferred = self.engine.jobs.clone();
+        service.task(format!("{}-deferred-jobs", self.service), move |stop| async move {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return Ok(()),
+                    () = tokio::time::sleep(DEFERRED_SWEEP) => {}
+                }
+                if let Err(e) = deferred.wake_deferred(None).await {
+                    tracing::warn!(error = %e, "waking deferred jobs failed; the next sweep tries again");
+                }
+            }
+        });
         let job_handler = Arc::new(JobHandler {
             db: db.clone(),
             engine: self.engine,

@@ -36,6 +36,7 @@ const GITHUB: &[Spelling] = &[
     ("filter_refresh_ms", "filter-refresh-ms", "FORGESYNC_GITHUB_FILTER_REFRESH_MS", Some("5000")),
     ("clock_skew_secs", "clock-skew-secs", "FORGESYNC_GITHUB_CLOCK_SKEW_SECS", Some("300")),
     ("job_lease_secs", "job-lease", "FORGESYNC_JOB_LEASE", Some("60")),
+    ("workspace_jobs", "workspace-jobs", "FORGESYNC_WORKSPACE_JOBS", Some("1")),
 ];
 
 // GitLab differs from GitHub in its prefix and, on purpose, in the BACKFILL schedule's default
@@ -56,16 +57,19 @@ const GITLAB: &[Spelling] = &[
     ("filter_refresh_ms", "filter-refresh-ms", "FORGESYNC_GITLAB_FILTER_REFRESH_MS", Some("5000")),
     ("clock_skew_secs", "clock-skew-secs", "FORGESYNC_GITLAB_CLOCK_SKEW_SECS", Some("300")),
     ("job_lease_secs", "job-lease", "FORGESYNC_JOB_LEASE", Some("60")),
+    ("workspace_jobs", "workspace-jobs", "FORGESYNC_WORKSPACE_JOBS", Some("1")),
 ];
 
 /// Set in the child process [`reads_each_services_variables_and_defaults`] starts: what it checks.
 const CHILD: &str = "SYNC_FLAGS_TEST_CHILD";
 
 /// A value of `field` that is no default and differs per `service` (0 or 1) and per field. Both
-/// services read the one job lease variable, so its value is the same for both.
+/// services read the one job lease variable and the one workspace jobs variable, so their values
+/// are the same for both.
 fn value(service: u64, index: usize, field: &str) -> String {
     match field {
         "job_lease_secs" => "77".to_owned(),
+        "workspace_jobs" => "3".to_owned(),
         f if f.ends_with("_cron") => format!("0 {index} {} * * *", 4 + service),
         _ => (10 + 40 * service + index as u64).to_string(),
     }
@@ -116,6 +120,7 @@ fn parsed<F: SyncFlags<Backfill = BackfillArgs<F>> + BackfillFlags>(
         ("filter_refresh_ms", args.filter_refresh_ms.to_string()),
         ("clock_skew_secs", args.clock_skew_secs.to_string()),
         ("job_lease_secs", args.job_lease_secs.to_string()),
+        ("workspace_jobs", args.workspace_jobs.to_string()),
     ]);
     if let Some(passes) = args.backfill.backfill_max_passes {
         fields.insert("backfill_max_passes", passes.to_string());

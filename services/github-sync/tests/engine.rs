@@ -344,7 +344,7 @@ impl Fixture {
     ) -> Result<JobOutcome> {
         let id = self.queue_with(job_type, trigger).await?;
         let engine = self.engine("replica-a");
-        let job = engine.jobs.claim(id).await?.expect("claimable");
+        let job = engine.jobs.claim(id).await?.job().expect("claimable");
         Ok(engine.run(&job, self.provider_instance_id, source).await?)
     }
 
@@ -545,9 +545,9 @@ async fn a_job_runs_on_one_replica_only_and_a_canceled_job_stops() -> Result<()>
     let id = f.queue("BACKFILL").await?;
     let a = f.engine("replica-a");
     let b = f.engine("replica-b");
-    let job = a.jobs.claim(id).await?.expect("a claims");
+    let job = a.jobs.claim(id).await?.job().expect("a claims");
     assert!(
-        b.jobs.claim(id).await?.is_none(),
+        b.jobs.claim(id).await?.job().is_none(),
         "b cannot claim a live claim"
     );
     sqlx::query("UPDATE sync_job SET status = 'canceled' WHERE id = $1")
@@ -571,11 +571,11 @@ async fn a_job_runs_on_one_replica_only_and_a_canceled_job_stops() -> Result<()>
         ),
         ..f.engine("x")
     };
-    short.jobs.claim(id).await?.expect("claimed");
-    assert!(b.jobs.claim(id).await?.is_none());
+    short.jobs.claim(id).await?.job().expect("claimed");
+    assert!(b.jobs.claim(id).await?.job().is_none());
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(
-        b.jobs.claim(id).await?.is_some(),
+        b.jobs.claim(id).await?.job().is_some(),
         "taken over after the lease"
     );
     Ok(())

@@ -195,7 +195,7 @@ impl Fixture {
     ) -> Result<JobOutcome> {
         let id = self.queue(connection_id, job_type, trigger).await?;
         let engine = self.engine("replica-a");
-        let job = engine.jobs.claim(id).await?.expect("claimable");
+        let job = engine.jobs.claim(id).await?.job().expect("claimable");
         let conn = connection::Entity::find_by_id(connection_id)
             .one(&self.db.db)
             .await?

@@ -186,7 +186,7 @@ impl Fixture {
 
     async fn run_queued(&self, id: Uuid) -> Result<JobOutcome> {
         let engine = self.engine();
-        let job = engine.jobs.claim(id).await?.expect("claimable");
+        let job = engine.jobs.claim(id).await?.job().expect("claimable");
         let source = GitlabSource {
             client: self.client(),
             settings: Settings {
@@ -679,7 +679,7 @@ async fn a_lease_lost_during_the_notes_pass_writes_nothing_more() -> Result<()> 
             .execute(&f.pool)
             .await
             .unwrap();
-            assert!(b.claim(id).await.unwrap().is_some(), "b takes over");
+            assert!(b.claim(id).await.unwrap().job().is_some(), "b takes over");
         })
         .await?;
     assert_eq!(outcome, JobOutcome::Failed("lost the job's lease".into()));

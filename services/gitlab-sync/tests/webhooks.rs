@@ -325,7 +325,7 @@ impl World {
             Duration::from_secs(30),
             self.config.sync.sync_settings(),
         );
-        let job = engine.jobs.claim(job_id).await?.expect("claimable");
+        let job = engine.jobs.claim(job_id).await?.job().expect("claimable");
         let conn = connection::Entity::find_by_id(tenant.connection_id)
             .one(&self.env.db.db)
             .await?

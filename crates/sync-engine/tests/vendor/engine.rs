@@ -220,7 +220,7 @@ async fn a_cancel_stops_the_job_at_the_next_page() -> Result<()> {
     });
     source.with(|s| s.during = vec![(1, Arc::new(cancel))]);
     let engine = f.engine::<Gitlab>(&source, "replica-a", Duration::from_secs(30));
-    let job = engine.jobs.claim(id).await?.expect("claimable");
+    let job = engine.jobs.claim(id).await?.job().expect("claimable");
     let outcome = engine
         .run(&job, f.provider_instance_id, source.clone())
         .await?;
@@ -256,8 +256,11 @@ async fn a_lapsed_lease_is_taken_over_and_the_first_replica_writes_nothing_more(
         "replica-b",
         Duration::from_secs(30),
     );
-    let job = a.jobs.claim(id).await?.expect("a claims");
-    assert!(b.claim(id).await?.is_none(), "a live claim is not taken");
+    let job = a.jobs.claim(id).await?.job().expect("a claims");
+    assert!(
+        b.claim(id).await?.job().is_none(),
+        "a live claim is not taken"
+    );
     // Replica a stalls in its second page past its lease; b takes the job over meanwhile.
     let taken = {
         let b = b.clone();
@@ -265,7 +268,7 @@ async fn a_lapsed_lease_is_taken_over_and_the_first_replica_writes_nothing_more(
             let b = b.clone();
             Box::pin(async move {
                 tokio::time::sleep(Duration::from_millis(600)).await;
-                assert!(b.claim(id).await.unwrap().is_some(), "b takes over");
+                assert!(b.claim(id).await.unwrap().job().is_some(), "b takes over");
             })
         });
         Arc::new(hook)
@@ -296,6 +299,127 @@ async fn a_lapsed_lease_is_taken_over_and_the_first_replica_writes_nothing_more(
     Ok(())
 }
 
+/// Jobs take turns: a connection runs one job at a time, a workspace at most its limit; a job
+/// that must wait is deferred (its message settled), and its turn comes when a job of its
+/// workspace ends or, behind a replica that died, when the sweep finds the lease lapsed. Another
+/// workspace's job never waits for this one's.
+#[tokio::test]
+async fn jobs_take_turns_per_connection_and_workspace_and_the_deferred_are_woken() -> Result<()> {
+    use sync_engine::jobs::{Claim, Wait};
+    let f = fixture().await?;
+    let pool = &f.pool;
+    // A second connection of the same workspace, and another workspace's connection.
+    let sibling = uuid::Uuid::now_v7();
+    sqlx::query(
+        "INSERT INTO connection (id, workspace_id, kind, status, provider_instance_id)
+         VALUES ($1, $2, 'gitlab', 'active', $3)",
+    )
+    .bind(sibling)
+    .bind(f.tenant.workspace_id)
+    .bind(f.provider_instance_id)
+    .execute(pool)
+    .await?;
+    let other = f.tenant(ConnectionKind::Gitlab, "active").await?;
+    let queue = |connection: uuid::Uuid, workspace: uuid::Uuid, job_type: &'static str| async move {
+        let id = uuid::Uuid::now_v7();
+        sqlx::query(
+            "INSERT INTO sync_job (id, connection_id, workspace_id, kind, job_type, trigger)
+             VALUES ($1, $2, $3, 'gitlab', $4, 'manual')",
+        )
+        .bind(id)
+        .bind(connection)
+        .bind(workspace)
+        .bind(job_type)
+        .execute(pool)
+        .await?;
+        anyhow::Ok(id)
+    };
+    let woken_messages = |id: uuid::Uuid| async move {
+        let (n,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM outbox WHERE subject LIKE '%jobs.gitlab.%'
+                AND convert_from(payload, 'UTF8')::jsonb ->> 'job_id' = $1::text",
+        )
+        .bind(id)
+        .fetch_one(pool)
+        .await?;
+        anyhow::Ok(n)
+    };
+    let a = Jobs::new(
+        ConnectionKind::Gitlab,
+        pool.clone(),
+        "replica-a",
+        Duration::from_millis(300),
+    );
+    let (ws, conn) = (f.tenant.workspace_id, f.tenant.connection_id);
+    let first = queue(conn, ws, "RECONCILIATION").await?;
+    let second = queue(conn, ws, "INITIAL").await?;
+    let third = queue(sibling, ws, "RECONCILIATION").await?;
+    let others = queue(other.connection_id, other.workspace_id, "RECONCILIATION").await?;
+    let first_job = a.claim(first).await?.job().expect("first claims");
+    assert!(matches!(
+        a.claim(second).await?,
+        Claim::Deferred(Wait::Connection)
+    ));
+    assert!(matches!(
+        a.claim(third).await?,
+        Claim::Deferred(Wait::Workspace)
+    ));
+    assert!(
+        a.claim(others).await?.job().is_some(),
+        "another workspace's job does not wait"
+    );
+    assert_eq!(
+        a.wake_deferred(None).await?,
+        0,
+        "the first job's lease is live"
+    );
+    // The replica running the first job dies: the sweep finds its lease lapsed.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Replica b lives on, with a lease no test step outlasts.
+    let b = Jobs::new(
+        ConnectionKind::Gitlab,
+        pool.clone(),
+        "replica-b",
+        Duration::from_secs(30),
+    );
+    assert_eq!(b.wake_deferred(None).await?, 2, "one per idle connection");
+    assert_eq!(
+        (woken_messages(second).await?, woken_messages(third).await?),
+        (1, 1)
+    );
+    let second_job = b.claim(second).await?.job().expect("the second's turn");
+    assert!(
+        matches!(b.claim(third).await?, Claim::Deferred(Wait::Workspace)),
+        "the workspace runs one job at a time"
+    );
+    assert!(
+        matches!(b.claim(first).await?, Claim::Deferred(Wait::Connection)),
+        "a lapsed job taken over waits its turn too"
+    );
+    // The second ends: the same transaction wakes one job per connection of the workspace.
+    b.finish(&second_job, &JobOutcome::Succeeded, 0).await?;
+    assert_eq!(
+        (woken_messages(first).await?, woken_messages(third).await?),
+        (1, 2)
+    );
+    assert!(b.claim(third).await?.job().is_some());
+    assert!(matches!(
+        b.claim(first).await?,
+        Claim::Deferred(Wait::Workspace)
+    ));
+    drop(first_job);
+    // A job that is not waiting is never woken, and a canceled one neither.
+    sqlx::query("UPDATE sync_job SET status = 'canceled' WHERE id = $1")
+        .bind(first)
+        .execute(pool)
+        .await?;
+    sqlx::query("UPDATE sync_job SET lease_until = now() WHERE status = 'running'")
+        .execute(pool)
+        .await?;
+    assert_eq!(a.wake_deferred(None).await?, 0);
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_replica_claims_only_its_vendors_jobs() -> Result<()> {
     let f = fixture().await?;
@@ -306,14 +430,14 @@ async fn a_replica_claims_only_its_vendors_jobs() -> Result<()> {
         "replica-slack",
         Duration::from_secs(30),
     );
-    assert!(other.claim(id).await?.is_none());
+    assert!(other.claim(id).await?.job().is_none());
     let own = Jobs::new(
         ConnectionKind::Gitlab,
         f.pool.clone(),
         "replica-gitlab",
         Duration::from_secs(30),
     );
-    assert!(own.claim(id).await?.is_some());
+    assert!(own.claim(id).await?.job().is_some());
     Ok(())
 }
 
@@ -443,7 +567,7 @@ async fn a_refusal_of_replaced_credentials_does_not_flag_the_new_ones() -> Resul
     let source = ScriptedSource::new(10);
     let id = f.queue("RECONCILIATION", "manual").await?;
     let engine = f.engine::<Gitlab>(&source, "replica-a", Duration::from_secs(30));
-    let job = engine.jobs.claim(id).await?.expect("claimable");
+    let job = engine.jobs.claim(id).await?.job().expect("claimable");
     // The operator replaces the secrets after the job read the old ones.
     store::credentials::replaced(&f.db, f.tenant.connection_id).await?;
     source.with(|s| s.faults = vec![(s.calls, Fault::Refused)]);
@@ -481,7 +605,7 @@ async fn a_cancel_or_a_lost_lease_met_after_the_listings_ends_the_job_there() ->
                 if lose_lease {
                     sqlx::query("UPDATE sync_job SET lease_until = now() - interval '1 second' WHERE id = $1")
                         .bind(id).execute(&pool).await.unwrap();
-                    assert!(b.claim(id).await.unwrap().is_some(), "b takes over");
+                    assert!(b.claim(id).await.unwrap().job().is_some(), "b takes over");
                 } else {
                     sqlx::query("UPDATE sync_job SET status = 'canceled' WHERE id = $1")
                         .bind(id)
@@ -493,7 +617,7 @@ async fn a_cancel_or_a_lost_lease_met_after_the_listings_ends_the_job_there() ->
         });
         source.with(|s| s.after_scope = Some(Arc::new(hook)));
         let engine = f.engine::<Gitlab>(&source, "replica-a", Duration::from_secs(30));
-        let job = engine.jobs.claim(id).await?.expect("claimable");
+        let job = engine.jobs.claim(id).await?.job().expect("claimable");
         let outcome = engine
             .run(&job, f.provider_instance_id, source.clone())
             .await?;

@@ -340,7 +340,7 @@ async fn run<S: Shape>(
     source: &Arc<ScriptedSource>,
 ) -> Result<JobOutcome> {
     let id = f.queue(job_type, trigger).await?;
-    let job: ClaimedJob = engine.jobs.claim(id).await?.expect("claimable");
+    let job: ClaimedJob = engine.jobs.claim(id).await?.job().expect("claimable");
     Ok(engine
         .run(&job, f.provider_instance_id, source.clone())
         .await?)

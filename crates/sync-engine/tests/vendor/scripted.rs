@@ -617,6 +617,7 @@ pub fn settings() -> SyncSettings {
             max_backoff: Duration::from_millis(800),
         },
         clock_skew: lifecycle_core::forward::DEFAULT_CLOCK_SKEW,
+        workspace_jobs: sync_engine::jobs::DEFAULT_WORKSPACE_JOBS,
     }
 }
 
@@ -944,7 +945,7 @@ impl Fixture {
     ) -> Result<JobOutcome> {
         let id = self.queue(job_type, trigger).await?;
         let engine = self.engine::<K>(source, "replica-a", Duration::from_secs(30));
-        let job: ClaimedJob = engine.jobs.claim(id).await?.expect("claimable");
+        let job: ClaimedJob = engine.jobs.claim(id).await?.job().expect("claimable");
         Ok(engine
             .run(&job, self.provider_instance_id, source.clone())
             .await?)

@@ -104,6 +104,11 @@ pub enum FaultKind {
     },
     /// An HTTP error status with GitHub's plain error body (e.g. 502, 503).
     Status(u16),
+    /// 503 with `retry-after`, as a server under maintenance or overload answers.
+    Unavailable {
+        /// `retry-after` seconds.
+        retry_after: u64,
+    },
     /// 401 `Bad credentials`, as GitHub answers a revoked or invalid token.
     BadCredentials,
     /// 403 for a missing permission, naming the accepted permissions in
@@ -146,6 +151,7 @@ impl fmt::Debug for FaultKind {
                 write!(f, "SecondaryRateLimit({retry_after}s)")
             }
             Self::Status(s) => write!(f, "Status({s})"),
+            Self::Unavailable { retry_after } => write!(f, "Unavailable({retry_after}s)"),
             Self::BadCredentials => f.write_str("BadCredentials"),
             Self::Forbidden { permission } => write!(f, "Forbidden({permission:?})"),
             Self::Delay(d) => write!(f, "Delay({d:?})"),

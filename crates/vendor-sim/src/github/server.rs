@@ -297,6 +297,12 @@ async fn begin(
                 let status = StatusCode::from_u16(*code).unwrap_or(StatusCode::BAD_GATEWAY);
                 return Err(message(status, "Server Error"));
             }
+            FaultKind::Unavailable { retry_after } => {
+                let mut r = message(StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable");
+                r.headers_mut()
+                    .insert("retry-after", HeaderValue::from(*retry_after));
+                return Err(r);
+            }
             FaultKind::BadCredentials => {
                 return Err(message(StatusCode::UNAUTHORIZED, "Bad credentials"));
             }

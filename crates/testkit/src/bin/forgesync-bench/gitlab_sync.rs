@@ -115,7 +115,12 @@ pub async fn run() -> Result<()> {
         .context("connection")?;
     let notes_timer = PhaseTimer::install(gitlab_sync::notes::NOTES_PASS_SPAN)?;
     let started = Instant::now();
-    let job = engine.jobs.claim(job_id).await?.context("claimable")?;
+    let job = engine
+        .jobs
+        .claim(job_id)
+        .await?
+        .job()
+        .context("claimable")?;
     let source = engine.vendor.source(&conn).await?;
     let outcome = engine.run(&job, instance, source).await?;
     let wall = started.elapsed();
