@@ -35,6 +35,7 @@ mod m0030_one_queued_job;
 mod m0031_outline_subscription_scope;
 mod m0032_tenant_keyed_endpoints;
 mod m0033_deferred_jobs;
+mod m0034_dead_messages_per_workspace;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -189,6 +190,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0033_deferred_jobs",
                 up: m0033_deferred_jobs::UP,
+            }),
+            Box::new(Sql {
+                name: "m0034_dead_messages_per_workspace",
+                up: m0034_dead_messages_per_workspace::UP,
             }),
         ]
     }

@@ -44,7 +44,12 @@ pub fn headers_to_json(headers: Option<&HeaderMap>) -> serde_json::Value {
     serde_json::to_value(map).unwrap_or_default()
 }
 
-/// Records a dead message; returns its id.
+/// Dead messages kept per workspace: past it, recording one drops that workspace's oldest.
+pub const KEPT_PER_WORKSPACE: i64 = 1_000;
+
+/// Records a dead message; returns its id. A message of a workspace past its quota
+/// ([`KEPT_PER_WORKSPACE`]) displaces that workspace's oldest, counted in
+/// `dead_messages_pruned_total`.
 pub async fn record<C: ConnectionTrait>(db: &C, message: DeadMessage) -> Result<Uuid, DbErr> {
     let headers = headers_to_json(message.headers.as_ref());
     record_with_headers(db, message, headers).await
@@ -58,6 +63,13 @@ pub async fn record_with_headers<C: ConnectionTrait>(
     headers: serde_json::Value,
 ) -> Result<Uuid, DbErr> {
     let id = Uuid::now_v7();
+    // The workspace the message belongs to, as its routing header names it (a header we wrote:
+    // a relay or ingress stamps it, never a sender).
+    let workspace = headers
+        .get(store::headers::WORKSPACE)
+        .and_then(|v| v.as_str())
+        .and_then(|v| v.parse::<Uuid>().ok())
+        .map(|w| w.to_string());
     dead_message::Entity::insert(dead_message::ActiveModel {
         id: Set(id),
         stream: Set(message.stream),
@@ -71,6 +83,28 @@ pub async fn record_with_headers<C: ConnectionTrait>(
     })
     .exec_without_returning(db)
     .await?;
+    if let Some(workspace) = workspace {
+        let pruned = db
+            .execute_raw(sea_orm::Statement::from_sql_and_values(
+                sea_orm::DbBackend::Postgres,
+                format!(
+                    "DELETE FROM dead_message WHERE id IN (
+                         SELECT id FROM dead_message
+                          WHERE headers ? '{w}' AND headers ->> '{w}' = $1
+                          ORDER BY created_at DESC, id DESC
+                         OFFSET $2)",
+                    w = store::headers::WORKSPACE
+                ),
+                [workspace.clone().into(), KEPT_PER_WORKSPACE.into()],
+            ))
+            .await?
+            .rows_affected();
+        if pruned > 0 {
+            metrics::counter!("dead_messages_pruned_total").increment(pruned);
+            tracing::warn!(%workspace, pruned, kept = KEPT_PER_WORKSPACE,
+                "a workspace's dead messages passed their quota; its oldest were dropped");
+        }
+    }
     Ok(id)
 }
 

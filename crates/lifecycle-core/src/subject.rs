@@ -175,6 +175,12 @@ fn by_connection(vendor: &str, connection_id: &str, event: &str) -> Result<Strin
     ]))
 }
 
+/// `<vendor>.?connection.>`: everything delivered through resources we registered, whichever
+/// the connection: what the consumer of those takes, left out of a vendor's other consumers.
+pub fn by_connection_filter(vendor: &str) -> String {
+    format!("{vendor}.{CONNECTION_LEVEL}.>")
+}
+
 /// `gitlab.?connection.<connectionId>.<event>`: hooks we registered, routed by connection only.
 pub fn gitlab_connection(connection_id: &str, event: &str) -> Result<String, SubjectError> {
     by_connection("gitlab", connection_id, event)
@@ -496,9 +502,109 @@ pub fn filter_subjects<'a>(monitors: impl IntoIterator<Item = &'a Monitor>) -> V
         .collect()
 }
 
+/// Filters bounded to `cap` (at least 1) for a consumer every tenant's monitors widen: when
+/// `filters` (sorted, non-overlapping, as [`filter_subjects`] gives them) are more, the owners
+/// (second token: a GitHub owner, a GitLab namespace, a Slack team) with the most filters are
+/// taken whole (`<vendor>.<owner>.>`) until they fit, and past that every vendor root is taken
+/// whole. The result covers every input filter and never overlaps itself; what it takes
+/// besides is for the consumer's handler to refuse (admission checks every delivery against the
+/// connection's monitors anyway). The server's limit on a consumer's request is then never
+/// reached, whatever the tenants monitor.
+pub fn bounded_filters(filters: Vec<String>, cap: usize) -> Vec<String> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let cap = cap.max(1);
+    if filters.len() <= cap {
+        return filters;
+    }
+    let owner = |f: &str| -> Option<String> {
+        let mut tokens = f.split('.');
+        let (vendor, owner) = (tokens.next()?, tokens.next()?);
+        (owner != ">" && owner != "*" && tokens.next().is_some())
+            .then(|| format!("{vendor}.{owner}"))
+    };
+    let mut groups: BTreeMap<String, usize> = BTreeMap::new();
+    for f in &filters {
+        if let Some(o) = owner(f) {
+            *groups.entry(o).or_default() += 1;
+        }
+    }
+    let mut largest: Vec<(usize, &String)> = groups.iter().map(|(o, n)| (*n, o)).collect();
+    largest.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    let mut count = filters.len();
+    let mut whole: BTreeSet<&String> = BTreeSet::new();
+    for (n, o) in largest {
+        if count <= cap {
+            break;
+        }
+        if n > 1 {
+            whole.insert(o);
+            count -= n - 1;
+        }
+    }
+    let bounded: BTreeSet<String> = if count <= cap {
+        filters
+            .iter()
+            .map(|f| match owner(f) {
+                Some(o) if whole.contains(&o) => format!("{o}.>"),
+                _ => f.clone(),
+            })
+            .collect()
+    } else {
+        filters
+            .iter()
+            .map(|f| format!("{}.>", f.split('.').next().unwrap_or(f)))
+            .collect()
+    };
+    bounded.into_iter().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bounded_filters_fit_their_cap_cover_every_filter_and_never_overlap() {
+        let mut monitors: Vec<Monitor> = (0..40)
+            .map(|i| Monitor::GithubRepository {
+                owner: "acme".into(),
+                repo: format!("r{i}"),
+            })
+            .collect();
+        for o in 0..5 {
+            monitors.push(Monitor::GithubRepository {
+                owner: format!("o{o}"),
+                repo: "one".into(),
+            });
+        }
+        let filters = filter_subjects(&monitors);
+        for cap in [1, 2, 5, 12, 50, 1_000] {
+            let bounded = bounded_filters(filters.clone(), cap);
+            assert!(bounded.len() <= cap.max(1), "{cap}: {bounded:?}");
+            for f in &filters {
+                assert!(
+                    bounded.iter().any(|b| filter_covers(b, f)),
+                    "{cap}: {f} lost"
+                );
+            }
+            for (i, f) in bounded.iter().enumerate() {
+                for (j, g) in bounded.iter().enumerate() {
+                    assert!(i == j || !filter_covers(f, g), "{cap}: {f} covers {g}");
+                }
+            }
+        }
+        // The biggest owner goes whole first; the small ones keep their own filters.
+        let twelve = bounded_filters(filters.clone(), 12);
+        assert!(twelve.contains(&"github.acme.>".to_owned()), "{twelve:?}");
+        assert!(
+            twelve.iter().any(|f| f.starts_with("github.o0.one")),
+            "{twelve:?}"
+        );
+        assert_eq!(
+            bounded_filters(filters.clone(), 2),
+            vec!["github.>".to_owned()]
+        );
+        assert_eq!(bounded_filters(filters.clone(), 1_000), filters);
+    }
 
     #[test]
     fn dotted_names_stay_one_level() {

@@ -152,7 +152,11 @@ impl Egress {
         if self.allowed.is_none() {
             return builder;
         }
-        builder.dns_resolver(Arc::new(Guarded(self.clone())))
+        // A proxy from the environment (`HTTP_PROXY`, ...) would resolve the host itself,
+        // where this policy cannot see the address: a restricted client uses none.
+        builder
+            .no_proxy()
+            .dns_resolver(Arc::new(Guarded(self.clone())))
     }
 }
 

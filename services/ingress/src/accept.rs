@@ -83,6 +83,14 @@ pub async fn accept(
     // dispatch record that could never publish.
     routed.vet(state.bus.max_subject_bytes())?;
     let ids = endpoint.ids;
+    // What a tenant signs itself it can sign without end: its workspace's quota bounds it.
+    if endpoint.tenant_signed(&verified)
+        && let Err(wait) = state
+            .quota
+            .take(ids.workspace_id, std::time::Instant::now())
+    {
+        return Err(Rejection::over_quota(wait));
+    }
     // The transaction that makes the delivery durable: the dispatch record it writes carries
     // this span's trace, which the publish and every consumer continue.
     let insert = tracing::info_span!(

@@ -29,6 +29,10 @@ pub struct Endpoint {
     /// The GitLab origin of the connection's provider instance.
     pub origin: String,
     disabled: bool,
+    /// A tenant chose or was shown the current (previous) secret: what it signs is the tenant's
+    /// claim (m0032), and counts toward the workspace's delivery quota.
+    tenant_keyed: bool,
+    previous_tenant_keyed: bool,
     /// Current secret first, then the previous one inside its window, each with its name.
     secrets: Vec<(String, Vec<u8>)>,
 }
@@ -63,6 +67,16 @@ impl Verified {
 }
 
 impl Endpoint {
+    /// Whether a delivery verified as `verified` is signed by a secret a tenant knows (as the
+    /// store decides it when the delivery is recorded).
+    pub fn tenant_signed(&self, verified: &Verified) -> bool {
+        if verified.previous {
+            self.previous_tenant_keyed
+        } else {
+            self.tenant_keyed
+        }
+    }
+
     /// Refuses a delivery to a disabled endpoint or a disconnected connection.
     pub fn ensure_enabled(&self) -> Result<(), Rejection> {
         // Disconnecting disables endpoints: 410 and nothing stored.
@@ -135,7 +149,7 @@ pub enum Lookup<'a> {
 }
 
 const SELECT: &str = "SELECT e.id, e.workspace_id, e.connection_id, e.kind, e.registration, \
-    e.provider_ref, {DISABLED} AS disabled, \
+    e.provider_ref, {DISABLED} AS disabled, e.tenant_keyed, e.previous_tenant_keyed, \
     pi.server_url, \
     e.secret_current, cur.key_id AS cur_key, cur.nonce AS cur_nonce, cur.ciphertext AS cur_ct, \
     e.secret_previous, prev.key_id AS prev_key, prev.nonce AS prev_nonce, prev.ciphertext AS prev_ct \
@@ -230,6 +244,8 @@ fn from_row(r: &QueryResult, key: &Keyring) -> Result<Endpoint, Rejection> {
         provider_ref: r.try_get("", "provider_ref").map_err(get_err)?,
         origin: server_url.unwrap_or_else(|| default_origin(kind).to_owned()),
         disabled: r.try_get("", "disabled").map_err(get_err)?,
+        tenant_keyed: r.try_get("", "tenant_keyed").map_err(get_err)?,
+        previous_tenant_keyed: r.try_get("", "previous_tenant_keyed").map_err(get_err)?,
         secrets,
     })
 }

@@ -8,6 +8,7 @@ pub mod accept;
 pub mod budget;
 pub mod endpoint;
 pub mod published;
+pub mod quota;
 pub mod reject;
 pub mod retention;
 pub mod routes;
@@ -29,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use crate::budget::{BodyBudget, Buffered};
 use crate::endpoint::Endpoints;
 use crate::published::Published;
+use crate::quota::DeliveryQuota;
 
 const MIB: usize = 1024 * 1024;
 
@@ -85,6 +87,29 @@ pub struct Config {
         default_value_t = 256 * MIB
     )]
     pub buffer_budget_bytes: usize,
+
+    /// Deliveries a second one workspace may send on endpoints whose secret a tenant chose or
+    /// was shown, sustained, per ingress replica; past it (and its burst) a delivery is
+    /// answered 429 with Retry-After and nothing is stored. 0: no quota. The vendors' own
+    /// deliveries (on endpoints keyed by the operator or by forgesync) are not counted.
+    #[arg(
+        long = "workspace-deliveries-per-sec",
+        env = "FORGESYNC_INGRESS_WORKSPACE_DELIVERIES_PER_SEC",
+        value_name = "FORGESYNC_INGRESS_WORKSPACE_DELIVERIES_PER_SEC",
+        default_value_t = 50
+    )]
+    pub workspace_deliveries_per_sec: u32,
+
+    /// Deliveries one workspace may send at once past its rate, per ingress replica (the
+    /// bucket's size).
+    #[arg(
+        long = "workspace-delivery-burst",
+        env = "FORGESYNC_INGRESS_WORKSPACE_DELIVERY_BURST",
+        value_name = "FORGESYNC_INGRESS_WORKSPACE_DELIVERY_BURST",
+        default_value_t = 500,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub workspace_delivery_burst: u32,
 
     /// Webhook requests handled at once; more wait for a slot (within the request timeout).
     #[arg(
@@ -294,6 +319,8 @@ pub struct AppState {
     pub endpoints: Arc<Endpoints>,
     /// What all bodies being read or handled may hold together.
     pub budget: BodyBudget,
+    /// Deliveries a second per workspace, of what tenants sign themselves.
+    pub quota: Arc<DeliveryQuota>,
 }
 
 impl AppState {
@@ -397,6 +424,10 @@ pub async fn run(
             config.endpoint_cache_ms,
         ))),
         budget: BodyBudget::new(config.buffer_budget_bytes),
+        quota: Arc::new(DeliveryQuota::new(
+            config.workspace_deliveries_per_sec,
+            config.workspace_delivery_burst,
+        )),
     };
     service.routes(routes::router(state));
     service.task("stream declaration", {

@@ -9,6 +9,8 @@ use axum::response::{IntoResponse, Response};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
     pub status: StatusCode,
+    /// Seconds the sender should wait before trying again (`Retry-After`), when it should.
+    pub retry_after: Option<u64>,
     /// Stable metric label and error code, e.g. `bad_signature`.
     pub reason: &'static str,
     pub message: String,
@@ -21,6 +23,7 @@ impl Rejection {
     fn new(status: StatusCode, reason: &'static str, message: impl Into<String>) -> Self {
         Rejection {
             status,
+            retry_after: None,
             reason,
             message: message.into(),
             cause: None,
@@ -45,11 +48,30 @@ impl Rejection {
     /// 503: the bodies being read together already hold the whole buffer budget; the vendor
     /// retries later.
     pub fn busy() -> Self {
-        Self::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "busy",
-            "ingress is reading as many bodies as it may hold at once; retry later",
-        )
+        Rejection {
+            retry_after: Some(1),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "busy",
+                "ingress is reading as many bodies as it may hold at once; retry later",
+            )
+        }
+    }
+
+    /// 429: the workspace sent more deliveries it signed itself than its quota allows; one fits
+    /// again after `wait`.
+    pub fn over_quota(wait: std::time::Duration) -> Self {
+        let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+        Rejection {
+            retry_after: Some(secs),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "over_quota",
+                format!(
+                    "this workspace sent more deliveries a second than its quota allows; retry in {secs} s"
+                ),
+            )
+        }
     }
 
     /// 401: the signature (or token) is absent.
@@ -192,8 +214,8 @@ impl Rejection {
             "delivery refused"
         );
         let body = serde_json::json!({ "error": self.reason, "message": self.message });
-        if self.reason == "busy" {
-            let retry = [(axum::http::header::RETRY_AFTER, "1")];
+        if let Some(secs) = self.retry_after {
+            let retry = [(axum::http::header::RETRY_AFTER, secs.to_string())];
             return (self.status, retry, Json(body)).into_response();
         }
         (self.status, Json(body)).into_response()

@@ -2,14 +2,18 @@
 //! ([`filter_subjects`]) over what the vendor's connections monitor now, less the subjects a
 //! fixed consumer of the same stream already takes. When the monitors' filters change, the
 //! in-flight deliveries finish and the durable consumer is re-declared with the new filters.
+//! The filters are bounded ([`Filters::cap`], [`bounded_filters`]): every tenant's monitors widen
+//! them, and past the cap whole owners are taken instead, so the server never refuses the
+//! consumer for its size. What a wider filter takes besides is refused by admission as for any
+//! delivery; what it takes of another consumer's subjects (`excluded`) is left to that one.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bus::Bus;
-use bus::consumer::{self, ConsumerSpec, Handler};
-use lifecycle_core::subject::{Monitor, filter_covers, filter_subjects};
+use bus::consumer::{self, ConsumerSpec, Delivery, Handler, HandlerError, Settle};
+use lifecycle_core::subject::{Monitor, bounded_filters, filter_covers, filter_subjects};
 use sea_orm::DatabaseConnection;
 use tokio_util::sync::CancellationToken;
 
@@ -22,18 +26,53 @@ pub trait Monitors: Send + Sync + 'static {
 pub struct Filters<M> {
     pub monitors: M,
     /// Filters another consumer of the stream takes (e.g. owner-level events): any monitor
-    /// filter one of them covers is left out, so no delivery is consumed twice.
+    /// filter one of them covers is left out, and a delivery on one of them that a bounded
+    /// filter takes is settled untouched, so no delivery is handled twice.
     pub excluded: Vec<String>,
+    /// The most filters the consumer declares ([`DEFAULT_MAX_FILTERS`] as services run).
+    pub cap: usize,
 }
 
+/// Filters a following consumer declares at most: far below what a server's request limit
+/// (`max_payload`, 1 MiB by default) holds.
+pub const DEFAULT_MAX_FILTERS: usize = 256;
+
 impl<M: Monitors> Filters<M> {
-    /// The sorted, non-overlapping filters of the current monitors, less the excluded ones.
+    /// The sorted, non-overlapping filters of the current monitors, less the excluded ones,
+    /// bounded to the cap.
     pub async fn current(&self) -> Result<Vec<String>, sqlx::Error> {
         let monitors = self.monitors.monitors().await?;
-        Ok(filter_subjects(&monitors)
+        let filters: Vec<String> = filter_subjects(&monitors)
             .into_iter()
             .filter(|f| !self.excluded.iter().any(|x| filter_covers(x, f)))
-            .collect())
+            .collect();
+        Ok(bounded_filters(filters, self.cap))
+    }
+}
+
+/// The consumer's handler, settling untouched a delivery on a subject another consumer of the
+/// stream takes (a bounded filter may take it too).
+struct Excluding<H> {
+    inner: Arc<H>,
+    excluded: Arc<[String]>,
+}
+
+impl<H: Handler> Handler for Excluding<H> {
+    type Message = H::Message;
+
+    async fn handle(
+        &self,
+        message: H::Message,
+        delivery: &Delivery,
+    ) -> Result<Settle, HandlerError> {
+        if self
+            .excluded
+            .iter()
+            .any(|x| filter_covers(x, delivery.subject()))
+        {
+            return Ok(Settle::Ignored("another consumer's subject"));
+        }
+        self.inner.handle(message, delivery).await
     }
 }
 
@@ -60,6 +99,10 @@ pub async fn run<H: Handler, M: Monitors>(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let gauge = metrics::gauge!("webhook_consumer_filters", "consumer" => template.durable.clone());
+    let handler = Arc::new(Excluding {
+        inner: handler,
+        excluded: Arc::from(filters.excluded.clone()),
+    });
     let mut current: Vec<String> = Vec::new();
     let mut parked = false;
     while !shutdown.is_cancelled() {

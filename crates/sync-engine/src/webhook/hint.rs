@@ -149,7 +149,7 @@ impl Confirmations {
                 slot.confirmed_from = Some(began);
                 confirmed(match outcome {
                     Outcome::Applied => "applied",
-                    Outcome::Unchanged | Outcome::Ignored => "unchanged",
+                    Outcome::Unchanged | Outcome::Ignored | Outcome::Refused => "unchanged",
                 });
                 Ok(outcome)
             }

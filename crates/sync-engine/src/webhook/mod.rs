@@ -38,6 +38,9 @@ pub enum Outcome {
     Unchanged,
     /// Not for us: an event or action we do not act on.
     Ignored,
+    /// Refused with its reason recorded on the connection's activity (a fact dated past its
+    /// receipt): acknowledged, nothing written.
+    Refused,
 }
 
 impl Outcome {
@@ -55,6 +58,7 @@ impl Outcome {
             Outcome::Applied => "applied",
             Outcome::Unchanged => "unchanged",
             Outcome::Ignored => "ignored",
+            Outcome::Refused => "refused",
         }
     }
 
@@ -63,6 +67,7 @@ impl Outcome {
             Outcome::Applied => Settle::Applied("webhook"),
             Outcome::Unchanged => Settle::Unchanged("webhook"),
             Outcome::Ignored => Settle::Ignored("webhook"),
+            Outcome::Refused => Settle::Ignored("webhook refused"),
         }
     }
 }
@@ -249,10 +254,26 @@ impl<A: WebhookApply> WebhookConsumer<A> {
         // its decode, so no writer can forget it. A hint's dates are never written (the vendor's
         // answer is, bounded by its read), so a hint is confirmed whatever it claims.
         let bound = TimeBound::after(hook.received_at, self.clock_skew);
+        // Refused with its reason on the connection's activity and acknowledged: the vendor's
+        // clock is wrong, not the message, so replaying it would be refused again; the next
+        // reconcile writes the item once the vendor dates it sanely.
         if let (Claim::Fact, Some(future)) = (claim, future_time(&body, bound)) {
             metrics::counter!("webhooks_rejected_total", "vendor" => A::KIND.as_str(), "reason" => "future_time")
                 .increment(1);
-            return Err(WebhookError::Invalid(future.to_string()));
+            tracing::warn!(vendor = A::KIND.as_str(), %connection_id, %event, reason = %future,
+                "a delivery dated past its receipt; nothing written");
+            store::activity::record_for_connection(
+                &self.pool,
+                connection_id,
+                "webhook_future_time",
+                serde_json::json!({
+                    "event": event,
+                    "delivery_id": delivery_id,
+                    "reason": future.to_string(),
+                }),
+            )
+            .await?;
+            return Ok(Outcome::Refused);
         }
         match self.vendor.decode(&hook)? {
             Some(payload) => {

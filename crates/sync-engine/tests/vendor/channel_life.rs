@@ -105,6 +105,7 @@ async fn run(
         let filters = Filters {
             monitors: vendor,
             excluded: Vec::new(),
+            cap: follow::DEFAULT_MAX_FILTERS,
         };
         move |stop| {
             follow::run(

@@ -84,6 +84,7 @@ async fn run(
         let filters = Filters {
             monitors: vendor,
             excluded: Vec::new(),
+            cap: follow::DEFAULT_MAX_FILTERS,
         };
         let spec = ConsumerSpec::new(Stream::WebhooksGitlab, WEBHOOKS);
         move |stop| {

@@ -112,6 +112,7 @@ impl World {
         let filters = Filters {
             monitors: scripted,
             excluded: Vec::new(),
+            cap: follow::DEFAULT_MAX_FILTERS,
         };
         let (bus, db, stop) = (self.bus.clone(), self.db.clone(), self.stop.clone());
         self.tasks.spawn(async move {

@@ -5,7 +5,7 @@
 
 use lifecycle_core::subject::{self, Monitor};
 use sqlx::PgPool;
-use sync_engine::webhook::follow::{Filters, Monitors};
+use sync_engine::webhook::follow::{self, Filters, Monitors};
 
 /// The repositories monitored by an active or suspended GitHub connection (a paused one keeps
 /// its reads but takes no webhook writes).
@@ -37,5 +37,6 @@ pub fn repository_filters(pool: PgPool) -> Filters<RepositoryMonitors> {
     Filters {
         monitors: RepositoryMonitors { pool },
         excluded: vec![subject::github_owner_filter()],
+        cap: follow::DEFAULT_MAX_FILTERS,
     }
 }

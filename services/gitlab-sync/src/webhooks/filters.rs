@@ -10,7 +10,7 @@ use bus::Stream;
 use bus::consumer::ConsumerSpec;
 use lifecycle_core::subject::Monitor;
 use sqlx::PgPool;
-use sync_engine::webhook::follow::{Filters, Monitors};
+use sync_engine::webhook::follow::{DEFAULT_MAX_FILTERS, Filters, Monitors};
 
 pub use crate::activation::{CONNECTION_EVENTS_CONSUMER, ConnectionRoutes, connection_events_spec};
 
@@ -56,6 +56,7 @@ pub fn connection_filters(pool: PgPool) -> Filters<ConnectionRoutes> {
     Filters {
         monitors: ConnectionRoutes { pool },
         excluded: Vec::new(),
+        cap: DEFAULT_MAX_FILTERS,
     }
 }
 
@@ -63,6 +64,9 @@ pub fn connection_filters(pool: PgPool) -> Filters<ConnectionRoutes> {
 pub fn project_filters(pool: PgPool) -> Filters<ProjectMonitors> {
     Filters {
         monitors: ProjectMonitors { pool },
-        excluded: Vec::new(),
+        // Past its cap the filter may take the whole vendor root: the registered hooks'
+        // deliveries stay the other consumer's.
+        excluded: vec![lifecycle_core::subject::by_connection_filter("gitlab")],
+        cap: DEFAULT_MAX_FILTERS,
     }
 }

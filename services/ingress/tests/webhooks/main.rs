@@ -9,6 +9,7 @@ mod gitlab;
 mod key_rotation;
 mod outage;
 mod outline;
+mod quota;
 mod rotation;
 mod slack;
 mod support;
