@@ -36,6 +36,7 @@ mod m0031_outline_subscription_scope;
 mod m0032_tenant_keyed_endpoints;
 mod m0033_deferred_jobs;
 mod m0034_dead_messages_per_workspace;
+mod m0035_workspace_usage;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -194,6 +195,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0034_dead_messages_per_workspace",
                 up: m0034_dead_messages_per_workspace::UP,
+            }),
+            Box::new(Sql {
+                name: "m0035_workspace_usage",
+                up: m0035_workspace_usage::UP,
             }),
         ]
     }

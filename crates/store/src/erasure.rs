@@ -186,6 +186,10 @@ pub const RETAINED: &[(&str, &str)] = &[
         "erasure_repository",
         "which repositories an erasure deleted or kept: ids only",
     ),
+    (
+        "workspace_usage",
+        "bytes and deliveries a workspace stored a day, for its quota: counts only, pruned after a day",
+    ),
 ];
 
 /// Tables the eraser itself erases, outside every holder's registration, each with how.

@@ -19,5 +19,6 @@ pub mod registration;
 pub mod scm_scope;
 pub mod secrets;
 pub mod trace;
+pub mod usage;
 
 pub use sea_orm;

@@ -83,8 +83,9 @@ pub async fn accept(
     // dispatch record that could never publish.
     routed.vet(state.bus.max_subject_bytes())?;
     let ids = endpoint.ids;
-    // What a tenant signs itself it can sign without end: its workspace's quota bounds it.
-    if endpoint.tenant_signed(&verified)
+    // What a tenant signs itself it can sign without end: its workspace's quotas bound it.
+    let tenant_signed = endpoint.tenant_signed(&verified);
+    if tenant_signed
         && let Err(wait) = state
             .quota
             .take(ids.workspace_id, std::time::Instant::now())
@@ -100,6 +101,17 @@ pub async fn accept(
         outcome = tracing::field::Empty,
     );
     let txn = state.db.begin().instrument(insert.clone()).await?;
+    let daily = state.settings.workspace_bytes_per_day;
+    if tenant_signed && daily > 0 {
+        let bytes = i64::try_from(body.len()).unwrap_or(i64::MAX);
+        let stored = store::usage::add_stored(&txn, ids.workspace_id, bytes)
+            .instrument(insert.clone())
+            .await?;
+        if u64::try_from(stored).unwrap_or(u64::MAX) > daily {
+            let _ = txn.rollback().await;
+            return Err(Rejection::over_daily_quota(daily));
+        }
+    }
     let recorded = store::inbound::record(
         &txn,
         NewMessage {

@@ -111,6 +111,17 @@ pub struct Config {
     )]
     pub workspace_delivery_burst: u32,
 
+    /// Bytes of deliveries one workspace may store a day (UTC) on endpoints whose secret a
+    /// tenant chose or was shown; past it a delivery is answered 429 with Retry-After until
+    /// midnight UTC and nothing is stored. 0: no quota.
+    #[arg(
+        long = "workspace-bytes-per-day",
+        env = "FORGESYNC_INGRESS_WORKSPACE_BYTES_PER_DAY",
+        value_name = "FORGESYNC_INGRESS_WORKSPACE_BYTES_PER_DAY",
+        default_value_t = 1024 * MIB as u64
+    )]
+    pub workspace_bytes_per_day: u64,
+
     /// Webhook requests handled at once; more wait for a slot (within the request timeout).
     #[arg(
         long,
@@ -284,6 +295,8 @@ pub struct Settings {
     pub slack_tolerance: Duration,
     /// How long relays leave a new dispatch record to the inline publish.
     pub relay_hold: Duration,
+    /// Bytes a workspace may store a day of what it signs itself; 0: no quota.
+    pub workspace_bytes_per_day: u64,
     retention: [Duration; 4],
 }
 
@@ -411,6 +424,7 @@ pub async fn run(
             digest_window: Duration::from_secs(config.digest_window_secs),
             slack_tolerance: Duration::from_secs(config.slack_tolerance_secs),
             relay_hold: Duration::from_millis(config.relay_hold_ms),
+            workspace_bytes_per_day: config.workspace_bytes_per_day,
             retention: [
                 hours(config.retention_github_hours),
                 hours(config.retention_gitlab_hours),

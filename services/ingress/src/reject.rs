@@ -74,6 +74,26 @@ impl Rejection {
         }
     }
 
+    /// 429: the workspace stored as many bytes today (UTC) as its quota allows, of what it signs
+    /// itself; room comes back at midnight UTC.
+    pub fn over_daily_quota(limit: u64) -> Self {
+        let now = time::OffsetDateTime::now_utc();
+        let left = 86_400
+            - i64::from(now.hour()) * 3600
+            - i64::from(now.minute()) * 60
+            - i64::from(now.second());
+        Rejection {
+            retry_after: Some(u64::try_from(left.max(1)).unwrap_or(1)),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "over_daily_quota",
+                format!(
+                    "this workspace stored its {limit} bytes of deliveries for today (UTC); retry after midnight UTC"
+                ),
+            )
+        }
+    }
+
     /// 401: the signature (or token) is absent.
     pub fn missing_signature(header: &str) -> Self {
         Self::new(

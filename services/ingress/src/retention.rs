@@ -1,7 +1,8 @@
 //! Raw-body retention: bodies past their per-vendor retention and expired digest keys are
 //! deleted in batches. A body its message carries by reference stays until the message is
 //! consumed or its stream can no longer deliver it (`store::inbound::prune_expired`), so
-//! retention never turns an unconsumed delivery into a dead message. Every replica may run it.
+//! retention never turns an unconsumed delivery into a dead message. Past days of workspace
+//! usage go too. Every replica may run it.
 
 use std::time::Duration;
 
@@ -22,6 +23,9 @@ pub async fn run(db: DatabaseConnection, stream_max_age: Duration, shutdown: Can
                     break;
                 }
             }
+        }
+        if let Err(e) = store::usage::prune(&db).await {
+            tracing::warn!(error = %e, "pruning past days of workspace usage failed");
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
