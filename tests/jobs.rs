@@ -1263,3 +1263,58 @@ async fn reconciles_of(pool: &PgPool, workspace: &str) -> Result<Vec<(String, bo
     .fetch_all(pool)
     .await?)
 }
+
+/// Whoever runs the server a connection names decides what it answers: an issue whose body is
+/// larger than any vendor writes (6 MiB, with a title of 64 KiB) is stored cut at the caps, on
+/// a character boundary, and the cuts are counted; the rest of the page is written as it came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_oversize_title_and_body_are_stored_cut_at_their_caps() -> Result<()> {
+    let s = Stack::start(20, 100).await?;
+    let repo = s.repositories[0];
+    let (number, native) = s.sim.model(|m| {
+        let issue = m
+            .repository(repo)
+            .expect("repository exists")
+            .issues()
+            .next()
+            .expect("issues");
+        (issue.number, issue.database_id)
+    });
+    s.sim.model(|m| {
+        m.update_issue(repo, number, |i| {
+            // Two-byte characters after one of one byte: the cap falls inside one, so the cut
+            // steps back to the character before it.
+            i.body = format!("a{}", "é".repeat(3 * 1024 * 1024));
+            i.title = "t".repeat(64 * 1024);
+        });
+    });
+    s.activate().await?;
+    let jobs = s.finished_jobs("INITIAL", 1).await?;
+    assert_eq!(jobs[0].0, "succeeded", "{jobs:?}");
+    let (title, body): (i32, i32) = sqlx::query_as(
+        "SELECT octet_length(title), octet_length(body) FROM issue WHERE native_id = $1",
+    )
+    .bind(i64::try_from(native)?)
+    .fetch_one(&s.pool)
+    .await?;
+    assert_eq!(title as usize, scm_mirror::upsert::MAX_TITLE_BYTES);
+    assert_eq!(body as usize, scm_mirror::upsert::MAX_BODY_BYTES - 1);
+    assert_eq!(
+        s.count("SELECT count(*) FROM issue").await?
+            + s.count("SELECT count(*) FROM pull_request").await?,
+        s.upstream_items()
+    );
+    let metrics = reqwest::get(format!("{}/metrics", s._sync.url()))
+        .await?
+        .text()
+        .await?;
+    for column in ["title", "body"] {
+        assert!(
+            metrics.contains(&format!(
+                r#"mirror_fields_capped_total{{table="issue",column="{column}"}}"#
+            )),
+            "{metrics}"
+        );
+    }
+    Ok(())
+}

@@ -138,7 +138,12 @@ pub async fn write<C: CommentRow>(
     let mut row = Upsert::new(C::TABLE);
     comment.place(&mut row);
     comment.fields().columns(&mut row);
-    row.set("body", OnConflict::Replace, comment.fields().body);
+    row.set_text(
+        "body",
+        OnConflict::Replace,
+        comment.fields().body,
+        crate::upsert::MAX_BODY_BYTES,
+    );
     comment.detail(&mut row);
     row.write(txn, &conflict_key::<C>(), &["mirrored_at = now()"])
         .await?;

@@ -13,7 +13,7 @@ use sqlx::{AssertSqlSafe, PgPool, Row};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::upsert::{OnConflict, Upsert};
+use crate::upsert::{MAX_BODY_BYTES, MAX_TITLE_BYTES, OnConflict, Upsert};
 
 /// Which item table a write works on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,8 +237,8 @@ impl ItemFields {
             .set("native_id", Keep, self.native_id)
             .set("node_id", Replace, &self.node_id)
             .set("number", Replace, self.number)
-            .set("title", Replace, &self.title)
-            .set("body", Replace, &self.body)
+            .set_text("title", Replace, Some(&self.title), MAX_TITLE_BYTES)
+            .set_text("body", Replace, Some(&self.body), MAX_BODY_BYTES)
             .set("state", Replace, &self.state)
             // Partial metadata: a writer that does not know the author (a GitLab hook names
             // only the actor) keeps the stored one.

@@ -57,7 +57,7 @@ impl Review<'_> {
             .set("native_id", Keep, self.native_id)
             .set("node_id", Replace, self.node_id)
             .set("author", Replace, self.author)
-            .set("body", Replace, self.body)
+            .set_text("body", Replace, self.body, crate::upsert::MAX_BODY_BYTES)
             .set("state", Replace, self.state)
             .set("commit_sha", Coalesce, self.commit_sha)
             .set("submitted_at", Coalesce, self.submitted_at)

@@ -33,6 +33,42 @@ pub enum OnConflict {
     Greatest,
 }
 
+/// The most bytes a title is stored with. The vendors' own limits are far below (GitHub and
+/// GitLab take 255 or 256 characters).
+pub const MAX_TITLE_BYTES: usize = 4 * 1024;
+
+/// The most bytes a body (an item's, a comment's, a review's) is stored with: above GitLab's
+/// 1,000,000-character limit in all but four-byte text, and far above GitHub's 65,536.
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// `value` cut to at most `max` bytes, at a character boundary. Whoever runs the server a
+/// connection names decides what it answers, so no text is stored larger than any vendor
+/// writes; a cut is counted in `mirror_fields_capped_total{table,column}`.
+pub fn capped<'v>(
+    table: &'static str,
+    column: &'static str,
+    value: &'v str,
+    max: usize,
+) -> &'v str {
+    if value.len() <= max {
+        return value;
+    }
+    let mut end = max;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    metrics::counter!("mirror_fields_capped_total", "table" => table, "column" => column)
+        .increment(1);
+    tracing::warn!(
+        table,
+        column,
+        bytes = value.len(),
+        max,
+        "a vendor's text past its cap; stored cut"
+    );
+    &value[..end]
+}
+
 /// A row being built for one table.
 #[derive(Default)]
 pub struct Upsert {
@@ -63,6 +99,18 @@ impl Upsert {
         }
         self.columns.push((column, rule));
         self
+    }
+
+    /// Adds a text column a vendor fills, cut to `max` bytes (see [`capped`]).
+    pub fn set_text(
+        &mut self,
+        column: &'static str,
+        rule: OnConflict,
+        value: Option<&str>,
+        max: usize,
+    ) -> &mut Self {
+        let value = value.map(|v| capped(self.table, column, v, max));
+        self.set(column, rule, value)
     }
 
     fn insert(&self, key: &str) -> String {
@@ -156,5 +204,16 @@ impl Upsert {
             .fetch_optional(&mut *txn)
             .await?;
         Ok(newly.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn text_is_cut_at_its_cap_on_a_character_boundary() {
+        assert_eq!(super::capped("issue", "title", "short", 8), "short");
+        // "é" is two bytes: a cut inside it keeps the whole characters before it.
+        assert_eq!(super::capped("issue", "title", "abcé", 4), "abc");
+        assert_eq!(super::capped("issue", "title", "abcé", 5), "abcé");
     }
 }
