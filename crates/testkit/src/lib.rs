@@ -5,6 +5,7 @@
 //! `DATABASE_URL` and `NATS_URL` come from `cargo xtask test`, which provisions both.
 #![forbid(unsafe_code)]
 
+pub mod http;
 pub mod otlp;
 mod own_nats;
 pub mod promql;

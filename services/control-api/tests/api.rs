@@ -620,9 +620,20 @@ async fn bad_requests_get_clear_json_errors() -> Result<()> {
     let body: Value = res.json().await?;
     assert_eq!(body["error"], "malformed_json");
 
-    let huge = json!({ "name": "x".repeat(200 * 1024) });
-    let (s, body) = api.post("/workspaces", huge).await?;
+    // Declares 200 KiB and sends one byte past the 64 KiB limit (see testkit::http).
+    let (s, body) = testkit::http::post_declaring(
+        &format!("{}/workspaces", api.base),
+        &[
+            ("authorization", format!("Bearer {}", api.admin)),
+            ("content-type", "application/json".to_owned()),
+        ],
+        200 * 1024,
+        format!("{{\"name\": \"{}", "x".repeat(64 * 1024)).as_bytes(),
+    )
+    .await?;
     assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    let body: Value = serde_json::from_str(&body)?;
+    assert_eq!(body["error"], "payload_too_large");
     let (s, body) = api
         .post("/workspaces", json!({ "name": "ok", "extra": 1 }))
         .await?;

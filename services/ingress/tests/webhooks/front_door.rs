@@ -317,7 +317,7 @@ async fn bodies_past_the_vendor_limit_answer_413_and_store_nothing() -> Result<(
         "/hooks/tok-b-outline",
     ] {
         let got = h
-            .post(path, &slack_headers(&body, B_SECRET), body.clone())
+            .post_oversize(path, &slack_headers(&body, B_SECRET), body.len())
             .await?;
         assert_refused(&h, got, StatusCode::PAYLOAD_TOO_LARGE, "too_large").await?;
     }
@@ -596,19 +596,11 @@ async fn partial_post(
     tokio::net::tcp::OwnedReadHalf,
     tokio::net::tcp::OwnedWriteHalf,
 )> {
-    let addr = h.ingress.url().trim_start_matches("http://").to_owned();
-    let (rd, mut wr) = tokio::net::TcpStream::connect(addr).await?.into_split();
-    let mut head = format!(
-        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-         Content-Length: {declared}\r\n"
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    wr.write_all(head.as_bytes()).await?;
-    wr.write_all(&vec![b' '; sent]).await?;
-    Ok((rd, wr))
+    let mut all = vec![("Content-Type", "application/json".to_owned())];
+    all.extend(headers.iter().cloned());
+    let url = format!("{}{path}", h.ingress.url());
+    let stream = testkit::http::open_post(&url, &all, declared, &vec![b' '; sent]).await?;
+    Ok(stream.into_split())
 }
 
 /// The status line of the answer on `rd` (within 20 s), or "closed"/"silent".

@@ -120,6 +120,26 @@ impl Harness {
         Ok((status, res.text().await?))
     }
 
+    /// POSTs headers declaring a body of `declared` bytes and none of its bytes: what a body
+    /// past the limit gets, refused by its declared length before any of it is read (see
+    /// `testkit::http::post_declaring`).
+    pub async fn post_oversize(
+        &self,
+        path: &str,
+        headers: &[(&str, String)],
+        declared: usize,
+    ) -> Result<(StatusCode, String)> {
+        let mut all = vec![("Content-Type", "application/json".to_owned())];
+        all.extend(headers.iter().cloned());
+        testkit::http::post_declaring(
+            &format!("{}{path}", self.ingress.url()),
+            &all,
+            declared,
+            b"",
+        )
+        .await
+    }
+
     /// Rows every accepted delivery writes: messages, bodies, dedup keys, and dispatch records
     /// (still in the outbox, or deleted once published: their message is then dispatched).
     pub async fn footprint(&self) -> Result<[i64; 4]> {
