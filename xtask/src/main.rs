@@ -97,6 +97,10 @@ enum Task {
     /// Provision Postgres and NATS, then run any command with DATABASE_URL and NATS_URL set.
     #[command(hide = true)]
     Services {
+        /// Servers with production durability, as `bench` runs them (e.g. to run another
+        /// commit's bench binary beside this one's).
+        #[arg(long)]
+        durable: bool,
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         command: Vec<OsString>,
     },
@@ -282,14 +286,14 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             cmd.arg("up").args(args);
             process::run_foreground(stack.apply(&mut cmd))
         }
-        Task::Services { command } => {
+        Task::Services { durable, command } => {
             let stack = Stack::provision(
                 &layout,
                 Needs {
                     postgres: true,
                     nats: true,
                     nats_users: false,
-                    durable: false,
+                    durable,
                 },
             )?;
             let (program, args) = command.split_first().expect("clap requires a command");

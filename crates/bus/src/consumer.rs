@@ -191,6 +191,12 @@ impl Delivery {
         self.attempt
     }
 
+    /// Whether a failed handling of this delivery is its last: the consumer's budget is spent,
+    /// so what it hands back is kept dead rather than redelivered.
+    pub fn is_last_attempt(&self) -> bool {
+        self.attempt >= self.ctx.spec.max_deliveries
+    }
+
     /// When the stream stored the message (the NATS server's clock).
     pub fn stored_at(&self) -> OffsetDateTime {
         self.stored_at

@@ -157,6 +157,7 @@ pub async fn run(
                     db: db.clone(),
                     factory,
                 },
+                config.sync.webhook_concurrency.max(1),
                 config.sync.clock_skew(),
             ),
         )

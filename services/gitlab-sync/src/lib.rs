@@ -210,7 +210,10 @@ fn webhook_consumers(
                     factory: factory.clone(),
                 }),
                 readers: factory.clone(),
-                confirmations: Confirmations::new("gitlab"),
+                confirmations: Confirmations::for_workers(
+                    "gitlab",
+                    config.sync.webhook_concurrency.max(1),
+                ),
                 clock_skew: config.sync.clock_skew(),
             },
         )
@@ -223,7 +226,10 @@ fn webhook_consumers(
                 pool: pool.clone(),
                 route: None,
                 readers: factory,
-                confirmations: Confirmations::new("gitlab"),
+                confirmations: Confirmations::for_workers(
+                    "gitlab",
+                    config.sync.webhook_concurrency.max(1),
+                ),
                 clock_skew: config.sync.clock_skew(),
             },
         )

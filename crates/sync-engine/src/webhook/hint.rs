@@ -11,9 +11,14 @@
 //! every hint about the same item that reached this consumer before the read began is answered
 //! by it (what the vendor shows then is at least as new as what any of them could claim), so a
 //! burst of hints costs one read, not one per delivery. Both instants are this process's
-//! monotonic clock, so no skew between servers can answer a hint with an older read. A
-//! connection has at most a few confirming reads under way in a replica; past that a hint is
-//! redelivered later rather than holding a worker every tenant shares.
+//! monotonic clock, so no skew between servers can answer a hint with an older read.
+//!
+//! Hints take turns. A connection has at most a few confirming reads under way in a replica,
+//! and all connections together at most half of the replica's webhook workers, so vendor-signed
+//! deliveries always find a worker however many tenants hint at once (or however slowly their
+//! servers answer). A hint past either limit is handed back to be redelivered later; on its last
+//! delivery it is settled as unconfirmed instead (recorded, acknowledged, never dead): reconcile
+//! reads what it named anyway, and a tenant cannot fill the dead-message store by hinting.
 //!
 //! Counted in `webhook_hints_total{vendor, outcome}` (`read`, `coalesced`, `deferred`) and
 //! `webhook_hint_confirmations_total{vendor, outcome}` (`applied`, `unchanged`, `unconfirmed`).
@@ -38,6 +43,10 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_millis(500);
 /// tenant shares; past it a hint is handed back to be redelivered later.
 pub const DEFAULT_READS_PER_CONNECTION: usize = 4;
 
+/// Confirming reads all connections together may have under way in this replica, when the
+/// number of webhook workers is not known (see [`Confirmations::for_workers`]).
+pub const DEFAULT_READS_IN_REPLICA: usize = 8;
+
 /// How long a finished read is remembered for coalescing.
 const REMEMBERED: Duration = Duration::from_secs(120);
 
@@ -57,8 +66,34 @@ pub struct Confirmations {
     window: Duration,
     items: Mutex<Items>,
     reads_per_connection: usize,
-    /// Confirming reads under way, by connection.
-    reading: Arc<Mutex<HashMap<Uuid, usize>>>,
+    reads_in_replica: usize,
+    /// Confirming reads under way.
+    reading: Arc<Mutex<Under>>,
+}
+
+/// Confirming reads under way, by connection and in all.
+#[derive(Default)]
+struct Under {
+    by_connection: HashMap<Uuid, usize>,
+    total: usize,
+}
+
+/// Why a hint waits its turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Busy {
+    /// Its connection has this many confirming reads under way.
+    Connection(usize),
+    /// All connections together have this many under way in this replica.
+    Replica(usize),
+}
+
+impl std::fmt::Display for Busy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Busy::Connection(n) => write!(f, "the connection has {n} confirming reads under way"),
+            Busy::Replica(n) => write!(f, "this replica has {n} confirming reads under way"),
+        }
+    }
 }
 
 struct Items {
@@ -84,7 +119,22 @@ impl Confirmations {
                 swept: Instant::now(),
             }),
             reads_per_connection: DEFAULT_READS_PER_CONNECTION,
+            reads_in_replica: DEFAULT_READS_IN_REPLICA,
             reading: Arc::default(),
+        }
+    }
+
+    /// An empty memory for a consumer with `workers` webhook workers: confirming reads may hold
+    /// at most half of them (at least one), the rest stay free for vendor-signed deliveries.
+    pub fn for_workers(vendor: &'static str, workers: usize) -> Self {
+        Confirmations::new(vendor).with_reads_in_replica(workers / 2)
+    }
+
+    /// The same memory, letting all connections together have `n` confirming reads under way.
+    pub fn with_reads_in_replica(self, n: usize) -> Self {
+        Confirmations {
+            reads_in_replica: n.max(1),
+            ..self
         }
     }
 
@@ -118,14 +168,21 @@ impl Confirmations {
     {
         let vendor = self.vendor;
         let arrived = Instant::now();
-        // Fairness first: a connection at its limit waits outside the shared workers.
-        let Some(_reading) = self.start_reading(hook.connection_id) else {
-            metrics::counter!("webhook_hints_total", "vendor" => vendor, "outcome" => "deferred")
-                .increment(1);
-            return Err(WebhookError::Unavailable(format!(
-                "the connection has {} confirming reads under way; this hint waits its turn",
-                self.reads_per_connection
-            )));
+        // Fairness first: past its connection's or the replica's limit a hint waits outside
+        // the shared workers; on its last delivery it is settled rather than kept dead.
+        let _reading = match self.start_reading(hook.connection_id) {
+            Ok(reading) => reading,
+            Err(busy) => {
+                metrics::counter!("webhook_hints_total", "vendor" => vendor, "outcome" => "deferred")
+                    .increment(1);
+                if hook.delivery.is_last_attempt() {
+                    let reason = format!("{busy} on every delivery of this hint");
+                    return unconfirmed(pool, hook, vendor, &reason).await;
+                }
+                return Err(WebhookError::Unavailable(format!(
+                    "{busy}; this hint waits its turn"
+                )));
+            }
         };
         let slot = self.slot(key);
         let mut slot = slot.lock().await;
@@ -157,15 +214,20 @@ impl Confirmations {
         }
     }
 
-    /// Counts a confirming read of `connection_id` until the guard drops; `None` at the limit.
-    fn start_reading(&self, connection_id: Uuid) -> Option<Reading> {
-        let mut reading = self.reading.lock().unwrap_or_else(|e| e.into_inner());
-        let n = reading.entry(connection_id).or_default();
+    /// Counts a confirming read of `connection_id` until the guard drops; refused at either
+    /// limit.
+    fn start_reading(&self, connection_id: Uuid) -> Result<Reading, Busy> {
+        let mut under = self.reading.lock().unwrap_or_else(|e| e.into_inner());
+        if under.total >= self.reads_in_replica {
+            return Err(Busy::Replica(under.total));
+        }
+        let n = under.by_connection.entry(connection_id).or_default();
         if *n >= self.reads_per_connection {
-            return None;
+            return Err(Busy::Connection(*n));
         }
         *n += 1;
-        Some(Reading {
+        under.total += 1;
+        Ok(Reading {
             reading: self.reading.clone(),
             connection_id,
         })
@@ -196,17 +258,18 @@ impl Confirmations {
 
 /// One confirming read under way, counted against its connection until dropped.
 struct Reading {
-    reading: Arc<Mutex<HashMap<Uuid, usize>>>,
+    reading: Arc<Mutex<Under>>,
     connection_id: Uuid,
 }
 
 impl Drop for Reading {
     fn drop(&mut self) {
-        let mut reading = self.reading.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = reading.get_mut(&self.connection_id) {
+        let mut under = self.reading.lock().unwrap_or_else(|e| e.into_inner());
+        under.total = under.total.saturating_sub(1);
+        if let Some(n) = under.by_connection.get_mut(&self.connection_id) {
             *n -= 1;
             if *n == 0 {
-                reading.remove(&self.connection_id);
+                under.by_connection.remove(&self.connection_id);
             }
         }
     }
@@ -237,4 +300,48 @@ pub async fn unconfirmed(
     )
     .await?;
     Ok(Outcome::Unchanged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_and_all_connections_together_each_have_a_limit() {
+        let c = Confirmations::new("test")
+            .with_reads_per_connection(2)
+            .with_reads_in_replica(3);
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let a1 = c.start_reading(a).unwrap();
+        let _a2 = c.start_reading(a).unwrap();
+        assert_eq!(c.start_reading(a).err(), Some(Busy::Connection(2)));
+        let _b1 = c.start_reading(b).unwrap();
+        // Three under way in all: nobody else starts, whatever its own count.
+        assert_eq!(c.start_reading(b).err(), Some(Busy::Replica(3)));
+        assert_eq!(
+            c.start_reading(Uuid::new_v4()).err(),
+            Some(Busy::Replica(3))
+        );
+        // A finished read gives its turn back to both counts.
+        drop(a1);
+        let _b2 = c.start_reading(b).unwrap();
+        assert_eq!(c.start_reading(b).err(), Some(Busy::Replica(3)));
+    }
+
+    #[test]
+    fn hints_hold_at_most_half_of_the_workers() {
+        let c = Confirmations::for_workers("test", 16).with_reads_per_connection(100);
+        let held: Vec<_> = (0..8)
+            .map(|_| c.start_reading(Uuid::new_v4()).unwrap())
+            .collect();
+        assert_eq!(
+            c.start_reading(Uuid::new_v4()).err(),
+            Some(Busy::Replica(8))
+        );
+        drop(held);
+        // One worker: one read at a time, never none.
+        let one = Confirmations::for_workers("test", 1);
+        let _r = one.start_reading(Uuid::new_v4()).unwrap();
+        assert!(one.start_reading(Uuid::new_v4()).is_err());
+    }
 }

@@ -33,6 +33,7 @@ use store::entity::{ConnectionKind, connection};
 use store::inbound::{Dedup, EndpointIds, NewEndpoint, NewMessage, Recorded};
 use store::secrets::Keyring;
 use sync_engine::webhook::follow::Monitors;
+use sync_engine::webhook::hint::{Confirmation, Confirmations};
 use sync_engine::webhook::{Outcome, Webhook, WebhookApply, WebhookError, parse};
 use sync_engine::{
     BackfillPolicy, ClaimedJob, Engine, JobControl, JobOutcome, Listed, Pass, ReadError, ReadStop,
@@ -286,12 +287,14 @@ async fn write(
 pub struct Scripted<K: Kind = Gitlab> {
     pub pool: PgPool,
     pub source: Arc<ScriptedSource>,
+    /// How it confirms hints, when a test gives it a way to (else it writes every payload).
+    pub hints: Option<Arc<Hints>>,
     kind: PhantomData<fn() -> K>,
 }
 
 impl<K: Kind> Clone for Scripted<K> {
     fn clone(&self) -> Self {
-        Scripted::new(self.pool.clone(), self.source.clone())
+        Scripted::new(self.pool.clone(), self.source.clone()).with_hints(self.hints.clone())
     }
 }
 
@@ -300,8 +303,61 @@ impl<K: Kind> Scripted<K> {
         Scripted {
             pool,
             source,
+            hints: None,
             kind: PhantomData,
         }
+    }
+
+    /// The same vendor, confirming hints with `hints` (none: it writes every payload).
+    pub fn with_hints(self, hints: Option<Arc<Hints>>) -> Self {
+        Scripted { hints, ..self }
+    }
+}
+
+/// The scripted vendor's confirming reads of hints: each waits for a permit of `gate` (none
+/// until the test adds them), then finds nothing newer at the vendor.
+pub struct Hints {
+    pub confirmations: Confirmations,
+    pub gate: tokio::sync::Semaphore,
+    /// Confirming reads that began asking.
+    began: std::sync::atomic::AtomicUsize,
+}
+
+impl Hints {
+    pub fn new(confirmations: Confirmations) -> Self {
+        Hints {
+            confirmations,
+            gate: tokio::sync::Semaphore::new(0),
+            began: Default::default(),
+        }
+    }
+
+    /// Waits until `n` confirming reads began asking.
+    pub async fn began(&self, n: usize) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while self.began.load(std::sync::atomic::Ordering::SeqCst) < n {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{n} confirming reads never began"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn confirm(
+        &self,
+        pool: &PgPool,
+        hook: &Webhook<'_>,
+        event: &ItemEvent,
+    ) -> Result<Outcome, WebhookError> {
+        let key = format!("{}/{}", event.project, event.item.id);
+        self.confirmations
+            .confirm(pool, hook, key, || async {
+                self.began.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _turn = self.gate.acquire().await;
+                Ok(Confirmation::Written(Outcome::Unchanged))
+            })
+            .await
     }
 }
 
@@ -562,6 +618,9 @@ impl<K: Kind> WebhookApply for Scripted<K> {
     }
 
     async fn apply(&self, hook: &Webhook<'_>, event: ItemEvent) -> Result<Outcome, WebhookError> {
+        if let (true, Some(hints)) = (hook.is_hint(), &self.hints) {
+            return hints.confirm(&self.pool, hook, &event).await;
+        }
         let mut txn = self.pool.begin().await?;
         hook.admit(
             &mut txn,
@@ -722,6 +781,12 @@ impl Mirror {
 
     /// A webhook endpoint of `tenant`'s connection.
     pub async fn endpoint(&self, tenant: Tenant) -> Result<EndpointIds> {
+        self.endpoint_keyed(tenant, false).await
+    }
+
+    /// A webhook endpoint of `tenant`'s connection; `tenant_keyed` when its secret is one the
+    /// tenant knows (what it delivers is then a hint).
+    pub async fn endpoint_keyed(&self, tenant: Tenant, tenant_keyed: bool) -> Result<EndpointIds> {
         let endpoint = store::inbound::create_endpoint(
             &self.db,
             &self.keyring,
@@ -732,7 +797,7 @@ impl Mirror {
                 registration: Registration::Registered,
                 provider_ref: None,
                 address_token: Some(Uuid::now_v7().simple().to_string()),
-                tenant_keyed: false,
+                tenant_keyed,
             },
             b"scripted-secret",
         )

@@ -17,11 +17,12 @@ use store::entity::{ConnectionKind, dead_message};
 use store::inbound::EndpointIds;
 use sync_engine::webhook::WebhookConsumer;
 use sync_engine::webhook::follow::{self, Filters};
+use sync_engine::webhook::hint::Confirmations;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::scripted::{
-    self, Gitlab, Mirror, Project, Scripted, ScriptedSource, Stored, item_event as item, row,
+    self, Gitlab, Hints, Mirror, Project, Scripted, ScriptedSource, Stored, item_event as item, row,
 };
 
 const DURABLE: &str = "scripted-webhooks";
@@ -44,6 +45,8 @@ struct World {
     bus: Bus,
     stop: CancellationToken,
     tasks: tokio::task::JoinSet<()>,
+    /// The vendor's confirming reads of hints, when the test gives it some.
+    hints: Option<Arc<Hints>>,
 }
 
 impl std::ops::Deref for World {
@@ -58,6 +61,12 @@ impl World {
     /// The world with workspaces A and B, each with a connection whose monitor is bound to its
     /// own project (A: [`ACME`], B: [`GLOBEX`]).
     async fn start() -> Result<(World, Tenant, Tenant)> {
+        World::start_with(None).await
+    }
+
+    /// The same world, its vendor confirming hints with `hints` and its consumer running two
+    /// workers with four deliveries a message.
+    async fn start_with(hints: Option<Arc<Hints>>) -> Result<(World, Tenant, Tenant)> {
         runtime::install_crypto_provider();
         let test_db = testkit::TestDb::new().await?;
         let mut world = World {
@@ -66,6 +75,7 @@ impl World {
             bus: testkit::test_bus().await?,
             stop: CancellationToken::new(),
             tasks: tokio::task::JoinSet::new(),
+            hints,
         };
         let a = world.tenant(ConnectionKind::Gitlab).await?;
         let b = world.tenant(ConnectionKind::Gitlab).await?;
@@ -102,13 +112,18 @@ impl World {
         let stop = self.stop.clone();
         self.tasks.spawn(async move { relay.run(stop).await });
         // Only its webhook side runs here: the script serves no page.
-        let scripted = Scripted::<Gitlab>::new(self.pool.clone(), ScriptedSource::new(0));
+        let scripted = Scripted::<Gitlab>::new(self.pool.clone(), ScriptedSource::new(0))
+            .with_hints(self.hints.clone());
         let consumer = Arc::new(WebhookConsumer::new(self.pool.clone(), scripted.clone()));
-        let spec = ConsumerSpec {
+        let mut spec = ConsumerSpec {
             ack_wait: Duration::from_secs(10),
             backoff: vec![Duration::from_millis(100)],
             ..ConsumerSpec::new(Stream::WebhooksGitlab, DURABLE)
         };
+        if self.hints.is_some() {
+            spec.concurrency = 2;
+            spec.max_deliveries = 4;
+        }
         let filters = Filters {
             monitors: scripted,
             excluded: Vec::new(),
@@ -495,6 +510,78 @@ async fn a_consumer_with_nothing_monitored_holds_no_backlog() -> Result<()> {
         w.items(7).await?.contains(&row(2, "after resume", 1)),
         "a delivery after the resume was not applied"
     );
+    w.stop().await;
+    Ok(())
+}
+
+/// Hints take turns: while hints hold every confirming read the replica allows, another
+/// workspace's hint is handed back on each delivery, and on its last one it is settled
+/// unconfirmed with its reason on that connection's activity, never kept dead. Hinting can
+/// neither hold every worker nor fill the dead-message store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hint_that_never_gets_its_turn_is_settled_unconfirmed_not_dead() -> Result<()> {
+    let hints = Arc::new(Hints::new(
+        Confirmations::new("scripted").with_reads_in_replica(1),
+    ));
+    let (w, a, b) = World::start_with(Some(hints.clone())).await?;
+    let claims_of = |t: Tenant, keyed: EndpointIds| Tenant {
+        tenant: t.tenant,
+        endpoint: keyed,
+    };
+    let a_claims = claims_of(a, w.endpoint_keyed(a.tenant, true).await?);
+    let b_claims = claims_of(b, w.endpoint_keyed(b.tenant, true).await?);
+    w.filtering(ACME).await?;
+    w.filtering(GLOBEX).await?;
+
+    // A's hint takes the one confirming read and holds it.
+    w.deliver(
+        a_claims,
+        ACME,
+        "item",
+        item(7, 1, "claimed", 9),
+        Stored::default(),
+    )
+    .await?;
+    hints.began(1).await;
+    w.deliver(
+        b_claims,
+        GLOBEX,
+        "item",
+        item(8, 1, "claimed", 9),
+        Stored::default(),
+    )
+    .await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let settled = loop {
+        let found = w.activities("hint_unconfirmed").await?;
+        if let Some(found) = found.into_iter().next() {
+            break found;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "B's hint was never settled; dead: {:?}",
+            w.dead().await?
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let reason = settled["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("1 confirming reads under way on every delivery"),
+        "{settled}"
+    );
+    let on: Uuid = sqlx::query_scalar(
+        "SELECT connection_id FROM connection_activity WHERE activity = 'hint_unconfirmed'",
+    )
+    .fetch_one(&w.pool)
+    .await?;
+    assert_eq!(on, b.tenant.connection_id);
+    assert_eq!(w.dead().await?, Vec::<String>::new());
+
+    // A's read gets its answer; everything settles and no claim wrote a note.
+    hints.gate.add_permits(1);
+    w.settle().await?;
+    assert_eq!(w.dead().await?, Vec::<String>::new());
+    assert!(w.items(7).await?.is_empty() && w.items(8).await?.is_empty());
     w.stop().await;
     Ok(())
 }

@@ -42,12 +42,18 @@ pub struct GithubWebhooks {
 }
 
 impl GithubWebhooks {
-    /// The consumer's vendor half, allowing `clock_skew` past a read.
-    pub fn new(pool: PgPool, readers: Readers, clock_skew: std::time::Duration) -> Self {
+    /// The consumer's vendor half for `workers` webhook workers, allowing `clock_skew` past a
+    /// read.
+    pub fn new(
+        pool: PgPool,
+        readers: Readers,
+        workers: usize,
+        clock_skew: std::time::Duration,
+    ) -> Self {
         GithubWebhooks {
             pool,
             readers,
-            confirmations: Confirmations::new("github"),
+            confirmations: Confirmations::for_workers("github", workers),
             clock_skew,
         }
     }
