@@ -1,15 +1,24 @@
 //! The webhook half of `github-sync`: pull_request deliveries (half edits, half pushes that also
-//! record an item event and an outbox message) published onto the webhook stream as ingress
-//! publishes them, applied by github-sync's consumer; beside the raw Postgres ceiling of the same
+//! record an item event and an outbox message), recorded and published onto the webhook stream as
+//! ingress records and publishes them for an operator's endpoint (so each is a fact, written from
+//! its payload: a delivery ingress has no record of is a hint and costs a confirming read),
+//! applied by github-sync's consumer; beside the raw Postgres ceiling of the same
 //! number of row-locked single-row transactions (`SELECT … FOR UPDATE`, then `UPDATE`) at the
 //! consumer's concurrency, measured in the same run on the same rows.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, ensure};
+use anyhow::{Context as _, Result, bail, ensure};
 use futures::StreamExt as _;
 use serde_json::Value;
+use sea_orm::{DatabaseConnection, TransactionTrait as _};
 use sqlx::PgPool;
+use store::entity::ConnectionKind;
+use store::entity::inbound_endpoint::Registration;
+use store::inbound::{Dedup, EndpointIds, NewEndpoint, NewMessage, Recorded};
+use store::outbox::OutboxMessage;
+use store::secrets::Keyring;
 use time::OffsetDateTime;
 use uuid::Uuid;
 use vendor_sim::github::GithubSim;
@@ -65,17 +74,31 @@ pub async fn apply(
         }
         out
     });
+    // Stored first, untimed, as ingress stores them; then published as its relay would.
+    let endpoint = operator_endpoint(env, connection_id).await?;
+    let db = &env.db.db;
+    let recorded: Vec<OutboxMessage> = futures::stream::iter(payloads)
+        .map(|(subject, body)| record(db, endpoint, subject, body))
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_>>()?;
     let events_before: i64 = sqlx::query_scalar("SELECT count(*) FROM item_event")
         .fetch_one(pool)
         .await?;
     let bus = &env.bus;
-    futures::stream::iter(payloads)
-        .map(|(subject, body): (String, Vec<u8>)| async move {
-            let mut headers = async_nats::HeaderMap::new();
-            headers.insert("Forgesync-Connection", connection_id);
-            headers.insert("Forgesync-Event", "pull_request");
+    futures::stream::iter(recorded)
+        .map(|message| async move {
+            let headers = bus::header_map(
+                message
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str())),
+            )?;
+            let msg_id = message.msg_id.context("ingress names its messages")?;
             let ack = bus
-                .publish_start(&subject, &Uuid::now_v7().to_string(), headers, body.into())
+                .publish_start(&message.subject, &msg_id, headers, message.payload.into())
                 .await?;
             ack.await?;
             anyhow::Ok(())
@@ -125,6 +148,77 @@ pub async fn apply(
         seconds,
         item_events: events_after - events_before,
     })
+}
+
+/// An endpoint of `connection_id` an operator registered: what it receives is a fact.
+async fn operator_endpoint(env: &testkit::TestEnv, connection_id: &str) -> Result<EndpointIds> {
+    let connection_id: Uuid = connection_id.parse()?;
+    let workspace_id: Uuid = sqlx::query_scalar("SELECT workspace_id FROM connection WHERE id = $1")
+        .bind(connection_id)
+        .fetch_one(env.db.db.get_postgres_connection_pool())
+        .await?;
+    let keyring = Keyring::parse(&testkit::secret_key())?;
+    let endpoint = store::inbound::create_endpoint(
+        &env.db.db,
+        &keyring,
+        NewEndpoint {
+            workspace_id,
+            connection_id,
+            kind: ConnectionKind::Github,
+            registration: Registration::Operator,
+            provider_ref: Some("4242000".to_owned()),
+            address_token: None,
+            tenant_keyed: false,
+        },
+        b"bench-operator-secret",
+    )
+    .await?;
+    Ok(EndpointIds {
+        endpoint_id: endpoint.id,
+        workspace_id,
+        connection_id,
+        kind: ConnectionKind::Github,
+    })
+}
+
+/// Stores one delivery as ingress does (`store::inbound::record`) and returns what its relay
+/// would publish; held from the relay of github-sync, which the benchmark publishes for.
+async fn record(
+    db: &DatabaseConnection,
+    endpoint: EndpointIds,
+    subject: String,
+    body: Vec<u8>,
+) -> Result<OutboxMessage> {
+    let delivery_id = Uuid::now_v7().to_string();
+    let txn = db.begin().await?;
+    let recorded = store::inbound::record(
+        &txn,
+        NewMessage {
+            endpoint,
+            verification: "signature".into(),
+            headers: BTreeMap::from([
+                ("x-github-event".to_owned(), "pull_request".to_owned()),
+                ("x-github-delivery".to_owned(), delivery_id.clone()),
+            ]),
+            body,
+            event: "pull_request".into(),
+            subject,
+            dedup: Dedup::Keys {
+                event_id: Some(delivery_id),
+                digest_window: Duration::from_secs(24 * 3600),
+                verified_by: None,
+            },
+            retention: Duration::from_secs(7 * 24 * 3600),
+            inline_body_max: 1024 * 1024,
+            relay_hold: Duration::from_secs(3600),
+        },
+    )
+    .await?;
+    let Recorded::Accepted(accepted) = recorded else {
+        bail!("a delivery was not stored: {recorded:?}");
+    };
+    txn.commit().await?;
+    Ok(accepted.message)
 }
 
 /// The ceiling: `n` single-row transactions over the mirrored pull requests, each locking its
