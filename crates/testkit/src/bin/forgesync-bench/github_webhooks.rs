@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use futures::StreamExt as _;
-use serde_json::Value;
 use sea_orm::{DatabaseConnection, TransactionTrait as _};
+use serde_json::Value;
 use sqlx::PgPool;
 use store::entity::ConnectionKind;
 use store::entity::inbound_endpoint::Registration;
@@ -153,10 +153,11 @@ pub async fn apply(
 /// An endpoint of `connection_id` an operator registered: what it receives is a fact.
 async fn operator_endpoint(env: &testkit::TestEnv, connection_id: &str) -> Result<EndpointIds> {
     let connection_id: Uuid = connection_id.parse()?;
-    let workspace_id: Uuid = sqlx::query_scalar("SELECT workspace_id FROM connection WHERE id = $1")
-        .bind(connection_id)
-        .fetch_one(env.db.db.get_postgres_connection_pool())
-        .await?;
+    let workspace_id: Uuid =
+        sqlx::query_scalar("SELECT workspace_id FROM connection WHERE id = $1")
+            .bind(connection_id)
+            .fetch_one(env.db.db.get_postgres_connection_pool())
+            .await?;
     let keyring = Keyring::parse(&testkit::secret_key())?;
     let endpoint = store::inbound::create_endpoint(
         &env.db.db,
