@@ -369,6 +369,34 @@ impl Bus {
     }
 
     /// Sends a publish and returns a future for its ack, so a batch can be pipelined.
+    /// Publishes the message of outbox row `outbox_id` now and waits for the stream's ack, as
+    /// the relay would (its headers; its message id, or else the row's). A relay publishing the
+    /// same row later leaves one copy: the message id is the stream's dedup key.
+    pub async fn publish_outbox(
+        &self,
+        outbox_id: uuid::Uuid,
+        message: store::outbox::OutboxMessage,
+    ) -> Result<Published, BusError> {
+        let headers = header_map(
+            message
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+        )
+        .map_err(|source| BusError::BadHeader {
+            subject: self.namespace.subject(&message.subject),
+            source,
+        })?;
+        let msg_id = message.effective_msg_id(outbox_id);
+        self.publish(
+            &message.subject,
+            &msg_id,
+            headers,
+            Bytes::from(message.payload),
+        )
+        .await
+    }
+
     pub async fn publish_start(
         &self,
         subject: &str,

@@ -206,21 +206,7 @@ async fn publish_now(
     // No row lock and no open transaction while NATS answers: the message id is the dedup key,
     // so if the relay publishes the same row meanwhile the stream keeps one copy, and a
     // database connection is not held for a broker round trip on every delivery.
-    let headers = bus::header_map(
-        message
-            .headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str())),
-    )?;
-    let msg_id = message.effective_msg_id(outbox_id);
-    let ack = bus
-        .publish(
-            &message.subject,
-            &msg_id,
-            headers,
-            Bytes::from(message.payload),
-        )
-        .await?;
+    let ack = bus.publish_outbox(outbox_id, message).await?;
     Ok(store::outbox::Landed {
         outbox_id,
         stream: stream.name(),

@@ -77,7 +77,7 @@ pub async fn apply(
     // Stored first, untimed, as ingress stores them; then published as its relay would.
     let endpoint = operator_endpoint(env, connection_id).await?;
     let db = &env.db.db;
-    let recorded: Vec<OutboxMessage> = futures::stream::iter(payloads)
+    let recorded: Vec<(Uuid, OutboxMessage)> = futures::stream::iter(payloads)
         .map(|(subject, body)| record(db, endpoint, subject, body))
         .buffer_unordered(16)
         .collect::<Vec<_>>()
@@ -89,18 +89,8 @@ pub async fn apply(
         .await?;
     let bus = &env.bus;
     futures::stream::iter(recorded)
-        .map(|message| async move {
-            let headers = bus::header_map(
-                message
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_str())),
-            )?;
-            let msg_id = message.msg_id.context("ingress names its messages")?;
-            let ack = bus
-                .publish_start(&message.subject, &msg_id, headers, message.payload.into())
-                .await?;
-            ack.await?;
+        .map(|(outbox_id, message)| async move {
+            bus.publish_outbox(outbox_id, message).await?;
             anyhow::Ok(())
         })
         .buffer_unordered(64)
@@ -182,14 +172,14 @@ async fn operator_endpoint(env: &testkit::TestEnv, connection_id: &str) -> Resul
     })
 }
 
-/// Stores one delivery as ingress does (`store::inbound::record`) and returns what its relay
-/// would publish; held from the relay of github-sync, which the benchmark publishes for.
+/// Stores one delivery as ingress does (`store::inbound::record`) and returns the outbox row its
+/// relay would publish; held from the relay of github-sync, which the benchmark publishes for.
 async fn record(
     db: &DatabaseConnection,
     endpoint: EndpointIds,
     subject: String,
     body: Vec<u8>,
-) -> Result<OutboxMessage> {
+) -> Result<(Uuid, OutboxMessage)> {
     let delivery_id = Uuid::now_v7().to_string();
     let txn = db.begin().await?;
     let recorded = store::inbound::record(
@@ -219,7 +209,7 @@ async fn record(
         bail!("a delivery was not stored: {recorded:?}");
     };
     txn.commit().await?;
-    Ok(accepted.message)
+    Ok((accepted.outbox_id, accepted.message))
 }
 
 /// The ceiling: `n` single-row transactions over the mirrored pull requests, each locking its
