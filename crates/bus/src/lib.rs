@@ -368,7 +368,6 @@ impl Bus {
         ack.await
     }
 
-    /// Sends a publish and returns a future for its ack, so a batch can be pipelined.
     /// Publishes the message of outbox row `outbox_id` now and waits for the stream's ack, as
     /// the relay would (its headers; its message id, or else the row's). A relay publishing the
     /// same row later leaves one copy: the message id is the stream's dedup key.
@@ -397,6 +396,7 @@ impl Bus {
         .await
     }
 
+    /// Sends a publish and returns a future for its ack, so a batch can be pipelined.
     pub async fn publish_start(
         &self,
         subject: &str,

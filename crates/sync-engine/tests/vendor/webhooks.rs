@@ -514,15 +514,15 @@ async fn a_consumer_with_nothing_monitored_holds_no_backlog() -> Result<()> {
     Ok(())
 }
 
-/// Hints take turns: while hints hold every confirming read the replica allows, another
-/// workspace's hint is handed back on each delivery, and on its last one it is settled
-/// unconfirmed with its reason on that connection's activity, never kept dead. Hinting can
-/// neither hold every worker nor fill the dead-message store.
+/// Hints take turns: while hints hold every confirming read the replica allows (half its
+/// workers), another workspace's hint is handed back on each delivery, a vendor-signed delivery
+/// is applied meanwhile, and the hint is settled on its last delivery as unconfirmed with its
+/// reason on that connection's activity, never kept dead. Hinting can neither hold every worker
+/// nor fill the dead-message store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hint_that_never_gets_its_turn_is_settled_unconfirmed_not_dead() -> Result<()> {
-    let hints = Arc::new(Hints::new(
-        Confirmations::new("scripted").with_reads_in_replica(1),
-    ));
+    // Two webhook workers, as the consumer below runs: hints may hold one of them.
+    let hints = Arc::new(Hints::new(Confirmations::for_workers("scripted", 2)));
     let (w, a, b) = World::start_with(Some(hints.clone())).await?;
     let claims_of = |t: Tenant, keyed: EndpointIds| Tenant {
         tenant: t.tenant,
@@ -551,6 +551,18 @@ async fn a_hint_that_never_gets_its_turn_is_settled_unconfirmed_not_dead() -> Re
         Stored::default(),
     )
     .await?;
+    // A's vendor-signed delivery finds the worker hints may not take while the read still
+    // waits: without the replica's limit B's hint would have taken it and waited too.
+    w.deliver(a, ACME, "item", item(7, 2, "signed", 1), Stored::default())
+        .await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while w.items(7).await? != vec![row(2, "signed", 1)] {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "A's signed delivery waited behind hints"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let settled = loop {
         let found = w.activities("hint_unconfirmed").await?;
@@ -581,7 +593,8 @@ async fn a_hint_that_never_gets_its_turn_is_settled_unconfirmed_not_dead() -> Re
     hints.gate.add_permits(1);
     w.settle().await?;
     assert_eq!(w.dead().await?, Vec::<String>::new());
-    assert!(w.items(7).await?.is_empty() && w.items(8).await?.is_empty());
+    assert_eq!(w.items(7).await?, vec![row(2, "signed", 1)]);
+    assert!(w.items(8).await?.is_empty());
     w.stop().await;
     Ok(())
 }
