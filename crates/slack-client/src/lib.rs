@@ -1,0 +1,1 @@
+//! Slack Web API client (work in progress).

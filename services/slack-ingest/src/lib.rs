@@ -1,0 +1,1 @@
+//! slack-ingest (work in progress).
