@@ -5,3 +5,4 @@
 
 pub mod github;
 pub mod gitlab;
+pub mod slack;
