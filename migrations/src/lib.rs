@@ -37,6 +37,7 @@ mod m0032_tenant_keyed_endpoints;
 mod m0033_deferred_jobs;
 mod m0034_dead_messages_per_workspace;
 mod m0035_workspace_usage;
+mod m0036_slack;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -199,6 +200,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0035_workspace_usage",
                 up: m0035_workspace_usage::UP,
+            }),
+            Box::new(Sql {
+                name: "m0036_slack",
+                up: m0036_slack::UP,
             }),
         ]
     }

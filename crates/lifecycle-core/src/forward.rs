@@ -130,6 +130,33 @@ impl FromStr for SlackTs {
     }
 }
 
+impl SlackTs {
+    /// The instant `at`, to the microsecond, as Slack would stamp it; `None` before 1970.
+    pub fn at(at: Timestamp) -> Option<SlackTs> {
+        let seconds = u64::try_from(at.unix_timestamp()).ok()?;
+        Some(SlackTs {
+            seconds,
+            micros: at.microsecond(),
+        })
+    }
+
+    /// The instant it stands for (its whole seconds and microseconds).
+    pub fn time(self) -> Timestamp {
+        let seconds = i64::try_from(self.seconds).unwrap_or(i64::MAX);
+        Timestamp::from_unix_timestamp(seconds)
+            .unwrap_or(Timestamp::UNIX_EPOCH)
+            .replace_microsecond(self.micros)
+            .unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+}
+
+/// Slack's own spelling: seconds, a dot, six digits of microseconds.
+impl std::fmt::Display for SlackTs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{:06}", self.seconds, self.micros)
+    }
+}
+
 /// Whether a Slack `message_changed` applies to the stored message.
 pub fn slack_edit(stored_edited: Option<SlackTs>, incoming_edited: Option<SlackTs>) -> Freshness {
     match (incoming_edited, stored_edited) {
@@ -263,6 +290,15 @@ mod tests {
         assert_eq!(by_updated_at(Some(at(10)), at(10)), Freshness::Apply);
         assert_eq!(by_updated_at(Some(at(10)), at(11)), Freshness::Apply);
         assert_eq!(by_updated_at(None, at(1)), Freshness::Apply);
+    }
+
+    #[test]
+    fn slack_ts_prints_as_slack_spells_it_and_maps_to_its_instant() {
+        let t = ts("1700000000.0002");
+        assert_eq!(t.to_string(), "1700000000.000200");
+        assert_eq!(t.to_string().parse::<SlackTs>().unwrap(), t);
+        assert_eq!(SlackTs::at(t.time()), Some(t));
+        assert_eq!(t.time().unix_timestamp(), 1_700_000_000);
     }
 
     #[test]

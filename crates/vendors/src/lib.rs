@@ -17,8 +17,11 @@ use store::entity::ConnectionKind;
 use store::erasure::Erasable;
 
 /// Every vendor, as each declares itself.
-pub const VENDORS: &[&VendorDeclaration] =
-    &[&scm_mirror::vendors::GITHUB, &scm_mirror::vendors::GITLAB];
+pub const VENDORS: &[&VendorDeclaration] = &[
+    &scm_mirror::vendors::GITHUB,
+    &scm_mirror::vendors::GITLAB,
+    &slack_mirror::SLACK,
+];
 
 /// Holders of every vendor's content that belong to the platform, not to a vendor.
 pub const PLATFORM: &[&Erasable] = &[
@@ -61,7 +64,7 @@ mod tests {
         let scm = all.iter().filter(|h| h.holder == "scm-mirror").count();
         assert_eq!(scm, 1);
         let names: Vec<&str> = all.iter().map(|h| h.holder).collect();
-        for expected in ["ingress", "bus", "github", "gitlab"] {
+        for expected in ["ingress", "bus", "github", "gitlab", "slack"] {
             assert!(names.contains(&expected), "{names:?}");
         }
         assert!(all.windows(2).all(|w| w[0].order <= w[1].order));
