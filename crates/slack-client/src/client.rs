@@ -103,8 +103,9 @@ impl std::fmt::Debug for SlackClient {
 const SETUP: &str = "client setup";
 
 impl SlackClient {
-    /// A client calling `settings.base_url` with `bot_token`. Fails when the base URL is not
-    /// an `http(s)://` URL, or no root certificates are found for an `https` one.
+    /// A client calling `settings.base_url` with `bot_token`. Fails, as `Unreachable` with
+    /// method `"client setup"`, when the base URL is not an `http(s)://` URL, no rustls crypto
+    /// provider is installed, or no root certificates are found for an `https` base.
     pub fn new(settings: &Settings, bot_token: &str) -> Result<Self, SlackError> {
         let setup = |detail: String| SlackError::Unreachable {
             method: SETUP,
@@ -121,14 +122,20 @@ impl SlackClient {
                 "base URL {base:?} is not an http:// or https:// URL"
             )));
         };
+        // The process's provider, installed by the binary: none is installed here.
+        let provider = rustls::crypto::CryptoProvider::get_default()
+            .cloned()
+            .ok_or_else(|| setup("no rustls crypto provider installed".to_owned()))?;
         let tls = if https {
             hyper_rustls::HttpsConnectorBuilder::new()
-                .with_native_roots()
+                .with_provider_and_native_roots(provider)
                 .map_err(|e| setup(format!("no root certificates: {e}")))?
                 .https_only()
         } else {
             // A plain-HTTP base (a local simulator) never uses TLS.
-            let no_roots = rustls::ClientConfig::builder()
+            let no_roots = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|e| setup(e.to_string()))?
                 .with_root_certificates(rustls::RootCertStore::empty())
                 .with_no_client_auth();
             hyper_rustls::HttpsConnectorBuilder::new()
@@ -158,13 +165,14 @@ impl SlackClient {
         })
     }
 
-    /// Web API calls sent by this client and its clones, each attempt counted.
+    /// Web API calls sent by this client and its clones, each attempt counted (when it starts,
+    /// so one that times out counts too).
     pub fn calls(&self) -> u64 {
         self.inner.calls.load(Ordering::Relaxed)
     }
 
     /// `auth.test`: who the token is.
-    #[tracing::instrument(skip(self), err(Display))]
+    #[tracing::instrument(skip(self))]
     pub async fn auth_test(&self) -> Result<AuthTest, SlackError> {
         let body: AuthTestBody = self
             .get(methods::AUTH_TEST, &[], &AUTH_TEST_SPECIAL_LIMIT_RATE_CTL)
@@ -174,7 +182,7 @@ impl SlackClient {
 
     /// `conversations.list`: one page of the workspace's public and private channels,
     /// archived ones included.
-    #[tracing::instrument(skip(self), err(Display))]
+    #[tracing::instrument(skip(self))]
     pub async fn conversations_list(
         &self,
         cursor: Option<&str>,
@@ -197,7 +205,7 @@ impl SlackClient {
     }
 
     /// `conversations.info`: one channel.
-    #[tracing::instrument(skip(self), err(Display))]
+    #[tracing::instrument(skip(self))]
     pub async fn conversations_info(&self, channel: &str) -> Result<Channel, SlackError> {
         let body: ChannelBody = self
             .get(
@@ -210,7 +218,7 @@ impl SlackClient {
     }
 
     /// `conversations.history`: one page of a channel's messages, newest first.
-    #[tracing::instrument(skip(self), err(Display))]
+    #[tracing::instrument(skip(self))]
     pub async fn conversations_history(
         &self,
         q: &HistoryQuery<'_>,
@@ -235,7 +243,7 @@ impl SlackClient {
     }
 
     /// `conversations.replies`: one page of a thread, its parent first.
-    #[tracing::instrument(skip(self), err(Display))]
+    #[tracing::instrument(skip(self))]
     pub async fn conversations_replies(
         &self,
         q: &RepliesQuery<'_>,
@@ -259,7 +267,7 @@ impl SlackClient {
 
     /// `chat.postMessage`: posts `text` to `channel` as the bot; the posted message's `ts`.
     /// Retried only when Slack throttled it: after a 5xx or a lost answer it may have posted.
-    #[tracing::instrument(skip(self, text), err(Display))]
+    #[tracing::instrument(skip(self, text))]
     pub async fn chat_post_message(&self, channel: &str, text: &str) -> Result<String, SlackError> {
         let method = methods::CHAT_POST_MESSAGE;
         let request = PostMessage { channel, text };

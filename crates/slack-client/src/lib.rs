@@ -23,8 +23,9 @@
 //! - [`SlackClient::calls`] counts every HTTP attempt, for budget accounting.
 //!
 //! Slack's answers are bounded by each call's `limit`; the connector reads a body whole.
-//! The crate installs no rustls crypto provider: binaries install ring's first thing, tests
-//! install it themselves.
+//! The crate installs no rustls crypto provider and uses the process's: binaries install ring's
+//! first thing (`runtime::install_crypto_provider`), tests install it themselves;
+//! [`SlackClient::new`] fails without one.
 
 #![forbid(unsafe_code)]
 
@@ -35,6 +36,7 @@ mod model;
 pub use client::{HistoryQuery, RepliesQuery, SLACK_API, Settings, SlackClient};
 pub use error::SlackError;
 pub use model::{AuthTest, Channel, FileRef, Message, Page};
+pub use vendor_http::RetryPolicy;
 
 /// The Web API methods this client calls, as Slack names them (and as errors and retry logs
 /// name the call).
