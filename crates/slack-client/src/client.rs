@@ -52,6 +52,7 @@ impl Default for Settings {
 /// A `conversations.history` request: one page of a channel's messages, newest first.
 #[derive(Debug, Clone, Copy)]
 pub struct HistoryQuery<'a> {
+    /// The channel's id.
     pub channel: &'a str,
     /// Only messages after this `ts`.
     pub oldest: Option<&'a str>,
@@ -59,19 +60,24 @@ pub struct HistoryQuery<'a> {
     pub latest: Option<&'a str>,
     /// Include messages at exactly `oldest` or `latest`.
     pub inclusive: bool,
+    /// The previous page's `next_cursor`.
     pub cursor: Option<&'a str>,
+    /// The most messages a page holds (Slack allows up to 1000).
     pub limit: u16,
 }
 
 /// A `conversations.replies` request: one page of a thread, parent first.
 #[derive(Debug, Clone, Copy)]
 pub struct RepliesQuery<'a> {
+    /// The channel's id.
     pub channel: &'a str,
     /// The thread's parent `ts`.
     pub ts: &'a str,
     /// Only replies after this `ts` (the parent is always included).
     pub oldest: Option<&'a str>,
+    /// The previous page's `next_cursor`.
     pub cursor: Option<&'a str>,
+    /// The most messages a page holds (Slack allows up to 1000).
     pub limit: u16,
 }
 
