@@ -27,6 +27,16 @@ pub struct Channel {
     pub dropped: i64,
 }
 
+/// Names the channel in logs and reasons: `#name (C...)`.
+impl std::fmt::Display for Channel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.name {
+            Some(name) => write!(f, "#{name} ({})", self.slack_id),
+            None => f.write_str(&self.slack_id),
+        }
+    }
+}
+
 #[derive(sqlx::FromRow)]
 struct Row {
     id: Uuid,

@@ -1,0 +1,48 @@
+//! slack-ingest's own metrics.
+
+/// Declares the metrics with their help, once per process.
+pub fn register() {
+    metrics::describe_counter!(
+        "slack_messages_dropped_total",
+        "Slack messages not kept, by reason (not_consented, pending, paused, before_consent, \
+         unknown_channel, other_team, malformed_ts, future_ts); their deliveries are erased"
+    );
+    metrics::describe_counter!(
+        "slack_messages_other_total",
+        "Slack messages of subtypes the mirror does not keep (joins, topics, ...): acknowledged"
+    );
+}
+
+/// Counts a message not kept.
+pub fn dropped(reason: &'static str) {
+    metrics::counter!("slack_messages_dropped_total", "reason" => reason).increment(1);
+}
+
+/// Counts a message of a subtype not kept; the label is bounded to the subtypes Slack documents.
+pub fn other(subtype: Option<&str>) {
+    const KNOWN: &[&str] = &[
+        "channel_join",
+        "channel_leave",
+        "channel_topic",
+        "channel_purpose",
+        "channel_name",
+        "channel_archive",
+        "channel_unarchive",
+        "group_join",
+        "group_leave",
+        "group_topic",
+        "group_purpose",
+        "group_name",
+        "group_archive",
+        "group_unarchive",
+        "me_message",
+        "pinned_item",
+        "unpinned_item",
+        "reminder_add",
+        "ekm_access_denied",
+    ];
+    let label = subtype
+        .and_then(|s| KNOWN.iter().find(|k| **k == s).copied())
+        .unwrap_or("other");
+    metrics::counter!("slack_messages_other_total", "subtype" => label).increment(1);
+}
