@@ -57,9 +57,16 @@ struct Shared {
 }
 
 impl Shared {
-    /// Wakes the event sender if a change queued events.
+    /// Wakes the event sender if a change queued events; without a subscription they are
+    /// dropped, as Slack sends nobody the changes made while no app listened.
     fn changed(&self) {
-        if !lock(&self.model).events.is_empty() {
+        let mut m = lock(&self.model);
+        if m.events.is_empty() {
+            return;
+        }
+        if lock(&self.outbox.subscription).is_none() {
+            m.take_events();
+        } else {
             self.outbox.queued.notify_one();
         }
     }
@@ -77,7 +84,9 @@ pub struct SlackSim {
 
 impl SlackSim {
     /// Serves `model` on a free port of 127.0.0.1.
-    pub async fn start(model: Model) -> std::io::Result<SlackSim> {
+    pub async fn start(mut model: Model) -> std::io::Result<SlackSim> {
+        // The model as given is the workspace's state, not news.
+        model.take_events();
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let base_url = format!("http://{}", listener.local_addr()?);
         // reqwest needs the process's rustls provider even for plain http.
