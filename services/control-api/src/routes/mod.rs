@@ -9,6 +9,7 @@ pub mod gitlab;
 pub mod gitlab_activation;
 pub mod jobs;
 pub mod scm;
+pub mod slack;
 pub mod workspaces;
 
 /// A page of a list, by keyset: what follows the entry `after` names, at most `limit` of it.
@@ -32,7 +33,7 @@ impl KeysetPage {
 use axum::Router;
 use axum::handler::Handler;
 use axum::http::Method;
-use axum::routing::{MethodRouter, get, post, put};
+use axum::routing::{MethodRouter, delete, get, post, put};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
@@ -65,6 +66,10 @@ impl RouteTable {
 
     fn put<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, handler: H) -> Self {
         self.add(Method::PUT, path, put(handler))
+    }
+
+    fn delete<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, handler: H) -> Self {
+        self.add(Method::DELETE, path, delete(handler))
     }
 
     fn add(mut self, method: Method, path: &'static str, route: MethodRouter<AppState>) -> Self {
@@ -159,6 +164,27 @@ pub fn table() -> RouteTable {
         .get(
             "/workspaces/{workspace_id}/gitlab/projects/{project_id}/merge-requests/{merge_request_id}",
             gitlab::merge_request,
+        )
+        .get("/workspaces/{workspace_id}/slack/channels", slack::channels)
+        .get(
+            "/workspaces/{workspace_id}/slack/channels/{channel_id}/messages",
+            slack::messages,
+        )
+        .post(
+            "/workspaces/{workspace_id}/slack/channels/{channel_id}/consent",
+            slack::consent,
+        )
+        .delete(
+            "/workspaces/{workspace_id}/slack/channels/{channel_id}/consent",
+            slack::withdraw,
+        )
+        .post(
+            "/workspaces/{workspace_id}/slack/channels/{channel_id}/pause",
+            slack::pause,
+        )
+        .post(
+            "/workspaces/{workspace_id}/slack/channels/{channel_id}/resume",
+            slack::resume,
         )
         .get("/dead-messages", dead_messages::list)
         .post("/dead-messages/{id}/replay", dead_messages::replay)
