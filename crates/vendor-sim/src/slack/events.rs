@@ -125,9 +125,9 @@ impl EventAttempt {
 /// The sending side: the subscription, attempts so far, and the work in progress.
 pub(crate) struct Outbox {
     http: reqwest::Client,
-    pub subscription: Mutex<Option<Subscription>>,
-    pub schedule: Mutex<RetrySchedule>,
-    pub attempts: Mutex<Vec<EventAttempt>>,
+    subscription: Mutex<Option<Subscription>>,
+    schedule: Mutex<RetrySchedule>,
+    attempts: Mutex<Vec<EventAttempt>>,
     /// Events whose retries are still to come.
     retrying: AtomicUsize,
     /// Wakes the sender when a change queued events.
@@ -164,7 +164,7 @@ impl Outbox {
         let queued = lock(model).take_events();
         for event in queued {
             // Events of a change made while nobody listened are gone, as at Slack.
-            let Some(sub) = lock(&self.subscription).clone() else {
+            let Some(sub) = self.subscription() else {
                 continue;
             };
             let body = serde_json::to_vec(&event.envelope).unwrap_or_default();
@@ -207,21 +207,8 @@ impl Outbox {
         retry_reason: Option<&str>,
     ) -> Outcome {
         let timeout = lock(&self.schedule).timeout;
-        let mut headers = signed_headers(&sub.secret, unix_now(), body);
-        if let Some(reason) = retry_reason {
-            headers.insert("x-slack-retry-num", HeaderValue::from(retry_num));
-            if let Ok(v) = HeaderValue::from_str(reason) {
-                headers.insert("x-slack-retry-reason", v);
-            }
-        }
-        let sent = self
-            .http
-            .post(&sub.url)
-            .timeout(timeout)
-            .headers(headers)
-            .body(body.to_vec())
-            .send()
-            .await;
+        let retry = retry_reason.map(|reason| (retry_num, reason));
+        let sent = self.request(sub, body, retry).send().await;
         let (status, no_retry, failure) = match sent {
             Ok(response) => {
                 let status = response.status();
@@ -259,16 +246,14 @@ impl Outbox {
         }
     }
 
-    /// POSTs `body` to the Request URL signed now, as a retry when `retry` is given; the
-    /// receiver's status. Not recorded among the attempts.
-    pub async fn send_raw(
+    /// The signed POST of `body` to the subscription's URL, as retry `n` with its reason when
+    /// `retry` is given, with the schedule's timeout.
+    fn request(
         &self,
+        sub: &Subscription,
         body: &[u8],
         retry: Option<(u32, &str)>,
-    ) -> Result<reqwest::StatusCode, SendError> {
-        let sub = lock(&self.subscription)
-            .clone()
-            .ok_or(SendError::NoSubscription)?;
+    ) -> reqwest::RequestBuilder {
         let mut headers = signed_headers(&sub.secret, unix_now(), body);
         if let Some((n, reason)) = retry {
             headers.insert("x-slack-retry-num", HeaderValue::from(n));
@@ -277,18 +262,49 @@ impl Outbox {
             }
         }
         let timeout = lock(&self.schedule).timeout;
-        let response = self
-            .http
+        self.http
             .post(&sub.url)
             .timeout(timeout)
             .headers(headers)
             .body(body.to_vec())
+    }
+
+    /// Where events go from now on (`None`: nowhere).
+    pub fn subscribe(&self, to: Option<Subscription>) {
+        *lock(&self.subscription) = to;
+    }
+
+    /// Where events go.
+    pub fn subscription(&self) -> Option<Subscription> {
+        lock(&self.subscription).clone()
+    }
+
+    /// The timeout and retry waits from now on.
+    pub fn set_schedule(&self, schedule: RetrySchedule) {
+        *lock(&self.schedule) = schedule;
+    }
+
+    /// Every attempt so far.
+    pub fn attempts(&self) -> Vec<EventAttempt> {
+        lock(&self.attempts).clone()
+    }
+
+    /// POSTs `body` to the Request URL signed now, as a retry when `retry` is given; the
+    /// receiver's status and answer. Not recorded among the attempts.
+    pub async fn send_raw(
+        &self,
+        body: &[u8],
+        retry: Option<(u32, &str)>,
+    ) -> Result<(reqwest::StatusCode, Vec<u8>), SendError> {
+        let sub = self.subscription().ok_or(SendError::NoSubscription)?;
+        let response = self
+            .request(&sub, body, retry)
             .send()
             .await
             .map_err(SendError::Http)?;
         let status = response.status();
-        response.bytes().await.map_err(SendError::Http)?;
-        Ok(status)
+        let answer = response.bytes().await.map_err(SendError::Http)?;
+        Ok((status, answer.to_vec()))
     }
 }
 

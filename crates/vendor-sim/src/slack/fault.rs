@@ -21,6 +21,16 @@ pub mod methods {
     pub const CONVERSATIONS_REPLIES: &str = "conversations.replies";
     /// `chat.postMessage`
     pub const CHAT_POST_MESSAGE: &str = "chat.postMessage";
+
+    /// Every method served; any other answers `unknown_method`.
+    pub const ALL: &[&str] = &[
+        AUTH_TEST,
+        CONVERSATIONS_LIST,
+        CONVERSATIONS_INFO,
+        CONVERSATIONS_HISTORY,
+        CONVERSATIONS_REPLIES,
+        CHAT_POST_MESSAGE,
+    ];
 }
 
 /// A change to the model made as a call is served (a message edited, deleted or posted between

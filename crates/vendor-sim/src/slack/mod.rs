@@ -34,5 +34,8 @@ mod wire;
 pub use super::github::{Calls, Fault};
 pub use events::{EventAttempt, RetrySchedule, SendError, signature, signed_headers};
 pub use fault::{Mutation, SlackFault, methods};
-pub use model::{Channel, File, Message, Model, RateLimits, SlackError, Team, Tier, Token, Ts};
+pub use model::{
+    Channel, File, Message, Model, NON_MARKETPLACE_PAGE, RateLimits, SlackError, Team, Tier, Token,
+    Ts,
+};
 pub use server::{ApiCall, SlackSim};

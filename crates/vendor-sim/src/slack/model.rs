@@ -218,6 +218,9 @@ impl Tier {
     }
 }
 
+/// The page size cap of `conversations.history` and `.replies` for a non-Marketplace app.
+pub const NON_MARKETPLACE_PAGE: usize = 15;
+
 /// Per-method rate limits per token, as Slack enforces them: each [`Tier`]'s allowance per
 /// `window`. `chat.postMessage` is counted per channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,6 +256,10 @@ pub struct Model {
     pub verification_token: String,
     /// Rate-limit tiers; off (`None`) by default.
     pub rate_limits: Option<RateLimits>,
+    /// The app is commercially distributed outside the Marketplace (Slack's 2025 limits):
+    /// `conversations.history` and `.replies` answer at most [`NON_MARKETPLACE_PAGE`] messages
+    /// a page and, with tiers on, one call a window.
+    pub non_marketplace: bool,
     pub(crate) teams: BTreeMap<String, Team>,
     pub(crate) tokens: BTreeMap<String, Token>,
     pub(crate) channels: BTreeMap<String, Channel>,
@@ -269,6 +276,7 @@ impl Default for Model {
             app_id: "A0SIMAPP01".to_owned(),
             verification_token: "sim-verification-token".to_owned(),
             rate_limits: None,
+            non_marketplace: false,
             teams: BTreeMap::new(),
             tokens: BTreeMap::new(),
             channels: BTreeMap::new(),
@@ -280,6 +288,10 @@ impl Default for Model {
         }
     }
 }
+
+/// Who the events of a channel change name as acting: the model does not say, and Slackbot
+/// stands in (never the app's bot, whose own actions a receiver may skip).
+const SOMEONE: &str = "USLACKBOT";
 
 fn channel_not_found() -> SlackError {
     SlackError("channel_not_found")
@@ -298,6 +310,28 @@ fn mimetype(name: &str) -> &'static str {
 }
 
 impl Model {
+    /// The tier of a method for this app.
+    pub fn tier(&self, method: &str) -> Option<Tier> {
+        match method {
+            "conversations.history" | "conversations.replies" if self.non_marketplace => {
+                Some(Tier::Special(1))
+            }
+            _ => Tier::of(method),
+        }
+    }
+
+    /// `limit`'s default and maximum for a message listing, after the app's cap.
+    pub(crate) fn page_limits(&self, default: usize, max: usize) -> (usize, usize) {
+        if self.non_marketplace {
+            (
+                default.min(NON_MARKETPLACE_PAGE),
+                max.min(NON_MARKETPLACE_PAGE),
+            )
+        } else {
+            (default, max)
+        }
+    }
+
     /// Turns Slack's rate-limit tiers on (a minute's window) or off.
     pub fn set_tiers(&mut self, on: bool) {
         self.rate_limits = on.then(RateLimits::default);
@@ -431,7 +465,7 @@ impl Model {
         if !private {
             let event = json!({
                 "type": "channel_created",
-                "channel": { "id": id, "name": name, "created": created, "creator": "" },
+                "channel": { "id": id, "name": name, "created": created, "creator": SOMEONE },
                 "event_ts": self.now().to_string(),
             });
             self.emit(&channel, event, true);
@@ -526,7 +560,7 @@ impl Model {
         let event = json!({
             "type": kind,
             "channel": c.id,
-            "user": self.bot_of(&c),
+            "user": SOMEONE,
             "event_ts": self.now().to_string(),
         });
         self.emit(&c, event, !c.is_private);
@@ -581,7 +615,7 @@ impl Model {
         let event = json!({
             "type": kind,
             "channel": c.id,
-            "actor_id": "",
+            "actor_id": SOMEONE,
             "event_ts": self.now().to_string(),
         });
         self.emit(&c, event, !c.is_private);
@@ -595,7 +629,7 @@ impl Model {
             .unwrap_or_default()
     }
 
-    /// A message's ts, refusing what Slack refuses to post to.
+    /// The channel, unless Slack refuses to post to it.
     fn writable(&self, channel: &str) -> Result<&Channel, SlackError> {
         let c = self.channels.get(channel).ok_or_else(channel_not_found)?;
         if c.is_archived {

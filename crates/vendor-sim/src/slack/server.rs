@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 
 use super::events::{self, EventAttempt, Outbox, RetrySchedule, SendError, Subscription};
 use super::fault::{SlackFault, methods};
-use super::model::{Model, SlackError, Team, Tier, Ts};
+use super::model::{Model, SlackError, Team, Ts};
 use super::wire;
 use crate::github::{Fault, Faults};
 
@@ -64,7 +64,7 @@ impl Shared {
         if m.events.is_empty() {
             return;
         }
-        if lock(&self.outbox.subscription).is_none() {
+        if self.outbox.subscription().is_none() {
             m.take_events();
         } else {
             self.outbox.queued.notify_one();
@@ -152,20 +152,20 @@ impl SlackSim {
     /// Sends every change's events from now on to `url`, signed with `signing_secret`, as a
     /// Slack app's Event Subscriptions do for every workspace it is installed in.
     pub fn subscribe_events(&self, url: &str, signing_secret: &str) {
-        *lock(&self.shared.outbox.subscription) = Some(Subscription {
+        self.shared.outbox.subscribe(Some(Subscription {
             url: url.to_owned(),
             secret: signing_secret.as_bytes().to_vec(),
-        });
+        }));
     }
 
     /// Stops sending events; changes made meanwhile are never delivered.
     pub fn unsubscribe_events(&self) {
-        *lock(&self.shared.outbox.subscription) = None;
+        self.shared.outbox.subscribe(None);
     }
 
     /// Sets the delivery timeout and retry waits (Slack's by default).
     pub fn set_retry_schedule(&self, schedule: RetrySchedule) {
-        *lock(&self.shared.outbox.schedule) = schedule;
+        self.shared.outbox.set_schedule(schedule);
     }
 
     /// Waits until every queued event has been sent and every retry made or given up.
@@ -181,13 +181,13 @@ impl SlackSim {
 
     /// Every delivery attempt so far, in the order they were made.
     pub fn deliveries(&self) -> Vec<EventAttempt> {
-        lock(&self.shared.outbox.attempts).clone()
+        self.shared.outbox.attempts()
     }
 
     /// The headers Slack would sign `body` with now, with the subscription's secret (none
     /// without a subscription).
     pub fn sign(&self, body: &[u8]) -> Option<reqwest::header::HeaderMap> {
-        let sub = lock(&self.shared.outbox.subscription).clone()?;
+        let sub = self.shared.outbox.subscription()?;
         Some(events::signed_headers(
             &sub.secret,
             events::unix_now(),
@@ -202,7 +202,25 @@ impl SlackSim {
         body: &[u8],
         retry: Option<(u32, &str)>,
     ) -> Result<reqwest::StatusCode, SendError> {
-        self.shared.outbox.send_raw(body, retry).await
+        Ok(self.shared.outbox.send_raw(body, retry).await?.0)
+    }
+
+    /// Sends Slack's `url_verification` request to the Request URL, signed; whether the
+    /// receiver echoed the challenge (as the plain body, or `{"challenge": ...}`), as Slack
+    /// requires before it saves a Request URL.
+    pub async fn verify_url(&self) -> Result<bool, SendError> {
+        let challenge = uuid::Uuid::new_v4().simple().to_string();
+        let token = lock(&self.shared.model).verification_token.clone();
+        let body = json!({ "token": token, "challenge": challenge, "type": "url_verification" });
+        let (status, answer) = self
+            .shared
+            .outbox
+            .send_raw(&serde_json::to_vec(&body).unwrap_or_default(), None)
+            .await?;
+        let echoed = answer == challenge.as_bytes()
+            || serde_json::from_slice::<Json>(&answer)
+                .is_ok_and(|a| a["challenge"].as_str() == Some(challenge.as_str()));
+        Ok(status.is_success() && echoed)
     }
 
     /// Arms a fault; it counts matching calls from now on.
@@ -375,7 +393,7 @@ fn charge(
     params: &Params,
 ) -> Option<u64> {
     let limits = model.rate_limits?;
-    let tier = Tier::of(method)?;
+    let tier = model.tier(method)?;
     // chat.postMessage's limit is per channel; the others' per method.
     let key = match method {
         methods::CHAT_POST_MESSAGE => {
@@ -441,7 +459,7 @@ fn answer(
     fired: &[SlackFault],
 ) -> Response {
     let mut m = lock(&shared.model);
-    if Tier::of(method).is_none() {
+    if !methods::ALL.contains(&method) {
         return api_error("unknown_method");
     }
     let team = match m.authenticate(token) {
@@ -649,7 +667,8 @@ fn conversations_history(
         Some(at) => listed.partition_point(|msg| msg.ts > at),
         None => 0,
     };
-    let p = page(listed.len(), start, params.limit(100, 999), fired);
+    let (default, max) = m.page_limits(100, 999);
+    let p = page(listed.len(), start, params.limit(default, max), fired);
     let messages: Vec<Json> = listed[start..p.end]
         .iter()
         .map(|msg| wire::message_json(c, msg))
@@ -695,7 +714,8 @@ fn conversations_replies(
         Some(at) => 1 + listed[1..].partition_point(|msg| msg.ts < at),
         None => 0,
     };
-    let p = page(listed.len(), start, params.limit(1000, 1000), fired);
+    let (default, max) = m.page_limits(1000, 1000);
+    let p = page(listed.len(), start, params.limit(default, max), fired);
     let messages: Vec<Json> = listed[start..p.end]
         .iter()
         .map(|msg| wire::message_json(c, msg))
@@ -789,10 +809,10 @@ async fn admin(
                 ts(m.bot_message(&s("channel"), &s("bot_id"), &s("username"), &s("text")))
             }
             "subscribe_events" => {
-                *lock(&shared.outbox.subscription) = Some(Subscription {
+                shared.outbox.subscribe(Some(Subscription {
                     url: s("url"),
                     secret: s("signing_secret").into_bytes(),
-                });
+                }));
                 Ok(json!({}))
             }
             _ => Err(SlackError("unknown_action")),
