@@ -19,6 +19,7 @@ pub enum Identity {
     ControlApi,
     GithubSync,
     GitlabSync,
+    SlackIngest,
     Eraser,
 }
 
@@ -30,11 +31,12 @@ pub struct Permissions {
 }
 
 impl Identity {
-    pub const ALL: [Identity; 5] = [
+    pub const ALL: [Identity; 6] = [
         Identity::Ingress,
         Identity::ControlApi,
         Identity::GithubSync,
         Identity::GitlabSync,
+        Identity::SlackIngest,
         Identity::Eraser,
     ];
 
@@ -45,6 +47,7 @@ impl Identity {
             Identity::ControlApi => "control-api",
             Identity::GithubSync => "github-sync",
             Identity::GitlabSync => "gitlab-sync",
+            Identity::SlackIngest => "slack-ingest",
             Identity::Eraser => "eraser",
         }
     }
@@ -114,6 +117,8 @@ impl Identity {
                 kind(Stream::Jobs, "gitlab"),
                 kind(Stream::Lifecycle, "gitlab"),
             ],
+            // Channel and message events, and its own kind's scheduled jobs.
+            Identity::SlackIngest => vec![every(Stream::Events), kind(Stream::Jobs, "slack")],
             // A purge disconnects the workspace's connections, whatever their kind.
             Identity::Eraser => vec![every(Stream::Lifecycle)],
         }
@@ -125,6 +130,7 @@ impl Identity {
             Identity::Ingress | Identity::ControlApi => &[],
             Identity::GithubSync => &[Stream::WebhooksGithub, Stream::Jobs, Stream::Lifecycle],
             Identity::GitlabSync => &[Stream::WebhooksGitlab, Stream::Jobs, Stream::Lifecycle],
+            Identity::SlackIngest => &[Stream::WebhooksSlack, Stream::Jobs, Stream::Lifecycle],
             Identity::Eraser => &[Stream::Lifecycle],
         }
     }
@@ -136,6 +142,8 @@ impl Identity {
             // A delivery its admission refuses and must not keep (`Delivery::erase`).
             Identity::GithubSync => (&[Stream::WebhooksGithub], &[]),
             Identity::GitlabSync => (&[Stream::WebhooksGitlab], &[]),
+            // A message consent does not cover, and a deleted or withdrawn channel's deliveries.
+            Identity::SlackIngest => (&[Stream::WebhooksSlack], &[]),
             // Erasure reaches every copy.
             Identity::Eraser => (&Stream::ALL, &Stream::ALL),
         }
