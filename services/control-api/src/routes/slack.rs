@@ -249,7 +249,8 @@ pub async fn messages(
 /// Consent to a Slack channel
 ///
 /// slack-ingest announces the mirror in the channel and keeps its messages from the
-/// announcement on; until then the channel is pending.
+/// announcement on; until then the channel is pending. Audited as
+/// `slack_channel_consent:<channel_id>`.
 #[utoipa::path(post, path = "/workspaces/{workspace_id}/slack/channels/{channel_id}/consent",
     operation_id = "consentSlackChannel", params(ChannelPath),
     responses((status = 202, description = "The consent is accepted; slack-ingest carries it out.", body = CommandAccepted),
@@ -274,7 +275,8 @@ pub async fn consent(
 
 /// Pause a Slack channel
 ///
-/// Nothing more of the channel is kept until a resume; the gap is never fetched.
+/// Nothing more of the channel is kept until a resume; the gap is never fetched. Audited as
+/// `slack_channel_pause:<channel_id>`.
 #[utoipa::path(post, path = "/workspaces/{workspace_id}/slack/channels/{channel_id}/pause",
     operation_id = "pauseSlackChannel", params(ChannelPath),
     responses((status = 202, description = "The pause is accepted; slack-ingest carries it out.", body = CommandAccepted),
@@ -299,7 +301,8 @@ pub async fn pause(
 
 /// Resume a paused Slack channel
 ///
-/// Its consent restarts at the resume: nothing from the paused gap is kept.
+/// Its consent restarts at the resume: nothing from the paused gap is kept. Audited as
+/// `slack_channel_resume:<channel_id>`.
 #[utoipa::path(post, path = "/workspaces/{workspace_id}/slack/channels/{channel_id}/resume",
     operation_id = "resumeSlackChannel", params(ChannelPath),
     responses((status = 202, description = "The resume is accepted; slack-ingest carries it out.", body = CommandAccepted),
@@ -324,7 +327,8 @@ pub async fn resume(
 
 /// Withdraw the consent to a Slack channel
 ///
-/// Everything kept of the channel is erased and it is none again.
+/// Everything kept of the channel is erased and it is none again. Audited as
+/// `slack_channel_withdraw:<channel_id>`.
 #[utoipa::path(delete, path = "/workspaces/{workspace_id}/slack/channels/{channel_id}/consent",
     operation_id = "withdrawSlackChannelConsent", params(ChannelPath),
     responses((status = 202, description = "The withdrawal is accepted; slack-ingest carries it out.", body = CommandAccepted),
