@@ -697,18 +697,8 @@ async fn changes_are_delivered_as_signed_event_callbacks_in_order() {
             .all(|(h, _)| header(h, "x-slack-retry-num").is_empty())
     );
     let got = events(&seen);
-    let kinds: Vec<String> = got
-        .iter()
-        .map(|e| {
-            let ev = &e["event"];
-            match ev["subtype"].as_str() {
-                Some(sub) => format!("{}.{sub}", ev["type"].as_str().unwrap()),
-                None => ev["type"].as_str().unwrap().to_owned(),
-            }
-        })
-        .collect();
     assert_eq!(
-        kinds,
+        kinds(&got),
         vec![
             "message",
             "message",
@@ -873,4 +863,214 @@ async fn admin_routes_change_the_model() {
     assert_eq!(refused["error"], "channel_not_found");
     f.sim.settle().await;
     assert_eq!(events(&seen)[0]["event"]["text"], "via admin");
+}
+
+fn kinds(got: &[Json]) -> Vec<String> {
+    got.iter()
+        .map(|e| {
+            let ev = &e["event"];
+            match ev["subtype"].as_str() {
+                Some(sub) => format!("{}.{sub}", ev["type"].as_str().unwrap()),
+                None => ev["type"].as_str().unwrap().to_owned(),
+            }
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn private_channels_send_group_events_and_only_to_a_member_bot() {
+    let (url, seen) = receiver(Vec::new()).await;
+    let f = fixture(|_, _| {}).await;
+    f.sim.subscribe_events(&url, SECRET);
+    let (team, u) = (f.team.clone(), f.alice.clone());
+    let secret = f.sim.model(|m| {
+        let secret = m.add_channel(&team, "secret", true).unwrap();
+        m.post(&secret, &u, "before the bot").unwrap();
+        m.join_bot(&secret).unwrap();
+        m.post(&secret, &u, "seen").unwrap();
+        m.rename(&secret, "hush").unwrap();
+        m.archive(&secret).unwrap();
+        m.unarchive(&secret).unwrap();
+        m.remove_bot(&secret).unwrap();
+        m.post(&secret, &u, "after the bot").unwrap();
+        m.delete_channel(&secret).unwrap();
+        let open = m.add_channel(&team, "open", false).unwrap();
+        m.delete_channel(&open).unwrap();
+        secret
+    });
+    f.sim.settle().await;
+    let got = events(&seen);
+    assert_eq!(
+        kinds(&got),
+        vec![
+            "member_joined_channel",
+            "message",
+            "group_rename",
+            "group_archive",
+            "group_unarchive",
+            "member_left_channel",
+            "group_left",
+            "channel_created",
+            "channel_deleted",
+        ]
+    );
+    assert_eq!(got[0]["event"]["channel_type"], "G");
+    assert_eq!(got[0]["event"]["channel"], json!(secret));
+    assert_eq!(got[1]["event"]["channel_type"], "group");
+    assert_eq!(got[1]["event"]["text"], "seen");
+    assert_eq!(got[2]["event"]["channel"]["name"], "hush");
+}
+
+#[tokio::test]
+async fn deleting_a_thread_root_with_replies_leaves_a_tombstone() {
+    let (url, seen) = receiver(Vec::new()).await;
+    let f = fixture(|_, _| {}).await;
+    f.sim.subscribe_events(&url, SECRET);
+    let (c, u) = (f.general.clone(), f.alice.clone());
+    let root = f.sim.model(|m| m.post(&c, &u, "root")).unwrap();
+    f.sim
+        .model(|m| m.reply(&c, &root, &u, "reply", false))
+        .unwrap();
+    f.sim.model(|m| m.delete(&c, &root)).unwrap();
+    let a = f
+        .call(methods::CONVERSATIONS_HISTORY, &[("channel", &f.general)])
+        .await;
+    assert_eq!(a.body["messages"][0]["subtype"], "tombstone");
+    assert_eq!(a.body["messages"][0]["reply_count"], 1);
+    f.sim.settle().await;
+    let got = events(&seen);
+    assert_eq!(
+        kinds(&got),
+        vec!["message", "message", "message.message_changed"]
+    );
+    assert_eq!(got[2]["event"]["message"]["subtype"], "tombstone");
+}
+
+#[tokio::test]
+async fn a_receiver_asking_for_no_retry_gets_none_and_an_unreachable_one_is_retried() {
+    let app = Router::new().route(
+        "/slack",
+        post(|| async {
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                [("x-slack-no-retry", "1")],
+            )
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let url = format!("http://{}/slack", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let f = fixture(|_, _| {}).await;
+    f.sim.set_retry_schedule(RetrySchedule::time_scale(0.001));
+    f.sim.subscribe_events(&url, SECRET);
+    f.sim.model(|m| m.post(&f.general, &f.alice, "x")).unwrap();
+    f.sim.settle().await;
+    let d = f.sim.deliveries();
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0].failure, Some("http_error"));
+
+    // Nothing listens on a closed port: every retry is made.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}/slack", l.local_addr().unwrap())
+    };
+    f.sim.subscribe_events(&closed, SECRET);
+    f.sim.model(|m| m.post(&f.general, &f.alice, "y")).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), f.sim.settle())
+        .await
+        .unwrap();
+    let d = f.sim.deliveries();
+    let retries: Vec<_> = d[1..]
+        .iter()
+        .map(|a| (a.retry_num, a.retry_reason.clone(), a.failure))
+        .collect();
+    let failed = Some("connection_failed");
+    assert_eq!(
+        retries,
+        vec![
+            (0, None, failed),
+            (1, Some("connection_failed".to_owned()), failed),
+            (2, Some("connection_failed".to_owned()), failed),
+            (3, Some("connection_failed".to_owned()), failed),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn url_verification_expects_the_challenge_back() {
+    let app = Router::new().route(
+        "/slack",
+        post(
+            |body: axum::Json<Json>| async move { body["challenge"].as_str().unwrap().to_owned() },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let url = format!("http://{}/slack", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (silent, _) = receiver(Vec::new()).await;
+    let f = fixture(|_, _| {}).await;
+    f.sim.subscribe_events(&url, SECRET);
+    assert!(f.sim.verify_url().await.unwrap());
+    f.sim.subscribe_events(&silent, SECRET);
+    assert!(!f.sim.verify_url().await.unwrap());
+}
+
+#[tokio::test]
+async fn a_non_marketplace_app_reads_15_messages_a_call_and_one_call_a_window() {
+    let f = fixture(|m, _| {
+        m.non_marketplace = true;
+        m.rate_limits = Some(RateLimits {
+            window: Duration::from_secs(60),
+        });
+    })
+    .await;
+    f.seed(20, 1_700_000_000);
+    let a = f
+        .call(
+            methods::CONVERSATIONS_HISTORY,
+            &[("channel", &f.general), ("limit", "200")],
+        )
+        .await;
+    assert_eq!(a.body["messages"].as_array().unwrap().len(), 15);
+    assert_eq!(a.body["has_more"], true);
+    let b = f
+        .call(methods::CONVERSATIONS_HISTORY, &[("channel", &f.general)])
+        .await;
+    assert_eq!(b.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(b.headers["retry-after"], "60");
+}
+
+#[tokio::test]
+async fn ts_values_come_from_the_clock_unique_and_increasing() {
+    let f = fixture(|m, _| m.set_clock(1_700_000_000)).await;
+    let ts: Vec<String> = (0..3)
+        .map(|i| {
+            f.sim
+                .model(|m| m.post(&f.general, &f.alice, &format!("{i}")))
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        ts,
+        vec![
+            "1700000000.000000",
+            "1700000000.000001",
+            "1700000000.000002"
+        ]
+    );
+    f.sim.model(|m| m.advance_clock(Duration::from_secs(60)));
+    let later = f
+        .sim
+        .model(|m| m.post(&f.general, &f.alice, "later"))
+        .unwrap();
+    assert_eq!(later, "1700000060.000000");
+    let edited = f
+        .sim
+        .model(|m| m.edit(&f.general, &ts[0], "edited"))
+        .unwrap();
+    assert_eq!(edited, "1700000060.000001");
 }
