@@ -113,6 +113,7 @@ async fn write_messages(
     bound: lifecycle_core::forward::TimeBound,
     messages: &[slack_client::Message],
     skip: Option<SlackTs>,
+    read_at: OffsetDateTime,
 ) -> Result<u64, sqlx::Error> {
     let mut txn = pool.begin().await?;
     let Some(locked) = channel::lock(&mut txn, scope.connection_id, &scope.slack_id).await? else {
@@ -136,11 +137,15 @@ async fn write_messages(
             crate::metrics::dropped(drop.as_str());
             continue;
         }
-        if message_kind(m.subtype.as_deref()) != MessageKind::Kept {
-            crate::metrics::other(m.subtype.as_deref());
-            continue;
-        }
-        let written = message::put(&mut txn, &locked, ts, &incoming(m)).await?;
+        let written = match message_kind(m.subtype.as_deref()) {
+            MessageKind::Kept => message::put(&mut txn, &locked, ts, &incoming(m)).await?,
+            // A thread's root Slack keeps as a tombstone: deleted, said explicitly.
+            MessageKind::Deleted => message::tombstone(&mut txn, &locked, ts, read_at).await?,
+            MessageKind::Changed | MessageKind::Other => {
+                crate::metrics::other(m.subtype.as_deref());
+                continue;
+            }
+        };
         if crate::record_written(&mut txn, &locked, ts, written, incoming(m).edited_ts).await? {
             changed += 1;
         }
@@ -274,6 +279,7 @@ impl Vendor for SlackVendor {
             pass.time_bound(page.read_at),
             &page.messages,
             None,
+            page.read_at,
         )
         .await
     }
@@ -422,6 +428,7 @@ impl SlackVendor {
                 pass.time_bound(read_at),
                 &page.items,
                 Some(parent),
+                read_at,
             )
             .await?;
             match (page.has_more, page.next_cursor) {

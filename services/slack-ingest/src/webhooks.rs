@@ -185,10 +185,18 @@ impl WebhookApply for SlackWebhooks {
         let (ts, kind, message) = match typed {
             Some(m) => {
                 let (ts, incoming) = from_event(&m);
-                let kind = message_kind(incoming.subtype.as_deref().or(
+                let kind = match message_kind(incoming.subtype.as_deref().or(
                     // A change or deletion names its subtype only on the event.
                     str_at(&event, "/subtype"),
-                ));
+                )) {
+                    // A thread's root deleted while its replies stay becomes a tombstone.
+                    MessageKind::Changed
+                        if str_at(&event, "/message/subtype") == Some("tombstone") =>
+                    {
+                        MessageKind::Deleted
+                    }
+                    kind => kind,
+                };
                 (ts, kind, incoming)
             }
             // A subtype outside slack-morphism's model (or a shape it refuses): kept nowhere,

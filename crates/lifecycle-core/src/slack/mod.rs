@@ -177,7 +177,8 @@ mod message {
         Kept,
         /// `message_changed`: an edit (applies only with a later `edited.ts`).
         Changed,
-        /// `message_deleted`: a tombstone.
+        /// `message_deleted`, or a thread's root Slack keeps as a `tombstone` (its replies stay):
+        /// a tombstone.
         Deleted,
         /// Any other subtype (joins, topics, pins...): acknowledged and counted, not stored.
         Other,
@@ -188,7 +189,7 @@ mod message {
         match subtype {
             None | Some("bot_message" | "thread_broadcast" | "file_share") => MessageKind::Kept,
             Some("message_changed") => MessageKind::Changed,
-            Some("message_deleted") => MessageKind::Deleted,
+            Some("message_deleted" | "tombstone") => MessageKind::Deleted,
             Some(_) => MessageKind::Other,
         }
     }
@@ -260,6 +261,7 @@ mod tests {
         }
         assert_eq!(message_kind(Some("message_changed")), MessageKind::Changed);
         assert_eq!(message_kind(Some("message_deleted")), MessageKind::Deleted);
+        assert_eq!(message_kind(Some("tombstone")), MessageKind::Deleted);
         assert_eq!(message_kind(Some("channel_join")), MessageKind::Other);
     }
 }
