@@ -389,6 +389,8 @@ async fn post_message_posts_as_the_bot_and_refuses_where_slack_does() {
         outside = m.add_channel(team, "outside", false).unwrap();
     })
     .await;
+    let (url, seen) = receiver(Vec::new()).await;
+    f.sim.subscribe_events(&url, SECRET);
     let a = f
         .post_form(
             methods::CHAT_POST_MESSAGE,
@@ -405,6 +407,11 @@ async fn post_message_posts_as_the_bot_and_refuses_where_slack_does() {
         .call(methods::CONVERSATIONS_HISTORY, &[("channel", &f.general)])
         .await;
     assert_eq!(texts(&history.body), vec!["hi from bot"]);
+    // Posted like any message: its event goes out too.
+    f.sim.settle().await;
+    let event = &events(&seen)[0]["event"];
+    assert_eq!(event["ts"], a["ts"]);
+    assert_eq!(event["bot_id"], json!(bot.bot_id));
 
     // JSON bodies are accepted too.
     let thread: Json = f

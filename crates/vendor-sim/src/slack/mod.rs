@@ -6,6 +6,12 @@
 //! is sent as the Events API does ([`events`]): signed `event_callback` envelopes, retried on
 //! failure.
 //!
+//! For the local stack the model's changes are also served over HTTP: `POST /_admin/<action>`
+//! with a JSON body, `<action>` one of `add_team`, `add_token`, `revoke_token`, `add_user`,
+//! `add_channel`, `join_bot`, `remove_bot`, `archive`, `unarchive`, `rename`, `delete_channel`,
+//! `post`, `reply`, `edit`, `unfurl`, `delete`, `share_file`, `bot_message`,
+//! `subscribe_events`, taking the model methods' arguments by name.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use vendor_sim::slack::{Fault, Model, RetrySchedule, SlackFault, SlackSim, methods};
