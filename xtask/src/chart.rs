@@ -773,7 +773,8 @@ fn declared_consumers<'a>(sources: impl Iterator<Item = &'a str>) -> BTreeSet<(S
             let Some((variant, rest)) = call.split_once(',') else {
                 continue;
             };
-            // A literal durable name, or the sync engine's `format!("{}-jobs", self.service)`,
+            // A literal durable name, or one formatted from the service's name (the sync
+            // engine's `format!("{}-jobs", self.service)`, a service's `format!("{name}-events")`),
             // kept as the template `{}-jobs`.
             let rest = rest.trim_start();
             let rest = rest.strip_prefix("format!(").unwrap_or(rest);
@@ -799,10 +800,20 @@ fn declared_consumers<'a>(sources: impl Iterator<Item = &'a str>) -> BTreeSet<(S
                 }
                 stream.push(c.to_ascii_uppercase());
             }
-            found.insert((stream, durable.to_owned()));
+            found.insert((stream, service_template(durable)));
         }
     }
     found
+}
+
+/// `durable` with its one format argument, inline (`{name}`) or positional (`{}`), as `{}`.
+fn service_template(durable: &str) -> String {
+    match (durable.find('{'), durable.find('}')) {
+        (Some(open), Some(close)) if open < close => {
+            format!("{}{{}}{}", &durable[..open], &durable[close + 1..])
+        }
+        _ => durable.to_owned(),
+    }
 }
 
 /// The text of `const NAME: &str = "...";` in `sources`.
@@ -827,7 +838,12 @@ fn check_consumers(
     // The consumers a service gets by registering the sync engine's `SyncJobs`, named after it.
     let engine = declared_consumers(sources.of_dir("crates/sync-engine/src"));
     for binary in binaries {
-        let mut declared = declared_consumers(sources.of_service(binary));
+        // A durable formatted from the service's name is named after its binary.
+        let mut declared: BTreeSet<(String, String)> =
+            declared_consumers(sources.of_service(binary))
+                .into_iter()
+                .map(|(stream, durable)| (stream, durable.replace("{}", binary)))
+                .collect();
         if sources
             .of_service(binary)
             .any(|text| text.contains("SyncJobs {"))
@@ -1457,8 +1473,8 @@ mod tests {
         let copy = ChartCopy::new("dockerfile");
         copy.edit("deploy/Dockerfile", |t| {
             t.replace(
-                "ARG SERVICE_BINARIES=\"control-api eraser github-sync gitlab-sync ingress\"",
-                "ARG SERVICE_BINARIES=\"control-api github-sync gitlab-sync ingress\"",
+                "ARG SERVICE_BINARIES=\"control-api eraser github-sync gitlab-sync ingress slack-ingest\"",
+                "ARG SERVICE_BINARIES=\"control-api github-sync gitlab-sync ingress slack-ingest\"",
             )
         });
         let err = failure(&copy);
@@ -1674,6 +1690,11 @@ mod tests {
         assert_eq!(
             declared_consumers([engine].into_iter()),
             BTreeSet::from([("LIFECYCLE".to_owned(), "{}-lifecycle".to_owned())])
+        );
+        let service = r#"..ConsumerSpec::new(Stream::WebhooksSlack, format!("{name}-events"))"#;
+        assert_eq!(
+            declared_consumers([service].into_iter()),
+            BTreeSet::from([("WEBHOOKS_SLACK".to_owned(), "{}-events".to_owned())])
         );
     }
 }
