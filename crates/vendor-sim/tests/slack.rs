@@ -970,7 +970,10 @@ async fn a_receiver_asking_for_no_retry_gets_none_and_an_unreachable_one_is_retr
     let url = format!("http://{}/slack", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
     let f = fixture(|_, _| {}).await;
-    f.sim.set_retry_schedule(RetrySchedule::time_scale(0.001));
+    f.sim.set_retry_schedule(RetrySchedule {
+        timeout: Duration::from_secs(2),
+        ..RetrySchedule::time_scale(0.001)
+    });
     f.sim.subscribe_events(&url, SECRET);
     f.sim.model(|m| m.post(&f.general, &f.alice, "x")).unwrap();
     f.sim.settle().await;

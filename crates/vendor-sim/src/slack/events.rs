@@ -130,6 +130,8 @@ pub(crate) struct Outbox {
     attempts: Mutex<Vec<EventAttempt>>,
     /// Events whose retries are still to come.
     retrying: AtomicUsize,
+    /// The tasks making them, stopped with the simulator.
+    retry_tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Wakes the sender when a change queued events.
     pub queued: tokio::sync::Notify,
     /// One sender at a time, so first attempts leave in the order of the changes.
@@ -152,6 +154,7 @@ impl Outbox {
             schedule: Mutex::new(RetrySchedule::default()),
             attempts: Mutex::new(Vec::new()),
             retrying: AtomicUsize::new(0),
+            retry_tasks: Mutex::new(Vec::new()),
             queued: tokio::sync::Notify::new(),
             sending: tokio::sync::Mutex::new(()),
         }
@@ -171,10 +174,13 @@ impl Outbox {
             if let Outcome::Failed(reason) = self.attempt(&sub, &event, &body, 0, None).await {
                 self.retrying.fetch_add(1, Ordering::SeqCst);
                 let outbox = self.clone();
-                tokio::spawn(async move {
+                let task = tokio::spawn(async move {
                     outbox.retry(sub, event, body, reason).await;
                     outbox.retrying.fetch_sub(1, Ordering::SeqCst);
                 });
+                let mut tasks = lock(&self.retry_tasks);
+                tasks.retain(|t| !t.is_finished());
+                tasks.push(task);
             }
         }
     }
@@ -188,6 +194,13 @@ impl Outbox {
                 Outcome::Failed(r) => reason = r.to_owned(),
                 Outcome::Delivered | Outcome::NoRetry => return,
             }
+        }
+    }
+
+    /// Stops the retries still to come.
+    pub fn abort_retries(&self) {
+        for task in lock(&self.retry_tasks).drain(..) {
+            task.abort();
         }
     }
 

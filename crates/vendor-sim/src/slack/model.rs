@@ -477,6 +477,9 @@ impl Model {
     /// The team's bot joins the channel (`member_joined_channel`).
     pub fn join_bot(&mut self, channel: &str) -> Result<(), SlackError> {
         let c = self.channel_mut(channel)?;
+        if c.is_archived {
+            return Err(SlackError("is_archived"));
+        }
         if c.bot_member {
             return Ok(());
         }
@@ -699,7 +702,9 @@ impl Model {
         ts: &str,
     ) -> Result<String, SlackError> {
         self.writable(channel)?;
-        let ts = ts.parse()?;
+        let ts: Ts = ts.parse()?;
+        // Later messages still come after it.
+        self.last_ts = self.last_ts.max(ts.0);
         let m = self.new_message(Some(user), text, Some(ts));
         self.insert(channel, m)
     }

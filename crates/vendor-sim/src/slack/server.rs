@@ -279,6 +279,7 @@ impl Drop for SlackSim {
         if let Some(sender) = self.sender.take() {
             sender.abort();
         }
+        self.shared.outbox.abort_retries();
     }
 }
 
