@@ -758,13 +758,13 @@ async fn a_failed_delivery_is_retried_with_its_number_and_reason() {
     let (url, seen) = receiver(vec![
         (StatusCode::INTERNAL_SERVER_ERROR, Duration::ZERO),
         // Answers after the timeout.
-        (StatusCode::OK, Duration::from_millis(600)),
+        (StatusCode::OK, Duration::from_millis(1600)),
     ])
     .await;
     let f = fixture(|_, _| {}).await;
     f.sim.subscribe_events(&url, SECRET);
     f.sim.set_retry_schedule(RetrySchedule {
-        timeout: Duration::from_millis(300),
+        timeout: Duration::from_millis(800),
         delays: vec![
             Duration::ZERO,
             Duration::from_millis(50),

@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 
 use super::events::{self, EventAttempt, Outbox, RetrySchedule, SendError, Subscription};
 use super::fault::{SlackFault, methods};
-use super::model::{Model, SlackError, Team, Ts};
+use super::model::{Channel, Model, SlackError, Team, Ts};
 use super::wire;
 use crate::github::{Fault, Faults};
 
@@ -607,11 +607,7 @@ fn conversations_list(
 }
 
 /// The team's channel as the bot may see it.
-fn visible<'a>(
-    m: &'a Model,
-    team: &Team,
-    params: &Params,
-) -> Result<&'a super::model::Channel, SlackError> {
+fn visible<'a>(m: &'a Model, team: &Team, params: &Params) -> Result<&'a Channel, SlackError> {
     let id = params
         .get("channel")
         .ok_or(SlackError("channel_not_found"))?;
@@ -621,11 +617,7 @@ fn visible<'a>(
 }
 
 /// The team's channel whose messages the bot may read.
-fn readable<'a>(
-    m: &'a Model,
-    team: &Team,
-    params: &Params,
-) -> Result<&'a super::model::Channel, SlackError> {
+fn readable<'a>(m: &'a Model, team: &Team, params: &Params) -> Result<&'a Channel, SlackError> {
     let c = visible(m, team, params)?;
     if !c.bot_member {
         return Err(SlackError("not_in_channel"));
