@@ -1,5 +1,5 @@
-//! Every service as its own NATS user (issue 28): control-api, ingress, github-sync, gitlab-sync
-//! and the eraser run against a nats-server of the test's own that enforces `bus::permissions`,
+//! Every service as its own NATS user (issue 28): control-api, ingress, github-sync, gitlab-sync,
+//! slack-ingest and the eraser run against a nats-server of the test's own that enforces `bus::permissions`,
 //! each connecting with its own user and password in its NATS_URL. A GitHub App connection is
 //! activated and mirrored, a signed delivery travels through ingress to github-sync, and the
 //! workspace's purge is erased from every stream: a permission too narrow for any of it stops
@@ -54,6 +54,12 @@ async fn every_service_does_its_work_as_its_own_nats_user() -> Result<()> {
     let gitlab = testkit::spawn(testkit::gitlab_sync_config(
         common(Identity::GitlabSync),
         None,
+    ))
+    .await?;
+    let slack_sim = vendor_sim::slack::SlackSim::start(vendor_sim::slack::Model::default()).await?;
+    let slack = testkit::spawn(testkit::slack_ingest_config(
+        common(Identity::SlackIngest),
+        &slack_sim.api_url(),
     ))
     .await?;
     let eraser = testkit::spawn(testkit::eraser_config(common(Identity::Eraser))).await?;
@@ -155,7 +161,7 @@ async fn every_service_does_its_work_as_its_own_nats_user() -> Result<()> {
     })
     .await?;
 
-    for service in [&control, &ingress, &github, &gitlab, &eraser] {
+    for service in [&control, &ingress, &github, &gitlab, &slack, &eraser] {
         let ready = http.get(format!("{}/readyz", service.url())).send().await?;
         assert_eq!(
             ready.status().as_u16(),

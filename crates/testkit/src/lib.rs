@@ -403,6 +403,20 @@ pub fn gitlab_sync_config(
     config(common, &flags).expect("gitlab-sync's test flags parse")
 }
 
+/// slack-ingest's config for the given flags, with the local stack's keys, no schedules and
+/// Slack's Web API at `api_url` (a simulator's `api_url()`).
+pub fn slack_ingest_config(common: runtime::CommonArgs, api_url: &str) -> slack_ingest::Config {
+    config(
+        common,
+        &[
+            format!("--secret-key={}", secret_key()),
+            format!("--slack-api-url={api_url}"),
+            "--reconcile-cron=off".to_owned(),
+        ],
+    )
+    .expect("slack-ingest's test flags parse")
+}
+
 /// A bearer token valid for an hour: `role` is admin or viewer; `workspace` scopes it, and
 /// without one it is an operator's.
 pub fn token(

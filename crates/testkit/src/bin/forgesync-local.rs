@@ -1,7 +1,7 @@
 //! The local stack (`cargo xtask up`): every service that exists, in one process (each started
 //! through `testkit::spawn`), against the
-//! Postgres and NATS that xtask provisioned, plus the GitHub and GitLab simulators with a demo
-//! workspace connected to both. (`cargo xtask migrate` and `reseal` run `forgesync-admin`, crates/admin.)
+//! Postgres and NATS that xtask provisioned, plus the GitHub, GitLab and Slack simulators with a
+//! demo workspace connected to each. (`cargo xtask migrate` and `reseal` run `forgesync-admin`, crates/admin.)
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
@@ -22,8 +22,8 @@ struct Cli {
 enum Command {
     /// Migrate, then run every service until Ctrl-C.
     Up {
-        /// Where control-api listens; ingress, github-sync, the eraser and gitlab-sync take the
-        /// next four ports.
+        /// Where control-api listens; ingress, github-sync, the eraser, gitlab-sync and
+        /// slack-ingest take the next five ports.
         #[arg(
             long,
             env = "FORGESYNC_LISTEN",
@@ -31,7 +31,7 @@ enum Command {
             default_value = "127.0.0.1:8080"
         )]
         listen: SocketAddr,
-        /// Do not start the GitHub and GitLab simulators and their demo workspace.
+        /// Do not start the GitHub, GitLab and Slack simulators and their demo workspace.
         #[arg(long)]
         no_demo: bool,
         /// Start a local OTLP/HTTP receiver and export every service's spans to it: traces are
@@ -205,6 +205,24 @@ async fn up(
     )?;
     gitlab_config.sync.reconcile_cron = gitlab_defaults.sync.reconcile_cron;
     let gitlab_sync = testkit::spawn(gitlab_config).await?;
+    // slack-ingest reads the Slack simulator's Web API when the demo runs, Slack's otherwise.
+    let slack = match demo {
+        true => Some(SlackDemo::start().await?),
+        false => None,
+    };
+    let slack_api_url = slack
+        .as_ref()
+        .map_or_else(|| SLACK_API_URL.to_owned(), |s| s.sim.api_url());
+    let mut slack_config = testkit::slack_ingest_config(
+        common(Identity::SlackIngest, next_port(listen, 5), false),
+        &slack_api_url,
+    );
+    let slack_defaults: slack_ingest::Config = testkit::config(
+        common(Identity::SlackIngest, next_port(listen, 5), false),
+        &[format!("--secret-key={}", testkit::secret_key())],
+    )?;
+    slack_config.sync.reconcile_cron = slack_defaults.sync.reconcile_cron;
+    let slack_ingest = testkit::spawn(slack_config).await?;
 
     let token = testkit::token(&keys, control_api::Role::Admin, None)?;
     let base = control_api.url();
@@ -217,6 +235,12 @@ async fn up(
         Some((_, ws, _)) => Some(start_gitlab_demo(&base, &token, ws).await?),
         None => None,
     };
+    let slack_conn = match (&sim, &slack) {
+        (Some((_, ws, _)), Some(slack)) => {
+            Some(slack.connect(&base, &token, ws, &ingress.url()).await?)
+        }
+        _ => None,
+    };
     // The walk-through's PAT connection names a repository its token resolves (the simulator's
     // when the demo runs); control-api refuses names the token cannot see.
     let connection_body = match &sim {
@@ -226,17 +250,30 @@ async fn up(
         ),
         None => r#"{"kind":"github","settings":{"auth":"pat","repositories":["OWNER/NAME"]},"secrets":{"token":"<a PAT that can read OWNER/NAME>"}}"#.to_owned(),
     };
-    let demo_lines = match (&sim, &gitlab) {
-        (Some((sim, ws, conn)), Some((gitlab, gl_conn))) => format!(
+    let demo_lines = match (&sim, &gitlab, &slack, &slack_conn) {
+        (Some((sim, ws, conn)), Some((gitlab, gl_conn)), Some(slack), Some(sl_conn)) => format!(
             "  GitHub sim    {}   (3 repositories, 300 issues and pull requests)\n\
-             \x20 GitLab sim    {}   (group acme: 3 projects in it and a subgroup, 90 issues and merge requests with notes)\n\n\
-             A demo workspace {ws} has an active GitHub connection {conn} and an active GitLab\n\
-             connection {gl_conn} to the simulators; their INITIAL syncs are running. Watch them:\n  \
+             \x20 GitLab sim    {}   (group acme: 3 projects in it and a subgroup, 90 issues and merge requests with notes)\n\
+             \x20 Slack sim     {}   (team {team}: channels general, random and ops with the bot in them; user {user}; admin routes: POST /_admin/<action>)\n\n\
+             A demo workspace {ws} has an active GitHub connection {conn}, an active GitLab\n\
+             connection {gl_conn} and an active Slack connection {sl_conn} to the simulators; their\n\
+             INITIAL syncs are running, and #general ({general}) is consented to. Watch them:\n  \
              curl -s {base}/workspaces/{ws}/connections/{conn}/jobs -H \"Authorization: Bearer $TOKEN\"\n  \
              curl -s {base}/workspaces/{ws}/connections/{gl_conn}/gitlab/activation -H \"Authorization: Bearer $TOKEN\"\n  \
-             curl -s {base}/workspaces/{ws}/gitlab/projects -H \"Authorization: Bearer $TOKEN\"\n",
+             curl -s {base}/workspaces/{ws}/gitlab/projects -H \"Authorization: Bearer $TOKEN\"\n  \
+             curl -s {base}/workspaces/{ws}/slack/channels -H \"Authorization: Bearer $TOKEN\"\n\
+             Say something in #general through the simulator, then read the channel's messages:\n  \
+             curl -s -X POST {slack_url}/_admin/post -H 'content-type: application/json' -d '{{\"channel\":\"{general}\",\"user\":\"{user}\",\"text\":\"hello\"}}'\n  \
+             curl -s {base}/workspaces/{ws}/slack/channels/<id of general>/messages -H \"Authorization: Bearer $TOKEN\"\n\
+             slack demo: connection={sl_conn} team={team} signing_secret={secret}\n",
             sim.base_url(),
             gitlab.base_url(),
+            slack.sim.base_url(),
+            slack_url = slack.sim.base_url(),
+            team = slack.team,
+            user = slack.user,
+            general = slack.channels[0],
+            secret = SLACK_SIGNING_SECRET,
         ),
         _ => String::new(),
     };
@@ -248,6 +285,7 @@ forgesync is up.
   github-sync   {sync}   (health and metrics only)
   eraser        {eraser}   (disconnect and purge; health and metrics only)
   gitlab-sync   {gitlab_sync}   (health and metrics only)
+  slack-ingest  {slack_ingest}   (Slack API {slack_api_url}; health and metrics only)
   Postgres      {db}
   NATS          {nats}
 {traces}{demo_lines}
@@ -267,6 +305,7 @@ Ctrl-C stops everything.
         sync = github_sync.url(),
         eraser = eraser.url(),
         gitlab_sync = gitlab_sync.url(),
+        slack_ingest = slack_ingest.url(),
         iss = testkit::JWT_ISSUER,
         aud = testkit::JWT_AUDIENCE,
         db = runtime::config::redact_url(database_url),
@@ -279,9 +318,11 @@ Ctrl-C stops everything.
         github_sync.stop().await,
         eraser.stop().await,
         gitlab_sync.stop().await,
+        slack_ingest.stop().await,
     ];
     drop(sim);
     drop(gitlab);
+    drop(slack);
     println!("forgesync stopped");
     results.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
 }
@@ -438,4 +479,124 @@ async fn start_gitlab_demo(
     )
     .await?;
     Ok((sim, conn))
+}
+
+/// Slack's Web API, which slack-ingest reads when the demo does not run.
+const SLACK_API_URL: &str = "https://slack.com/api/";
+/// The demo Slack app's signing secret (an operator's: its deliveries are facts).
+const SLACK_SIGNING_SECRET: &str = "forgesync-demo-slack-signing-secret";
+/// The demo Slack connection's bot token.
+const SLACK_TOKEN: &str = "xoxb-forgesync-demo";
+
+/// The Slack simulator of the demo: team `acme`, the bot in `general`, `random` and `ops`, one
+/// user who has said a few things in each.
+struct SlackDemo {
+    sim: vendor_sim::slack::SlackSim,
+    team: String,
+    user: String,
+    /// `general`, `random`, `ops` (Slack ids).
+    channels: [String; 3],
+}
+
+impl SlackDemo {
+    /// Starts the simulator; slack-ingest reads its `api_url()`.
+    async fn start() -> Result<SlackDemo> {
+        use vendor_sim::slack::{Model, SlackSim};
+        let sim_error = |e: vendor_sim::slack::SlackError| anyhow::anyhow!("Slack demo: {e:?}");
+        let mut model = Model::default();
+        let team = model.add_team("acme");
+        model.add_token(SLACK_TOKEN, &team);
+        let user = model.add_user(&team);
+        let mut channels = Vec::new();
+        for name in ["general", "random", "ops"] {
+            let id = model.add_channel(&team, name, false).map_err(sim_error)?;
+            model.join_bot(&id).map_err(sim_error)?;
+            // Said before anyone consented: never mirrored.
+            model
+                .post(&id, &user, &format!("Morning, #{name}!"))
+                .map_err(sim_error)?;
+            channels.push(id);
+        }
+        model
+            .post(&channels[0], &user, "Standup in five minutes")
+            .map_err(sim_error)?;
+        let sim = SlackSim::start(model).await?;
+        Ok(SlackDemo {
+            sim,
+            team,
+            user,
+            channels: channels
+                .try_into()
+                .map_err(|_| anyhow::anyhow!("three channels"))?,
+        })
+    }
+
+    /// Connects workspace `ws` to the team through control-api (the connection, its app-level
+    /// endpoint keyed by the app's signing secret, the activation), subscribes the team's events
+    /// to ingress, and consents to `general` once the directory lists it. Returns the
+    /// connection's id.
+    async fn connect(&self, base: &str, token: &str, ws: &str, ingress: &str) -> Result<String> {
+        let http = reqwest::Client::new();
+        let send = |req: reqwest::RequestBuilder, what: String| async move {
+            let res = req.bearer_auth(token).send().await?;
+            let status = res.status();
+            let body: Value = res.json().await?;
+            anyhow::ensure!(
+                status.is_success(),
+                "Slack demo setup: {what} answered {status}: {body}"
+            );
+            anyhow::Ok(body)
+        };
+        let post =
+            |path: String, body: Value| send(http.post(format!("{base}{path}")).json(&body), path);
+        let conn = post(
+            format!("/workspaces/{ws}/connections"),
+            json!({
+                "kind": "slack",
+                "settings": { "team_id": self.team },
+                "secrets": { "token": SLACK_TOKEN },
+            }),
+        )
+        .await?;
+        let conn = conn["id"].as_str().context("connection id")?.to_owned();
+        // The app's endpoint: the shared /webhooks/slack route selects it by team id.
+        post(
+            format!("/workspaces/{ws}/connections/{conn}/endpoints"),
+            json!({
+                "registration": "app",
+                "provider_ref": self.team,
+                "secret": SLACK_SIGNING_SECRET,
+            }),
+        )
+        .await?;
+        self.sim
+            .subscribe_events(&format!("{ingress}/webhooks/slack"), SLACK_SIGNING_SECRET);
+        post(
+            format!("/workspaces/{ws}/connections/{conn}/activate"),
+            json!({}),
+        )
+        .await?;
+        // Activation records the directory; consent needs general's row.
+        let general = &self.channels[0];
+        let channels = format!("/workspaces/{ws}/slack/channels");
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        let channel_id = loop {
+            let listed = send(http.get(format!("{base}{channels}")), channels.clone()).await?;
+            let found =
+                listed.as_array().into_iter().flatten().find(|c| {
+                    c["connection_id"] == conn.as_str() && c["slack_id"] == general.as_str()
+                });
+            if let Some(id) = found.and_then(|c| c["id"].as_str()) {
+                break id.to_owned();
+            }
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "Slack demo setup: slack-ingest did not list channel {general} within 30 s of \
+                 the activation (see its log above)"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        };
+        post(format!("{channels}/{channel_id}/consent"), json!({})).await?;
+        Ok(conn)
+    }
 }
