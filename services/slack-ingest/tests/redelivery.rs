@@ -6,11 +6,9 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use anyhow::{Result, anyhow};
-use common::{SECRET, World};
-use vendor_sim::slack::RetrySchedule;
+use common::World;
 
 /// A tiny deterministic generator (xorshift), so a failure replays.
 struct Rng(u64);
@@ -38,12 +36,7 @@ async fn shuffled_triple_deliveries_equal_in_order_application() -> Result<()> {
     let e = |e| anyhow!("{e:?}");
 
     // The changes, made at the simulator while its deliveries go nowhere (recorded, not sent).
-    w.sim
-        .subscribe_events("http://127.0.0.1:9/unreachable", SECRET);
-    w.sim.set_retry_schedule(RetrySchedule {
-        timeout: Duration::from_millis(200),
-        delays: Vec::new(),
-    });
+    w.deafen();
     let mut rng = Rng(0x5eed_cafe_f00d_d00d);
     // ts -> (text, deleted), as in-order application leaves it.
     let mut expected: BTreeMap<String, (String, bool)> = BTreeMap::new();
@@ -93,8 +86,7 @@ async fn shuffled_triple_deliveries_equal_in_order_application() -> Result<()> {
     assert!(bodies.len() >= 500, "{} events", bodies.len());
 
     // Each delivered three times, shuffled; every other copy claims to be Slack's retry.
-    w.sim
-        .subscribe_events(&format!("{}/webhooks/slack", w.ingress.url()), SECRET);
+    w.listen();
     let mut sends: Vec<(&Vec<u8>, Option<(u32, &str)>)> = Vec::new();
     for body in bodies.values() {
         sends.push((body, None));

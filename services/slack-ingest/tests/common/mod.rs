@@ -17,7 +17,7 @@ use store::inbound::NewEndpoint;
 use store::outbox::OutboxMessage;
 use store::secrets::Keyring;
 use uuid::Uuid;
-use vendor_sim::slack::{Model, SlackSim};
+use vendor_sim::slack::{Model, RetrySchedule, SlackSim};
 
 /// The Slack app's signing secret (the operator's): its deliveries are facts.
 pub const SECRET: &str = "slack-app-signing-secret";
@@ -91,6 +91,15 @@ impl World {
         app_endpoint(&env, a, &team).await?;
         let ingress = testkit::spawn(testkit::ingress_config(env.common_args())).await?;
         sim.subscribe_events(&format!("{}/webhooks/slack", ingress.url()), SECRET);
+        // Slack's timeout, its retries compressed.
+        sim.set_retry_schedule(RetrySchedule {
+            timeout: Duration::from_secs(3),
+            delays: vec![
+                Duration::ZERO,
+                Duration::from_millis(100),
+                Duration::from_millis(500),
+            ],
+        });
         let config = config(&env, &sim, extra)?;
         let service = testkit::spawn(config.clone()).await?;
         let world = World {
@@ -110,6 +119,30 @@ impl World {
         };
         world.activate(a).await?;
         Ok(world)
+    }
+
+    /// Sends the team's events nowhere (each recorded once, never retried) until [`Self::listen`].
+    pub fn deafen(&self) {
+        self.sim
+            .subscribe_events("http://127.0.0.1:9/nowhere", SECRET);
+        self.sim.set_retry_schedule(RetrySchedule {
+            timeout: Duration::from_millis(200),
+            delays: Vec::new(),
+        });
+    }
+
+    /// Sends the team's events to ingress again.
+    pub fn listen(&self) {
+        self.sim
+            .subscribe_events(&format!("{}/webhooks/slack", self.ingress.url()), SECRET);
+        self.sim.set_retry_schedule(RetrySchedule {
+            timeout: Duration::from_secs(3),
+            delays: vec![
+                Duration::ZERO,
+                Duration::from_millis(100),
+                Duration::from_millis(500),
+            ],
+        });
     }
 
     /// Publishes the connection's activation as control-api would, and waits for the directory.
