@@ -251,20 +251,25 @@ async fn up(
         None => r#"{"kind":"github","settings":{"auth":"pat","repositories":["OWNER/NAME"]},"secrets":{"token":"<a PAT that can read OWNER/NAME>"}}"#.to_owned(),
     };
     let demo_lines = match (&sim, &gitlab, &slack, &slack_conn) {
-        (Some((sim, ws, conn)), Some((gitlab, gl_conn)), Some(slack), Some(sl_conn)) => format!(
+        (
+            Some((sim, ws, conn)),
+            Some((gitlab, gl_conn)),
+            Some(slack),
+            Some((sl_conn, general_id)),
+        ) => format!(
             "  GitHub sim    {}   (3 repositories, 300 issues and pull requests)\n\
              \x20 GitLab sim    {}   (group acme: 3 projects in it and a subgroup, 90 issues and merge requests with notes)\n\
              \x20 Slack sim     {}   (team {team}: channels general, random and ops with the bot in them; user {user}; admin routes: POST /_admin/<action>)\n\n\
              A demo workspace {ws} has an active GitHub connection {conn}, an active GitLab\n\
-             connection {gl_conn} and an active Slack connection {sl_conn} to the simulators; their\n\
-             INITIAL syncs are running, and #general ({general}) is consented to. Watch them:\n  \
+             connection {gl_conn} and an active Slack connection {sl_conn} to the simulators; GitHub's\n\
+             and GitLab's INITIAL syncs are running, and #general ({general}) is consented to. Watch them:\n  \
              curl -s {base}/workspaces/{ws}/connections/{conn}/jobs -H \"Authorization: Bearer $TOKEN\"\n  \
              curl -s {base}/workspaces/{ws}/connections/{gl_conn}/gitlab/activation -H \"Authorization: Bearer $TOKEN\"\n  \
              curl -s {base}/workspaces/{ws}/gitlab/projects -H \"Authorization: Bearer $TOKEN\"\n  \
              curl -s {base}/workspaces/{ws}/slack/channels -H \"Authorization: Bearer $TOKEN\"\n\
              Say something in #general through the simulator, then read the channel's messages:\n  \
              curl -s -X POST {slack_url}/_admin/post -H 'content-type: application/json' -d '{{\"channel\":\"{general}\",\"user\":\"{user}\",\"text\":\"hello\"}}'\n  \
-             curl -s {base}/workspaces/{ws}/slack/channels/<id of general>/messages -H \"Authorization: Bearer $TOKEN\"\n\
+             curl -s {base}/workspaces/{ws}/slack/channels/{general_id}/messages -H \"Authorization: Bearer $TOKEN\"\n\
              slack demo: connection={sl_conn} team={team} signing_secret={secret}\n",
             sim.base_url(),
             gitlab.base_url(),
@@ -534,8 +539,14 @@ impl SlackDemo {
     /// Connects workspace `ws` to the team through control-api (the connection, its app-level
     /// endpoint keyed by the app's signing secret, the activation), subscribes the team's events
     /// to ingress, and consents to `general` once the directory lists it. Returns the
-    /// connection's id.
-    async fn connect(&self, base: &str, token: &str, ws: &str, ingress: &str) -> Result<String> {
+    /// connection's id and general's (the channel row's, not Slack's).
+    async fn connect(
+        &self,
+        base: &str,
+        token: &str,
+        ws: &str,
+        ingress: &str,
+    ) -> Result<(String, String)> {
         let http = reqwest::Client::new();
         let send = |req: reqwest::RequestBuilder, what: String| async move {
             let res = req.bearer_auth(token).send().await?;
@@ -597,6 +608,6 @@ impl SlackDemo {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         };
         post(format!("{channels}/{channel_id}/consent"), json!({})).await?;
-        Ok(conn)
+        Ok((conn, channel_id))
     }
 }
