@@ -117,6 +117,8 @@ enum BenchTarget {
     Eraser,
     /// INITIAL sync against the GitLab simulator, beside raw Postgres upserts of the same rows.
     GitlabSync,
+    /// Slack deliveries into ingress applied by slack-ingest, beside raw row-locked writes.
+    SlackIngest,
 }
 
 impl BenchTarget {
@@ -126,6 +128,7 @@ impl BenchTarget {
             BenchTarget::Ingress => "ingress",
             BenchTarget::Eraser => "eraser",
             BenchTarget::GitlabSync => "gitlab-sync",
+            BenchTarget::SlackIngest => "slack-ingest",
         }
     }
 }

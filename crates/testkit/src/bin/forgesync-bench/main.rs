@@ -10,6 +10,7 @@ mod github_sync;
 mod github_webhooks;
 mod gitlab_sync;
 mod ingress;
+mod slack_ingest;
 mod table;
 
 use anyhow::{Context as _, Result};
@@ -41,6 +42,9 @@ enum Target {
     /// through gitlab-client against the GitLab simulator, beside raw Postgres upserts of the
     /// same rows.
     GitlabSync,
+    /// Signed Slack `message` deliveries into ingress, applied by slack-ingest to one consented
+    /// channel, beside the raw row-locked Postgres writes of the same messages, in rounds.
+    SlackIngest,
 }
 
 fn env(var: &str) -> Result<String> {
@@ -60,6 +64,7 @@ async fn main() -> Result<()> {
         Target::Ingress => ingress::run().await,
         Target::Eraser => erasure::run().await,
         Target::GitlabSync => gitlab_sync::run().await,
+        Target::SlackIngest => slack_ingest::run().await,
     }
 }
 
