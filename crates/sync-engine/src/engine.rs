@@ -625,6 +625,24 @@ impl<V: Vendor> Engine<V> {
             batch_full,
             last_cursor,
         };
+        // A vendor that never sweeps has no deletion gate to record an incomplete listing:
+        // it is recorded here, so a replay that read less than it asked never looks clean.
+        if !V::SWEEPS
+            && let Err(reason) = &finished
+            && !batch_full
+            && !ended_here
+        {
+            let mut detail = serde_json::Map::new();
+            detail.insert("class".into(), V::class_name(class).into());
+            detail.extend(self.vendor.scope_detail(scope));
+            detail.insert("reason".into(), reason.to_string().into());
+            job.record_activity(
+                &self.pool,
+                "listing_incomplete",
+                serde_json::Value::Object(detail),
+            )
+            .await?;
+        }
         // A listing ended at its horizon decides no sweep: what it did not read is not gone.
         if sweeps && !ended_here {
             let decision = sweep.decide(finished, &self.settings.blast_radius);
