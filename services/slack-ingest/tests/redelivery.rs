@@ -10,6 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::{Result, anyhow};
 use common::World;
 
+/// A copy's retry header: its number and reason.
+type Retry = Option<(u32, &'static str)>;
+
 /// A tiny deterministic generator (xorshift), so a failure replays.
 struct Rng(u64);
 
@@ -87,7 +90,7 @@ async fn shuffled_triple_deliveries_equal_in_order_application() -> Result<()> {
 
     // Each delivered three times, shuffled; every other copy claims to be Slack's retry.
     w.listen();
-    let mut sends: Vec<(&Vec<u8>, Option<(u32, &str)>)> = Vec::new();
+    let mut sends: Vec<(&Vec<u8>, Retry)> = Vec::new();
     for body in bodies.values() {
         sends.push((body, None));
         sends.push((body, Some((1, "http_timeout"))));
