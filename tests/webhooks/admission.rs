@@ -177,11 +177,14 @@ async fn a_forged_far_future_edit_from_another_tenant_neither_writes_nor_freezes
     );
     assert_eq!(a_footprint(&stack).await?, before);
     // Both refused before any writer ran: dated past their receipt, they never reach admission
-    // (which would have refused them as out of scope).
-    assert_eq!(
-        stack.out_of_scope().await? + stack.rejected("future_time").await?,
-        2
-    );
+    // (which would have refused them as out of scope). A refusal retried after a transient
+    // failure (a loaded machine) is counted once it settles.
+    forgesync_e2e::eventually("both forged deliveries were not refused", || async {
+        let refused = stack.out_of_scope().await? + stack.rejected("future_time").await?;
+        anyhow::ensure!(refused <= 2, "{refused} refusals of two deliveries");
+        Ok((refused == 2).then_some(()))
+    })
+    .await?;
 
     // A genuine update still applies: the row was never frozen.
     let genuine = stack.sim.model(|m| {

@@ -314,6 +314,15 @@ impl SlackWebhooks {
             crate::metrics::dropped(reason);
             if matches!(refusal, Refusal::Vendor(v) if v.label != admission::OTHER_TEAM.label) {
                 channel::count_drop(&self.pool, hook.connection_id, channel_id).await?;
+            } else if matches!(refusal, Refusal::Vendor(_)) {
+                // Another team's event on this connection's endpoint: a setup to look at.
+                store::activity::record_for_connection(
+                    &self.pool,
+                    hook.connection_id,
+                    "slack_event_refused",
+                    serde_json::json!({"team": team, "channel": channel_id, "reason": reason}),
+                )
+                .await?;
             }
             return Err(WebhookError::OutOfScope(*refusal));
         }
