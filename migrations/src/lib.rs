@@ -38,6 +38,7 @@ mod m0033_deferred_jobs;
 mod m0034_dead_messages_per_workspace;
 mod m0035_workspace_usage;
 mod m0036_slack;
+mod m0037_slack_paused_ts;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -204,6 +205,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0036_slack",
                 up: m0036_slack::UP,
+            }),
+            Box::new(Sql {
+                name: "m0037_slack_paused_ts",
+                up: m0037_slack_paused_ts::UP,
             }),
         ]
     }

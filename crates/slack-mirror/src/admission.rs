@@ -55,11 +55,13 @@ async fn same_team(
         .is_some_and(|t| t.eq_ignore_ascii_case(team)))
 }
 
-/// A message `ts` for channel `channel` of team `team`.
+/// A message `ts` for channel `channel` of team `team`. The channel row it locked is left in
+/// `locked` for the writer (the caller's transaction holds it).
 pub struct Message<'a> {
     pub team: &'a str,
     pub channel: &'a str,
     pub ts: SlackTs,
+    pub locked: &'a mut Option<channel::Channel>,
 }
 
 impl AdmissionRule for Message<'_> {
@@ -77,8 +79,10 @@ impl AdmissionRule for Message<'_> {
         else {
             return Ok(Err(Refusal::Vendor(dropped(Drop::UnknownChannel))));
         };
-        Ok(admit_message(ch.status, ch.consent_ts, self.ts)
-            .map_err(|d| Refusal::Vendor(dropped(d))))
+        let admitted = admit_message(ch.status, ch.consent_ts, ch.paused_ts, self.ts)
+            .map_err(|d| Refusal::Vendor(dropped(d)));
+        *self.locked = Some(ch);
+        Ok(admitted)
     }
 }
 

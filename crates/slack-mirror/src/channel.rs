@@ -22,6 +22,8 @@ pub struct Channel {
     pub status: ChannelStatus,
     pub reason: Option<String>,
     pub consent_ts: Option<SlackTs>,
+    /// When a PAUSED channel was paused: messages said before it are still kept.
+    pub paused_ts: Option<SlackTs>,
     pub status_at: OffsetDateTime,
     pub last_replay_at: Option<OffsetDateTime>,
     pub dropped: i64,
@@ -48,6 +50,7 @@ struct Row {
     status: String,
     reason: Option<String>,
     consent_ts: Option<String>,
+    paused_ts: Option<String>,
     status_at: OffsetDateTime,
     last_replay_at: Option<OffsetDateTime>,
     dropped: i64,
@@ -66,6 +69,7 @@ impl From<Row> for Channel {
             status: ChannelStatus::parse(&r.status).unwrap_or(ChannelStatus::None),
             reason: r.reason,
             consent_ts: r.consent_ts.and_then(|t| t.parse().ok()),
+            paused_ts: r.paused_ts.and_then(|t| t.parse().ok()),
             status_at: r.status_at,
             last_replay_at: r.last_replay_at,
             dropped: r.dropped,
@@ -77,7 +81,8 @@ impl From<Row> for Channel {
 macro_rules! columns {
     () => {
         "id, connection_id, workspace_id, slack_id, name, is_private, status, reason, \
-         consent_ts::text AS consent_ts, status_at, last_replay_at, dropped"
+         consent_ts::text AS consent_ts, paused_ts::text AS paused_ts, status_at, last_replay_at, \
+         dropped"
     };
 }
 
@@ -247,6 +252,7 @@ pub async fn set_status(
             SET status = $2, reason = $3,
                 consent_ts = CASE WHEN $2 = 'none' THEN NULL
                                   ELSE COALESCE($4::numeric, consent_ts) END,
+                paused_ts = CASE WHEN $2 = 'paused' THEN paused_ts ELSE NULL END,
                 status_at = now(), updated_at = now()
           WHERE id = $1",
     )
@@ -254,6 +260,27 @@ pub async fn set_status(
     .bind(status.as_str())
     .bind(reason)
     .bind(consent_ts.map(|t| t.to_string()))
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Pauses a locked channel at `at` with `reason`: what was said before `at` is still kept.
+pub async fn pause(
+    conn: &mut PgConnection,
+    id: Uuid,
+    reason: &str,
+    at: Option<SlackTs>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE slack_channel
+            SET status = 'paused', reason = $2, paused_ts = $3::numeric,
+                status_at = now(), updated_at = now()
+          WHERE id = $1",
+    )
+    .bind(id)
+    .bind(reason)
+    .bind(at.map(|t| t.to_string()))
     .execute(&mut *conn)
     .await?;
     Ok(())

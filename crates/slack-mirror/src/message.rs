@@ -78,39 +78,34 @@ pub async fn put(
     ts: SlackTs,
     m: &Incoming,
 ) -> Result<Written, sqlx::Error> {
-    let stored = match lock(conn, channel.id, ts).await? {
-        Some(stored) => stored,
-        None => {
-            let inserted: Option<(Uuid,)> = sqlx::query_as(
-                "INSERT INTO slack_message (id, channel_id, connection_id, ts, thread_ts, user_id,
-                                            subtype, text, files, edited_ts, latest_reply)
-                 VALUES ($1, $2, $3, $4::numeric, $5::numeric, $6, $7, $8, $9, $10::numeric,
-                         $11::numeric)
-                 ON CONFLICT (channel_id, ts) DO NOTHING
-                 RETURNING id",
-            )
-            .bind(Uuid::now_v7())
-            .bind(channel.id)
-            .bind(channel.connection_id)
-            .bind(ts.to_string())
-            .bind(m.thread_ts.filter(|t| *t != ts).map(|t| t.to_string()))
-            .bind(&m.user)
-            .bind(&m.subtype)
-            .bind(&m.text)
-            .bind(files_json(&m.files).map(sqlx::types::Json))
-            .bind(m.edited_ts.map(|t| t.to_string()))
-            .bind(m.latest_reply.map(|t| t.to_string()))
-            .fetch_optional(&mut *conn)
-            .await?;
-            if let Some((id,)) = inserted {
-                return Ok(Written::Inserted(id));
-            }
-            // Another writer inserted it between the lock and the insert: compare with it.
-            match lock(conn, channel.id, ts).await? {
-                Some(stored) => stored,
-                None => return Ok(Written::Unchanged),
-            }
-        }
+    // New messages are the common case: insert first, compare only when one is kept.
+    let inserted: Option<(Uuid,)> = sqlx::query_as(
+        "INSERT INTO slack_message (id, channel_id, connection_id, ts, thread_ts, user_id,
+                                    subtype, text, files, edited_ts, latest_reply)
+         VALUES ($1, $2, $3, $4::numeric, $5::numeric, $6, $7, $8, $9, $10::numeric,
+                 $11::numeric)
+         ON CONFLICT (channel_id, ts) DO NOTHING
+         RETURNING id",
+    )
+    .bind(Uuid::now_v7())
+    .bind(channel.id)
+    .bind(channel.connection_id)
+    .bind(ts.to_string())
+    .bind(m.thread_ts.filter(|t| *t != ts).map(|t| t.to_string()))
+    .bind(&m.user)
+    .bind(&m.subtype)
+    .bind(&m.text)
+    .bind(files_json(&m.files).map(sqlx::types::Json))
+    .bind(m.edited_ts.map(|t| t.to_string()))
+    .bind(m.latest_reply.map(|t| t.to_string()))
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some((id,)) = inserted {
+        return Ok(Written::Inserted(id));
+    }
+    // Kept already (or tombstoned): compare with the locked row.
+    let Some(stored) = lock(conn, channel.id, ts).await? else {
+        return Ok(Written::Unchanged);
     };
     if stored.deleted {
         return Ok(Written::Unchanged);

@@ -95,7 +95,7 @@ impl Channels {
             }
             ChannelCommand::Pause => {
                 let reason = format!("paused by {}", cmd.actor);
-                channel::set_status(&mut txn, ch.id, next, Some(&reason), None).await?;
+                channel::pause(&mut txn, ch.id, &reason, SlackTs::at(now)).await?;
                 events::channel(&mut txn, &ch, events::PAUSED, now, None).await?;
             }
             ChannelCommand::Resume => {

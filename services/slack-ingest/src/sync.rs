@@ -133,7 +133,7 @@ async fn write_messages(
             continue;
         }
         // Consent is checked per message, on the locked row.
-        if let Err(drop) = admit_message(locked.status, locked.consent_ts, ts) {
+        if let Err(drop) = admit_message(locked.status, locked.consent_ts, locked.paused_ts, ts) {
             crate::metrics::dropped(drop.as_str());
             continue;
         }
@@ -301,14 +301,8 @@ impl Vendor for SlackVendor {
         if let Some(locked) = channel::lock(&mut txn, scope.connection_id, &scope.slack_id).await?
             && locked.status == ChannelStatus::Active
         {
-            channel::set_status(
-                &mut txn,
-                locked.id,
-                ChannelStatus::Paused,
-                Some(reason),
-                None,
-            )
-            .await?;
+            // The bot lost the channel at some point before this read: nothing more is kept.
+            channel::pause(&mut txn, locked.id, reason, None).await?;
             events::channel(
                 &mut txn,
                 &locked,

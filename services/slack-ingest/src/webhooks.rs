@@ -296,6 +296,7 @@ impl SlackWebhooks {
                 .await;
         }
         let mut txn = self.pool.begin().await?;
+        let mut locked = None;
         let admitted = hook
             .admit(
                 &mut txn,
@@ -303,6 +304,7 @@ impl SlackWebhooks {
                     team,
                     channel: channel_id,
                     ts,
+                    locked: &mut locked,
                 },
             )
             .await;
@@ -327,7 +329,8 @@ impl SlackWebhooks {
             return Err(WebhookError::OutOfScope(*refusal));
         }
         admitted?;
-        let Some(locked) = channel::lock(&mut txn, hook.connection_id, channel_id).await? else {
+        // Admission locked the channel row; the transaction holds it until the write commits.
+        let Some(locked) = locked else {
             return Ok(Outcome::Unchanged);
         };
         let written = match kind {
@@ -391,14 +394,9 @@ impl SlackWebhooks {
             }
             ChannelChange::Paused(reason) => match locked.status {
                 ChannelStatus::Active => {
-                    channel::set_status(
-                        &mut txn,
-                        locked.id,
-                        ChannelStatus::Paused,
-                        Some(reason),
-                        None,
-                    )
-                    .await?;
+                    // Paused as of the event's receipt: what was said before it is still kept.
+                    channel::pause(&mut txn, locked.id, reason, SlackTs::at(hook.received_at))
+                        .await?;
                     events::channel(&mut txn, &locked, events::PAUSED, now, None).await?;
                     Outcome::Applied
                 }

@@ -148,17 +148,23 @@ mod channel {
         }
     }
 
-    /// Consent is checked per message: a message `ts` is kept only in an ACTIVE channel and
-    /// only when it is not older than the channel's `consent_ts`.
+    /// Consent is checked per message: a message `ts` is kept only when the channel's consent
+    /// covers it: ACTIVE and not older than `consent_ts`, or PAUSED and said between
+    /// `consent_ts` and the pause (`paused_ts`; events of one channel may be handled out of
+    /// order, so a message said before the pause can arrive after it).
     pub fn admit_message(
         status: ChannelStatus,
         consent_ts: Option<SlackTs>,
+        paused_ts: Option<SlackTs>,
         ts: SlackTs,
     ) -> Result<(), Drop> {
         match status {
             ChannelStatus::None => Err(Drop::NotConsented),
             ChannelStatus::Pending => Err(Drop::Pending),
-            ChannelStatus::Paused => Err(Drop::Paused),
+            ChannelStatus::Paused => match (consent_ts, paused_ts) {
+                (Some(consent), Some(paused)) if consent <= ts && ts < paused => Ok(()),
+                _ => Err(Drop::Paused),
+            },
             ChannelStatus::Active => match consent_ts {
                 Some(consent) if ts >= consent => Ok(()),
                 // An ACTIVE channel without a consent time keeps nothing (fail closed).
@@ -208,23 +214,35 @@ mod tests {
     fn only_an_active_channel_keeps_and_only_from_its_consent() {
         let consent = Some(ts("100.000000"));
         assert_eq!(
-            admit_message(ChannelStatus::Active, consent, ts("100.000000")),
+            admit_message(ChannelStatus::Active, consent, None, ts("100.000000")),
             Ok(())
         );
         assert_eq!(
-            admit_message(ChannelStatus::Active, consent, ts("99.999999")),
+            admit_message(ChannelStatus::Active, consent, None, ts("99.999999")),
             Err(Drop::BeforeConsent)
         );
         assert_eq!(
-            admit_message(ChannelStatus::Active, None, ts("200.0")),
+            admit_message(ChannelStatus::Active, None, None, ts("200.0")),
             Err(Drop::BeforeConsent)
         );
+        // Said before the pause, handled after it: kept; said after it: dropped.
+        let paused = Some(ts("300.0"));
+        assert_eq!(
+            admit_message(ChannelStatus::Paused, consent, paused, ts("299.0")),
+            Ok(())
+        );
+        for late in ["300.0", "301.0", "99.0"] {
+            assert_eq!(
+                admit_message(ChannelStatus::Paused, consent, paused, ts(late)),
+                Err(Drop::Paused)
+            );
+        }
         for (status, drop) in [
             (ChannelStatus::None, Drop::NotConsented),
             (ChannelStatus::Pending, Drop::Pending),
             (ChannelStatus::Paused, Drop::Paused),
         ] {
-            assert_eq!(admit_message(status, consent, ts("500.0")), Err(drop));
+            assert_eq!(admit_message(status, consent, None, ts("500.0")), Err(drop));
         }
     }
 
