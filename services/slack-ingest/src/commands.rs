@@ -80,6 +80,20 @@ impl Channels {
             return Ok(Settle::Ignored("no such channel of the connection"));
         };
         let Ok(next) = cmd.command.next(ch.status) else {
+            txn.rollback().await?;
+            // A redelivered withdrawal whose rows went but whose stored deliveries may not have
+            // (erasing them failed after the commit): erase them again, idempotently.
+            if cmd.command == ChannelCommand::Withdraw && ch.status == ChannelStatus::None {
+                let team = self.team(cmd).await?;
+                erase::channel_deliveries(
+                    &self.bus,
+                    &self.pool,
+                    cmd.connection_id,
+                    &team,
+                    &ch.slack_id,
+                )
+                .await?;
+            }
             // Checked when it was asked; the channel moved since (or this is a redelivery of a
             // command that took effect).
             return Ok(Settle::Unchanged(
