@@ -1,0 +1,1 @@
+//! Outline API client (generated from `schemas/outline.json`).

@@ -1,0 +1,1 @@
+//! Outline's mirror: collections and documents.
