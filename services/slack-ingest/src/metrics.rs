@@ -18,8 +18,9 @@ pub fn dropped(reason: &'static str) {
     metrics::counter!("slack_messages_dropped_total", "reason" => reason).increment(1);
 }
 
-/// Counts a message of a subtype not kept; the label is bounded to the subtypes Slack documents.
-pub fn other(subtype: Option<&str>) {
+/// Counts a message of a subtype not kept, returning its label: one of the subtypes Slack
+/// documents, else `other` (so what a payload names stays bounded).
+pub fn other(subtype: Option<&str>) -> &'static str {
     const KNOWN: &[&str] = &[
         "channel_join",
         "channel_leave",
@@ -45,4 +46,5 @@ pub fn other(subtype: Option<&str>) {
         .and_then(|s| KNOWN.iter().find(|k| **k == s).copied())
         .unwrap_or("other");
     metrics::counter!("slack_messages_other_total", "subtype" => label).increment(1);
+    label
 }

@@ -5,6 +5,7 @@
 //! missing from a page is truncated paging, a filtered subtype or a reply, never a deletion.
 //! Activation checks the token's team and records the directory of channels.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use lifecycle_core::forward::SlackTs;
@@ -104,8 +105,44 @@ pub struct SlackVendor {
     pub page_size: u16,
 }
 
-/// Writes admitted messages of a page into a channel, under its lock; returns how many changed
-/// the mirror. Nothing is written once the channel is no longer ACTIVE.
+/// What writing a page did.
+#[derive(Debug, Default)]
+struct Written {
+    /// Messages that changed the mirror.
+    changed: u64,
+    /// Messages of subtypes the mirror does not keep (joins, topics, ...), by subtype: read,
+    /// and on purpose not stored.
+    not_kept: BTreeMap<&'static str, u64>,
+}
+
+impl Written {
+    /// Records, on the pass, the messages a page held that the mirror does not keep, so a
+    /// replay that stored less than it read says why.
+    async fn record(
+        self,
+        pass: &Pass<'_>,
+        pool: &PgPool,
+        scope: &Channel,
+    ) -> Result<u64, sqlx::Error> {
+        if !self.not_kept.is_empty() {
+            pass.job
+                .record_activity(
+                    pool,
+                    "slack_replay_not_kept",
+                    serde_json::json!({
+                        "channel_id": scope.id,
+                        "slack_id": scope.slack_id,
+                        "subtypes": self.not_kept,
+                    }),
+                )
+                .await?;
+        }
+        Ok(self.changed)
+    }
+}
+
+/// Writes admitted messages of a page into a channel, under its lock. Nothing is written once
+/// the channel is no longer ACTIVE.
 async fn write_messages(
     pool: &PgPool,
     scope: &Channel,
@@ -114,12 +151,12 @@ async fn write_messages(
     messages: &[slack_client::Message],
     skip: Option<SlackTs>,
     read_at: OffsetDateTime,
-) -> Result<u64, sqlx::Error> {
+) -> Result<Written, sqlx::Error> {
     let mut txn = pool.begin().await?;
     let Some(locked) = channel::lock(&mut txn, scope.connection_id, &scope.slack_id).await? else {
-        return Ok(0);
+        return Ok(Written::default());
     };
-    let mut changed = 0;
+    let mut written = Written::default();
     for m in messages {
         let Ok(ts) = m.ts.parse::<SlackTs>() else {
             crate::metrics::dropped("malformed_ts");
@@ -137,21 +174,22 @@ async fn write_messages(
             crate::metrics::dropped(drop.as_str());
             continue;
         }
-        let written = match message_kind(m.subtype.as_deref()) {
+        let put = match message_kind(m.subtype.as_deref()) {
             MessageKind::Kept => message::put(&mut txn, &locked, ts, &incoming(m)).await?,
             // A thread's root Slack keeps as a tombstone: deleted, said explicitly.
             MessageKind::Deleted => message::tombstone(&mut txn, &locked, ts, read_at).await?,
             MessageKind::Changed | MessageKind::Other => {
-                crate::metrics::other(m.subtype.as_deref());
+                let subtype = crate::metrics::other(m.subtype.as_deref());
+                *written.not_kept.entry(subtype).or_default() += 1;
                 continue;
             }
         };
-        if crate::record_written(&mut txn, &locked, ts, written, incoming(m).edited_ts).await? {
-            changed += 1;
+        if crate::record_written(&mut txn, &locked, ts, put, incoming(m).edited_ts).await? {
+            written.changed += 1;
         }
     }
     txn.commit().await?;
-    Ok(changed)
+    Ok(written)
 }
 
 #[async_trait::async_trait]
@@ -281,6 +319,8 @@ impl Vendor for SlackVendor {
             None,
             page.read_at,
         )
+        .await?
+        .record(pass, &self.pool, scope)
         .await
     }
 
@@ -424,6 +464,8 @@ impl SlackVendor {
                 Some(parent),
                 read_at,
             )
+            .await?
+            .record(pass, &self.pool, scope)
             .await?;
             match (page.has_more, page.next_cursor) {
                 (true, Some(next)) => cursor = Some(next),

@@ -156,3 +156,106 @@ async fn shuffled_triple_deliveries_equal_in_order_application() -> Result<()> {
     assert_eq!(distinct.len(), keys.len());
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn late_acks_make_slack_retry_and_every_change_is_applied_once() -> Result<()> {
+    use std::time::Duration;
+    use vendor_sim::slack::RetrySchedule;
+
+    let w = World::start().await?;
+    w.directory(w.a, 3).await?;
+    let general = w.channels[0].clone();
+    w.consent(w.a, &general).await?;
+    w.drained().await?;
+    let user = w.user.clone();
+    let e = |e| anyhow!("{e:?}");
+
+    // Every third first attempt is stored by ingress but answered after Slack gave up on it.
+    let timeout = Duration::from_millis(400);
+    let late = common::LateAcks::start(w.ingress.url().to_string(), 3, timeout * 2).await?;
+    w.sim
+        .subscribe_events(&format!("{}/webhooks/slack", late.url), common::SECRET);
+    w.sim.set_retry_schedule(RetrySchedule {
+        timeout,
+        delays: vec![
+            Duration::ZERO,
+            Duration::from_millis(200),
+            Duration::from_secs(1),
+        ],
+    });
+    let before = (
+        w.events(w.a, "slack.message.posted").await?,
+        w.events(w.a, "slack.message.edited").await?,
+        w.events(w.a, "slack.message.deleted").await?,
+    );
+
+    let mut rng = Rng(0x1a7e_ac45);
+    let mut expected: BTreeMap<String, (String, bool)> = BTreeMap::new();
+    let mut live: Vec<String> = Vec::new();
+    let (mut posts, mut edits, mut deletes) = (0i64, 0i64, 0i64);
+    for i in 0..45 {
+        let roll = rng.below(10);
+        if live.is_empty() || roll < 5 {
+            let text = format!("late {i}");
+            let ts = w.sim.model(|m| m.post(&general, &user, &text)).map_err(e)?;
+            expected.insert(ts.clone(), (text, false));
+            live.push(ts);
+            posts += 1;
+        } else if roll < 8 {
+            let ts = live[rng.below(live.len())].clone();
+            let text = format!("late edit {i}");
+            w.sim.model(|m| m.edit(&general, &ts, &text)).map_err(e)?;
+            expected.insert(ts, (text, false));
+            edits += 1;
+        } else {
+            let ts = live.swap_remove(rng.below(live.len()));
+            w.sim.model(|m| m.delete(&general, &ts)).map_err(e)?;
+            expected.get_mut(&ts).expect("posted").1 = true;
+            deletes += 1;
+        }
+        w.sim.settle().await;
+    }
+    w.drained().await?;
+
+    // Slack retried what was answered late, saying why, and counts every event delivered.
+    let attempts = w.sim.deliveries();
+    let timed_out_retries = attempts
+        .iter()
+        .filter(|a| a.retry_num > 0 && a.retry_reason.as_deref() == Some("http_timeout"))
+        .count();
+    assert!(late.held() >= 10, "{} answers held", late.held());
+    assert!(
+        timed_out_retries >= late.held(),
+        "{timed_out_retries} retries for {} late answers",
+        late.held()
+    );
+    let delivered: BTreeSet<&str> = attempts
+        .iter()
+        .filter(|a| a.succeeded())
+        .map(|a| a.event_id.as_str())
+        .collect();
+    let all: BTreeSet<&str> = attempts.iter().map(|a| a.event_id.as_str()).collect();
+    assert_eq!(delivered, all, "every event was delivered in the end");
+
+    // The mirror is what in-order application leaves, and each change made one event.
+    let rows = w
+        .messages(w.channel(w.a, &general).await?.expect("kept").id)
+        .await?;
+    for (ts, (text, deleted)) in &expected {
+        let row = rows.iter().find(|r| &r.0 == ts);
+        let row = row.unwrap_or_else(|| panic!("{ts} is missing from the mirror"));
+        assert_eq!(row.3, *deleted, "{ts}");
+        if !deleted {
+            assert_eq!(row.1.as_deref(), Some(text.as_str()), "{ts}");
+        }
+    }
+    let after = (
+        w.events(w.a, "slack.message.posted").await?,
+        w.events(w.a, "slack.message.edited").await?,
+        w.events(w.a, "slack.message.deleted").await?,
+    );
+    assert_eq!(after.0 - before.0, posts, "posted events");
+    assert_eq!(after.1 - before.1, edits, "edited events");
+    assert_eq!(after.2 - before.2, deletes, "deleted events");
+    Ok(())
+}

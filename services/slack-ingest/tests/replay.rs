@@ -61,6 +61,16 @@ async fn a_replay_adds_what_events_missed_and_deletes_nothing_under_any_fault() 
         .sim
         .model(|m| m.reply(&general, &live[1], &user, "unseen reply", false)))?;
     sim(w.sim.model(|m| m.delete(&general, &live[2])))?;
+    // Messages Slack writes itself: read by the replay, never kept.
+    let mut system = Vec::new();
+    for (subtype, text) in [
+        ("channel_join", "<@U1> has joined the channel"),
+        ("channel_topic", "set the channel topic: launch"),
+    ] {
+        system.push(sim(w
+            .sim
+            .model(|m| m.system_message(&general, &user, subtype, text)))?);
+    }
     w.sim.settle().await;
     w.listen();
 
@@ -143,7 +153,12 @@ async fn a_replay_adds_what_events_missed_and_deletes_nothing_under_any_fault() 
             after.1, before.1,
             "{name}: nothing is tombstoned by a replay"
         );
-        let recorded = activities(&w, w.a, seen).await?;
+        // What the replay read and did not keep is said too, but is no fault's reason.
+        let recorded: Vec<_> = activities(&w, w.a, seen)
+            .await?
+            .into_iter()
+            .filter(|(kind, _)| kind != "slack_replay_not_kept")
+            .collect();
         let said = format!("{status} {error:?} {recorded:?}");
         assert!(
             status == "failed" || !recorded.is_empty(),
@@ -152,13 +167,30 @@ async fn a_replay_adds_what_events_missed_and_deletes_nothing_under_any_fault() 
     }
 
     // A clean replay: every missed message, the edit and the reply; the unseen deletion is not
-    // inferred from absence.
+    // inferred from absence, and the messages Slack wrote itself are read, not kept, and said.
+    let seen = activities(&w, w.a, 0).await?.len();
     let (status, error) = w.reconcile(w.a).await?;
     assert_eq!(status, "succeeded", "{error:?}");
     let rows = w.messages(channel.id).await?;
     let ts: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
     for m in missed.iter().chain([&reply]) {
         assert!(ts.contains(&m.as_str()), "{m} missing: {ts:?}");
+    }
+    for m in &system {
+        assert!(
+            !ts.contains(&m.as_str()),
+            "{m} is a join or topic: not kept"
+        );
+    }
+    let not_kept: Vec<serde_json::Value> = activities(&w, w.a, seen)
+        .await?
+        .into_iter()
+        .filter(|(kind, _)| kind == "slack_replay_not_kept")
+        .map(|(_, detail)| detail["subtypes"].clone())
+        .collect();
+    for subtype in ["channel_join", "channel_topic"] {
+        let n: u64 = not_kept.iter().filter_map(|s| s[subtype].as_u64()).sum();
+        assert_eq!(n, 1, "{subtype}: {not_kept:?}");
     }
     let edited = rows.iter().find(|r| r.0 == live[0]).expect("kept");
     assert_eq!(edited.1.as_deref(), Some("edited unseen"));

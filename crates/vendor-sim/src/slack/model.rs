@@ -736,6 +736,22 @@ impl Model {
         Ok(m.thread_ts.unwrap_or(m.ts))
     }
 
+    /// A message Slack writes on a user's behalf (`channel_join`, `channel_topic`,
+    /// `channel_purpose`, ...): in the history and sent as an event, never kept by the mirror;
+    /// its `ts`.
+    pub fn system_message(
+        &mut self,
+        channel: &str,
+        user: &str,
+        subtype: &str,
+        text: &str,
+    ) -> Result<String, SlackError> {
+        self.writable(channel)?;
+        let mut m = self.new_message(Some(user), text, None);
+        m.subtype = Some(subtype.to_owned());
+        self.insert(channel, m)
+    }
+
     /// A bot integration (not the app's bot) posts a `bot_message`; its `ts`.
     pub fn bot_message(
         &mut self,

@@ -427,3 +427,67 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A receiver in front of ingress that answers late: every `every`-th first attempt reaches
+/// ingress (which stores it) but its answer is held for `hold`, past Slack's timeout, so the
+/// simulator retries it as Slack would (`X-Slack-Retry-Reason: http_timeout`).
+pub struct LateAcks {
+    pub url: String,
+    held: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LateAcks {
+    pub async fn start(target: String, every: usize, hold: Duration) -> Result<LateAcks> {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let seen = Arc::new(AtomicUsize::new(0));
+        let held = Arc::new(AtomicUsize::new(0));
+        let http = reqwest::Client::new();
+        let (seen2, held2) = (seen.clone(), held.clone());
+        let app = axum::Router::new().fallback(
+            move |uri: axum::http::Uri, headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                let (http, target, seen, held) =
+                    (http.clone(), target.clone(), seen2.clone(), held2.clone());
+                async move {
+                    let mut forward = http.post(format!("{target}{uri}")).body(body);
+                    for (name, value) in &headers {
+                        if name != axum::http::header::HOST
+                            && name != axum::http::header::CONTENT_LENGTH
+                        {
+                            forward = forward.header(name, value);
+                        }
+                    }
+                    let answer = forward.send().await;
+                    let first = !headers.contains_key("x-slack-retry-num");
+                    if first && (seen.fetch_add(1, Ordering::SeqCst) + 1) % every == 0 {
+                        held.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(hold).await;
+                    }
+                    match answer {
+                        Ok(a) => axum::http::StatusCode::from_u16(a.status().as_u16())
+                            .unwrap_or(axum::http::StatusCode::BAD_GATEWAY),
+                        Err(_) => axum::http::StatusCode::BAD_GATEWAY,
+                    }
+                }
+            },
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(LateAcks { url, held, task })
+    }
+
+    /// How many answers were held past the timeout.
+    pub fn held(&self) -> usize {
+        self.held.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for LateAcks {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
