@@ -39,6 +39,7 @@ mod m0034_dead_messages_per_workspace;
 mod m0035_workspace_usage;
 mod m0036_slack;
 mod m0037_slack_paused_ts;
+mod m0038_outline;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -209,6 +210,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0037_slack_paused_ts",
                 up: m0037_slack_paused_ts::UP,
+            }),
+            Box::new(Sql {
+                name: "m0038_outline",
+                up: m0038_outline::UP,
             }),
         ]
     }

@@ -19,7 +19,9 @@
 //! - [`github`]: GitHub check runs, its job support.
 //! - [`gitlab`]: GitLab head pipelines, review decision and approval acts, note reconciliation,
 //!   route credentials, its job support.
-//! - [`slack`], [`outline`]: the job types each refuses.
+//! - [`slack`]: channel consent, message kinds, its job support.
+//! - [`outline`]: documents forward by `updatedAt`, tombstones, confirm-before-tombstone, its job
+//!   support.
 //! - [`vendor_error`]: the classes of a vendor's failed answer, named alike for every vendor.
 #![forbid(unsafe_code)]
 

@@ -2,6 +2,13 @@
 //!
 //! - [`JOBS`]: the job types Outline connections run.
 //! - [`SECRETS`]: the secrets an Outline connection holds.
+//! - [`document`]: a document's writes move forward by `updatedAt`; a deletion tombstones it,
+//!   dated, until a strictly newer version restores it.
+//! - [`confirm`]: a document a complete listing omitted is tombstoned only once Outline confirms
+//!   it gone.
+
+pub mod confirm;
+pub mod document;
 
 use crate::job::{JobSupport, SyncJobType};
 
