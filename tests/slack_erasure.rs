@@ -2,7 +2,8 @@
 //! slack-ingest records its directory, an operator consents to one channel, messages arrive
 //! through ingress, a reconcile runs; then the operator disconnects it and the eraser runs.
 //! Nothing of its content stays anywhere the erasure scan looks, its jobs and audit stay, and a
-//! new connection to the same team keeps nothing until a channel is consented anew. Real
+//! new connection to the same team keeps nothing until a channel is consented anew; a purge
+//! of the workspace then leaves no content of it either. Real
 //! Postgres and NATS, the Slack simulator over HTTP.
 
 use anyhow::{Result, anyhow};
@@ -260,7 +261,44 @@ async fn a_slack_disconnect_leaves_no_content_and_a_reconnect_needs_consent_anew
         })
     };
     assert_eq!(announcements(&sim), 1);
-    connect("said after the reconnect").await?;
+    let first = conn;
+    let (conn, _) = connect("said after the reconnect").await?;
     assert_eq!(announcements(&sim), 2, "a reconnect needs consent anew");
+
+    // The workspace is purged with the new connection's content in it: none of it stays.
+    let held = scan(ws.clone()).await?;
+    assert!(place(&held, "table:slack_message") > 0, "{held}");
+    let (status, body) = post(format!("/workspaces/{ws}/purge"), json!({})).await?;
+    assert_eq!(status, 202, "{body}");
+    eventually("the purge did not finish", || {
+        let get = &get;
+        let ws = ws.clone();
+        async move {
+            let (_, workspace) = get(format!("/workspaces/{ws}")).await?;
+            let (status, erasures) = get(format!("/workspaces/{ws}/erasures")).await?;
+            anyhow::ensure!(status == 200, "erasures: {status} {erasures}");
+            let done = erasures
+                .as_array()
+                .is_some_and(|l| l.len() >= 3 && l.iter().all(|r| r["status"] == "done"));
+            Ok((workspace["status"] == "purged" && done).then_some(()))
+        }
+    })
+    .await?;
+    let purged = scan(ws.clone()).await?;
+    assert_eq!(purged["total"], 0, "{purged}");
+    // The jobs' history and the audit of both connections stay.
+    for (table, conn) in [
+        ("sync_job", &first),
+        ("connection_audit", &first),
+        ("connection_audit", &conn),
+    ] {
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM {table} WHERE connection_id = $1::uuid"
+        )))
+        .bind(conn)
+        .fetch_one(&pool)
+        .await?;
+        assert!(n > 0, "{table} keeps {conn}'s rows after the purge");
+    }
     eraser.stop().await
 }
