@@ -11,6 +11,7 @@ mod chart;
 mod nats;
 mod net;
 mod nextest;
+mod outline_schema;
 mod paths;
 mod postgres;
 mod process;
@@ -86,7 +87,7 @@ enum Task {
         /// Which vendor's contract.
         vendor: Vendor,
         /// The raw schema: a file path or an http(s) URL (fetched with curl). Defaults to the
-        /// shared vendor copy for `github` and `gitlab`, and to `npm pack` of the pinned package version for
+        /// shared vendor copy for `github`, `gitlab` and `outline`, and to `npm pack` of the pinned package version for
         /// `github-webhooks` (whose FILE or URL may be that package's `.tgz` or its `schema.json`).
         #[arg(long, value_name = "FILE|URL")]
         from: Option<String>,
@@ -144,6 +145,9 @@ enum Vendor {
     /// GitLab's GraphQL schema with `schemas/gitlab-supplement.graphql` merged, pruned to our
     /// query documents: `schemas/gitlab.graphql`.
     Gitlab,
+    /// Outline's OpenAPI document with `schemas/outline-supplement.yaml` merged, pruned to the
+    /// calls outline-client makes and normalised for progenitor: `schemas/outline.json`.
+    Outline,
 }
 
 fn main() {
@@ -170,6 +174,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 Vendor::Github => schema::refresh(&layout, schema::github_paths, from.as_deref())?,
                 Vendor::Gitlab => schema::refresh(&layout, schema::gitlab_paths, from.as_deref())?,
                 Vendor::GithubWebhooks => webhook_schema::refresh(&layout, from.as_deref())?,
+                Vendor::Outline => outline_schema::refresh(&layout, from.as_deref())?,
             }
             Ok(0)
         }

@@ -91,7 +91,7 @@ pub fn refresh(
 /// Finds `shared/vendor/<file>`. `shared/` sits beside the main checkout, so from a git
 /// worktree (elsewhere on disk) `../shared` is not it: the places tried are beside the
 /// workspace, beside the main checkout (git's common dir), and `shared/` in any parent.
-fn shared_vendor_file(workspace_root: &Path, file: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn shared_vendor_file(workspace_root: &Path, file: &str) -> anyhow::Result<PathBuf> {
     let tried = vendor_candidates(
         workspace_root,
         main_checkout(workspace_root).as_deref(),
@@ -159,12 +159,12 @@ fn lexical(path: &Path) -> PathBuf {
     out
 }
 
-fn read(path: &Path) -> anyhow::Result<String> {
+pub(crate) fn read(path: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
 
 /// xtask has no HTTP client of its own; curl is on every developer machine and keeps xtask light.
-fn fetch(url: &str) -> anyhow::Result<String> {
+pub(crate) fn fetch(url: &str) -> anyhow::Result<String> {
     let out = Command::new("curl")
         .args(["--fail", "--silent", "--show-error", "--location", url])
         .output()
