@@ -19,7 +19,7 @@ use sync_engine::{
 };
 
 use crate::scripted::{
-    self, Fixture, Gitlab, Monitored, Note, Scripted, ScriptedError, ScriptedPage, ScriptedSource,
+    self, Fault, Fixture, Gitlab, Monitored, Note, Scripted, ScriptedError, ScriptedPage, ScriptedSource,
 };
 
 /// The declarations a shaped vendor makes.
@@ -379,6 +379,32 @@ async fn a_vendor_that_never_sweeps_is_never_asked_to_and_tombstones_nothing() -
     run(&f, &forge, "RECONCILIATION", "manual", &source).await?;
     assert_eq!(f.tombstoned().await?.len(), 20);
     assert!(knobs(&forge).sweep_calls > 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_vendor_that_never_sweeps_records_an_incomplete_listing_itself() -> Result<()> {
+    let f = Fixture::new(ConnectionKind::Gitlab).await?;
+    let source = ScriptedSource::new(30);
+    let engine = shaped::<Channel>(&f, &source);
+    // A clean replay records nothing.
+    run(&f, &engine, "RECONCILIATION", "manual", &source).await?;
+    assert!(f.activities("listing_incomplete").await?.is_empty());
+
+    // A page with an error inside it: no deletion gate runs for this vendor, so the engine
+    // says the listing was partial, for which class and scope, and why.
+    let calls = source.calls();
+    source.with(|s| s.faults = vec![(calls + 1, Fault::Errored)]);
+    run(&f, &engine, "RECONCILIATION", "manual", &source).await?;
+    let recorded = f.activities("listing_incomplete").await?;
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(recorded[0]["class"], "note", "{recorded:?}");
+    assert!(
+        recorded[0]["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        "{recorded:?}"
+    );
+    assert!(f.tombstoned().await?.is_empty());
+    assert_eq!(knobs(&engine).sweep_calls, 0);
     Ok(())
 }
 
