@@ -1,8 +1,10 @@
-//! Simulated vendor APIs with fault injection, for tests, benchmarks and the local stack.
+//! Simulated vendor APIs (GitHub, GitLab, Slack, Outline) with fault injection, for tests,
+//! benchmarks and the local stack.
 #![forbid(unsafe_code)]
 // GitHub's REST objects have more fields than `serde_json::json!` expands by default.
 #![recursion_limit = "256"]
 
 pub mod github;
 pub mod gitlab;
+pub mod outline;
 pub mod slack;
