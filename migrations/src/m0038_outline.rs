@@ -2,7 +2,9 @@
 //! connection and never shared between connections; the eraser deletes them whole.
 //!
 //! A document's `updated_at` is Outline's `updatedAt`, the key its writes move forward by; its
-//! `deleted_at` is a tombstone (title and text cleared), dated by the deletion. A collection
+//! `deleted_at` is a tombstone (title and text cleared), dated by the deletion. A deletion of a
+//! document never held keeps an empty tombstone, without a version, so a late older copy is never
+//! inserted. A collection
 //! awaits a clean pass until a reconcile lists it whole, and keeps the outcome of its last pass.
 
 /// Applied once, as is; written so that applying it again changes nothing.
@@ -37,7 +39,8 @@ CREATE TABLE IF NOT EXISTS outline_document (
     text                   text,
     url_id                 text,
     created_at_upstream    timestamptz,
-    updated_at             timestamptz NOT NULL,
+    -- NULL only for a document known by its deletion alone.
+    updated_at             timestamptz,
     published_at           timestamptz,
     archived_at            timestamptz,
     deleted_at             timestamptz,

@@ -21,6 +21,7 @@ pub const VENDORS: &[&VendorDeclaration] = &[
     &scm_mirror::vendors::GITHUB,
     &scm_mirror::vendors::GITLAB,
     &slack_mirror::SLACK,
+    &outline_mirror::OUTLINE,
 ];
 
 /// Holders of every vendor's content that belong to the platform, not to a vendor.
@@ -64,7 +65,7 @@ mod tests {
         let scm = all.iter().filter(|h| h.holder == "scm-mirror").count();
         assert_eq!(scm, 1);
         let names: Vec<&str> = all.iter().map(|h| h.holder).collect();
-        for expected in ["ingress", "bus", "github", "gitlab", "slack"] {
+        for expected in ["ingress", "bus", "github", "gitlab", "slack", "outline"] {
             assert!(names.contains(&expected), "{names:?}");
         }
         assert!(all.windows(2).all(|w| w[0].order <= w[1].order));
