@@ -11,7 +11,9 @@
 //!   type per operation; Outline's 429 is described with a schema of its own);
 //! - a request body offered only as `multipart/form-data` or a form is sent as JSON (Outline
 //!   accepts JSON for every call);
-//! - `offset` and `limit` are non-negative integers, whatever type the document gives them.
+//! - `offset` and `limit` are non-negative integers, whatever type the document gives them;
+//! - a success answer's `data` is required, so that an answer without it fails to decode rather
+//!   than reading as an empty listing.
 //!
 //! It writes `schemas/outline.json` with sorted keys. The output depends on nothing but the
 //! inputs, and running the task over its own output changes nothing.
@@ -333,6 +335,9 @@ fn normalise_operation(op: &mut Value) {
             if is_error && response.get("$ref").is_none() {
                 answer_error(response);
             }
+            if status.starts_with('2') {
+                require_data(response);
+            }
         }
     }
     if let Some(content) = op
@@ -352,6 +357,28 @@ fn normalise_operation(op: &mut Value) {
             }
         }
         content.retain(|media, _| media == "application/json");
+    }
+}
+
+/// Outline wraps every answer in `{data, ...}`: a success without `data` is not one.
+fn require_data(response: &mut Value) {
+    let Some(schema) = response
+        .pointer_mut("/content/application~1json/schema")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    if !schema
+        .get("properties")
+        .is_some_and(|props| props.get("data").is_some())
+    {
+        return;
+    }
+    let required = schema.entry("required").or_insert_with(|| json!([]));
+    if let Some(required) = required.as_array_mut()
+        && !required.iter().any(|r| r == "data")
+    {
+        required.push(json!("data"));
     }
 }
 
@@ -471,7 +498,9 @@ paths:
       responses:
         200:
           description: OK
-          content: { application/json: { schema: { $ref: "#/components/schemas/Auth" } } }
+          content:
+            application/json:
+              schema: { type: object, properties: { data: { $ref: "#/components/schemas/Auth" } } }
         "401": { $ref: "#/components/responses/Unauthenticated" }
         "429": { $ref: "#/components/responses/RateLimited" }
   /collections.list:
@@ -623,7 +652,12 @@ components:
         let gone = &out["paths"]["/collections.info"]["post"]["responses"]["404"];
         assert_eq!(gone["content"]["application/json"]["schema"], error);
         assert_eq!(gone["description"], "gone");
-        // Success statuses are left as they are.
+        // A success must carry its data; one without a body is left as it is.
+        assert_eq!(
+            out["paths"]["/auth.info"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+                ["required"],
+            json!(["data"])
+        );
         assert_eq!(
             out["paths"]["/collections.info"]["post"]["responses"]["200"],
             json!({ "description": "OK" })
