@@ -493,7 +493,7 @@ fn auth_info(m: &Model) -> Json {
             "availableTeams": [{
                 "id": m.team.id,
                 "name": m.team.name,
-                "avatarUrl": null,
+                "avatarUrl": format!("https://avatars.example/{}.png", m.team.id),
                 "url": format!("https://{}.getoutline.com", m.team.subdomain),
                 "isSignedIn": true,
             }],

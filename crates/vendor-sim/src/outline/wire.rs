@@ -53,7 +53,7 @@ pub(crate) fn user_json(m: &Model) -> Json {
     json!({
         "id": m.user.id,
         "name": m.user.name,
-        "avatarUrl": null,
+        "avatarUrl": format!("https://avatars.example/{}.png", m.user.id),
         "color": "#0366d6",
         "email": m.user.email,
         "role": "admin",
@@ -72,7 +72,7 @@ pub(crate) fn team_json(m: &Model) -> Json {
         "id": m.team.id,
         "name": m.team.name,
         "description": null,
-        "avatarUrl": null,
+        "avatarUrl": format!("https://avatars.example/{}.png", m.team.id),
         "sharing": true,
         "memberCollectionCreate": true,
         "memberTeamCreate": true,
@@ -108,7 +108,6 @@ pub(crate) fn collection_json(c: &Collection) -> Json {
         "updatedAt": date(c.updated_at),
         "deletedAt": opt_date(c.deleted_at),
         "archivedAt": null,
-        "archivedBy": null,
     })
 }
 
@@ -125,7 +124,6 @@ pub(crate) fn document_json(m: &Model, d: &Document) -> Json {
         "color": null,
         "fullWidth": false,
         "tasks": { "completed": 0, "total": 0 },
-        "templateId": null,
         "template": false,
         "revision": d.revision,
         "collaboratorIds": [m.user.id],
