@@ -195,6 +195,11 @@ pub async fn apply(
 /// Tombstones the connection's collection `outline_id`, deleted at Outline at `at`: its name
 /// cleared, and every live document it holds that is not newer than the deletion tombstoned
 /// too. A collection never seen keeps an empty tombstone, so a late older copy never inserts it.
+/// Reported again, it tombstones the documents written into it since (a version older than the
+/// deletion delivered after it); `Tombstoned` then names only those.
+///
+/// Lock order: a collection before its documents (a document write takes its collection's key
+/// share through the foreign key, so it waits for a deletion in progress).
 pub async fn tombstone(
     txn: &mut PgConnection,
     connection: &OutlineConnection,
@@ -219,15 +224,35 @@ pub async fn tombstone(
             .await?;
             Ok(CollectionWritten::Unchanged)
         }
-        DeletionWrite::Redate => {
-            sqlx::query("UPDATE outline_collection SET deleted_at = $2 WHERE id = $1")
-                .bind(held.map(|c| c.id))
-                .bind(at)
-                .execute(&mut *txn)
-                .await?;
-            Ok(CollectionWritten::Unchanged)
+        // Already tombstoned: its deletion is reported again (a redelivery, a confirmed vanish).
+        // A document version that arrived after the deletion but predates it was written live;
+        // it goes now.
+        DeletionWrite::Redate | DeletionWrite::Unchanged => {
+            let Some(held) = held else {
+                return Ok(CollectionWritten::Unchanged);
+            };
+            let Some(held_at) = held.deleted_at else {
+                // Restored since the deletion: nothing of it is deleted.
+                return Ok(CollectionWritten::Unchanged);
+            };
+            let at = held_at.max(at);
+            let collection: Collection = sqlx::query_as(concat!(
+                "UPDATE outline_collection SET deleted_at = $2 WHERE id = $1 RETURNING ",
+                columns!()
+            ))
+            .bind(held.id)
+            .bind(at)
+            .fetch_one(&mut *txn)
+            .await?;
+            let documents = document::tombstone_in_collection(txn, connection, held.id, at).await?;
+            if documents.is_empty() {
+                return Ok(CollectionWritten::Unchanged);
+            }
+            Ok(CollectionWritten::Tombstoned {
+                collection,
+                documents,
+            })
         }
-        DeletionWrite::Unchanged => Ok(CollectionWritten::Unchanged),
         DeletionWrite::Tombstone => {
             let Some(held) = held else {
                 return Ok(CollectionWritten::Unchanged);

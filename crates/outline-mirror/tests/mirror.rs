@@ -373,6 +373,22 @@ async fn a_collection_deletion_tombstones_it_and_its_documents() -> Result<()> {
         CollectionWritten::Unchanged
     );
     txn.commit().await?;
+    // A version older than the deletion delivered after it is written; the deletion reported
+    // again tombstones it.
+    assert!(matches!(
+        w.apply(&c, &version("straggler", 13)).await?,
+        Written::Inserted(_)
+    ));
+    let mut txn = w.pool.begin().await?;
+    let again = collection::tombstone(&mut txn, &c, "coll-1", at(30)).await?;
+    let CollectionWritten::Tombstoned { documents, .. } = &again else {
+        panic!("the straggler goes: {again:?}");
+    };
+    assert_eq!(documents.len(), 1);
+    // The collection's event is absorbed, the straggler's is new.
+    assert_eq!(events::collection(&mut txn, &c, &again).await?, 1);
+    txn.commit().await?;
+    assert!(w.row(&c, "straggler").await?.unwrap().deleted_at.is_some());
 
     for id in ["a", "b"] {
         let row = w.row(&c, id).await?.unwrap();
@@ -385,7 +401,7 @@ async fn a_collection_deletion_tombstones_it_and_its_documents() -> Result<()> {
     assert!(w.row(&c, "late").await?.unwrap().deleted_at.is_none());
     let types: Vec<String> = w.events(&c).await?.into_iter().map(|(t, _)| t).collect();
     assert!(types.contains(&events::COLLECTION_DELETED.to_owned()));
-    assert_eq!(types.iter().filter(|t| *t == events::DELETED).count(), 2);
+    assert_eq!(types.iter().filter(|t| *t == events::DELETED).count(), 3);
     // An older listing of the collection does not bring it back; a newer one does.
     let mut txn = w.pool.begin().await?;
     assert_eq!(
