@@ -304,3 +304,32 @@ fn shuffle<T>(items: &mut [T], seed: u64) {
         items.swap(i, (r % (i as u64 + 1)) as usize);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_is_t_then_the_hmac_of_t_dot_body() {
+        // HMAC-SHA256("k", "1700000000000.{}"), computed independently.
+        let want = "eec42247bc49c051fec352ebafa4f9b4ed1189fd7fef74e33988666a2c97b905";
+        assert_eq!(
+            signature_header(b"k", 1_700_000_000_000, b"{}"),
+            format!("t=1700000000000,s={want}")
+        );
+        let h = signed_headers(None, 1, b"{}");
+        assert!(h.get(SIGNATURE_HEADER).is_none(), "no secret, no signature");
+    }
+
+    #[test]
+    fn a_shuffle_is_a_permutation_fixed_by_its_seed() {
+        let mut a: Vec<u32> = (0..20).collect();
+        let mut b = a.clone();
+        shuffle(&mut a, 7);
+        shuffle(&mut b, 7);
+        assert_eq!(a, b);
+        assert_ne!(a, (0..20).collect::<Vec<_>>());
+        a.sort();
+        assert_eq!(a, (0..20).collect::<Vec<_>>());
+    }
+}

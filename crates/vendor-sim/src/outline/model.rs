@@ -822,3 +822,67 @@ impl Model {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subscribed(events: &[&str]) -> Subscription {
+        let mut m = Model::default();
+        let events: Vec<String> = events.iter().map(|e| (*e).to_owned()).collect();
+        m.create_subscription("s", "http://127.0.0.1:9/", &events, None)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_subscription_takes_its_events_their_model_or_everything() {
+        let s = subscribed(&["documents.update", "collections"]);
+        assert!(s.takes("documents.update"));
+        assert!(!s.takes("documents.delete"));
+        assert!(s.takes("collections.delete"));
+        assert!(subscribed(&["*"]).takes("documents.move"));
+        // A prefix is a whole model name, not any leading text.
+        let mut doc = subscribed(&["documents"]);
+        doc.events = vec!["doc".to_owned()];
+        assert!(!doc.takes("documents.update"));
+        doc.enabled = false;
+        doc.events = vec!["*".to_owned()];
+        assert!(!doc.takes("documents.update"), "disabled");
+    }
+
+    #[test]
+    fn unknown_events_and_bad_urls_are_refused() {
+        let mut m = Model::default();
+        let refused = |m: &mut Model, url: &str, e: &str| {
+            m.create_subscription("s", url, &[e.to_owned()], None)
+                .unwrap_err()
+                .code
+        };
+        assert_eq!(
+            refused(&mut m, "http://x/", "pages.update"),
+            "validation_error"
+        );
+        assert_eq!(refused(&mut m, "ftp://x/", "documents"), "validation_error");
+    }
+
+    #[test]
+    fn changes_are_stamped_in_order_and_a_quiet_one_delivers_nothing() {
+        let mut m = Model::default();
+        m.set_clock(time::macros::datetime!(2026-01-01 00:00 UTC));
+        m.create_subscription("s", "http://x/", &["*".to_owned()], None)
+            .unwrap();
+        let c = m.add_collection("c");
+        let d = m.add_document(NewDocument::new(&c, "t")).unwrap();
+        let created = m.document(&d).unwrap().updated_at;
+        m.update_document(&d, Some("u"), None).unwrap();
+        assert!(m.document(&d).unwrap().updated_at > created);
+        let queued = m.take_deliveries().len();
+        assert_eq!(
+            queued, 4,
+            "collections.create, documents.create, .publish, .update"
+        );
+        m.quietly(|m| m.delete_document(&d)).unwrap();
+        assert!(m.take_deliveries().is_empty());
+        assert!(m.document(&d).unwrap().deleted_at.is_some());
+    }
+}
