@@ -4,11 +4,13 @@
 //! - [`SECRETS`]: the secrets an Outline connection holds.
 //! - [`document`]: a document's writes move forward by `updatedAt`; a deletion tombstones it,
 //!   dated, until a strictly newer version restores it.
+//! - [`pages`]: the offset enumeration, whole only when it ends on an empty page.
 //! - [`confirm`]: a document a complete listing omitted is tombstoned only once Outline confirms
 //!   it gone.
 
 pub mod confirm;
 pub mod document;
+pub mod pages;
 
 use crate::job::{JobSupport, SyncJobType};
 
