@@ -704,6 +704,24 @@ async fn deliveries_can_be_duplicated_and_reordered() {
     assert_eq!(bodies.len(), 2);
     assert_eq!(bodies[0], bodies[1], "the same delivery twice");
 
+    // Copies as separate deliveries of one change: new ids, the same event and payload.
+    f.sim.set_delivery_plan(DeliveryPlan {
+        copies: 3,
+        fresh_copy_ids: true,
+        ..DeliveryPlan::default()
+    });
+    f.sim
+        .model(|m| m.update_document(&f.ids[1], Some("b"), None))
+        .unwrap();
+    f.sim.settle().await;
+    let copies = r.bodies().split_off(2);
+    assert_eq!(copies.len(), 3);
+    let mut ids: Vec<&str> = copies.iter().map(|b| b["id"].as_str().unwrap()).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), 3, "each copy its own delivery id");
+    assert!(copies.iter().all(|b| b["payload"] == copies[0]["payload"]));
+    r.got.lock().unwrap().truncate(2);
+
     f.sim.set_delivery_plan(DeliveryPlan {
         hold: true,
         ..DeliveryPlan::default()

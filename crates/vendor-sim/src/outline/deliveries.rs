@@ -61,8 +61,12 @@ pub fn unix_ms() -> i64 {
 /// How deliveries leave, from now on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeliveryPlan {
-    /// Each delivery is sent this many times (the same body; a fresh signature each time).
+    /// Each delivery is sent this many times (a fresh signature each time).
     pub copies: u32,
+    /// Copies after the first carry a new delivery `id`, as when Outline runs a delivery's task
+    /// twice (each run is its own delivery); otherwise they repeat the body byte for byte, which
+    /// a receiver's dedup on the delivery id absorbs.
+    pub fresh_copy_ids: bool,
     /// Deliveries wait until [`super::OutlineSim::release`] instead of leaving at once.
     pub hold: bool,
     /// How long a receiver has to answer.
@@ -73,6 +77,7 @@ impl Default for DeliveryPlan {
     fn default() -> Self {
         Self {
             copies: 1,
+            fresh_copy_ids: false,
             hold: false,
             timeout: Duration::from_secs(10),
         }
@@ -224,9 +229,15 @@ impl Outbox {
     }
 
     async fn send(&self, p: &Prepared) {
-        lock(&self.sent).insert(p.id.clone(), p.clone());
-        for _ in 0..self.plan().copies.max(1) {
-            self.attempt(p).await;
+        let plan = self.plan();
+        for n in 0..plan.copies.max(1) {
+            let copy = if n > 0 && plan.fresh_copy_ids {
+                renamed(p)
+            } else {
+                p.clone()
+            };
+            lock(&self.sent).insert(copy.id.clone(), copy.clone());
+            self.attempt(&copy).await;
         }
     }
 
@@ -291,6 +302,18 @@ fn prepare(m: &Model, q: QueuedDelivery) -> Option<Prepared> {
         secret: s.secret.as_ref().map(|s| s.as_bytes().to_vec()),
         body: serde_json::to_vec(&q.body).unwrap_or_default(),
     })
+}
+
+/// The same delivery under a new `id`.
+fn renamed(p: &Prepared) -> Prepared {
+    let id = uuid::Uuid::new_v4().to_string();
+    let mut body: serde_json::Value = serde_json::from_slice(&p.body).unwrap_or_default();
+    body["id"] = serde_json::Value::String(id.clone());
+    Prepared {
+        id,
+        body: serde_json::to_vec(&body).unwrap_or_default(),
+        ..p.clone()
+    }
 }
 
 /// Fisher-Yates over xorshift64*, seeded: the same seed gives the same order.

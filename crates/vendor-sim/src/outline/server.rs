@@ -884,6 +884,7 @@ async fn admin(
                     let d = DeliveryPlan::default();
                     shared.outbox.set_plan(DeliveryPlan {
                         copies: args["copies"].as_u64().map_or(d.copies, |c| c as u32),
+                        fresh_copy_ids: args["freshCopyIds"].as_bool().unwrap_or(d.fresh_copy_ids),
                         hold: args["hold"].as_bool().unwrap_or(d.hold),
                         timeout: args["timeoutMs"]
                             .as_u64()
