@@ -368,9 +368,9 @@ fn require_data(response: &mut Value) {
     else {
         return;
     };
-    if !schema
+    if schema
         .get("properties")
-        .is_some_and(|props| props.get("data").is_some())
+        .is_none_or(|props| props.get("data").is_none())
     {
         return;
     }

@@ -144,8 +144,8 @@ const SETUP: &str = "client setup";
 impl OutlineClient {
     /// A client calling `settings.base_url` with `token` (an API key or an OAuth access token,
     /// sent as `Authorization: Bearer`). Fails, as [`OutlineError::Request`] with method
-    /// `"client setup"`, when the base URL is not an `http(s)://` URL or the token cannot be
-    /// a header.
+    /// `"client setup"`, when the base URL is not an `http(s)://` URL, the token cannot be a
+    /// header, or no rustls crypto provider is installed.
     pub fn new(settings: &Settings, token: &str) -> Result<Self, OutlineError> {
         let setup = |detail: String| OutlineError::Request {
             method: SETUP,
@@ -158,6 +158,11 @@ impl OutlineClient {
             return Err(setup(format!(
                 "base URL {base:?} is not an http:// or https:// URL"
             )));
+        }
+        // reqwest takes the process's provider, installed by the binary; without one it would
+        // panic, so the client refuses to be built instead.
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            return Err(setup("no rustls crypto provider installed".to_owned()));
         }
         let mut auth = reqwest::header::HeaderValue::try_from(format!("Bearer {}", token.trim()))
             .map_err(|_| setup("the token is not a valid header value".to_owned()))?;
