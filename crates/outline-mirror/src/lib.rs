@@ -12,6 +12,9 @@ pub mod document;
 pub mod erasure;
 pub mod events;
 
+pub use collection::{apply as apply_collection, tombstone as tombstone_collection};
+pub use document::{apply as apply_document, tombstone as tombstone_document};
+
 use store::declaration::VendorDeclaration;
 use store::entity::ConnectionKind;
 use store::registration::ResourceKind;
