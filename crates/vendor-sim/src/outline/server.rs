@@ -734,21 +734,6 @@ fn subscriptions_delete(m: &mut Model, body: &Json) -> Result<Json, OutlineError
     Ok(json!({ "success": true }))
 }
 
-/// What an admin action answers.
-enum Admin {
-    Done(Json),
-    Failed(OutlineError),
-}
-
-impl From<Result<Json, OutlineError>> for Admin {
-    fn from(r: Result<Json, OutlineError>) -> Self {
-        match r {
-            Ok(j) => Admin::Done(j),
-            Err(e) => Admin::Failed(e),
-        }
-    }
-}
-
 fn attempt_json(a: &DeliveryAttempt) -> Json {
     json!({
         "deliveryId": a.delivery_id,
@@ -777,21 +762,24 @@ async fn admin(
     let s = |name: &str| args[name].as_str().unwrap_or_default().to_owned();
     let deliver = |default: bool| args["deliver"].as_bool().unwrap_or(default);
     let unit = |r: Result<(), OutlineError>| r.map(|()| json!({}));
-    let done: Admin = match action.as_str() {
+    let done: Result<Json, OutlineError> = match action.as_str() {
         "deliveries.release" => {
             let order = match args["order"].as_str().unwrap_or("in_order") {
                 "reversed" => Order::Reversed,
                 "shuffled" => Order::Shuffled(args["seed"].as_u64().unwrap_or(1)),
                 _ => Order::InOrder,
             };
+            // What changes queued so far is held first.
+            shared.outbox.pump(&shared.model).await;
             let n = shared.outbox.release(order).await;
-            Admin::Done(json!({ "released": n }))
+            Ok(json!({ "released": n }))
         }
         _ => {
             let shared = &shared;
             let mut m = lock(&shared.model);
             let m = &mut *m;
-            let quiet =
+            // A change made with or without its deliveries.
+            let change =
                 |m: &mut Model,
                  on: bool,
                  f: &mut dyn FnMut(&mut Model) -> Result<Json, OutlineError>| {
@@ -800,85 +788,75 @@ async fn admin(
             match action.as_str() {
                 "tokens.add" => {
                     m.add_token(&s("token"));
-                    Admin::Done(json!({}))
+                    Ok(json!({}))
                 }
                 "tokens.revoke" => {
                     m.revoke_token(&s("token"));
-                    Admin::Done(json!({}))
+                    Ok(json!({}))
                 }
-                "collections.create" => quiet(m, deliver(true), &mut |m| {
+                "collections.create" => change(m, deliver(true), &mut |m| {
                     Ok(json!({ "id": m.add_collection(&s("name")) }))
-                })
-                .into(),
-                "collections.delete" => quiet(m, deliver(true), &mut |m| {
+                }),
+                "collections.delete" => change(m, deliver(true), &mut |m| {
                     unit(m.delete_collection(&s("id")))
-                })
-                .into(),
+                }),
                 "documents.create" => match serde_json::from_value::<NewDocument>(args.clone()) {
-                    Ok(new) => quiet(m, deliver(true), &mut |m| {
+                    Ok(new) => change(m, deliver(true), &mut |m| {
                         let id = m.add_document(new.clone())?;
                         let url_id = m.document(&id).map(|d| d.url_id.clone());
                         Ok(json!({ "id": id, "urlId": url_id }))
-                    })
-                    .into(),
-                    Err(e) => Admin::Failed(OutlineError::validation(e.to_string())),
+                    }),
+                    Err(e) => Err(OutlineError::validation(e.to_string())),
                 },
-                "documents.update" => quiet(m, deliver(true), &mut |m| {
+                "documents.update" => change(m, deliver(true), &mut |m| {
                     unit(m.update_document(&s("id"), args["title"].as_str(), args["text"].as_str()))
-                })
-                .into(),
-                "documents.delete" => quiet(m, deliver(false), &mut |m| {
+                }),
+                "documents.delete" => change(m, deliver(false), &mut |m| {
                     unit(m.delete_document(&s("id")))
-                })
-                .into(),
-                "documents.move" => quiet(m, deliver(true), &mut |m| {
+                }),
+                "documents.move" => change(m, deliver(true), &mut |m| {
                     unit(m.move_document(
                         &s("id"),
                         &s("collectionId"),
                         args["parentDocumentId"].as_str(),
                     ))
-                })
-                .into(),
-                "documents.archive" => quiet(m, deliver(true), &mut |m| {
+                }),
+                "documents.archive" => change(m, deliver(true), &mut |m| {
                     unit(m.archive_document(&s("id")))
-                })
-                .into(),
-                "documents.publish" => quiet(m, deliver(true), &mut |m| {
+                }),
+                "documents.publish" => change(m, deliver(true), &mut |m| {
                     unit(m.publish_document(&s("id")))
-                })
-                .into(),
-                "documents.restore" => quiet(m, deliver(true), &mut |m| {
+                }),
+                "documents.restore" => change(m, deliver(true), &mut |m| {
                     unit(m.restore_document(&s("id"), args["collectionId"].as_str()))
-                })
-                .into(),
-                "documents.permanent_delete" => quiet(m, deliver(true), &mut |m| {
+                }),
+                "documents.permanent_delete" => change(m, deliver(true), &mut |m| {
                     unit(Change::PermanentlyDeleteDocument { id: s("id") }.apply(m))
-                })
-                .into(),
+                }),
                 "documents.list" => {
                     let docs: Vec<Json> =
                         m.documents().map(|d| wire::document_json(m, d)).collect();
-                    Admin::Done(json!({ "data": docs }))
+                    Ok(json!({ "data": docs }))
                 }
                 "collections.list" => {
                     let cs: Vec<Json> = m.collections().map(wire::collection_json).collect();
-                    Admin::Done(json!({ "data": cs }))
+                    Ok(json!({ "data": cs }))
                 }
                 "webhookSubscriptions.list" => {
                     let subs: Vec<Json> = m.subscriptions().map(wire::subscription_json).collect();
-                    Admin::Done(json!({ "data": subs }))
+                    Ok(json!({ "data": subs }))
                 }
                 "calls" => {
                     let calls: Vec<Json> = lock(&shared.log)
                         .iter()
                         .map(|c| json!({ "method": c.method, "token": c.token, "body": c.body }))
                         .collect();
-                    Admin::Done(json!({ "data": calls }))
+                    Ok(json!({ "data": calls }))
                 }
                 "deliveries" => {
                     let attempts: Vec<Json> =
                         shared.outbox.attempts().iter().map(attempt_json).collect();
-                    Admin::Done(json!({ "data": attempts, "held": shared.outbox.held() }))
+                    Ok(json!({ "data": attempts, "held": shared.outbox.held() }))
                 }
                 "deliveries.plan" => {
                     let d = DeliveryPlan::default();
@@ -890,20 +868,20 @@ async fn admin(
                             .as_u64()
                             .map_or(d.timeout, Duration::from_millis),
                     });
-                    Admin::Done(json!({}))
+                    Ok(json!({}))
                 }
                 "faults.inject" => match serde_json::from_value::<FaultSpec>(args.clone()) {
                     Ok(spec) => {
                         lock(&shared.faults).inject(spec.into_fault());
-                        Admin::Done(json!({}))
+                        Ok(json!({}))
                     }
-                    Err(e) => Admin::Failed(OutlineError::validation(e.to_string())),
+                    Err(e) => Err(OutlineError::validation(e.to_string())),
                 },
                 "faults.clear" => {
                     lock(&shared.faults).clear();
-                    Admin::Done(json!({}))
+                    Ok(json!({}))
                 }
-                _ => Admin::Failed(OutlineError::validation(format!(
+                _ => Err(OutlineError::validation(format!(
                     "unknown admin action {action}"
                 ))),
             }
@@ -911,10 +889,10 @@ async fn admin(
     };
     shared.changed();
     match done {
-        Admin::Done(mut body) => {
+        Ok(mut body) => {
             body["ok"] = json!(true);
             axum::Json(body).into_response()
         }
-        Admin::Failed(e) => error(&e),
+        Err(e) => error(&e),
     }
 }
