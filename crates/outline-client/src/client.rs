@@ -1,13 +1,14 @@
 //! The client: one token, progenitor's generated calls, our retries and call budget.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use progenitor_client::{ClientInfo as _, ResponseValue};
 use uuid::Uuid;
 use vendor_http::RetryableError;
 use vendor_http::egress::Egress;
+use vendor_http::quota::QuotaGauge;
 
 use crate::error::OutlineError;
 use crate::generated::{self, types};
@@ -126,6 +127,8 @@ struct Inner {
     egress: Egress,
     retry: vendor_http::RetryPolicy,
     calls: AtomicU64,
+    /// Where what Outline says is left of its rate limit is reported, if anywhere.
+    quota: Mutex<Option<QuotaGauge>>,
 }
 
 impl std::fmt::Debug for OutlineClient {
@@ -186,6 +189,7 @@ impl OutlineClient {
                 egress: settings.egress.clone(),
                 retry: settings.retry,
                 calls: AtomicU64::new(0),
+                quota: Mutex::new(None),
             }),
             budget: None,
         })
@@ -202,6 +206,17 @@ impl OutlineClient {
     /// The budget this client spends, if it has one.
     pub fn budget(&self) -> Option<&CallBudget> {
         self.budget.as_ref()
+    }
+
+    /// Reports what Outline's `RateLimit-*` headers say is left for this client (and its
+    /// clones) as `vendor_quota_remaining{vendor="outline", resource="api", connection}`; see
+    /// [`vendor_http::quota`].
+    pub fn report_quota_as(&self, connection: impl Into<String>) {
+        *self
+            .inner
+            .quota
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(QuotaGauge::new("outline", connection));
     }
 
     /// HTTP attempts sent by this client and its clones (counted when they start, so one that
@@ -422,15 +437,42 @@ impl OutlineClient {
             return Err(OutlineError::BudgetExhausted { method });
         }
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        let answer = sent
-            .await
-            .map_err(|e| OutlineError::from_attempt(method, e))?;
+        let answer = match sent.await {
+            Ok(answer) => answer,
+            Err(err) => {
+                if let progenitor_client::Error::ErrorResponse(answer) = &err {
+                    self.report_quota(answer.headers());
+                }
+                return Err(OutlineError::from_attempt(method, err));
+            }
+        };
+        self.report_quota(answer.headers());
         vendor_http::record_cost(
             &tracing::Span::current(),
             1,
             vendor_http::header_number(answer.headers(), "ratelimit-remaining"),
         );
         Ok(answer.into_inner())
+    }
+}
+
+impl OutlineClient {
+    /// Reports `RateLimit-Remaining` of `RateLimit-Limit` when Outline sent both.
+    fn report_quota(&self, headers: &reqwest::header::HeaderMap) {
+        let quota = self
+            .inner
+            .quota
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(gauge) = quota.as_ref() else {
+            return;
+        };
+        if let (Some(remaining), Some(limit)) = (
+            vendor_http::header_number(headers, "ratelimit-remaining"),
+            vendor_http::header_number(headers, "ratelimit-limit"),
+        ) {
+            gauge.report("api", remaining, limit);
+        }
     }
 }
 

@@ -19,7 +19,9 @@
 //!   `BadCredentials`, 403 `Forbidden`, 404 `NotFound`.
 //! - **Calls spend the pass budget**: a [`CallBudget`] given with
 //!   [`OutlineClient::with_budget`] loses one per attempt, and a call with none left is not sent
-//!   ([`OutlineError::BudgetExhausted`]); [`OutlineClient::calls`] counts every attempt sent.
+//!   ([`OutlineError::BudgetExhausted`]); [`OutlineClient::calls`] counts every attempt sent,
+//!   and [`OutlineClient::report_quota_as`] reports what Outline's `RateLimit-*` headers say is
+//!   left.
 
 #![forbid(unsafe_code)]
 

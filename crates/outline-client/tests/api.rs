@@ -663,3 +663,47 @@ mod budget {
         assert_eq!(pass.calls(), 3);
     }
 }
+
+mod quota {
+    use super::*;
+
+    #[tokio::test]
+    async fn what_outline_says_is_left_is_reported_for_the_connection() {
+        let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .expect("the only recorder of this process");
+        let outline = FakeOutline::start().await;
+        let mut answer = page(json!([]), 0, 25);
+        answer.headers.push(("ratelimit-limit", "1000"));
+        answer.headers.push(("ratelimit-remaining", "998"));
+        let mut limited = throttled("0");
+        limited.headers.push(("ratelimit-limit", "1000"));
+        limited.headers.push(("ratelimit-remaining", "0"));
+        outline.script(methods::COLLECTIONS_LIST, [answer, limited]);
+        let client = outline.client(retries(0));
+        client.report_quota_as("conn-1");
+        let labels = r#"{vendor="outline",resource="api",connection="conn-1"}"#;
+        // Clones report where the client does.
+        client
+            .with_budget(CallBudget::new(10))
+            .collections_list(0, 25)
+            .await
+            .unwrap();
+        let rendered = metrics.render();
+        assert!(
+            rendered.contains(&format!("vendor_quota_remaining{labels} 998\n")),
+            "{rendered}"
+        );
+        assert!(
+            rendered.contains(&format!("vendor_quota_limit{labels} 1000\n")),
+            "{rendered}"
+        );
+        // A throttled answer says what is left too.
+        client.collections_list(0, 25).await.unwrap_err();
+        let rendered = metrics.render();
+        assert!(
+            rendered.contains(&format!("vendor_quota_remaining{labels} 0\n")),
+            "{rendered}"
+        );
+    }
+}
