@@ -31,7 +31,8 @@
 //!     OutlineFault::Change(vec![Change::DeleteDocument { id: first }]),
 //! ));
 //! sim.inject(Fault::nth(methods::WEBHOOK_SUBSCRIPTIONS_CREATE, 1, OutlineFault::lost_with(502)));
-//! // point the client at sim.api_url() (`.../api/`), with `Authorization: Bearer ol_api_test`
+//! // outline-client takes sim.base_url() (it appends `/api/<method>`); by hand, POST to
+//! // sim.api_url() + method with `Authorization: Bearer ol_api_test`
 //! # Ok(()) }
 //! ```
 
