@@ -12,10 +12,13 @@ use vendor_http::quota::QuotaGauge;
 
 use crate::error::OutlineError;
 use crate::generated::{self, types};
+use crate::hooks::Limits;
 use crate::methods;
 
 /// Outline's hosted service.
 pub const OUTLINE_CLOUD: &str = "https://app.getoutline.com";
+/// The largest answer the client reads by default.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
 
 /// Where and how patiently the client calls.
 #[derive(Debug, Clone)]
@@ -30,16 +33,20 @@ pub struct Settings {
     /// Where calls may connect: public addresses only unless the operator allows more (a
     /// tenant names its own Outline server).
     pub egress: Egress,
+    /// The largest answer read; a larger one fails with [`OutlineError::TooLarge`].
+    pub max_response_bytes: usize,
 }
 
 impl Default for Settings {
-    /// Outline's cloud, the default retry policy, 30 s an attempt, public addresses only.
+    /// Outline's cloud, the default retry policy, 30 s an attempt, public addresses only,
+    /// answers up to [`DEFAULT_MAX_RESPONSE_BYTES`].
     fn default() -> Self {
         Settings {
             base_url: OUTLINE_CLOUD.to_owned(),
             retry: vendor_http::RetryPolicy::default(),
             request_timeout: Duration::from_secs(30),
             egress: Egress::default(),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 }
@@ -185,7 +192,13 @@ impl OutlineClient {
             .map_err(|e| setup(format!("building the HTTP client: {e}")))?;
         Ok(OutlineClient {
             inner: Arc::new(Inner {
-                api: generated::Client::new_with_client(&format!("{base}/api"), http),
+                api: generated::Client::new_with_client(
+                    &format!("{base}/api"),
+                    http,
+                    Limits {
+                        max_response_bytes: settings.max_response_bytes,
+                    },
+                ),
                 egress: settings.egress.clone(),
                 retry: settings.retry,
                 calls: AtomicU64::new(0),

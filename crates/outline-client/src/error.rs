@@ -86,6 +86,9 @@ pub enum OutlineError {
         method: &'static str,
         detail: String,
     },
+    /// The answer was larger than [`crate::Settings::max_response_bytes`]; nothing was used.
+    #[error("Outline {method}: the answer is larger than {limit} bytes, the most the client reads")]
+    TooLarge { method: &'static str, limit: usize },
     /// The request could not be built (a bad base URL or argument); nothing was sent.
     #[error("Outline {method}: invalid request: {detail}")]
     Request {
@@ -113,6 +116,7 @@ impl OutlineError {
                 VendorErrorClass::Unreachable
             }
             OutlineError::Status { .. }
+            | OutlineError::TooLarge { .. }
             | OutlineError::Decode { .. }
             | OutlineError::Request { .. } => VendorErrorClass::InvalidResponse,
             OutlineError::BudgetExhausted { .. } => VendorErrorClass::BudgetExhausted,
@@ -138,6 +142,7 @@ impl OutlineError {
             | OutlineError::Unreachable { method, .. }
             | OutlineError::Refused { method, .. }
             | OutlineError::Decode { method, .. }
+            | OutlineError::TooLarge { method, .. }
             | OutlineError::Request { method, .. }
             | OutlineError::BudgetExhausted { method } => method,
         }
@@ -173,6 +178,12 @@ impl OutlineError {
 
     /// A request that got no answer: refused by the egress policy, timed out, or broken off.
     pub(crate) fn from_transport(method: &'static str, e: &reqwest::Error) -> Self {
+        if let Some(too_large) = crate::hooks::too_large_in(e) {
+            return OutlineError::TooLarge {
+                method,
+                limit: too_large.limit,
+            };
+        }
         if let Some(refused) = vendor_http::egress::refused_in(e) {
             return OutlineError::Refused {
                 method,

@@ -5,7 +5,8 @@
 //! Transport: the client progenitor generates from `schemas/outline.json` ([`generated`],
 //! refreshed by `cargo xtask schema outline`), over a reqwest client that sends the token as
 //! `Authorization: Bearer`, never follows a redirect and connects only where the
-//! [`Egress`](vendor_http::egress::Egress) policy allows. Answers are the generated types
+//! [`Egress`](vendor_http::egress::Egress) policy allows; an answer is read up to
+//! [`Settings::max_response_bytes`]. Answers are the generated types
 //! ([`types`]); a success without `data` fails to decode, so a failure never reads as an empty
 //! page.
 //!
@@ -32,11 +33,16 @@ mod hooks;
 /// The API as progenitor generates it from `schemas/outline.json`.
 #[allow(missing_docs, unused_qualifications, clippy::all, clippy::pedantic)]
 pub mod generated {
-    progenitor::generate_api!(spec = "../../schemas/outline.json", hooks = Expected);
+    progenitor::generate_api!(
+        spec = "../../schemas/outline.json",
+        hooks = Expected,
+        inner_type = crate::hooks::Limits,
+    );
 }
 
 pub use client::{
-    CallBudget, Direction, DocumentSort, OUTLINE_CLOUD, OutlineClient, Page, Settings,
+    CallBudget, DEFAULT_MAX_RESPONSE_BYTES, Direction, DocumentSort, OUTLINE_CLOUD, OutlineClient,
+    Page, Settings,
 };
 pub use error::OutlineError;
 pub use generated::types;

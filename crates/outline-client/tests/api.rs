@@ -136,16 +136,21 @@ impl FakeOutline {
         self.seen().iter().filter(|s| s.method == method).count()
     }
 
-    /// A client of this server with `retry`.
-    fn client(&self, retry: RetryPolicy) -> OutlineClient {
-        install_crypto();
-        let settings = Settings {
+    /// Settings for this server with `retry`.
+    fn settings(&self, retry: RetryPolicy) -> Settings {
+        Settings {
             base_url: self.base.clone(),
             retry,
             request_timeout: Duration::from_secs(5),
             egress: Egress::unrestricted(),
-        };
-        OutlineClient::new(&settings, "ol_api_test-token").unwrap()
+            ..Settings::default()
+        }
+    }
+
+    /// A client of this server with `retry`.
+    fn client(&self, retry: RetryPolicy) -> OutlineClient {
+        install_crypto();
+        OutlineClient::new(&self.settings(retry), "ol_api_test-token").unwrap()
     }
 }
 
@@ -605,10 +610,8 @@ mod failures {
     async fn an_internal_address_is_refused_before_anything_is_sent() {
         let outline = FakeOutline::start().await;
         let settings = Settings {
-            base_url: outline.base.clone(),
-            retry: retries(3),
-            request_timeout: Duration::from_secs(5),
             egress: Egress::public_only(),
+            ..outline.settings(retries(3))
         };
         install_crypto();
         let client = OutlineClient::new(&settings, "t").unwrap();
@@ -616,6 +619,42 @@ mod failures {
         assert!(matches!(err, OutlineError::Refused { .. }), "{err:?}");
         assert_eq!(err.class(), VendorErrorClass::Unreachable);
         assert!(outline.seen().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_answer_larger_than_the_cap_is_not_read_nor_retried() {
+        let outline = FakeOutline::start().await;
+        let col = uuid(1);
+        let many: Vec<Value> = (0..40).map(|n| document(n, col)).collect();
+        outline.script(
+            methods::DOCUMENTS_LIST,
+            [
+                page(json!(many), 0, 40),
+                page(json!([document(1, col)]), 0, 1),
+            ],
+        );
+        install_crypto();
+        let settings = Settings {
+            max_response_bytes: 4096,
+            ..outline.settings(retries(3))
+        };
+        let client = OutlineClient::new(&settings, "t").unwrap();
+        let err = client
+            .documents_list(Some(col), 0, 40, DocumentSort::CreatedAt, Direction::Asc)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, OutlineError::TooLarge { limit: 4096, .. }),
+            "{err:?}"
+        );
+        assert_eq!(err.class(), VendorErrorClass::InvalidResponse);
+        assert_eq!(outline.attempts(methods::DOCUMENTS_LIST), 1);
+        // An answer within the cap is read as usual.
+        let page = client
+            .documents_list(Some(col), 0, 1, DocumentSort::CreatedAt, Direction::Asc)
+            .await
+            .unwrap();
+        assert_eq!(page.items.len(), 1);
     }
 
     #[tokio::test]
