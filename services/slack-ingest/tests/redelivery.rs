@@ -28,6 +28,66 @@ impl Rng {
     }
 }
 
+/// Changes made at the simulator, and what in-order application leaves of them.
+#[derive(Default)]
+struct Changes {
+    /// ts -> (text, deleted).
+    expected: BTreeMap<String, (String, bool)>,
+    /// Messages not deleted yet.
+    live: Vec<String>,
+    posts: i64,
+    edits: i64,
+    deletes: i64,
+    /// The event source key (`channel:ts:edited:edited_ts`) of each live message's last edit.
+    last_edits: BTreeMap<String, String>,
+}
+
+impl Changes {
+    /// One random change in `channel`: a post, a reply (sometimes broadcast), an edit, an
+    /// unfurl (no edit) or a deletion.
+    fn make(&mut self, w: &World, rng: &mut Rng, channel: &str, i: usize) -> Result<()> {
+        let e = |e| anyhow!("{e:?}");
+        let user = &w.user;
+        let roll = rng.below(10);
+        if self.live.is_empty() || roll < 4 {
+            let text = format!("post {i}");
+            let ts = w.sim.model(|m| m.post(channel, user, &text)).map_err(e)?;
+            self.expected.insert(ts.clone(), (text, false));
+            self.live.push(ts);
+            self.posts += 1;
+        } else if roll < 6 {
+            let parent = self.live[rng.below(self.live.len())].clone();
+            let text = format!("reply {i}");
+            let broadcast = rng.below(4) == 0;
+            let ts = w
+                .sim
+                .model(|m| m.reply(channel, &parent, user, &text, broadcast))
+                .map_err(e)?;
+            self.expected.insert(ts.clone(), (text, false));
+            self.live.push(ts);
+            self.posts += 1;
+        } else if roll < 8 {
+            let ts = self.live[rng.below(self.live.len())].clone();
+            let text = format!("edit {i}");
+            let edited = w.sim.model(|m| m.edit(channel, &ts, &text)).map_err(e)?;
+            let key = format!("{channel}:{ts}:edited:{edited}");
+            self.last_edits.insert(ts.clone(), key);
+            self.expected.insert(ts, (text, false));
+            self.edits += 1;
+        } else if roll < 9 {
+            let ts = self.live[rng.below(self.live.len())].clone();
+            w.sim.model(|m| m.unfurl(channel, &ts)).map_err(e)?;
+        } else {
+            let ts = self.live.swap_remove(rng.below(self.live.len()));
+            w.sim.model(|m| m.delete(channel, &ts)).map_err(e)?;
+            self.last_edits.remove(&ts);
+            self.expected.get_mut(&ts).expect("posted").1 = true;
+            self.deletes += 1;
+        }
+        Ok(())
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn shuffled_triple_deliveries_equal_in_order_application() -> Result<()> {
     let w = World::start().await?;
@@ -35,50 +95,21 @@ async fn shuffled_triple_deliveries_equal_in_order_application() -> Result<()> {
     let general = w.channels[0].clone();
     let consented = w.consent(w.a, &general).await?;
     w.drained().await?;
-    let user = w.user.clone();
-    let e = |e| anyhow!("{e:?}");
 
     // The changes, made at the simulator while its deliveries go nowhere (recorded, not sent).
     w.deafen();
     let mut rng = Rng(0x5eed_cafe_f00d_d00d);
-    // ts -> (text, deleted), as in-order application leaves it.
-    let mut expected: BTreeMap<String, (String, bool)> = BTreeMap::new();
-    let mut live: Vec<String> = Vec::new();
-    let (mut posts, mut edits, mut deletes) = (0i64, 0i64, 0usize);
+    let mut changes = Changes::default();
     for i in 0..500 {
-        let roll = rng.below(10);
-        if live.is_empty() || roll < 4 {
-            let text = format!("post {i}");
-            let ts = w.sim.model(|m| m.post(&general, &user, &text)).map_err(e)?;
-            expected.insert(ts.clone(), (text, false));
-            live.push(ts);
-            posts += 1;
-        } else if roll < 6 {
-            let parent = live[rng.below(live.len())].clone();
-            let text = format!("reply {i}");
-            let ts = w
-                .sim
-                .model(|m| m.reply(&general, &parent, &user, &text, rng.below(4) == 0))
-                .map_err(e)?;
-            expected.insert(ts.clone(), (text, false));
-            live.push(ts);
-            posts += 1;
-        } else if roll < 8 {
-            let ts = live[rng.below(live.len())].clone();
-            let text = format!("edit {i}");
-            w.sim.model(|m| m.edit(&general, &ts, &text)).map_err(e)?;
-            expected.insert(ts, (text, false));
-            edits += 1;
-        } else if roll < 9 {
-            let ts = live[rng.below(live.len())].clone();
-            w.sim.model(|m| m.unfurl(&general, &ts)).map_err(e)?;
-        } else {
-            let ts = live.swap_remove(rng.below(live.len()));
-            w.sim.model(|m| m.delete(&general, &ts)).map_err(e)?;
-            expected.get_mut(&ts).expect("posted").1 = true;
-            deletes += 1;
-        }
+        changes.make(&w, &mut rng, &general, i)?;
     }
+    let Changes {
+        expected,
+        posts,
+        edits,
+        deletes,
+        ..
+    } = changes;
     w.sim.settle().await;
     let mut bodies: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     for attempt in w.sim.deliveries() {
@@ -132,7 +163,7 @@ async fn shuffled_triple_deliveries_equal_in_order_application() -> Result<()> {
     }
     assert_eq!(mirror.len(), expected.len(), "nothing else is stored");
     let tombstoned = mirror.values().filter(|(t, d)| *d && t.is_none()).count();
-    assert_eq!(tombstoned, deletes);
+    assert_eq!(tombstoned as i64, deletes);
 
     // At most one event per change, whatever the copies.
     let posted = w.events(w.a, "slack.message.posted").await?;
@@ -144,7 +175,7 @@ async fn shuffled_triple_deliveries_equal_in_order_application() -> Result<()> {
     );
     assert!(edited <= edits, "{edited} edited events for {edits} edits");
     assert!(
-        deleted <= deletes as i64,
+        deleted <= deletes,
         "{deleted} deleted events for {deletes} deletes"
     );
     let keys: Vec<String> =
@@ -167,8 +198,6 @@ async fn late_acks_make_slack_retry_and_every_change_is_applied_once() -> Result
     let general = w.channels[0].clone();
     w.consent(w.a, &general).await?;
     w.drained().await?;
-    let user = w.user.clone();
-    let e = |e| anyhow!("{e:?}");
 
     // Every third first attempt is stored by ingress but answered after Slack gave up on it.
     let timeout = Duration::from_millis(400);
@@ -190,31 +219,19 @@ async fn late_acks_make_slack_retry_and_every_change_is_applied_once() -> Result
     );
 
     let mut rng = Rng(0x1a7e_ac45);
-    let mut expected: BTreeMap<String, (String, bool)> = BTreeMap::new();
-    let mut live: Vec<String> = Vec::new();
-    let (mut posts, mut edits, mut deletes) = (0i64, 0i64, 0i64);
+    let mut changes = Changes::default();
     for i in 0..45 {
-        let roll = rng.below(10);
-        if live.is_empty() || roll < 5 {
-            let text = format!("late {i}");
-            let ts = w.sim.model(|m| m.post(&general, &user, &text)).map_err(e)?;
-            expected.insert(ts.clone(), (text, false));
-            live.push(ts);
-            posts += 1;
-        } else if roll < 8 {
-            let ts = live[rng.below(live.len())].clone();
-            let text = format!("late edit {i}");
-            w.sim.model(|m| m.edit(&general, &ts, &text)).map_err(e)?;
-            expected.insert(ts, (text, false));
-            edits += 1;
-        } else {
-            let ts = live.swap_remove(rng.below(live.len()));
-            w.sim.model(|m| m.delete(&general, &ts)).map_err(e)?;
-            expected.get_mut(&ts).expect("posted").1 = true;
-            deletes += 1;
-        }
+        changes.make(&w, &mut rng, &general, i)?;
         w.sim.settle().await;
     }
+    let Changes {
+        expected,
+        posts,
+        edits,
+        deletes,
+        last_edits,
+        ..
+    } = changes;
     w.drained().await?;
 
     // Slack retried what was answered late, saying why, and counts every event delivered.
@@ -249,13 +266,49 @@ async fn late_acks_make_slack_retry_and_every_change_is_applied_once() -> Result
             assert_eq!(row.1.as_deref(), Some(text.as_str()), "{ts}");
         }
     }
-    let after = (
-        w.events(w.a, "slack.message.posted").await?,
-        w.events(w.a, "slack.message.edited").await?,
-        w.events(w.a, "slack.message.deleted").await?,
+    // Deliveries are applied concurrently, so a change can be applied after a later one of
+    // the same message: it is older and changes nothing, and makes no event. What every
+    // message ended as always made one: its post while it lives, its deletion once deleted,
+    // and the last edit of one still there.
+    let keys = |event_type: &'static str| {
+        let pool = w.pool.clone();
+        async move {
+            let keys: Vec<String> = sqlx::query_scalar(
+                "SELECT source_key FROM integration_event WHERE connection_id = $1 AND type = $2",
+            )
+            .bind(w.a.connection_id)
+            .bind(event_type)
+            .fetch_all(&pool)
+            .await?;
+            anyhow::Ok(keys.into_iter().collect::<BTreeSet<String>>())
+        }
+    };
+    let (posted, edited, deleted) = (
+        keys("slack.message.posted").await?,
+        keys("slack.message.edited").await?,
+        keys("slack.message.deleted").await?,
     );
-    assert_eq!(after.0 - before.0, posts, "posted events");
-    assert_eq!(after.1 - before.1, edits, "edited events");
-    assert_eq!(after.2 - before.2, deletes, "deleted events");
+    for (ts, (_, gone)) in &expected {
+        let key = format!("{general}:{ts}");
+        if *gone {
+            assert!(
+                deleted.contains(&format!("{key}:deleted")),
+                "{ts}: no deletion event"
+            );
+        } else {
+            assert!(posted.contains(&key), "{ts}: no post event");
+        }
+    }
+    let missing: Vec<&String> = last_edits
+        .values()
+        .filter(|k| !edited.contains(*k))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "no event for the last edits {missing:?}"
+    );
+    assert!(posted.len() as i64 - before.0 <= posts, "posted events");
+    assert!(edited.len() as i64 - before.1 <= edits, "edited events");
+    assert!(deleted.len() as i64 - before.2 <= deletes, "deleted events");
     Ok(())
 }
