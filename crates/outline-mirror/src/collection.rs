@@ -93,24 +93,35 @@ pub async fn ensure(
     connection: &OutlineConnection,
     outline_id: &str,
 ) -> Result<Uuid, sqlx::Error> {
-    let (id,): (Uuid,) = sqlx::query_as(
-        "WITH new AS (
-             INSERT INTO outline_collection (id, connection_id, workspace_id, outline_id)
+    loop {
+        let inserted: Option<(Uuid,)> = sqlx::query_as(
+            "INSERT INTO outline_collection (id, connection_id, workspace_id, outline_id)
              VALUES ($1, $2, $3, $4)
              ON CONFLICT (connection_id, outline_id) DO NOTHING
-             RETURNING id)
-         SELECT id FROM new
-         UNION ALL
-         SELECT id FROM outline_collection WHERE connection_id = $2 AND outline_id = $4
-         LIMIT 1",
-    )
-    .bind(Uuid::now_v7())
-    .bind(connection.id())
-    .bind(connection.workspace_id())
-    .bind(outline_id)
-    .fetch_one(&mut *txn)
-    .await?;
-    Ok(id)
+             RETURNING id",
+        )
+        .bind(Uuid::now_v7())
+        .bind(connection.id())
+        .bind(connection.workspace_id())
+        .bind(outline_id)
+        .fetch_optional(&mut *txn)
+        .await?;
+        if let Some((id,)) = inserted {
+            return Ok(id);
+        }
+        // Its own statement: a row a concurrent writer committed while the insert waited is
+        // seen only by a later snapshot than the insert's (and one it rolled back, not at all).
+        let held: Option<(Uuid,)> = sqlx::query_as(
+            "SELECT id FROM outline_collection WHERE connection_id = $1 AND outline_id = $2",
+        )
+        .bind(connection.id())
+        .bind(outline_id)
+        .fetch_optional(&mut *txn)
+        .await?;
+        if let Some((id,)) = held {
+            return Ok(id);
+        }
+    }
 }
 
 fn stored(c: &Collection) -> Stored {
@@ -209,7 +220,7 @@ pub async fn tombstone(
     let held = lock(txn, connection, outline_id).await?;
     match on_deletion(held.as_ref().map(stored).as_ref(), at) {
         DeletionWrite::InsertTombstone => {
-            sqlx::query(
+            let inserted = sqlx::query(
                 "INSERT INTO outline_collection (id, connection_id, workspace_id, outline_id,
                                                  deleted_at)
                  VALUES ($1, $2, $3, $4, $5)
@@ -222,6 +233,10 @@ pub async fn tombstone(
             .bind(at)
             .execute(&mut *txn)
             .await?;
+            if inserted.rows_affected() == 0 {
+                // Inserted by a concurrent write since the lock found nothing: decide again.
+                return Box::pin(tombstone(txn, connection, outline_id, at)).await;
+            }
             Ok(CollectionWritten::Unchanged)
         }
         // Already tombstoned: its deletion is reported again (a redelivery, a confirmed vanish).

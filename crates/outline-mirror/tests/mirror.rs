@@ -604,3 +604,36 @@ async fn the_erasure_declaration_deletes_the_connections_content_and_only_it() -
     assert_eq!(subjects, [format!("outline.?connection.{}.>", a.id())]);
     Ok(())
 }
+
+#[tokio::test]
+async fn concurrent_writers_of_one_document_end_at_its_newest_version() -> Result<()> {
+    let w = World::new().await?;
+    let c = w.outline().await?;
+    // Versions and a deletion of one document, each written by its own transaction at once.
+    let mut tasks = Vec::new();
+    for v in (1..=12).rev() {
+        let pool = w.pool.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut txn = pool.begin().await?;
+            let written = if v == 9 {
+                document::tombstone(&mut txn, &c, "d1", at(9), Some("coll-1")).await?
+            } else {
+                document::apply(&mut txn, &c, &version("d1", v)).await?
+            };
+            events::document(&mut txn, &c, &written).await?;
+            txn.commit().await?;
+            anyhow::Ok(written != Written::Unchanged)
+        }));
+    }
+    let mut changes = 0;
+    for task in tasks {
+        changes += usize::from(task.await??);
+    }
+    let row = w.row(&c, "d1").await?.unwrap();
+    assert_eq!(row.updated_at, Some(at(12)));
+    assert_eq!(row.text.as_deref(), Some("d1 text 12"));
+    assert!(row.deleted_at.is_none());
+    // Each change announced once.
+    assert_eq!(w.events(&c).await?.len(), changes);
+    Ok(())
+}
