@@ -13,7 +13,8 @@ use axum::routing::post;
 use hmac::{KeyInit as _, Mac as _};
 use serde_json::{Value as Json, json};
 use vendor_sim::outline::{
-    Change, DeliveryPlan, Fault, Model, NewDocument, Order, OutlineFault, OutlineSim, methods,
+    Change, DeliveryPlan, Fault, Model, NewDocument, Order, OutlineFault, OutlineSim, RateLimit,
+    methods,
 };
 
 const TOKEN: &str = "ol_api_test";
@@ -339,6 +340,35 @@ async fn rate_limited_call_answers_429_with_retry_after_then_succeeds() {
     let a = f.call(methods::DOCUMENTS_LIST, json!({})).await;
     assert_eq!(a.status, StatusCode::OK);
     assert_eq!(f.sim.calls(methods::DOCUMENTS_LIST), 2);
+}
+
+#[tokio::test]
+async fn the_rate_limiter_counts_calls_per_key_and_answers_429_past_the_limit() {
+    let f = fixture(1).await;
+    f.sim.model(|m| {
+        m.rate_limit = Some(RateLimit {
+            limit: 2,
+            window: Duration::from_millis(400),
+        })
+    });
+    let a = f.call(methods::AUTH_INFO, json!({})).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(a.headers["ratelimit-limit"], "2");
+    assert_eq!(a.headers["ratelimit-remaining"], "1");
+    assert!(a.headers.contains_key("ratelimit-reset"));
+    let a = f.call(methods::AUTH_INFO, json!({})).await;
+    assert_eq!(a.headers["ratelimit-remaining"], "0");
+    let a = f.call(methods::DOCUMENTS_LIST, json!({})).await;
+    assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(a.headers["retry-after"], "1");
+    assert_eq!(a.body["error"], "rate_limit_exceeded");
+    // A refused key is not counted, and the next window starts afresh.
+    let a = f.call_as(Some("nope"), methods::AUTH_INFO, json!({})).await;
+    assert_eq!(a.status, StatusCode::UNAUTHORIZED);
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let a = f.call(methods::AUTH_INFO, json!({})).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(a.headers["ratelimit-remaining"], "1");
 }
 
 #[tokio::test]

@@ -2,8 +2,9 @@
 //! `.info`, `documents.list`, `.info`, `webhookSubscriptions.create`, `.list`, `.delete`) served
 //! from an in-memory [`Model`] of one team at `POST /api/<method>` in Outline's shapes (an
 //! envelope with `data`, `pagination` with a `nextPath` on every page so a listing ends with an
-//! empty one, `policies`; errors as `{ok:false, error, status, message}`), with per-call
-//! [`OutlineFault`] injection and a call log. Every change to the model is delivered to each
+//! empty one, `policies`; errors as `{ok:false, error, status, message}`), with an optional
+//! per-key [`RateLimit`] announced in `RateLimit-*` headers, per-call [`OutlineFault`] injection
+//! and a call log. Every change to the model is delivered to each
 //! webhook subscription that takes its event ([`deliveries`]): signed with
 //! `Outline-Signature`, `model: null` once the thing is gone, duplicated or reordered on demand.
 //!
@@ -49,7 +50,8 @@ pub use deliveries::{
 };
 pub use fault::{Change, Lost, Mutation, OutlineFault, methods};
 pub use model::{
-    Collection, Document, Model, NewDocument, OutlineError, Subscription, Team, User, events,
+    Collection, Document, Model, NewDocument, OutlineError, RateLimit, Subscription, Team, User,
+    events,
 };
 pub use server::{ApiCall, OutlineSim};
 pub use wire::date;

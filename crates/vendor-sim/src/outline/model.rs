@@ -218,6 +218,27 @@ pub mod events {
     ];
 }
 
+/// Outline's rate limiter: `limit` calls per API key in each fixed `window`, every answer
+/// saying what is left (`RateLimit-Limit`, `-Remaining`, `-Reset`); past it, 429 with
+/// `Retry-After` until the window ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    /// Calls allowed a window.
+    pub limit: u32,
+    /// The window.
+    pub window: std::time::Duration,
+}
+
+impl Default for RateLimit {
+    /// A self-hosted Outline's default: 1000 calls a minute.
+    fn default() -> Self {
+        Self {
+            limit: 1000,
+            window: std::time::Duration::from_secs(60),
+        }
+    }
+}
+
 /// A document to add: its collection and title, the rest optional (a published, top-level,
 /// empty document created now).
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -298,6 +319,8 @@ pub struct Model {
     pub team: Team,
     /// The user every token acts as.
     pub user: User,
+    /// Outline's request allowance per API key; off (`None`) by default.
+    pub rate_limit: Option<RateLimit>,
     pub(crate) tokens: BTreeMap<String, bool>,
     pub(crate) collections: BTreeMap<String, Collection>,
     pub(crate) documents: BTreeMap<String, Document>,
@@ -348,6 +371,7 @@ impl Model {
                 name: "Sim Admin".to_owned(),
                 email: format!("admin@{}.example", name.to_ascii_lowercase()),
             },
+            rate_limit: None,
             tokens: BTreeMap::new(),
             collections: BTreeMap::new(),
             documents: BTreeMap::new(),

@@ -4,8 +4,9 @@
 //! `{ok:false, error, status, message}`); `POST /_admin/<action>` to change the team, script
 //! faults and read the logs over HTTP.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -48,6 +49,8 @@ impl ApiCall {
 
 struct Shared {
     model: Arc<Mutex<Model>>,
+    /// Per API key: when its current rate-limit window began, and the calls in it.
+    windows: Mutex<HashMap<String, (Instant, u32)>>,
     faults: Mutex<Faults<OutlineFault>>,
     log: Mutex<Vec<ApiCall>>,
     outbox: Arc<Outbox>,
@@ -83,6 +86,7 @@ impl OutlineSim {
         runtime::install_crypto_provider();
         let shared = Arc::new(Shared {
             model: Arc::new(Mutex::new(model)),
+            windows: Mutex::new(HashMap::new()),
             faults: Mutex::new(Faults::default()),
             log: Mutex::new(Vec::new()),
             outbox: Arc::new(Outbox::new()),
@@ -338,9 +342,69 @@ async fn api_call(
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    let response = answer(&shared, &method, token.as_deref(), &body, &fired);
+    let quota = charge(&shared, token.as_deref());
+    let mut response = match quota {
+        Some(q) if q.remaining.is_none() => {
+            rate_limited(q.reset_in.as_secs_f64().ceil().max(1.0) as u64)
+        }
+        _ => answer(&shared, &method, token.as_deref(), &body, &fired),
+    };
+    if let Some(q) = quota {
+        let h = response.headers_mut();
+        h.insert("ratelimit-limit", HeaderValue::from(q.limit));
+        h.insert(
+            "ratelimit-remaining",
+            HeaderValue::from(q.remaining.unwrap_or(0)),
+        );
+        let reset = SystemTime::now() + q.reset_in;
+        let reset = reset
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        h.insert("ratelimit-reset", HeaderValue::from(reset));
+    }
     shared.changed();
     response
+}
+
+/// Where a call leaves its API key's allowance.
+#[derive(Clone, Copy)]
+struct Quota {
+    limit: u32,
+    /// Calls left in the window; `None` when this call is past the limit.
+    remaining: Option<u32>,
+    reset_in: Duration,
+}
+
+/// Counts a call of a live API key against its window; `None` without a rate limit.
+fn charge(shared: &Shared, token: Option<&str>) -> Option<Quota> {
+    let (limits, live) = {
+        let m = lock(&shared.model);
+        (m.rate_limit?, m.authenticate(token).is_ok())
+    };
+    // Refused keys are answered 401 and not counted.
+    let token = token.filter(|_| live)?;
+    let now = Instant::now();
+    let mut windows = lock(&shared.windows);
+    let (began, calls) = windows.entry(token.to_owned()).or_insert((now, 0));
+    if now.duration_since(*began) >= limits.window {
+        *began = now;
+        *calls = 0;
+    }
+    let reset_in = limits.window.saturating_sub(now.duration_since(*began));
+    if *calls >= limits.limit {
+        return Some(Quota {
+            limit: limits.limit,
+            remaining: None,
+            reset_in,
+        });
+    }
+    *calls += 1;
+    Some(Quota {
+        limit: limits.limit,
+        remaining: Some(limits.limit - *calls),
+        reset_in,
+    })
 }
 
 /// The answer to a call once its delay is over.
