@@ -25,6 +25,8 @@ struct Reply {
     status: StatusCode,
     headers: Vec<(&'static str, &'static str)>,
     body: String,
+    /// How long the server takes to answer.
+    delay: Duration,
 }
 
 /// Outline's success envelope around `data`.
@@ -39,6 +41,7 @@ fn ok_with(mut body: Value) -> Reply {
         status: StatusCode::OK,
         headers: vec![("content-type", "application/json")],
         body: body.to_string(),
+        delay: Duration::ZERO,
     }
 }
 
@@ -63,6 +66,7 @@ fn error(status: StatusCode, code: &str) -> Reply {
             "message": format!("{code} happened"),
         })
         .to_string(),
+        delay: Duration::ZERO,
     }
 }
 
@@ -77,7 +81,13 @@ fn raw(status: StatusCode, body: &str) -> Reply {
         status,
         headers: vec![("content-type", "text/html")],
         body: body.to_owned(),
+        delay: Duration::ZERO,
     }
+}
+
+fn slow(mut reply: Reply, delay: Duration) -> Reply {
+    reply.delay = delay;
+    reply
 }
 
 /// A request as the server saw it.
@@ -200,6 +210,7 @@ async fn answer(
         )
             .into_response();
     };
+    tokio::time::sleep(reply.delay).await;
     let mut response = (reply.status, reply.body).into_response();
     for (name, value) in reply.headers {
         response.headers_mut().insert(name, value.parse().unwrap());
@@ -480,6 +491,34 @@ mod retries {
         );
         assert_eq!(err.class(), VendorErrorClass::ServerError);
         assert_eq!(outline.attempts(methods::DOCUMENTS_LIST), 3);
+    }
+
+    #[tokio::test]
+    async fn an_attempt_past_the_request_timeout_is_retried_then_a_timeout() {
+        let outline = FakeOutline::start().await;
+        let late = Duration::from_millis(800);
+        outline.script(
+            methods::COLLECTIONS_INFO,
+            [
+                slow(ok(collection(1)), late),
+                ok(collection(1)),
+                slow(ok(collection(1)), late),
+                slow(ok(collection(1)), late),
+            ],
+        );
+        install_crypto();
+        let settings = Settings {
+            request_timeout: Duration::from_millis(200),
+            ..outline.settings(retries(1))
+        };
+        let client = OutlineClient::new(&settings, "t").unwrap();
+        let found = client.collections_info(uuid(1)).await.unwrap();
+        assert_eq!(found.id, Some(uuid(1)));
+        let err = client.collections_info(uuid(1)).await.unwrap_err();
+        assert!(matches!(err, OutlineError::Timeout { .. }), "{err:?}");
+        assert_eq!(err.class(), VendorErrorClass::Timeout);
+        assert_eq!(outline.attempts(methods::COLLECTIONS_INFO), 4);
+        assert_eq!(client.calls(), 4, "attempts that timed out count");
     }
 
     #[tokio::test]
