@@ -239,6 +239,14 @@ impl OutlineError {
                 method,
                 detail: format!("unexpected success status {status}"),
             },
+            300..=399 => OutlineError::Status {
+                method,
+                status: status.as_u16(),
+                error: "redirect".to_owned(),
+                message: "not followed, since it would carry the token elsewhere: check the \
+                          server URL"
+                    .to_owned(),
+            },
             other => OutlineError::Status {
                 method,
                 status: other,

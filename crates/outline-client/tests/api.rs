@@ -643,6 +643,8 @@ mod failures {
             matches!(err, OutlineError::Status { status: 302, .. }),
             "{err:?}"
         );
+        assert!(err.to_string().contains("check the server URL"), "{err}");
+        assert_eq!(outline.seen().len(), 1, "not followed, not retried");
     }
 
     #[tokio::test]
