@@ -27,6 +27,12 @@ use crate::source::ClientFactory;
 pub const ANNOUNCEMENT: &str = "This channel is now mirrored by forgesync: messages from this \
     one on are kept until the channel is paused or its consent withdrawn. Nothing older is read.";
 
+/// A PENDING channel's reason while its announcement is being posted.
+const ANNOUNCING: &str = "announcing";
+
+/// How far before a consent began its announcement is looked for: Slack's clock against ours.
+const CLOCK_SKEW: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// A message on the channels consumer.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
@@ -103,9 +109,19 @@ impl Channels {
         let now = OffsetDateTime::now_utc();
         match cmd.command {
             ChannelCommand::Consent => {
-                channel::set_status(&mut txn, ch.id, next, Some("announcing"), None).await?;
+                // A consent redelivered while its announcement was under way (the answer to the
+                // post lost, or we stopped before recording it) keeps the time it started, the
+                // lower bound of the search for that announcement.
+                let since = if ch.status == ChannelStatus::Pending
+                    && ch.reason.as_deref() == Some(ANNOUNCING)
+                {
+                    ch.status_at
+                } else {
+                    channel::set_status(&mut txn, ch.id, next, Some(ANNOUNCING), None).await?;
+                    now
+                };
                 txn.commit().await?;
-                return self.announce(cmd, &ch).await;
+                return self.announce(cmd, &ch, since).await;
             }
             ChannelCommand::Pause => {
                 let reason = format!("paused by {}", cmd.actor);
@@ -151,8 +167,14 @@ impl Channels {
     }
 
     /// Reads the channel and, if the bot is in it and it is not archived, posts the
-    /// announcement; its ts becomes the consent. Otherwise the channel stays PENDING with why.
-    async fn announce(&self, cmd: &ChannelCommandMessage, ch: &Channel) -> Handled {
+    /// announcement (or adopts the one an earlier attempt of this consent posted); its ts
+    /// becomes the consent. Otherwise the channel stays PENDING with why.
+    async fn announce(
+        &self,
+        cmd: &ChannelCommandMessage,
+        ch: &Channel,
+        since: OffsetDateTime,
+    ) -> Handled {
         let Some(conn) = connection::Entity::find_by_id(cmd.connection_id)
             .one(&self.db)
             .await?
@@ -194,18 +216,34 @@ impl Channels {
             self.pending(ch, reason).await?;
             return Ok(Settle::Applied("consent pending"));
         }
-        let posted = match source
-            .client
-            .chat_post_message(&ch.slack_id, ANNOUNCEMENT)
-            .await
-        {
-            Ok(ts) => ts,
-            Err(e) if transient(e.class()) => anyhow::bail!("chat.postMessage: {e}"),
+        // Members are told once: an announcement already posted for this consent is adopted.
+        let earlier = match self.posted_since(&source, ch, since).await {
+            Ok(found) => found,
+            Err(e) if transient(e.class()) => anyhow::bail!("looking for the announcement: {e}"),
             Err(e) => {
-                self.pending(ch, &format!("Slack refused the announcement: {e}"))
-                    .await?;
+                self.pending(
+                    ch,
+                    &format!("Slack refused to show the channel's history: {e}"),
+                )
+                .await?;
                 return Ok(Settle::Applied("consent pending"));
             }
+        };
+        let posted = match earlier {
+            Some(ts) => ts,
+            None => match source
+                .client
+                .chat_post_message(&ch.slack_id, ANNOUNCEMENT)
+                .await
+            {
+                Ok(ts) => ts,
+                Err(e) if transient(e.class()) => anyhow::bail!("chat.postMessage: {e}"),
+                Err(e) => {
+                    self.pending(ch, &format!("Slack refused the announcement: {e}"))
+                        .await?;
+                    return Ok(Settle::Applied("consent pending"));
+                }
+            },
         };
         let Ok(consent) = posted.parse::<SlackTs>() else {
             self.pending(
@@ -236,6 +274,46 @@ impl Channels {
         .await?;
         txn.commit().await?;
         Ok(Settle::Applied("channel consented and announced"))
+    }
+
+    /// The ts of the bot's announcement in the channel at or after `since` (less the clock
+    /// skew), if an earlier attempt of this consent posted it.
+    async fn posted_since(
+        &self,
+        source: &crate::source::SlackSource,
+        ch: &Channel,
+        since: OffsetDateTime,
+    ) -> Result<Option<String>, slack_client::SlackError> {
+        let Some(oldest) = SlackTs::at(since - CLOCK_SKEW) else {
+            return Ok(None);
+        };
+        let bot = source.client.auth_test().await?;
+        let oldest = oldest.to_string();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = source
+                .client
+                .conversations_history(&slack_client::HistoryQuery {
+                    channel: &ch.slack_id,
+                    oldest: Some(&oldest),
+                    latest: None,
+                    inclusive: true,
+                    cursor: cursor.as_deref(),
+                    limit: 200,
+                })
+                .await?;
+            let ours = page.items.iter().find(|m| {
+                m.user.as_deref() == Some(bot.user_id.as_str())
+                    && m.text.as_deref() == Some(ANNOUNCEMENT)
+            });
+            if let Some(m) = ours {
+                return Ok(Some(m.ts.clone()));
+            }
+            match (page.has_more, page.next_cursor) {
+                (true, Some(next)) => cursor = Some(next),
+                _ => return Ok(None),
+            }
+        }
     }
 
     async fn pending(&self, ch: &Channel, reason: &str) -> Result<(), sqlx::Error> {

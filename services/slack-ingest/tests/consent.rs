@@ -85,3 +85,38 @@ async fn only_the_consented_channel_is_kept_from_its_announcement_on() -> Result
     assert_eq!(before, 0, "no body from before a consent stays");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_answer_to_the_announcement_is_adopted_never_posted_twice() -> Result<()> {
+    use vendor_sim::slack::{Fault, SlackFault, methods};
+
+    let w = World::start().await?;
+    w.directory(w.a, 3).await?;
+    let general = w.channels[0].clone();
+    // The announcement is posted, but its answer never reaches slack-ingest: the consent is
+    // redelivered and finds it in the channel instead of telling the members again.
+    let posts_before = w.sim.calls(methods::CHAT_POST_MESSAGE);
+    w.sim.inject(Fault::nth(
+        methods::CHAT_POST_MESSAGE,
+        posts_before + 1,
+        SlackFault::Lost(503),
+    ));
+    let consented = w.consent(w.a, &general).await?;
+    let announcements: Vec<String> = w.sim.model(|m| {
+        m.channel(&general).map_or(Vec::new(), |c| {
+            c.messages()
+                .filter(|m| m.text.contains("mirrored by forgesync"))
+                .map(|m| m.ts.to_string())
+                .collect()
+        })
+    });
+    assert_eq!(announcements.len(), 1, "{announcements:?}");
+    assert_eq!(
+        consented.consent_ts.map(|t| t.to_string()),
+        Some(announcements[0].clone()),
+        "the consent is the announcement the members saw"
+    );
+    assert_eq!(w.sim.calls(methods::CHAT_POST_MESSAGE) - posts_before, 1);
+    assert_eq!(w.events(w.a, "slack.channel.activated").await?, 1);
+    Ok(())
+}

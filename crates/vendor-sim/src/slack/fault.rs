@@ -70,6 +70,9 @@ pub enum SlackFault {
     },
     /// The model changes just before the call is answered.
     Mutate(Mutation),
+    /// The call is carried out (a `chat.postMessage` posts), then its answer is lost: the
+    /// caller sees this HTTP status instead.
+    Lost(u16),
 }
 
 impl SlackFault {

@@ -499,6 +499,12 @@ fn answer(
         methods::CHAT_POST_MESSAGE => chat_post_message(&mut m, &team, params),
         _ => Err(SlackError("unknown_method")),
     };
+    for kind in fired {
+        if let SlackFault::Lost(code) = kind {
+            let status = StatusCode::from_u16(*code).unwrap_or(StatusCode::BAD_GATEWAY);
+            return (status, "upstream request timeout").into_response();
+        }
+    }
     match answered {
         Ok(body) => ok(body),
         Err(e) => api_error(e.0),
