@@ -7,4 +7,5 @@
 pub mod github;
 pub mod gitlab;
 pub mod outline;
+mod served;
 pub mod slack;

@@ -23,14 +23,13 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use super::deliveries::{self, DeliveryAttempt, DeliveryLog, HookTarget};
 use super::fault::{Fault, FaultKind, Faults, ops};
 use super::graphql::{self, GithubSchema, Nullability, PageFaults, RateView};
 use super::model::{self, InstallationId, Model, RateLimitBudget, RateLimitResource, Viewer};
 use super::webhook;
+use crate::served::Served;
 
 struct Shared {
     model: Arc<Mutex<Model>>,
@@ -57,8 +56,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A running simulated GitHub on `127.0.0.1:<port>`. Dropping it stops the server.
 pub struct GithubSim {
     shared: Arc<Shared>,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
+    served: Served,
 }
 
 impl GithubSim {
@@ -75,8 +73,7 @@ impl GithubSim {
     }
 
     async fn serve(model: Model, at_root: bool) -> std::io::Result<GithubSim> {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
-        let base_url = format!("http://{}", listener.local_addr()?);
+        let (listener, base_url) = crate::served::bind().await?;
         let model = Arc::new(Mutex::new(model));
         let shared = Arc::new(Shared {
             schema: graphql::schema(model.clone()),
@@ -96,11 +93,7 @@ impl GithubSim {
             base_url,
             deliveries: Mutex::default(),
             points: Mutex::default(),
-            http: {
-                // reqwest needs the process's rustls provider even for plain http.
-                runtime::install_crypto_provider();
-                reqwest::Client::new()
-            },
+            http: reqwest::Client::new(),
         });
         let rest = Router::new()
             .route(
@@ -124,22 +117,8 @@ impl GithubSim {
                 .route("/graphql", post(graphql_call).with_state(shared.clone()))
                 .merge(rest);
         }
-        let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await;
-            if let Err(e) = served {
-                tracing::warn!(error = %e, "github simulator stopped");
-            }
-        });
-        Ok(GithubSim {
-            shared,
-            shutdown: Some(tx),
-            task: Some(task),
-        })
+        let served = Served::start(listener, app, "github", None::<std::future::Ready<()>>);
+        Ok(GithubSim { shared, served })
     }
 
     /// `http://127.0.0.1:<port>`: the base for REST calls in place of `https://api.github.com`,
@@ -229,24 +208,7 @@ impl GithubSim {
 
     /// Stops the server and waits (up to 5 s) for open calls to finish.
     pub async fn shutdown(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(mut task) = self.task.take()
-            && tokio::time::timeout(Duration::from_secs(5), &mut task)
-                .await
-                .is_err()
-        {
-            task.abort();
-        }
-    }
-}
-
-impl Drop for GithubSim {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
+        self.served.shutdown().await;
     }
 }
 

@@ -19,14 +19,13 @@ use serde::Deserialize;
 use serde_json::{Value as Json, json};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use super::fault::{GitlabFault, ops};
 use super::graphql::{self, GitlabSchema};
 use super::model::{Model, Note, NoteOn};
 use super::webhook::{self, HookAttempt};
 use crate::github::{Fault, Faults};
+use crate::served::Served;
 
 /// GitLab leaves `X-Total` (and `X-Total-Pages`) out past this many rows.
 const TOTAL_HEADER_LIMIT: usize = 10_000;
@@ -55,21 +54,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A running simulated GitLab on `127.0.0.1:<port>`. Dropping it stops the server.
 pub struct GitlabSim {
     shared: Arc<Shared>,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
-    sender: Option<JoinHandle<()>>,
+    served: Served,
 }
 
 impl GitlabSim {
     /// Serves `model` on a free port of 127.0.0.1.
     pub async fn start(model: Model) -> std::io::Result<GitlabSim> {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
-        let base_url = format!("http://{}", listener.local_addr()?);
+        let (listener, base_url) = crate::served::bind().await?;
         let mut model = model;
         model.instance_url = base_url.clone();
         let model = Arc::new(Mutex::new(model));
-        // reqwest needs the process's rustls provider even for plain http.
-        runtime::install_crypto_provider();
         let shared = Arc::new(Shared {
             schema: graphql::schema(model.clone()),
             model,
@@ -99,32 +93,17 @@ impl GitlabSim {
             )
             .route("/api/v4/groups/{id}/hooks/{hook_id}", delete(delete_hook))
             .with_state(shared.clone());
-        let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await;
-            if let Err(e) = served {
-                tracing::warn!(error = %e, "gitlab simulator stopped");
-            }
-        });
         let sender = {
             let shared = shared.clone();
-            tokio::spawn(async move {
+            async move {
                 loop {
                     shared.hooks_queued.notified().await;
                     send_pending_hooks(&shared).await;
                 }
-            })
+            }
         };
-        Ok(GitlabSim {
-            shared,
-            shutdown: Some(tx),
-            task: Some(task),
-            sender: Some(sender),
-        })
+        let served = Served::start(listener, app, "gitlab", Some(sender));
+        Ok(GitlabSim { shared, served })
     }
 
     /// `http://127.0.0.1:<port>`: the instance URL (`/api/graphql`, `/api/v4/...` below it).
@@ -185,27 +164,7 @@ impl GitlabSim {
 
     /// Stops the server and waits (up to 5 s) for open calls to finish.
     pub async fn shutdown(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(mut task) = self.task.take()
-            && tokio::time::timeout(Duration::from_secs(5), &mut task)
-                .await
-                .is_err()
-        {
-            task.abort();
-        }
-    }
-}
-
-impl Drop for GitlabSim {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-        if let Some(sender) = self.sender.take() {
-            sender.abort();
-        }
+        self.served.shutdown().await;
     }
 }
 

@@ -16,14 +16,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value as Json, json};
 use time::OffsetDateTime;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use super::deliveries::{DeliveryAttempt, DeliveryPlan, Order, Outbox};
 use super::fault::{Change, FaultSpec, Lost, OutlineFault, methods};
 use super::model::{Document, Model, NewDocument, OutlineError};
 use super::wire;
 use crate::github::{Fault, Faults};
+use crate::served::Served;
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -70,9 +69,7 @@ impl Shared {
 pub struct OutlineSim {
     shared: Arc<Shared>,
     base_url: String,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
-    sender: Option<JoinHandle<()>>,
+    served: Served,
 }
 
 impl OutlineSim {
@@ -80,10 +77,7 @@ impl OutlineSim {
     pub async fn start(mut model: Model) -> std::io::Result<OutlineSim> {
         // The model as given is the team's state, not news.
         model.take_deliveries();
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
-        let base_url = format!("http://{}", listener.local_addr()?);
-        // reqwest needs the process's rustls provider even for plain http.
-        runtime::install_crypto_provider();
+        let (listener, base_url) = crate::served::bind().await?;
         let shared = Arc::new(Shared {
             model: Arc::new(Mutex::new(model)),
             windows: Mutex::new(HashMap::new()),
@@ -95,32 +89,20 @@ impl OutlineSim {
             .route("/api/{method}", post(api_call))
             .route("/_admin/{action}", post(admin))
             .with_state(shared.clone());
-        let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await;
-            if let Err(e) = served {
-                tracing::warn!(error = %e, "outline simulator stopped");
-            }
-        });
         let sender = {
             let shared = shared.clone();
-            tokio::spawn(async move {
+            async move {
                 loop {
                     shared.outbox.queued.notified().await;
                     shared.outbox.pump(&shared.model).await;
                 }
-            })
+            }
         };
+        let served = Served::start(listener, app, "outline", Some(sender));
         Ok(OutlineSim {
             shared,
             base_url,
-            shutdown: Some(tx),
-            task: Some(task),
-            sender: Some(sender),
+            served,
         })
     }
 
@@ -215,27 +197,7 @@ impl OutlineSim {
 
     /// Stops the server and waits (up to 5 s) for open calls to finish.
     pub async fn shutdown(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(mut task) = self.task.take()
-            && tokio::time::timeout(Duration::from_secs(5), &mut task)
-                .await
-                .is_err()
-        {
-            task.abort();
-        }
-    }
-}
-
-impl Drop for OutlineSim {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-        if let Some(sender) = self.sender.take() {
-            sender.abort();
-        }
+        self.served.shutdown().await;
     }
 }
 

@@ -16,14 +16,13 @@ use axum::routing::{any, post};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value as Json, json};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use super::events::{self, EventAttempt, Outbox, RetrySchedule, SendError, Subscription};
 use super::fault::{SlackFault, methods};
 use super::model::{Channel, Model, SlackError, Team, Ts};
 use super::wire;
 use crate::github::{Fault, Faults};
+use crate::served::Served;
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -77,9 +76,7 @@ impl Shared {
 pub struct SlackSim {
     shared: Arc<Shared>,
     base_url: String,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
-    sender: Option<JoinHandle<()>>,
+    served: Served,
 }
 
 impl SlackSim {
@@ -87,10 +84,7 @@ impl SlackSim {
     pub async fn start(mut model: Model) -> std::io::Result<SlackSim> {
         // The model as given is the workspace's state, not news.
         model.take_events();
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
-        let base_url = format!("http://{}", listener.local_addr()?);
-        // reqwest needs the process's rustls provider even for plain http.
-        runtime::install_crypto_provider();
+        let (listener, base_url) = crate::served::bind().await?;
         let shared = Arc::new(Shared {
             model: Arc::new(Mutex::new(model)),
             faults: Mutex::new(Faults::default()),
@@ -102,32 +96,20 @@ impl SlackSim {
             .route("/api/{method}", any(api_call))
             .route("/_admin/{action}", post(admin))
             .with_state(shared.clone());
-        let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await;
-            if let Err(e) = served {
-                tracing::warn!(error = %e, "slack simulator stopped");
-            }
-        });
         let sender = {
             let shared = shared.clone();
-            tokio::spawn(async move {
+            async move {
                 loop {
                     shared.outbox.queued.notified().await;
                     shared.outbox.pump(&shared.model).await;
                 }
-            })
+            }
         };
+        let served = Served::start(listener, app, "slack", Some(sender));
         Ok(SlackSim {
             shared,
             base_url,
-            shutdown: Some(tx),
-            task: Some(task),
-            sender: Some(sender),
+            served,
         })
     }
 
@@ -258,27 +240,12 @@ impl SlackSim {
 
     /// Stops the server and waits (up to 5 s) for open calls to finish.
     pub async fn shutdown(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(mut task) = self.task.take()
-            && tokio::time::timeout(Duration::from_secs(5), &mut task)
-                .await
-                .is_err()
-        {
-            task.abort();
-        }
+        self.served.shutdown().await;
     }
 }
 
 impl Drop for SlackSim {
     fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-        if let Some(sender) = self.sender.take() {
-            sender.abort();
-        }
         self.shared.outbox.abort_retries();
     }
 }
