@@ -9,7 +9,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use crate::error::{BadRequest, Forbidden, PayloadTooLarge, Unauthorized, UnsupportedMediaType};
 use crate::routes::{
     connections, dead_messages, endpoints, erasures, github, gitlab, gitlab_activation, jobs,
-    slack, workspaces,
+    outline, slack, workspaces,
 };
 
 #[derive(OpenApi)]
@@ -17,7 +17,7 @@ use crate::routes::{
     info(
         title = "forgesync control-api",
         description = "Operators' API of forgesync: workspaces, connections and their lifecycle, \
-            sync jobs, webhook endpoints, Slack channel consent, dead messages and reads of the mirror.\n\n\
+            sync jobs, webhook endpoints, Slack channel consent, dead messages and reads of the mirrors (GitHub, GitLab, Slack, Outline).\n\n\
             Every operation but this document needs `Authorization: Bearer <JWT>`. A viewer \
             token reads; writes need the admin role; a workspace token reaches only its own \
             workspace, and other workspaces answer 404 as if they did not exist. Every error \
@@ -36,6 +36,7 @@ use crate::routes::{
         gitlab::projects, gitlab::issues, gitlab::merge_requests, gitlab::merge_request,
         slack::channels, slack::messages, slack::consent, slack::pause, slack::resume,
         slack::withdraw,
+        outline::collections, outline::documents, outline::document,
         dead_messages::list, dead_messages::replay,
         erasures::list, erasures::scan,
     ),
@@ -51,6 +52,7 @@ use crate::routes::{
         (name = "github", description = "Reads of the GitHub mirror, scoped to the workspace."),
         (name = "gitlab", description = "Reads of the GitLab mirror, scoped to the workspace."),
         (name = "slack", description = "Slack channels, their consent and the messages kept of them, scoped to the workspace."),
+        (name = "outline", description = "Reads of the Outline mirror (collections, documents), scoped to the workspace."),
         (name = "dead_messages", description = "Messages consumers gave up on (operators only)."),
         (name = "erasures", description = "Erasure of disconnected connections and purged workspaces."),
     )

@@ -8,6 +8,7 @@ pub mod github;
 pub mod gitlab;
 pub mod gitlab_activation;
 pub mod jobs;
+pub mod outline;
 pub mod scm;
 pub mod slack;
 pub mod workspaces;
@@ -185,6 +186,18 @@ pub fn table() -> RouteTable {
         .post(
             "/workspaces/{workspace_id}/slack/channels/{channel_id}/resume",
             slack::resume,
+        )
+        .get(
+            "/workspaces/{workspace_id}/outline/collections",
+            outline::collections,
+        )
+        .get(
+            "/workspaces/{workspace_id}/outline/documents",
+            outline::documents,
+        )
+        .get(
+            "/workspaces/{workspace_id}/outline/documents/{document_id}",
+            outline::document,
         )
         .get("/dead-messages", dead_messages::list)
         .post("/dead-messages/{id}/replay", dead_messages::replay)
