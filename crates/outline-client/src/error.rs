@@ -9,6 +9,7 @@ use std::time::Duration;
 use lifecycle_core::vendor_error::VendorErrorClass;
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
+use vendor_http::{mask_quoted, retry_after};
 
 use crate::generated::types;
 
@@ -284,43 +285,6 @@ impl vendor_http::RetryableError for OutlineError {
     }
 }
 
-/// `Retry-After` in seconds. Outline computes it from milliseconds, so a fraction is read and
-/// rounded up (an HTTP date falls back to our backoff).
-pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let text = headers
-        .get(reqwest::header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim();
-    let seconds: f64 = text.parse().ok()?;
-    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs(seconds.ceil() as u64))
-}
-
-/// `text` with every double-quoted part replaced by `"…"`.
-pub(crate) fn mask_quoted(text: &str) -> String {
-    let mut masked = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        masked.push(c);
-        if c == '"' {
-            masked.push('…');
-            while let Some(inner) = chars.next() {
-                match inner {
-                    '\\' => {
-                        chars.next();
-                    }
-                    '"' => {
-                        masked.push('"');
-                        break;
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-    masked
-}
-
 #[cfg(test)]
 mod tests {
     use vendor_http::RetryableError as _;
@@ -411,9 +375,5 @@ mod tests {
         };
         assert_eq!(error, "some_error");
         assert_eq!(message.chars().count(), MESSAGE_CHARS);
-        assert_eq!(
-            mask_quoted(r#"invalid type: string "secret \"text\"", expected u64"#),
-            r#"invalid type: string "…", expected u64"#
-        );
     }
 }

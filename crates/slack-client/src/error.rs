@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use lifecycle_core::vendor_error::VendorErrorClass;
 use slack_morphism::errors::SlackClientError;
+use vendor_http::mask_quoted;
 
 /// A failed Slack Web API call; `method` is Slack's name for it (see [`crate::methods`]).
 #[derive(Debug, thiserror::Error)]
@@ -214,32 +215,6 @@ fn needed_scope(body: &str) -> Option<String> {
     serde_json::from_str::<Needed>(body).ok()?.needed
 }
 
-/// `text` with every double-quoted part replaced by `"…"`: serde names the value it could not
-/// decode, which may be a message's text.
-fn mask_quoted(text: &str) -> String {
-    let mut masked = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        masked.push(c);
-        if c == '"' {
-            masked.push('…');
-            while let Some(inner) = chars.next() {
-                match inner {
-                    '\\' => {
-                        chars.next();
-                    }
-                    '"' => {
-                        masked.push('"');
-                        break;
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-    masked
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,18 +368,6 @@ mod tests {
             VendorErrorClass::Forbidden {
                 permission: Some("groups:history".into())
             }
-        );
-    }
-
-    #[test]
-    fn decoding_errors_do_not_carry_values() {
-        assert_eq!(
-            mask_quoted(r#"invalid type: string "secret \"text\"", expected u32 at line 1"#),
-            r#"invalid type: string "…", expected u32 at line 1"#
-        );
-        assert_eq!(
-            mask_quoted("missing field `ts` at line 1 column 9"),
-            "missing field `ts` at line 1 column 9"
         );
     }
 }

@@ -54,9 +54,37 @@ pub fn header_number<T: std::str::FromStr>(headers: &HeaderMap, name: &str) -> O
     headers.get(name)?.to_str().ok()?.trim().parse().ok()
 }
 
-/// `Retry-After` in seconds (an HTTP date falls back to our backoff).
+/// `Retry-After` in seconds; a fraction (Outline computes it from milliseconds) is rounded up.
+/// An HTTP date, a negative or an unparsable value falls back to our backoff.
 pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    header_number::<u64>(headers, RETRY_AFTER.as_str()).map(Duration::from_secs)
+    let seconds: f64 = header_number(headers, RETRY_AFTER.as_str())?;
+    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs(seconds.ceil() as u64))
+}
+
+/// `text` with every double-quoted part replaced by `"…"`: a decoder's error names the value
+/// it could not decode, which may be a tenant's content, and must not reach a log or a reason.
+pub fn mask_quoted(text: &str) -> String {
+    let mut masked = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        masked.push(c);
+        if c == '"' {
+            masked.push('…');
+            while let Some(inner) = chars.next() {
+                match inner {
+                    '\\' => {
+                        chars.next();
+                    }
+                    '"' => {
+                        masked.push('"');
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    masked
 }
 
 /// A client error the policy can judge.
@@ -203,5 +231,40 @@ pub fn record_cost(span: &tracing::Span, cost: u64, remaining: Option<u64>) {
     span.record("cost", cost);
     if let Some(remaining) = remaining {
         span.record("rate_limit_remaining", remaining);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_read_in_whole_or_fractional_seconds() {
+        let wait = |value: &'static str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                RETRY_AFTER,
+                reqwest::header::HeaderValue::from_static(value),
+            );
+            retry_after(&headers)
+        };
+        assert_eq!(wait("3"), Some(Duration::from_secs(3)));
+        assert_eq!(wait(" 1.2 "), Some(Duration::from_secs(2)));
+        assert_eq!(wait("Fri, 04 Dec 2026 23:00:00 GMT"), None);
+        assert_eq!(wait("-1"), None);
+        assert_eq!(wait("NaN"), None);
+        assert_eq!(retry_after(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn decoding_errors_do_not_carry_values() {
+        assert_eq!(
+            mask_quoted(r#"invalid type: string "secret \"text\"", expected u32 at line 1"#),
+            r#"invalid type: string "…", expected u32 at line 1"#
+        );
+        assert_eq!(
+            mask_quoted("missing field `ts` at line 1 column 9"),
+            "missing field `ts` at line 1 column 9"
+        );
     }
 }
