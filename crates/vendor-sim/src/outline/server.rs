@@ -221,7 +221,9 @@ fn error(e: &OutlineError) -> Response {
         .into_response()
 }
 
-fn rate_limited(retry_after: u64) -> Response {
+/// A 429 saying to retry after `retry_after` seconds (Outline's limiter writes milliseconds
+/// divided by 1000, so a fraction such as `0.734`).
+fn rate_limited(retry_after: impl Into<HeaderValue>) -> Response {
     let mut r = (
         StatusCode::TOO_MANY_REQUESTS,
         axum::Json(json!({
@@ -233,7 +235,7 @@ fn rate_limited(retry_after: u64) -> Response {
     )
         .into_response();
     let h = r.headers_mut();
-    h.insert("retry-after", HeaderValue::from(retry_after));
+    h.insert("retry-after", retry_after.into());
     h.insert("ratelimit-remaining", HeaderValue::from(0));
     r
 }
@@ -306,9 +308,7 @@ async fn api_call(
     }
     let quota = charge(&shared, token.as_deref());
     let mut response = match quota {
-        Some(q) if q.remaining.is_none() => {
-            rate_limited(q.reset_in.as_secs_f64().ceil().max(1.0) as u64)
-        }
+        Some(q) if q.remaining.is_none() => rate_limited(seconds_as_outline_writes(q.reset_in)),
         _ => answer(&shared, &method, token.as_deref(), &body, &fired),
     };
     if let Some(q) = quota {
@@ -327,6 +327,20 @@ async fn api_call(
     }
     shared.changed();
     response
+}
+
+/// `Retry-After` as Outline's limiter writes it: `msBeforeNext / 1000` in JavaScript, so whole
+/// milliseconds as a decimal fraction of a second (`0.734`, `1.5`, `60`).
+fn seconds_as_outline_writes(wait: Duration) -> HeaderValue {
+    let millis = wait.as_millis().max(1);
+    let text = if millis.is_multiple_of(1000) {
+        format!("{}", millis / 1000)
+    } else {
+        format!("{}.{:03}", millis / 1000, millis % 1000)
+            .trim_end_matches('0')
+            .to_owned()
+    };
+    HeaderValue::from_str(&text).unwrap_or(HeaderValue::from_static("1"))
 }
 
 /// Where a call leaves its API key's allowance.
