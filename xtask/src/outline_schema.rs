@@ -26,6 +26,7 @@ use serde_json::{Map, Value, json};
 
 use crate::paths::Layout;
 use crate::schema;
+use crate::webhook_schema::sorted;
 
 /// The shared vendor copy read when `--from` is not given.
 pub const VENDOR_FILE: &str = "outline-spec3.yml";
@@ -460,19 +461,6 @@ fn collect_refs(value: &Value, out: &mut BTreeSet<(String, String)>) -> anyhow::
         _ => {}
     }
     Ok(())
-}
-
-/// `value` with every object's keys in sorted order, whatever map serde_json was built with.
-fn sorted(value: Value) -> Value {
-    match value {
-        Value::Object(map) => {
-            let entries: BTreeMap<String, Value> =
-                map.into_iter().map(|(k, v)| (k, sorted(v))).collect();
-            Value::Object(entries.into_iter().collect())
-        }
-        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
-        other => other,
-    }
 }
 
 #[cfg(test)]

@@ -313,7 +313,7 @@ fn pointer_token(name: &str) -> String {
 
 /// `value` with every object's keys in sorted order, whatever map serde_json was built with
 /// (`preserve_order` keeps insertion order).
-fn sorted(value: Value) -> Value {
+pub(crate) fn sorted(value: Value) -> Value {
     match value {
         Value::Object(map) => {
             let entries: BTreeMap<String, Value> =
