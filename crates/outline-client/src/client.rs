@@ -288,7 +288,9 @@ impl OutlineClient {
     }
 
     /// `documents.list`: one page of the published documents of `collection_id` (of every
-    /// collection the token reads when `None`), ordered by `sort` and `direction`.
+    /// collection the token reads when `None`), and of the token user's drafts (`published_at`
+    /// unset: check it), ordered by `sort` and `direction`; [`OutlineError::Forbidden`] when
+    /// the collection is deleted or unknown.
     #[tracing::instrument(skip(self))]
     pub async fn documents_list(
         &self,

@@ -277,6 +277,59 @@ mod the_client_reads_what_the_simulator_serves {
     }
 
     #[tokio::test]
+    async fn a_draft_of_the_token_s_user_is_listed_without_published_at() {
+        let team = Team::start().await;
+        let handbook = team.collections[1];
+        let draft = team.sim.model(|m| {
+            m.add_document(NewDocument::new(&handbook.to_string(), "Unfinished").draft())
+                .unwrap()
+        });
+        let client = &team.client(retries(0));
+        let (listed, _) = read_to_the_empty_page(|offset| {
+            client.documents_list(
+                Some(handbook),
+                offset,
+                LIMIT,
+                DocumentSort::CreatedAt,
+                Direction::Asc,
+            )
+        })
+        .await;
+        // Outline lists the published documents and the token user's drafts: a caller that
+        // wants only published ones checks `publishedAt`.
+        let listed: Vec<_> = listed
+            .iter()
+            .map(|d| (d.id.unwrap(), d.published_at.is_some()))
+            .collect();
+        assert_eq!(listed, [(team.elsewhere, true), (id(&draft), false)]);
+    }
+
+    #[tokio::test]
+    async fn documents_of_a_deleted_or_unknown_collection_are_forbidden() {
+        let team = Team::start().await;
+        let client = team.client(retries(2));
+        let archive = team.collections[2];
+        team.sim
+            .model(|m| m.delete_collection(&archive.to_string()))
+            .unwrap();
+        for collection in [archive, Uuid::new_v4()] {
+            let err = client
+                .documents_list(
+                    Some(collection),
+                    0,
+                    LIMIT,
+                    DocumentSort::CreatedAt,
+                    Direction::Asc,
+                )
+                .await
+                .unwrap_err();
+            assert!(matches!(err, OutlineError::Forbidden { .. }), "{err}");
+        }
+        // Refused, not failed: never retried.
+        assert_eq!(team.sim.calls(methods::DOCUMENTS_LIST), 2);
+    }
+
+    #[tokio::test]
     async fn a_live_document_is_read_with_its_text() {
         let team = Team::start().await;
         let doc = team
