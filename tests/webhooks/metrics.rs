@@ -77,6 +77,16 @@ async fn every_metric_the_dashboards_and_alerts_read_is_exported() -> Result<()>
     })
     .await?;
     let eraser = testkit::spawn(testkit::eraser_config(stack.env.common_args())).await?;
+    // slack-ingest, for its own dashboard: its consent counters start at zero.
+    let slack: slack_ingest::Config = testkit::config(
+        stack.env.common_args(),
+        &[
+            format!("--secret-key={}", testkit::secret_key()),
+            "--slack-api-url=http://127.0.0.1:9/api/".to_owned(),
+            "--reconcile-cron=off".to_owned(),
+        ],
+    )?;
+    let slack = testkit::spawn(slack).await?;
 
     // A delivery github-sync applies, the same again (a duplicate), and a forged one (refused).
     let repo = stack.repositories[0];
@@ -104,7 +114,7 @@ async fn every_metric_the_dashboards_and_alerts_read_is_exported() -> Result<()>
     for (service, url) in stack
         .service_urls()
         .into_iter()
-        .chain([("eraser", eraser.url())])
+        .chain([("eraser", eraser.url()), ("slack-ingest", slack.url())])
     {
         let res = stack.http.get(format!("{url}/metrics")).send().await?;
         assert_eq!(res.status(), 200, "{service}'s /metrics");

@@ -11,7 +11,25 @@ pub fn register() {
         "slack_messages_other_total",
         "Slack messages of subtypes the mirror does not keep (joins, topics, ...): acknowledged"
     );
+    // Every series starts at zero, so a rate reads from the first scrape and a dashboard shows
+    // "none dropped" rather than "no data". The labels are bounded.
+    for reason in DROP_REASONS {
+        metrics::counter!("slack_messages_dropped_total", "reason" => *reason).absolute(0);
+    }
+    metrics::counter!("slack_messages_other_total", "subtype" => "other").absolute(0);
 }
+
+/// Every reason a message is dropped for.
+const DROP_REASONS: &[&str] = &[
+    "not_consented",
+    "pending",
+    "paused",
+    "before_consent",
+    "unknown_channel",
+    "other_team",
+    "malformed_ts",
+    "future_ts",
+];
 
 /// Counts a message not kept.
 pub fn dropped(reason: &'static str) {
@@ -47,4 +65,29 @@ pub fn other(subtype: Option<&str>) -> &'static str {
         .unwrap_or("other");
     metrics::counter!("slack_messages_other_total", "subtype" => label).increment(1);
     label
+}
+
+#[cfg(test)]
+mod tests {
+    use lifecycle_core::slack::Drop;
+
+    use super::DROP_REASONS;
+
+    #[test]
+    fn every_drop_reason_starts_at_zero() {
+        let reasons = [
+            Drop::UnknownChannel,
+            Drop::NotConsented,
+            Drop::Pending,
+            Drop::Paused,
+            Drop::BeforeConsent,
+        ]
+        .map(Drop::as_str);
+        for reason in reasons
+            .into_iter()
+            .chain([slack_mirror::admission::OTHER_TEAM.label])
+        {
+            assert!(DROP_REASONS.contains(&reason), "{reason}");
+        }
+    }
 }
