@@ -454,6 +454,23 @@ impl OutlineClient {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
         let answer = match sent.await {
             Ok(answer) => answer,
+            // A failure status the contract does not declare for the method (a 400
+            // `validation_error`, a 500) still carries Outline's error object: its code and
+            // message say what was wrong.
+            Err(progenitor_client::Error::UnexpectedResponse(response))
+                if response.status().is_client_error() || response.status().is_server_error() =>
+            {
+                self.report_quota(response.headers());
+                let status = response.status();
+                let headers = response.headers().clone();
+                // The hooks left Outline's error object or `{}` (capped, never a proxy's page).
+                let body = response
+                    .bytes()
+                    .await
+                    .ok()
+                    .and_then(|body| serde_json::from_slice::<types::Error>(&body).ok());
+                return Err(OutlineError::from_status(method, status, &headers, body));
+            }
             Err(err) => {
                 if let progenitor_client::Error::ErrorResponse(answer) = &err {
                     self.report_quota(answer.headers());

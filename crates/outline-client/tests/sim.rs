@@ -545,6 +545,81 @@ mod failures {
     }
 
     #[tokio::test]
+    async fn a_page_whose_answer_breaks_off_is_read_again() {
+        let team = Team::start().await;
+        team.sim.inject(Fault::nth(
+            methods::COLLECTIONS_LIST,
+            1,
+            OutlineFault::dropped(),
+        ));
+        let client = team.client(retries(2));
+        let page = client.collections_list(0, LIMIT).await.unwrap();
+        let ids: Vec<_> = page.items.iter().map(|c| c.id.unwrap()).collect();
+        assert_eq!(ids, team.collections[..2]);
+        assert_eq!(team.sim.calls(methods::COLLECTIONS_LIST), 2);
+    }
+
+    #[tokio::test]
+    async fn a_subscription_create_is_retried_when_throttled_but_not_when_its_answer_is_lost() {
+        let team = Team::start().await;
+        let client = team.client(retries(3));
+        let events = ["documents".to_owned()];
+        let create = |name: &'static str| {
+            client.webhook_subscriptions_create(name, "https://hooks.example/o", &events, None)
+        };
+        team.sim.inject(Fault::nth(
+            methods::WEBHOOK_SUBSCRIPTIONS_CREATE,
+            1,
+            OutlineFault::RateLimited { retry_after: 0 },
+        ));
+        // Throttled: nothing was created, so it is sent again.
+        create("forgesync:throttled").await.unwrap();
+        assert_eq!(team.sim.calls(methods::WEBHOOK_SUBSCRIPTIONS_CREATE), 2);
+        // Created, then the answer lost behind a proxy's 502: sending it again would make a
+        // second subscription, so the caller gets the error and looks for it by name.
+        team.sim.inject(Fault::nth(
+            methods::WEBHOOK_SUBSCRIPTIONS_CREATE,
+            1,
+            OutlineFault::lost_with(502),
+        ));
+        let err = create("forgesync:lost").await.unwrap_err();
+        assert!(
+            matches!(err, OutlineError::Server { status: 502, .. }),
+            "{err}"
+        );
+        assert_eq!(team.sim.calls(methods::WEBHOOK_SUBSCRIPTIONS_CREATE), 3);
+        let mut names: Vec<_> = team
+            .sim
+            .model(|m| m.subscriptions().map(|s| s.name.clone()).collect());
+        names.sort();
+        assert_eq!(names, ["forgesync:lost", "forgesync:throttled"]);
+    }
+
+    #[tokio::test]
+    async fn a_page_larger_than_outline_serves_is_a_validation_error_not_retried() {
+        let team = Team::start().await;
+        let err = team
+            .client(retries(3))
+            .collections_list(0, 101)
+            .await
+            .unwrap_err();
+        let OutlineError::Status {
+            status,
+            error,
+            message,
+            ..
+        } = &err
+        else {
+            panic!("a validation error is a status error: {err}");
+        };
+        // The contract declares no 400 for the method; Outline's error object is read anyway.
+        assert_eq!((*status, error.as_str()), (400, "validation_error"));
+        assert!(message.contains("max 100"), "{message}");
+        assert_eq!(err.class(), VendorErrorClass::InvalidResponse);
+        assert_eq!(team.sim.calls(methods::COLLECTIONS_LIST), 1);
+    }
+
+    #[tokio::test]
     async fn a_revoked_token_is_bad_credentials_and_not_retried() {
         let team = Team::start().await;
         let client = team.client(retries(3));
