@@ -5,7 +5,7 @@
 mod common;
 
 use anyhow::{Result, anyhow};
-use common::World;
+use common::{World, eventually};
 use lifecycle_core::forward::SlackTs;
 use lifecycle_core::slack::{ChannelCommand, ChannelStatus};
 use vendor_sim::slack::methods;
@@ -166,5 +166,44 @@ async fn rename_deletion_withdrawal_and_a_removed_bot() -> Result<()> {
             .fetch_one(&w.pool)
             .await?;
     assert_eq!(refused, None, "losing one channel is not a refused token");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_withdrawal_redelivered_after_its_erasure_failed_erases_the_deliveries() -> Result<()> {
+    let w = World::start().await?;
+    w.directory(w.a, 3).await?;
+    let general = w.channels[0].clone();
+    let user = w.user.clone();
+    let row = w.consent(w.a, &general).await?;
+    for i in 0..3 {
+        sim(w
+            .sim
+            .model(|m| m.post(&general, &user, &format!("kept {i}"))))?;
+    }
+    w.drained().await?;
+    assert!(w.stored_bodies(w.a, &general).await? >= 3);
+
+    // The withdrawal committed (the channel NONE, its messages gone) but erasing its stored
+    // deliveries after the commit failed: the state a crash or a NATS outage leaves.
+    sqlx::query("DELETE FROM slack_message WHERE channel_id = $1")
+        .bind(row.id)
+        .execute(&w.pool)
+        .await?;
+    sqlx::query(
+        "UPDATE slack_channel SET status = 'none', consent_ts = NULL, reason = 'consent withdrawn' WHERE id = $1",
+    )
+    .bind(row.id)
+    .execute(&w.pool)
+    .await?;
+    assert!(w.stored_bodies(w.a, &general).await? >= 3);
+
+    // The command is redelivered: the channel's status no longer allows it, and the erasure
+    // runs again all the same.
+    w.command(w.a, &general, ChannelCommand::Withdraw).await?;
+    eventually("the stored deliveries were not erased", || async {
+        Ok((w.stored_bodies(w.a, &general).await? == 0).then_some(()))
+    })
+    .await?;
     Ok(())
 }
