@@ -1,12 +1,14 @@
 //! Outline's mirror: the collections a connection reads ([`collection`]) and their documents
-//! ([`document`]), the generic events it publishes ([`events`]) and Outline's declaration
-//! ([`OUTLINE`]). outline-sync writes these tables, control-api reads them; both go through here.
+//! ([`document`]), the admission every delivery passes ([`admission`]), the generic events it
+//! publishes ([`events`]) and Outline's declaration ([`OUTLINE`]). outline-sync writes these
+//! tables, control-api reads them; both go through here.
 //!
 //! Every row is keyed by the connection that read it and never shared: a second connection to
 //! the same Outline team keeps its own copy. Every write takes an [`OutlineConnection`], and every
 //! read a workspace, so no query can reach another tenant's rows.
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod collection;
 pub mod document;
 pub mod erasure;
