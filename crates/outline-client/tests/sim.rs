@@ -495,6 +495,54 @@ mod failures {
     }
 
     #[tokio::test]
+    async fn what_the_rate_limiter_says_is_left_is_reported_and_its_wait_surfaced() {
+        let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .expect("the only recorder of this process");
+        let team = Team::start().await;
+        team.sim.model(|m| {
+            m.rate_limit = Some(RateLimit {
+                limit: 3,
+                window: Duration::from_secs(60),
+            });
+        });
+        let client = team.client(retries(0));
+        client.report_quota_as("conn-sim");
+        let labels = r#"{vendor="outline",resource="api",connection="conn-sim"}"#;
+        let gauge = |name: &str, value: u32| format!("{name}{labels} {value}\n");
+        client.auth_info().await.unwrap();
+        client.auth_info().await.unwrap();
+        let rendered = metrics.render();
+        assert!(
+            rendered.contains(&gauge("vendor_quota_remaining", 1)),
+            "{rendered}"
+        );
+        assert!(
+            rendered.contains(&gauge("vendor_quota_limit", 3)),
+            "{rendered}"
+        );
+        client.auth_info().await.unwrap();
+        let err = client.auth_info().await.unwrap_err();
+        let OutlineError::RateLimited {
+            retry_after: Some(wait),
+            ..
+        } = err
+        else {
+            panic!("past the limit is rate limited with a wait: {err}");
+        };
+        // Most of the minute's window is left; the fraction Outline sends is rounded up.
+        assert!(
+            wait > Duration::from_secs(55) && wait <= Duration::from_secs(60),
+            "{wait:?}"
+        );
+        assert!(
+            metrics
+                .render()
+                .contains(&gauge("vendor_quota_remaining", 0))
+        );
+    }
+
+    #[tokio::test]
     async fn a_5xx_on_documents_list_is_retried_and_the_page_read() {
         let team = Team::start().await;
         // Outline's own 500, then a proxy's 502 without Outline's body.
