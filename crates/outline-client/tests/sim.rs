@@ -1,5 +1,6 @@
-//! The generated client against the simulated Outline (`vendor_sim::outline`) over real HTTP:
-//! both read `schemas/outline.json`, and these tests prove they agree on what is sent, how
+//! The generated client against the simulated Outline (`vendor_sim::outline`) over real HTTP.
+//! The client is generated from `schemas/outline.json` and the simulator is checked against it
+//! (vendor-sim's `outline_schema` test); these tests prove the two agree on what is sent, how
 //! pages end, what a deletion looks like, and which failures are retried or surfaced.
 
 use std::future::Future;
