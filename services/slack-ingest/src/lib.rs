@@ -182,6 +182,11 @@ pub async fn run(
                 pool: pool.clone(),
                 bus: bus.clone(),
                 clock_skew: config.sync.clock_skew(),
+                factory: factory.clone(),
+                confirmations: sync_engine::webhook::hint::Confirmations::for_workers(
+                    "slack",
+                    config.sync.webhook_concurrency.max(1),
+                ),
             },
         )
         .with_clock_skew(config.sync.clock_skew()),

@@ -4,11 +4,16 @@
 //! message consent does not cover is erased with every copy of its delivery and counted in
 //! `slack_messages_dropped_total{reason}`. Channel events rename, pause or erase the channel.
 //!
-//! Slack's rows belong to the connection alone and are never shared, so a delivery signed with
-//! a tenant's own endpoint secret can change only that tenant's copy; it is applied as sent.
+//! A delivery signed with a secret a tenant chose (a workspace's own Slack app on a
+//! token-addressed endpoint) is a claim, never a fact: nothing of it is written. A message it
+//! names is read from Slack with the connection's token and what Slack shows goes through the
+//! same admission and forward-only write (`sync_engine::webhook::hint`); a deletion or channel
+//! change it claims cannot be confirmed by a read (absence deletes nothing) and is left to the
+//! app's own deliveries and to replays. A hint's stored delivery is erased either way.
 
 use lifecycle_core::forward::{SlackTs, TimeBound};
 use lifecycle_core::slack::{ChannelStatus, MessageKind, message_kind};
+use sea_orm::EntityTrait;
 use serde_json::Value;
 use slack_mirror::admission::{self, ChannelEvent, Message};
 use slack_mirror::channel::{self, Seen};
@@ -18,10 +23,13 @@ use slack_morphism::prelude::{SlackEventCallbackBody, SlackMessageEvent, SlackPu
 use sqlx::PgPool;
 use store::admission::Refusal;
 use store::entity::ConnectionKind;
+use store::entity::connection;
+use sync_engine::webhook::hint::{self, Confirmation};
 use sync_engine::webhook::{Outcome, Webhook, WebhookApply, WebhookError};
 use time::OffsetDateTime;
 
 use crate::erase;
+use crate::source::ClientFactory;
 
 /// What a channel event does.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +68,10 @@ pub struct SlackWebhooks {
     pub pool: PgPool,
     pub bus: bus::Bus,
     pub clock_skew: std::time::Duration,
+    /// Reads what a hint names, with the delivering connection's token.
+    pub factory: ClientFactory,
+    /// Confirming reads of hints, coalesced per message.
+    pub confirmations: hint::Confirmations,
 }
 
 fn invalid(e: impl std::fmt::Display) -> WebhookError {
@@ -218,6 +230,18 @@ impl WebhookApply for SlackWebhooks {
     }
 
     async fn apply(&self, hook: &Webhook<'_>, payload: Payload) -> Result<Outcome, WebhookError> {
+        if hook.is_hint() {
+            let outcome = self.confirm(hook, payload).await;
+            // What a tenant claimed is never kept, whatever Slack confirmed of it; a hint
+            // handed back to be tried again keeps its body until then.
+            if matches!(
+                outcome,
+                Ok(_) | Err(WebhookError::OutOfScope(_) | WebhookError::Invalid(_))
+            ) {
+                hook.erase().await?;
+            }
+            return outcome;
+        }
         match payload {
             Payload::Message {
                 team,
@@ -239,6 +263,100 @@ impl WebhookApply for SlackWebhooks {
 }
 
 impl SlackWebhooks {
+    /// A hint: the message it names as Slack shows it, written as a delivery from Slack would
+    /// be; anything else it claims is unconfirmed.
+    async fn confirm(&self, hook: &Webhook<'_>, payload: Payload) -> Result<Outcome, WebhookError> {
+        let Payload::Message {
+            team,
+            channel,
+            ts,
+            kind: MessageKind::Kept | MessageKind::Changed,
+            message,
+        } = payload
+        else {
+            return hint::unconfirmed(
+                &self.pool,
+                hook,
+                "Slack",
+                "only a message can be confirmed by a read; a deletion or a channel change \
+                 claimed by a tenant's own signature is left to the Slack app's deliveries",
+            )
+            .await;
+        };
+        let key = format!("{}:{channel}:{ts}", hook.connection_id);
+        self.confirmations
+            .confirm(&self.pool, hook, key, || async {
+                let shown = match self.read_message(hook, &channel, &ts, &message).await {
+                    Ok(Some(shown)) => shown,
+                    Ok(None) => {
+                        return Ok(Confirmation::Unconfirmed(format!(
+                            "Slack shows no message {ts} in {channel}"
+                        )));
+                    }
+                    Err(reason) => return Ok(Confirmation::Unconfirmed(reason)),
+                };
+                let kind = message_kind(shown.subtype.as_deref());
+                let incoming = crate::sync::incoming(&shown);
+                let outcome = self
+                    .message(hook, &team, &channel, &shown.ts, kind, &incoming)
+                    .await?;
+                Ok(Confirmation::Written(outcome))
+            })
+            .await
+    }
+
+    /// Message `ts` of `channel` as Slack shows it now (`None`: not shown), read with the
+    /// delivering connection's token; a failed read is its reason.
+    async fn read_message(
+        &self,
+        hook: &Webhook<'_>,
+        channel: &str,
+        ts: &str,
+        claimed: &Incoming,
+    ) -> Result<Option<slack_client::Message>, String> {
+        let conn = connection::Entity::find_by_id(hook.connection_id)
+            .one(&self.factory.db)
+            .await
+            .map_err(|e| format!("loading the connection: {e}"))?
+            .ok_or_else(|| "the connection is gone".to_owned())?;
+        let source = self
+            .factory
+            .source(&conn)
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+        let page = source
+            .client
+            .conversations_history(&slack_client::HistoryQuery {
+                channel,
+                oldest: Some(ts),
+                latest: Some(ts),
+                inclusive: true,
+                cursor: None,
+                limit: 1,
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(m) = page.items.into_iter().find(|m| m.ts == ts) {
+            return Ok(Some(m));
+        }
+        // A reply is shown only in its thread.
+        let Some(thread) = claimed.thread_ts.map(|t| t.to_string()) else {
+            return Ok(None);
+        };
+        let page = source
+            .client
+            .conversations_replies(&slack_client::RepliesQuery {
+                channel,
+                ts: &thread,
+                oldest: Some(ts),
+                cursor: None,
+                limit: 2,
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(page.items.into_iter().find(|m| m.ts == ts))
+    }
+
     /// Erases every stored delivery of the channel (its raw bodies and stream copies).
     async fn erase_deliveries(
         &self,

@@ -134,3 +134,142 @@ async fn another_workspace_naming_our_team_changes_nothing_of_ours() -> Result<(
     assert_eq!(b_bodies, 0, "what B sent is not kept");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_delivery_signed_with_our_own_chosen_secret_is_a_claim_slack_must_confirm() -> Result<()>
+{
+    const A_SECRET: &str = "a-chose-this-secret";
+    let w = World::start().await?;
+    w.directory(w.a, 3).await?;
+    let general = w.channels[0].clone();
+    let user = w.user.clone();
+    let ours = w.consent(w.a, &general).await?;
+    w.drained().await?;
+    // A's admin also set up a Slack app of their own, on a token-addressed endpoint whose
+    // secret they chose: what it delivers is a claim.
+    let address = Uuid::now_v7().simple().to_string();
+    store::inbound::create_endpoint(
+        &w.env.db.db,
+        &Keyring::parse(&testkit::secret_key())?,
+        NewEndpoint {
+            workspace_id: w.a.workspace_id,
+            connection_id: w.a.connection_id,
+            kind: ConnectionKind::Slack,
+            registration: Registration::Operator,
+            provider_ref: None,
+            address_token: Some(address.clone()),
+            tenant_keyed: true,
+        },
+        A_SECRET.as_bytes(),
+    )
+    .await?;
+    // A message Slack has, whose app delivery never arrived.
+    w.deafen();
+    let real = w
+        .sim
+        .model(|m| m.post(&general, &user, "what was really said"))
+        .map_err(|e| anyhow!("{e:?}"))?;
+    w.sim.settle().await;
+    w.listen();
+
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let send = |n: u32, event: serde_json::Value| claim(&w, &address, A_SECRET, now, n, event);
+    // A message Slack never had; the real one with other words; an edit and a deletion of it.
+    let invented = format!("{now}.000100");
+    send(
+        1,
+        serde_json::json!({"type": "message", "channel": general, "user": user,
+        "text": "invented", "ts": invented, "event_ts": invented}),
+    )
+    .await?;
+    send(
+        2,
+        serde_json::json!({"type": "message", "channel": general, "user": user,
+        "text": "tampered", "ts": real, "event_ts": real}),
+    )
+    .await?;
+    send(
+        3,
+        serde_json::json!({"type": "message", "subtype": "message_changed",
+        "channel": general, "ts": format!("{now}.000200"), "event_ts": format!("{now}.000200"),
+        "message": {"type": "message", "user": user, "text": "defaced", "ts": real,
+            "edited": {"user": user, "ts": format!("{now}.000200")}}}),
+    )
+    .await?;
+    send(
+        4,
+        serde_json::json!({"type": "message", "subtype": "message_deleted",
+        "channel": general, "ts": format!("{now}.000300"), "event_ts": format!("{now}.000300"),
+        "deleted_ts": real}),
+    )
+    .await?;
+    w.drained().await?;
+
+    // Only what Slack shows was written, once; nothing was invented, changed or deleted.
+    let rows = w.messages(ours.id).await?;
+    let texts: Vec<(&str, Option<&str>, bool)> = rows
+        .iter()
+        .map(|r| (r.0.as_str(), r.1.as_deref(), r.3))
+        .collect();
+    let real_row = texts.iter().find(|r| r.0 == real);
+    assert_eq!(
+        real_row,
+        Some(&(real.as_str(), Some("what was really said"), false)),
+        "{texts:?}"
+    );
+    assert!(!texts.iter().any(|r| r.0 == invented), "{texts:?}");
+    assert_eq!(
+        w.events(w.a, "slack.message.posted").await?,
+        2,
+        "the announcement and the real one"
+    );
+    assert_eq!(w.events(w.a, "slack.message.edited").await?, 0);
+    assert_eq!(w.events(w.a, "slack.message.deleted").await?, 0);
+    let unconfirmed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM connection_activity WHERE connection_id = $1 AND activity = 'hint_unconfirmed'",
+    )
+    .bind(w.a.connection_id)
+    .fetch_one(&w.pool)
+    .await?;
+    assert!(
+        unconfirmed >= 2,
+        "the invented message and the deletion: {unconfirmed}"
+    );
+    // No claim is kept.
+    let claims: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM inbound_message_body b JOIN inbound_message m ON m.id = b.message_id
+          WHERE m.connection_id = $1 AND convert_from(b.body, 'UTF8') LIKE '%EvClaim%'",
+    )
+    .bind(w.a.connection_id)
+    .fetch_one(&w.pool)
+    .await?;
+    assert_eq!(claims, 0, "the claims' bodies are erased");
+    Ok(())
+}
+
+/// Sends `event` of `w`'s team to the token route `address`, signed with `secret` as a Slack app
+/// would (event id `EvClaim<n>`).
+async fn claim(
+    w: &World,
+    address: &str,
+    secret: &str,
+    now: i64,
+    n: u32,
+    event: serde_json::Value,
+) -> Result<()> {
+    let body = serde_json::to_vec(&serde_json::json!({
+        "token": "x", "team_id": w.team, "api_app_id": "A1", "type": "event_callback",
+        "event_id": format!("EvClaim{n}"), "event_time": now, "event": event,
+    }))?;
+    let mut headers = vendor_sim::slack::signed_headers(secret.as_bytes(), now, &body);
+    headers.remove("user-agent");
+    let status = reqwest::Client::new()
+        .post(format!("{}/hooks/{address}", w.ingress.url()))
+        .headers(headers)
+        .body(body)
+        .send()
+        .await?
+        .status();
+    anyhow::ensure!(status.is_success(), "{status}");
+    Ok(())
+}
