@@ -342,3 +342,51 @@ async fn a_malformed_delivery_is_refused_and_changes_nothing() -> Result<()> {
     assert_eq!(w.events(&w.a).await?, events, "nothing announced");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_collections_deletion_tombstones_it_with_its_documents() -> Result<()> {
+    let w = World::start().await?;
+    let [eng, handbook] = w.collections.clone();
+    let (kept, gone) = w
+        .sim
+        .model(|m| -> Result<_, vendor_sim::outline::OutlineError> {
+            m.rename_collection(&eng, "Engineering 2")?;
+            let kept = m.add_document(NewDocument::new(&handbook, "Kept"))?;
+            let gone = m.add_document(NewDocument::new(&eng, "Gone"))?;
+            Ok((kept, gone))
+        })
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    w.drained().await?;
+    let name: Option<String> = sqlx::query_scalar(
+        "SELECT name FROM outline_collection WHERE connection_id = $1 AND outline_id = $2",
+    )
+    .bind(w.a.connection_id)
+    .bind(&eng)
+    .fetch_one(&w.pool)
+    .await?;
+    assert_eq!(name.as_deref(), Some("Engineering 2"));
+
+    w.sim
+        .model(|m| m.delete_collection(&eng))
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    w.drained().await?;
+    let deleted: Option<time::OffsetDateTime> = sqlx::query_scalar(
+        "SELECT deleted_at FROM outline_collection WHERE connection_id = $1 AND outline_id = $2",
+    )
+    .bind(w.a.connection_id)
+    .bind(&eng)
+    .fetch_one(&w.pool)
+    .await?;
+    assert!(deleted.is_some(), "the collection is tombstoned");
+    let gone = w.document(&w.a, &gone).await?.context("gone")?;
+    assert!(gone.6.is_some() && gone.3.is_none(), "its document with it");
+    let kept = w.document(&w.a, &kept).await?.context("kept")?;
+    assert_eq!(kept.6, None, "another collection's document stays");
+    assert_eq!(
+        w.count(&w.a, outline_mirror::events::COLLECTION_DELETED)
+            .await?,
+        1
+    );
+    assert_eq!(w.count(&w.a, DELETED).await?, 1);
+    Ok(())
+}
