@@ -390,3 +390,39 @@ async fn a_collections_deletion_tombstones_it_with_its_documents() -> Result<()>
     assert_eq!(w.count(&w.a, DELETED).await?, 1);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_deletion_dated_past_its_receipt_is_refused_and_changes_nothing() -> Result<()> {
+    let w = World::start().await?;
+    let [eng, _] = w.collections.clone();
+    let id = w
+        .sim
+        .model(|m| m.add_document(NewDocument::new(&eng, "Runbook")))
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    w.drained().await?;
+    let rows = w.documents(&w.a).await?;
+    let now = vendor_sim::outline::date(time::OffsetDateTime::now_utc());
+    // Its version is now, its deletion in 2099: tombstoned so, it would outdate every version.
+    let body = json!({
+        "id": Uuid::new_v4().to_string(),
+        "actorId": null,
+        "webhookSubscriptionId": w.a.subscription,
+        "createdAt": now,
+        "event": "documents.delete",
+        "payload": {"id": id, "model": {
+            "id": id, "collectionId": eng, "title": "Runbook", "updatedAt": now,
+            "deletedAt": "2099-01-01T00:00:00.000Z",
+        }},
+    });
+    assert_eq!(w.post_signed(&w.a, &body).await?, 200);
+    let refused = eventually("the future deletion was not refused", || async {
+        let refused = w.refusals(&w.a).await?;
+        Ok((!refused.is_empty()).then_some(refused))
+    })
+    .await?;
+    assert_eq!(refused, ["future_time"]);
+    w.drained().await?;
+    assert_eq!(w.documents(&w.a).await?, rows, "nothing written");
+    assert_eq!(w.count(&w.a, DELETED).await?, 0);
+    Ok(())
+}
