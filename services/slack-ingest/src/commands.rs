@@ -30,9 +30,6 @@ pub const ANNOUNCEMENT: &str = "This channel is now mirrored by forgesync: messa
 /// A PENDING channel's reason while its announcement is being posted.
 const ANNOUNCING: &str = "announcing";
 
-/// How far before a consent began its announcement is looked for: Slack's clock against ours.
-const CLOCK_SKEW: std::time::Duration = std::time::Duration::from_secs(300);
-
 /// A message on the channels consumer.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
@@ -110,15 +107,15 @@ impl Channels {
         match cmd.command {
             ChannelCommand::Consent => {
                 // A consent redelivered while its announcement was under way (the answer to the
-                // post lost, or we stopped before recording it) keeps the time it started, the
-                // lower bound of the search for that announcement.
+                // post lost, or we stopped before recording it) keeps the time it started: only
+                // what the bot posted since then can be this consent's announcement.
                 let since = if ch.status == ChannelStatus::Pending
                     && ch.reason.as_deref() == Some(ANNOUNCING)
                 {
-                    ch.status_at
+                    Some(ch.status_at)
                 } else {
                     channel::set_status(&mut txn, ch.id, next, Some(ANNOUNCING), None).await?;
-                    now
+                    None
                 };
                 txn.commit().await?;
                 return self.announce(cmd, &ch, since).await;
@@ -173,7 +170,7 @@ impl Channels {
         &self,
         cmd: &ChannelCommandMessage,
         ch: &Channel,
-        since: OffsetDateTime,
+        since: Option<OffsetDateTime>,
     ) -> Handled {
         let Some(conn) = connection::Entity::find_by_id(cmd.connection_id)
             .one(&self.db)
@@ -216,8 +213,13 @@ impl Channels {
             self.pending(ch, reason).await?;
             return Ok(Settle::Applied("consent pending"));
         }
-        // Members are told once: an announcement already posted for this consent is adopted.
-        let earlier = match self.posted_since(&source, ch, since).await {
+        // Members are told once: when an earlier attempt of this consent may have posted, its
+        // announcement is looked for and adopted.
+        let earlier = match since {
+            None => Ok(None),
+            Some(since) => self.posted_since(&source, ch, since).await,
+        };
+        let earlier = match earlier {
             Ok(found) => found,
             Err(e) if transient(e.class()) => anyhow::bail!("looking for the announcement: {e}"),
             Err(e) => {
@@ -276,15 +278,18 @@ impl Channels {
         Ok(Settle::Applied("channel consented and announced"))
     }
 
-    /// The ts of the bot's announcement in the channel at or after `since` (less the clock
-    /// skew), if an earlier attempt of this consent posted it.
+    /// The ts of the bot's announcement in the channel at or after `since`, if an earlier
+    /// attempt of this consent posted it. Nothing earlier counts: an announcement from before
+    /// `since` told the members of an earlier consent (a withdrawal came between). A clock
+    /// skew that puts ours ahead of Slack's can only miss it (the members are told twice),
+    /// never adopt another consent's.
     async fn posted_since(
         &self,
         source: &crate::source::SlackSource,
         ch: &Channel,
         since: OffsetDateTime,
     ) -> Result<Option<String>, slack_client::SlackError> {
-        let Some(oldest) = SlackTs::at(since - CLOCK_SKEW) else {
+        let Some(oldest) = SlackTs::at(since) else {
             return Ok(None);
         };
         let bot = source.client.auth_test().await?;

@@ -63,6 +63,13 @@ pub enum Payload {
     },
 }
 
+/// A message admitted under its channel's consent: the transaction holding the channel's lock.
+struct Admitted {
+    txn: sqlx::Transaction<'static, sqlx::Postgres>,
+    locked: channel::Channel,
+    ts: SlackTs,
+}
+
 /// Slack's webhook side.
 pub struct SlackWebhooks {
     pub pool: PgPool,
@@ -283,6 +290,12 @@ impl SlackWebhooks {
             )
             .await;
         };
+        // What needs no read is checked first: the ts, the team, the channel's consent. Nothing
+        // is held while Slack is read; the write admits again.
+        match self.admit_message(hook, &team, &channel, &ts).await? {
+            Ok(admitted) => admitted.txn.rollback().await?,
+            Err(outcome) => return Ok(outcome),
+        }
         let key = format!("{}:{channel}:{ts}", hook.connection_id);
         self.confirmations
             .confirm(&self.pool, hook, key, || async {
@@ -393,25 +406,27 @@ impl SlackWebhooks {
         Ok(Outcome::Refused)
     }
 
-    async fn message(
+    /// Checks a message's ts and admits it under its channel's consent: the transaction that
+    /// holds the locked channel, or the outcome of a refusal (recorded, its delivery erased).
+    async fn admit_message(
         &self,
         hook: &Webhook<'_>,
         team: &str,
         channel_id: &str,
         ts: &str,
-        kind: MessageKind,
-        m: &Incoming,
-    ) -> Result<Outcome, WebhookError> {
+    ) -> Result<Result<Admitted, Outcome>, WebhookError> {
         let Ok(ts) = ts.parse::<SlackTs>() else {
             return self
                 .refuse(hook, channel_id, "malformed_ts", format!("ts {ts:?}"))
-                .await;
+                .await
+                .map(Err);
         };
         let bound = TimeBound::after(hook.received_at, self.clock_skew);
         if let Err(future) = bound.check(ts.time()) {
             return self
                 .refuse(hook, channel_id, "future_ts", future.to_string())
-                .await;
+                .await
+                .map(Err);
         }
         let mut txn = self.pool.begin().await?;
         let mut locked = None;
@@ -448,8 +463,28 @@ impl SlackWebhooks {
         }
         admitted?;
         // Admission locked the channel row; the transaction holds it until the write commits.
-        let Some(locked) = locked else {
-            return Ok(Outcome::Unchanged);
+        Ok(match locked {
+            Some(locked) => Ok(Admitted { txn, locked, ts }),
+            None => Err(Outcome::Unchanged),
+        })
+    }
+
+    async fn message(
+        &self,
+        hook: &Webhook<'_>,
+        team: &str,
+        channel_id: &str,
+        ts: &str,
+        kind: MessageKind,
+        m: &Incoming,
+    ) -> Result<Outcome, WebhookError> {
+        let Admitted {
+            mut txn,
+            locked,
+            ts,
+        } = match self.admit_message(hook, team, channel_id, ts).await? {
+            Ok(admitted) => admitted,
+            Err(outcome) => return Ok(outcome),
         };
         let written = match kind {
             MessageKind::Kept => message::put(&mut txn, &locked, ts, m).await?,

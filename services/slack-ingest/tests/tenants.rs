@@ -175,7 +175,8 @@ async fn a_delivery_signed_with_our_own_chosen_secret_is_a_claim_slack_must_conf
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
     let send = |n: u32, event: serde_json::Value| claim(&w, &address, A_SECRET, now, n, event);
     // A message Slack never had; the real one with other words; an edit and a deletion of it.
-    let invented = format!("{now}.000100");
+    // After the consent (which may be within this very second), before any skew bound.
+    let invented = format!("{}.000100", now + 2);
     send(
         1,
         serde_json::json!({"type": "message", "channel": general, "user": user,
@@ -231,9 +232,14 @@ async fn a_delivery_signed_with_our_own_chosen_secret_is_a_claim_slack_must_conf
     .bind(w.a.connection_id)
     .fetch_one(&w.pool)
     .await?;
+    let all: Vec<(String, serde_json::Value)> =
+        sqlx::query_as("SELECT activity, detail FROM connection_activity WHERE connection_id = $1")
+            .bind(w.a.connection_id)
+            .fetch_all(&w.pool)
+            .await?;
     assert!(
         unconfirmed >= 2,
-        "the invented message and the deletion: {unconfirmed}"
+        "the invented message and the deletion: {all:?}"
     );
     // No claim is kept.
     let claims: i64 = sqlx::query_scalar(
