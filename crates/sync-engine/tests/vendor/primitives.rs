@@ -19,7 +19,8 @@ use sync_engine::{
 };
 
 use crate::scripted::{
-    self, Fault, Fixture, Gitlab, Monitored, Note, Scripted, ScriptedError, ScriptedPage, ScriptedSource,
+    self, Fault, Fixture, Gitlab, Monitored, Note, Scripted, ScriptedError, ScriptedPage,
+    ScriptedSource,
 };
 
 /// The declarations a shaped vendor makes.
@@ -400,7 +401,9 @@ async fn a_vendor_that_never_sweeps_records_an_incomplete_listing_itself() -> Re
     assert_eq!(recorded.len(), 1, "{recorded:?}");
     assert_eq!(recorded[0]["class"], "note", "{recorded:?}");
     assert!(
-        recorded[0]["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        recorded[0]["reason"]
+            .as_str()
+            .is_some_and(|r| !r.is_empty()),
         "{recorded:?}"
     );
     assert!(f.tombstoned().await?.is_empty());
