@@ -20,6 +20,7 @@ pub enum Identity {
     GithubSync,
     GitlabSync,
     SlackIngest,
+    OutlineSync,
     Eraser,
 }
 
@@ -31,12 +32,13 @@ pub struct Permissions {
 }
 
 impl Identity {
-    pub const ALL: [Identity; 6] = [
+    pub const ALL: [Identity; 7] = [
         Identity::Ingress,
         Identity::ControlApi,
         Identity::GithubSync,
         Identity::GitlabSync,
         Identity::SlackIngest,
+        Identity::OutlineSync,
         Identity::Eraser,
     ];
 
@@ -48,6 +50,7 @@ impl Identity {
             Identity::GithubSync => "github-sync",
             Identity::GitlabSync => "gitlab-sync",
             Identity::SlackIngest => "slack-ingest",
+            Identity::OutlineSync => "outline-sync",
             Identity::Eraser => "eraser",
         }
     }
@@ -119,6 +122,8 @@ impl Identity {
             ],
             // Channel and message events, and its own kind's scheduled jobs.
             Identity::SlackIngest => vec![every(Stream::Events), kind(Stream::Jobs, "slack")],
+            // Collection and document events, and its own kind's jobs (its schedules, to come).
+            Identity::OutlineSync => vec![every(Stream::Events), kind(Stream::Jobs, "outline")],
             // A purge disconnects the workspace's connections, whatever their kind.
             Identity::Eraser => vec![every(Stream::Lifecycle)],
         }
@@ -131,6 +136,7 @@ impl Identity {
             Identity::GithubSync => &[Stream::WebhooksGithub, Stream::Jobs, Stream::Lifecycle],
             Identity::GitlabSync => &[Stream::WebhooksGitlab, Stream::Jobs, Stream::Lifecycle],
             Identity::SlackIngest => &[Stream::WebhooksSlack, Stream::Jobs, Stream::Lifecycle],
+            Identity::OutlineSync => &[Stream::WebhooksOutline, Stream::Jobs, Stream::Lifecycle],
             Identity::Eraser => &[Stream::Lifecycle],
         }
     }
@@ -144,6 +150,8 @@ impl Identity {
             Identity::GitlabSync => (&[Stream::WebhooksGitlab], &[]),
             // A message consent does not cover, and a deleted or withdrawn channel's deliveries.
             Identity::SlackIngest => (&[Stream::WebhooksSlack], &[]),
+            // A delivery its admission refuses and must not keep (`Delivery::erase`).
+            Identity::OutlineSync => (&[Stream::WebhooksOutline], &[]),
             // Erasure reaches every copy.
             Identity::Eraser => (&Stream::ALL, &Stream::ALL),
         }

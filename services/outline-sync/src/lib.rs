@@ -6,9 +6,8 @@
 //! To come, on `sync-engine` with Outline as its vendor: activation (`auth.info`, then the
 //! subscription registered subscription-first), INITIAL to a horizon, RECONCILIATION per
 //! collection with confirm-before-tombstone, their `SyncJobs` registration (`outline-sync-jobs`,
-//! `-lifecycle`), the confirming read of deliveries a tenant's secret signed (until then a claim
-//! writes nothing), and the service's own NATS identity with its outbox relay (until then the
-//! events it records wait in the outbox).
+//! `-lifecycle`) and the confirming read of deliveries a tenant's secret signed (until then a
+//! claim writes nothing).
 #![forbid(unsafe_code)]
 
 pub mod webhooks;
@@ -107,8 +106,8 @@ pub async fn run(
         .with_clock_skew(config.sync.clock_skew()),
     );
     service.consumer(&bus, &db, events_spec, webhooks);
-    // No outbox relay yet: without its own NATS identity (`bus::permissions`) a relay here would
-    // claim every service's rows. The events it records wait in the outbox until then.
+    // Its NATS identity (`bus::permissions`) keeps the relay to the rows outline-sync may publish.
+    service.relay(&db, &bus);
     // Health and metrics only: outline-sync serves no API.
     service
         .serve(&db, Some(bus.client().clone()), on_listen)
