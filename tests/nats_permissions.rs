@@ -1,5 +1,5 @@
 //! Every service as its own NATS user (issue 28): control-api, ingress, github-sync, gitlab-sync,
-//! slack-ingest and the eraser run against a nats-server of the test's own that enforces `bus::permissions`,
+//! slack-ingest, outline-sync and the eraser run against a nats-server of the test's own that enforces `bus::permissions`,
 //! each connecting with its own user and password in its NATS_URL. A GitHub App connection is
 //! activated and mirrored, a signed delivery travels through ingress to github-sync, and the
 //! workspace's purge is erased from every stream: a permission too narrow for any of it stops
@@ -61,6 +61,17 @@ async fn every_service_does_its_work_as_its_own_nats_user() -> Result<()> {
         common(Identity::SlackIngest),
         &slack_sim.api_url(),
     ))
+    .await?;
+    let outline_sim =
+        vendor_sim::outline::OutlineSim::start(vendor_sim::outline::Model::new("acme")).await?;
+    let outline = testkit::spawn(testkit::config::<outline_sync::Config>(
+        common(Identity::OutlineSync),
+        &[
+            format!("--secret-key={}", testkit::secret_key()),
+            format!("--outline-api-url={}", outline_sim.base_url()),
+            "--reconcile-cron=off".to_owned(),
+        ],
+    )?)
     .await?;
     let eraser = testkit::spawn(testkit::eraser_config(common(Identity::Eraser))).await?;
     let token = testkit::token(&testkit::control_api_keys()?, Role::Admin, None)?;
@@ -161,7 +172,30 @@ async fn every_service_does_its_work_as_its_own_nats_user() -> Result<()> {
     })
     .await?;
 
-    for service in [&control, &ingress, &github, &gitlab, &slack, &eraser] {
+    // outline-sync created its durable on WEBHOOKS_OUTLINE as its own user.
+    let as_outline = bus::Bus::connect(
+        &common(Identity::OutlineSync).nats_url,
+        None,
+        Namespace::root(),
+        bus::StreamSettings::default(),
+    )
+    .await?;
+    eventually("outline-sync's consumer was not created", || async {
+        let stream = as_outline
+            .jetstream()
+            .get_stream(bus::Stream::WebhooksOutline.name())
+            .await?;
+        Ok(stream
+            .consumer_info("outline-sync-events")
+            .await
+            .ok()
+            .map(|_| ()))
+    })
+    .await?;
+
+    for service in [
+        &control, &ingress, &github, &gitlab, &slack, &outline, &eraser,
+    ] {
         let ready = http.get(format!("{}/readyz", service.url())).send().await?;
         assert_eq!(
             ready.status().as_u16(),
