@@ -1,7 +1,7 @@
-//! The shared sync flags as github-sync and gitlab-sync spell them. Deployments set these
-//! variables (the Helm values, docs, the services' tests and `forgesync-local` name them), so a
-//! flag or variable that changes its spelling, or a default that moves, fails here. The tables are
-//! written out letter by letter on purpose: they are what operators type.
+//! The shared sync flags as github-sync, gitlab-sync and outline-sync spell them. Deployments set
+//! these variables (the Helm values, docs, the services' tests and `forgesync-local` name them), so
+//! a flag or variable that changes its spelling, or a default that moves, fails here. The tables
+//! are written out letter by letter on purpose: they are what operators type.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -9,6 +9,7 @@ use std::process::Command;
 use clap::{Args as _, FromArgMatches as _};
 use github_sync::GithubFlags;
 use gitlab_sync::GitlabFlags;
+use outline_sync::OutlineFlags;
 use sync_engine::{BackfillArgs, BackfillFlags, SyncArgs, SyncFlags};
 
 /// One shared flag of one service: its field, its long flag, its variable (also its value name)
@@ -56,6 +57,22 @@ const GITLAB: &[Spelling] = &[
     ("webhook_concurrency", "webhook-concurrency", "FORGESYNC_GITLAB_WEBHOOK_CONCURRENCY", Some("16")),
     ("filter_refresh_ms", "filter-refresh-ms", "FORGESYNC_GITLAB_FILTER_REFRESH_MS", Some("5000")),
     ("clock_skew_secs", "clock-skew-secs", "FORGESYNC_GITLAB_CLOCK_SKEW_SECS", Some("300")),
+    ("job_lease_secs", "job-lease", "FORGESYNC_JOB_LEASE", Some("60")),
+    ("workspace_jobs", "workspace-jobs", "FORGESYNC_WORKSPACE_JOBS", Some("1")),
+];
+
+// Outline has no BACKFILL: its spellings without those rows (defaults as the shared flags').
+#[rustfmt::skip]
+const OUTLINE: &[Spelling] = &[
+    ("reconcile_cron", "reconcile-cron", "FORGESYNC_OUTLINE_RECONCILE_CRON", Some("0 */5 * * * *")),
+    ("reconcile_cooldown_secs", "outline-reconcile-cooldown", "FORGESYNC_OUTLINE_RECONCILE_COOLDOWN", Some("43200")),
+    ("page_size", "page-size", "FORGESYNC_OUTLINE_PAGE_SIZE", Some("100")),
+    ("page_cap", "page-cap", "FORGESYNC_OUTLINE_PAGE_CAP", Some("10000")),
+    ("request_timeout_ms", "outline-request-timeout-ms", "FORGESYNC_OUTLINE_REQUEST_TIMEOUT_MS", Some("30000")),
+    ("job_concurrency", "job-concurrency", "FORGESYNC_OUTLINE_JOB_CONCURRENCY", Some("2")),
+    ("webhook_concurrency", "webhook-concurrency", "FORGESYNC_OUTLINE_WEBHOOK_CONCURRENCY", Some("16")),
+    ("filter_refresh_ms", "filter-refresh-ms", "FORGESYNC_OUTLINE_FILTER_REFRESH_MS", Some("5000")),
+    ("clock_skew_secs", "clock-skew-secs", "FORGESYNC_OUTLINE_CLOCK_SKEW_SECS", Some("300")),
     ("job_lease_secs", "job-lease", "FORGESYNC_JOB_LEASE", Some("60")),
     ("workspace_jobs", "workspace-jobs", "FORGESYNC_WORKSPACE_JOBS", Some("1")),
 ];
@@ -167,6 +184,25 @@ fn assert_spelled<F: SyncFlags>(service: &str, table: &[Spelling]) {
 fn each_service_keeps_its_flag_and_variable_spellings() {
     assert_spelled::<GithubFlags>("github-sync", GITHUB);
     assert_spelled::<GitlabFlags>("gitlab-sync", GITLAB);
+    assert_spelled::<OutlineFlags>("outline-sync", OUTLINE);
+    // Outline's defaults, as clap declares them (no BACKFILL, so not through `parsed`).
+    let command = SyncArgs::<OutlineFlags>::augment_args(clap::Command::new("probe"));
+    for (field, _, _, default) in OUTLINE {
+        let arg = command
+            .get_arguments()
+            .find(|a| a.get_id() == *field)
+            .unwrap_or_else(|| panic!("outline-sync has no {field}"));
+        let got: Vec<_> = arg
+            .get_default_values()
+            .iter()
+            .map(|v| v.to_str())
+            .collect();
+        assert_eq!(
+            got,
+            default.iter().map(|d| Some(*d)).collect::<Vec<_>>(),
+            "{field}"
+        );
+    }
 }
 
 sync_engine::sync_flags! {
