@@ -5,13 +5,9 @@
 mod common;
 
 use anyhow::{Result, anyhow};
-use common::World;
+use common::{World, send_to_token_route, token_endpoint};
 use lifecycle_core::forward::SlackTs;
-use store::entity::ConnectionKind;
-use store::entity::inbound_endpoint::Registration;
-use store::inbound::NewEndpoint;
 use store::outbox::OutboxMessage;
-use store::secrets::Keyring;
 use uuid::Uuid;
 
 const OWN_SECRET: &str = "a-token-route-secret";
@@ -25,22 +21,7 @@ async fn bad_input_is_refused_with_its_reason_and_nothing_is_stored() -> Result<
     w.drained().await?;
     let rows_before = w.messages(channel.id).await?;
     // The connection's own token-addressed endpoint: any team id can be sent to it.
-    let address = Uuid::now_v7().simple().to_string();
-    store::inbound::create_endpoint(
-        &w.env.db.db,
-        &Keyring::parse(&testkit::secret_key())?,
-        NewEndpoint {
-            workspace_id: w.a.workspace_id,
-            connection_id: w.a.connection_id,
-            kind: ConnectionKind::Slack,
-            registration: Registration::Operator,
-            provider_ref: None,
-            address_token: Some(address.clone()),
-            tenant_keyed: true,
-        },
-        OWN_SECRET.as_bytes(),
-    )
-    .await?;
+    let address = token_endpoint(&w.env, w.a, OWN_SECRET).await?;
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
     let message = |team: &str, channel: &str, ts: &str, n: u32| {
         serde_json::json!({
@@ -65,17 +46,8 @@ async fn bad_input_is_refused_with_its_reason_and_nothing_is_stored() -> Result<
             message(&w.team, "C0NOSUCH", &format!("{now}.000002"), 3),
         ),
     ];
-    let http = reqwest::Client::new();
     for (_, body) in &cases {
-        let body = serde_json::to_vec(body)?;
-        let headers = vendor_sim::slack::signed_headers(OWN_SECRET.as_bytes(), now, &body);
-        let status = http
-            .post(format!("{}/hooks/{address}", w.ingress.url()))
-            .headers(headers)
-            .body(body)
-            .send()
-            .await?
-            .status();
+        let status = send_to_token_route(&w, &address, OWN_SECRET, now, body).await?;
         assert!(status.is_success(), "{status}");
     }
     w.drained().await?;

@@ -6,12 +6,7 @@
 mod common;
 
 use anyhow::{Result, anyhow};
-use common::{World, tenant};
-use store::entity::ConnectionKind;
-use store::entity::inbound_endpoint::Registration;
-use store::inbound::NewEndpoint;
-use store::secrets::Keyring;
-use uuid::Uuid;
+use common::{World, send_to_token_route, tenant, token_endpoint};
 
 const B_SECRET: &str = "b-chose-this-secret";
 
@@ -40,22 +35,7 @@ async fn another_workspace_naming_our_team_changes_nothing_of_ours() -> Result<(
         team
     });
     let b = tenant(&w.env, w.provider_instance_id, &w.team, "xoxb-globex").await?;
-    let address = Uuid::now_v7().simple().to_string();
-    store::inbound::create_endpoint(
-        &w.env.db.db,
-        &Keyring::parse(&testkit::secret_key())?,
-        NewEndpoint {
-            workspace_id: b.workspace_id,
-            connection_id: b.connection_id,
-            kind: ConnectionKind::Slack,
-            registration: Registration::Operator,
-            provider_ref: None,
-            address_token: Some(address.clone()),
-            tenant_keyed: true,
-        },
-        B_SECRET.as_bytes(),
-    )
-    .await?;
+    let address = token_endpoint(&w.env, b, B_SECRET).await?;
     w.activate(b).await?;
     // Its activation is refused: the token is not of the team the connection names.
     let refusal: String = common::eventually("B's activation was not refused", || async {
@@ -70,7 +50,6 @@ async fn another_workspace_naming_our_team_changes_nothing_of_ours() -> Result<(
     assert!(refusal.contains(&team_b), "{refusal}");
 
     // B forges a new message, an edit and a deletion of ours, signed with its own secret.
-    let http = reqwest::Client::new();
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
     let envelope = |event: serde_json::Value, n: u32| {
         serde_json::json!({
@@ -89,16 +68,8 @@ async fn another_workspace_naming_our_team_changes_nothing_of_ours() -> Result<(
             "ts": format!("{now}.000300"), "event_ts": format!("{now}.000300"), "deleted_ts": said}),
     ];
     for (n, event) in forged.into_iter().enumerate() {
-        let body = serde_json::to_vec(&envelope(event, n as u32))?;
-        let mut headers = vendor_sim::slack::signed_headers(B_SECRET.as_bytes(), now, &body);
-        headers.remove("user-agent");
-        let status = http
-            .post(format!("{}/hooks/{address}", w.ingress.url()))
-            .headers(headers)
-            .body(body)
-            .send()
-            .await?
-            .status();
+        let status =
+            send_to_token_route(&w, &address, B_SECRET, now, &envelope(event, n as u32)).await?;
         assert!(
             status.is_success(),
             "ingress verifies B's own secret: {status}"
@@ -147,22 +118,7 @@ async fn a_delivery_signed_with_our_own_chosen_secret_is_a_claim_slack_must_conf
     w.drained().await?;
     // A's admin also set up a Slack app of their own, on a token-addressed endpoint whose
     // secret they chose: what it delivers is a claim.
-    let address = Uuid::now_v7().simple().to_string();
-    store::inbound::create_endpoint(
-        &w.env.db.db,
-        &Keyring::parse(&testkit::secret_key())?,
-        NewEndpoint {
-            workspace_id: w.a.workspace_id,
-            connection_id: w.a.connection_id,
-            kind: ConnectionKind::Slack,
-            registration: Registration::Operator,
-            provider_ref: None,
-            address_token: Some(address.clone()),
-            tenant_keyed: true,
-        },
-        A_SECRET.as_bytes(),
-    )
-    .await?;
+    let address = token_endpoint(&w.env, w.a, A_SECRET).await?;
     // A message Slack has, whose app delivery never arrived.
     w.deafen();
     let real = w
@@ -263,19 +219,11 @@ async fn claim(
     n: u32,
     event: serde_json::Value,
 ) -> Result<()> {
-    let body = serde_json::to_vec(&serde_json::json!({
+    let body = serde_json::json!({
         "token": "x", "team_id": w.team, "api_app_id": "A1", "type": "event_callback",
         "event_id": format!("EvClaim{n}"), "event_time": now, "event": event,
-    }))?;
-    let mut headers = vendor_sim::slack::signed_headers(secret.as_bytes(), now, &body);
-    headers.remove("user-agent");
-    let status = reqwest::Client::new()
-        .post(format!("{}/hooks/{address}", w.ingress.url()))
-        .headers(headers)
-        .body(body)
-        .send()
-        .await?
-        .status();
+    });
+    let status = send_to_token_route(w, address, secret, now, &body).await?;
     anyhow::ensure!(status.is_success(), "{status}");
     Ok(())
 }

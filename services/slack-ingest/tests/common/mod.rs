@@ -491,3 +491,46 @@ impl Drop for LateAcks {
         self.task.abort();
     }
 }
+
+/// A token-addressed endpoint of `t` whose signing secret a tenant chose (what it delivers is a
+/// claim); its address token.
+pub async fn token_endpoint(env: &testkit::TestEnv, t: Tenant, secret: &str) -> Result<String> {
+    let address = Uuid::now_v7().simple().to_string();
+    store::inbound::create_endpoint(
+        &env.db.db,
+        &Keyring::parse(&testkit::secret_key())?,
+        NewEndpoint {
+            workspace_id: t.workspace_id,
+            connection_id: t.connection_id,
+            kind: ConnectionKind::Slack,
+            registration: Registration::Operator,
+            provider_ref: None,
+            address_token: Some(address.clone()),
+            tenant_keyed: true,
+        },
+        secret.as_bytes(),
+    )
+    .await?;
+    Ok(address)
+}
+
+/// POSTs `body` to ingress's token route `address`, signed with `secret` at `now` as a Slack
+/// app signs; the status.
+pub async fn send_to_token_route(
+    w: &World,
+    address: &str,
+    secret: &str,
+    now: i64,
+    body: &serde_json::Value,
+) -> Result<reqwest::StatusCode> {
+    let body = serde_json::to_vec(body)?;
+    let mut headers = vendor_sim::slack::signed_headers(secret.as_bytes(), now, &body);
+    headers.remove("user-agent");
+    Ok(reqwest::Client::new()
+        .post(format!("{}/hooks/{address}", w.ingress.url()))
+        .headers(headers)
+        .body(body)
+        .send()
+        .await?
+        .status())
+}
