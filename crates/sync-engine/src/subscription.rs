@@ -11,7 +11,10 @@
 //! that asked; anything else is left for provider repair. A refusal closes the endpoint.
 //!
 //! A vendor implements [`VendorResource`] (create, list, find the marker) and calls
-//! [`Registrar::ensure`] from its [`crate::Vendor::activate`].
+//! [`Registrar::ensure`] from its [`crate::Vendor::activate`]. How the endpoint is reached and
+//! bound is the resource's to declare: by a route built from the endpoint's id (GitLab), or by
+//! an address token of its own with the vendor's id as its `provider_ref` once adopted
+//! (Outline, whose deliveries name the subscription the vendor assigned).
 
 use std::sync::Arc;
 
@@ -73,14 +76,24 @@ pub trait VendorResource: Send + Sync {
     /// The prefix of the activity entries recorded (`<prefix>_requested`, `<prefix>_resolved`).
     const ACTIVITY: &'static str;
 
+    /// Whether the new endpoint gets a random address token, its only route (a vendor route
+    /// such as `/webhooks/outline/{token}`); it is given to [`url`](Self::url) as
+    /// [`Address::token`].
+    const ADDRESSED_BY_TOKEN: bool = false;
+
+    /// Whether the endpoint's `provider_ref` becomes the vendor's id of the resource once it is
+    /// adopted (the vendor assigns it, and ingress and admission take only deliveries naming
+    /// it). Otherwise it stays the [`Request::provider_ref`] it was created with.
+    const ENDPOINT_REF_IS_VENDOR_ID: bool = false;
+
     /// The resource kind its registrations are stored under.
     fn kind(&self) -> ResourceKind;
 
     /// Whether registration is configured at all (a public URL, a routing key); why not.
     fn configured(&self) -> Result<(), String>;
 
-    /// The URL the resource calls, for the connection's new endpoint whose id is `marker`.
-    fn url(&self, conn: &connection::Model, marker: &str) -> String;
+    /// The URL the resource calls, for the connection's new endpoint at `address`.
+    fn url(&self, conn: &connection::Model, address: &Address<'_>) -> String;
 
     /// Creates the resource in `target`, delivering to `url`, signed with `secret` where the
     /// vendor signs with a secret we give it; the vendor's id of what it created.
@@ -107,6 +120,15 @@ pub trait VendorResource: Send + Sync {
     ) -> anyhow::Result<()> {
         Ok(())
     }
+}
+
+/// Where the connection's new endpoint is reached: what a resource builds its URL from.
+#[derive(Debug, Clone, Copy)]
+pub struct Address<'a> {
+    /// The endpoint's id, also the registration's marker.
+    pub marker: &'a str,
+    /// Its address token, when the resource is [`VendorResource::ADDRESSED_BY_TOKEN`].
+    pub token: Option<&'a str>,
 }
 
 /// One registration attempt, as the vendor's activation asks for it.
@@ -179,6 +201,11 @@ impl Registrar {
 
         // The endpoint it delivers to, with a secret of ours; its id is the marker.
         let secret = store::inbound::random_token()?;
+        let address_token = if R::ADDRESSED_BY_TOKEN {
+            Some(store::inbound::random_token()?)
+        } else {
+            None
+        };
         let endpoint = store::inbound::create_endpoint(
             &self.db,
             &self.keyring,
@@ -188,7 +215,7 @@ impl Registrar {
                 kind: conn.kind,
                 registration: EndpointRegistration::Registered,
                 provider_ref: req.provider_ref,
-                address_token: None,
+                address_token: address_token.clone(),
                 // Registered by forgesync with a secret it generated and shows no one.
                 tenant_keyed: false,
             },
@@ -196,7 +223,13 @@ impl Registrar {
         )
         .await?;
         let marker = endpoint.id.to_string();
-        let url = resource.url(conn, &marker);
+        let url = resource.url(
+            conn,
+            &Address {
+                marker: &marker,
+                token: address_token.as_deref(),
+            },
+        );
         // Committed before the create call: an unknown outcome is found by this marker.
         let mut tx = self.pool.begin().await?;
         let requested = registration::request(
@@ -261,9 +294,8 @@ impl Registrar {
                 if let Some((listed, _)) = found {
                     resource.observed(conn, listed).await?;
                 }
-                Ok(ResourceState::Open(
-                    reg.vendor_id.clone().unwrap_or_default(),
-                ))
+                // Heals an adoption whose endpoint was not bound yet (a crash in between).
+                self.bind_endpoint::<R>(conn, &reg).await
             }
             // Only a whole listing says the marker is not there; a partial one says nothing.
             RegistrationState::Requested => match (found, &listing) {
@@ -325,7 +357,55 @@ impl Registrar {
                    "state": reg.state, "adopted": matches!(state, ResourceState::Open(_))}),
         )
         .await?;
-        Ok(state)
+        match state {
+            ResourceState::Open(_) => self.bind_endpoint::<R>(conn, reg).await,
+            missing => Ok(missing),
+        }
+    }
+
+    /// The state of an adopted registration, its endpoint's `provider_ref` set to the vendor's
+    /// id first when the resource asks for it (only then does a delivery naming it pass).
+    async fn bind_endpoint<R: VendorResource>(
+        &self,
+        conn: &connection::Model,
+        reg: &Registration,
+    ) -> anyhow::Result<ResourceState> {
+        let vendor_id = reg.vendor_id.clone().unwrap_or_default();
+        let (true, Some(endpoint_id)) = (R::ENDPOINT_REF_IS_VENDOR_ID, reg.endpoint_id) else {
+            return Ok(ResourceState::Open(vendor_id));
+        };
+        let bound = sqlx::query(
+            "UPDATE inbound_endpoint SET provider_ref = $2, updated_at = now()
+              WHERE id = $1 AND provider_ref IS DISTINCT FROM $2",
+        )
+        .bind(endpoint_id)
+        .bind(&vendor_id)
+        .execute(&self.pool)
+        .await;
+        match bound {
+            Ok(_) => Ok(ResourceState::Open(vendor_id)),
+            // One enabled endpoint per workspace takes a vendor id: another one holds it.
+            Err(sqlx::Error::Database(e))
+                if e.constraint() == Some(store::inbound::OUTLINE_SUBSCRIPTION_INDEX)
+                    || e.constraint() == Some(store::inbound::PROVIDER_REF_INDEX) =>
+            {
+                let reason = format!(
+                    "the {} {vendor_id} is adopted, but another enabled endpoint of the \
+                     workspace already takes its deliveries; disable that endpoint and the next \
+                     reconcile binds this one",
+                    R::NOUN
+                );
+                self.log(
+                    conn,
+                    &format!("{}_unbound", R::ACTIVITY),
+                    json!({"registration_id": reg.id, "vendor_id": vendor_id,
+                           "endpoint_id": endpoint_id, "reason": reason}),
+                )
+                .await?;
+                Ok(ResourceState::Missing(reason))
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     async fn log(

@@ -42,7 +42,7 @@ use store::registration::ResourceKind;
 use store::secrets::Keyring;
 use sync_engine::Moment;
 use sync_engine::subscription::{
-    CreateFailure, Registrar, Request, ResourceListing, VendorResource, confirm_consumer,
+    Address, CreateFailure, Registrar, Request, ResourceListing, VendorResource, confirm_consumer,
 };
 
 use crate::source::Settings;
@@ -756,11 +756,11 @@ impl VendorResource for GroupHookResource<'_> {
         })
     }
 
-    fn url(&self, conn: &connection::Model, marker: &str) -> String {
+    fn url(&self, conn: &connection::Model, address: &Address<'_>) -> String {
         let hooks = self.hooks.expect("configured before a URL is asked for");
         format!(
             "{}/webhooks/gitlab/connections/{}/{}/{}",
-            hooks.public_url, conn.id, hooks.key_id, marker
+            hooks.public_url, conn.id, hooks.key_id, address.marker
         )
     }
 

@@ -32,7 +32,7 @@ use store::erasure::{ContentTable, Erasable, ErasableTable, Selector};
 use store::registration::ResourceKind;
 use sync_engine::listing_state::{self, ScopeKey};
 use sync_engine::subscription::{
-    CreateFailure, Registrar, Request, ResourceListing, ResourceState, VendorResource,
+    Address, CreateFailure, Registrar, Request, ResourceListing, ResourceState, VendorResource,
     confirm_consumer,
 };
 use sync_engine::webhook::follow::Monitors;
@@ -611,8 +611,11 @@ impl VendorResource for Channels {
         Ok(())
     }
 
-    fn url(&self, _: &connection::Model, marker: &str) -> String {
-        format!("{}/webhooks/test-channels/{marker}", self.public_url)
+    fn url(&self, _: &connection::Model, address: &Address<'_>) -> String {
+        format!(
+            "{}/webhooks/test-channels/{}",
+            self.public_url, address.marker
+        )
     }
 
     async fn create(
