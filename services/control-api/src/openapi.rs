@@ -9,7 +9,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use crate::error::{BadRequest, Forbidden, PayloadTooLarge, Unauthorized, UnsupportedMediaType};
 use crate::routes::{
     connections, dead_messages, endpoints, erasures, github, gitlab, gitlab_activation, jobs,
-    outline, slack, workspaces,
+    outline, outline_subscription, slack, workspaces,
 };
 
 #[derive(OpenApi)]
@@ -29,7 +29,7 @@ use crate::routes::{
         workspaces::create, workspaces::list, workspaces::get, workspaces::purge,
         connections::create, connections::list, connections::get, connections::audit,
         connections::transition, connections::replace_secrets,
-        gitlab_activation::activation,
+        gitlab_activation::activation, outline_subscription::subscription,
         jobs::create, jobs::list, jobs::cancel,
         endpoints::create, endpoints::rotate_secret, endpoints::replay,
         github::repositories, github::issues,

@@ -492,3 +492,119 @@ async fn another_workspaces_collections_and_documents_are_not_found_and_never_li
     assert_eq!(ids(&list), strings(&[a_doc]));
     Ok(())
 }
+
+/// Registers a subscription for `t`'s connection as outline-sync's activation does: its
+/// endpoint (secret `secret`, address `token`), then the requested registration on `team`.
+async fn requested_subscription(
+    f: &Fixture,
+    t: &Tenant,
+    team: &str,
+    secret: &str,
+    token: &str,
+) -> Result<store::registration::Registration> {
+    let (provider_instance_id, version, lifecycle): (Uuid, i64, i64) = sqlx::query_as(
+        "UPDATE connection SET status = 'active' WHERE id = $1
+         RETURNING provider_instance_id, version, lifecycle_generation",
+    )
+    .bind(t.conn.id())
+    .fetch_one(&f.pool)
+    .await?;
+    let keyring = store::secrets::Keyring::parse(&testkit::secret_key())?;
+    let db = sea_orm::SqlxPostgresConnector::from_sqlx_postgres_pool(f.pool.clone());
+    let endpoint = store::inbound::create_endpoint(
+        &db,
+        &keyring,
+        store::inbound::NewEndpoint {
+            workspace_id: t.ws,
+            connection_id: t.conn.id(),
+            kind: store::entity::ConnectionKind::Outline,
+            registration: store::entity::inbound_endpoint::Registration::Registered,
+            provider_ref: None,
+            address_token: Some(token.to_owned()),
+            tenant_keyed: false,
+        },
+        secret.as_bytes(),
+    )
+    .await?;
+    let marker = endpoint.id.to_string();
+    let mut tx = f.pool.begin().await?;
+    let reg = store::registration::request(
+        &mut tx,
+        &store::registration::NewRegistration {
+            connection_id: t.conn.id(),
+            provider_instance_id,
+            kind: outline_mirror::SUBSCRIPTION,
+            target: team,
+            marker: &marker,
+            url: &format!("https://hooks.example.com/webhooks/outline/{token}"),
+            generation: store::registration::generation(version, lifecycle),
+            endpoint_id: Some(endpoint.id),
+        },
+    )
+    .await?
+    .expect("the first registration of the generation");
+    tx.commit().await?;
+    Ok(reg)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connections_subscription_shows_its_state_and_never_its_secret_or_another_workspaces()
+-> Result<()> {
+    let f = Fixture::start().await?;
+    let a = f.tenant("a").await?;
+    let b = f.tenant("b").await?;
+    let path = |t: &Tenant, ws: Uuid| {
+        format!(
+            "/workspaces/{ws}/connections/{}/outline/subscription",
+            t.conn.id()
+        )
+    };
+
+    // Nothing registered yet: a 404 that says so.
+    let (s, body) = f.call(&path(&a, a.ws), Some(&a.token)).await?;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(body["error"], "no_subscription", "{body}");
+
+    // A's subscription, adopted; B's, refused.
+    let (secret, token) = ("s3cret-of-forgesync-0123456789abcdef", "route-token-a");
+    let reg = requested_subscription(&f, &a, "team-a", secret, token).await?;
+    store::registration::resolve_created(&f.pool, reg.id, "sub-a").await?;
+    let refused = requested_subscription(&f, &b, "team-b", "other-secret", "route-token-b").await?;
+    store::registration::fail(
+        &f.pool,
+        refused.id,
+        "Outline refused the subscription: forbidden",
+    )
+    .await?;
+
+    let body = f.ok(&path(&a, a.ws), &a.token).await?;
+    assert_eq!(body["state"], "adopted", "{body}");
+    assert_eq!(body["current"], true);
+    assert_eq!(body["subscription_id"], "sub-a");
+    assert_eq!(body["team_id"], "team-a");
+    assert_eq!(body["registration_id"], reg.id.to_string());
+    assert_eq!(body["endpoint_status"], "active");
+    assert_eq!(body["url_hash"], reg.url_hash);
+    let text = body.to_string();
+    assert!(
+        !text.contains(secret) && !text.contains(token),
+        "neither the secret nor the address: {text}"
+    );
+    let body = f.ok(&path(&b, b.ws), &b.token).await?;
+    assert_eq!(body["state"], "failed", "{body}");
+    assert_eq!(
+        body["reason"],
+        "Outline refused the subscription: forbidden"
+    );
+
+    // B's token on A's connection, under A's workspace or its own, answers as nothing there.
+    for ws in [a.ws, b.ws] {
+        let (s, body) = f.call(&path(&a, ws), Some(&b.token)).await?;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
+        assert_eq!(body["error"], "not_found", "{body}");
+        assert!(!body.to_string().contains("sub-a"));
+    }
+    let (s, _) = f.call(&path(&a, a.ws), None).await?;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    Ok(())
+}

@@ -9,6 +9,7 @@ pub mod gitlab;
 pub mod gitlab_activation;
 pub mod jobs;
 pub mod outline;
+pub mod outline_subscription;
 pub mod scm;
 pub mod slack;
 pub mod workspaces;
@@ -112,6 +113,10 @@ pub fn table() -> RouteTable {
         .get(
             "/workspaces/{workspace_id}/connections/{connection_id}/gitlab/activation",
             gitlab_activation::activation,
+        )
+        .get(
+            "/workspaces/{workspace_id}/connections/{connection_id}/outline/subscription",
+            outline_subscription::subscription,
         )
         .post(
             "/workspaces/{workspace_id}/connections/{connection_id}/{transition}",
