@@ -14,6 +14,7 @@
 //! Every RECONCILIATION runs it again, so a missing subscription is retried and an adopted one
 //! stays open.
 
+use lifecycle_core::vendor_error::VendorErrorClass;
 use outline_client::types::WebhookSubscription;
 use outline_client::{OutlineClient, OutlineError};
 use outline_mirror::SUBSCRIPTION;
@@ -181,7 +182,7 @@ struct AuthFailed {
 
 fn auth_failed(e: &OutlineError) -> AuthFailed {
     let class = e.class();
-    let reason = if class.refuses_credentials() {
+    let reason = if class == VendorErrorClass::BadCredentials {
         format!(
             "bad credentials: Outline refused the connection's API token ({e}); replace its \
              `token` secret with a team admin's API key"
