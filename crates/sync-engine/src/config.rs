@@ -36,6 +36,8 @@ pub trait SyncFlags: Debug + Clone + Send + Sync + 'static {
     const RECONCILE_CRON: &'static str;
     /// The RECONCILIATION schedule when the variable is unset: the vendor's own.
     const RECONCILE_CRON_DEFAULT: &'static str;
+    /// The reconcile cooldown, in seconds, when the variable is unset: the vendor's own.
+    const RECONCILE_COOLDOWN_DEFAULT: u64;
     const RECONCILE_COOLDOWN: &'static str;
     const RECONCILE_COOLDOWN_FLAG: &'static str;
     const RECONCILE_COOLDOWN_HELP: &'static str;
@@ -82,7 +84,8 @@ pub trait BackfillSettings:
 /// vendor's name (`--github-reconcile-cooldown`; the others, `--page-size`, are the same
 /// everywhere); `vendor` and `scope` word the help ("one GitHub request", "skips a
 /// repository"); `reconcile_cron` is the RECONCILIATION schedule's default (each vendor its own:
-/// GitHub and GitLab 03:00, Slack 04:00). A vendor that runs BACKFILL adds `backfill_cron`, the
+/// GitHub and GitLab 03:00, Slack 04:00) and `reconcile_cooldown` its cooldown's, in seconds
+/// (12 h for most; Outline's 5-minute catch-up, 6 h). A vendor that runs BACKFILL adds `backfill_cron`, the
 /// BACKFILL schedule's default and help (without a final period, as clap shows help), and gets
 /// the BACKFILL flags; a vendor without it has none.
 ///
@@ -95,12 +98,14 @@ pub trait BackfillSettings:
 ///         vendor: "Acme",
 ///         scope: "space",
 ///         reconcile_cron: "0 0 4 * * *",
+///         reconcile_cooldown: 43_200,
 ///     }
 /// }
 /// use sync_engine::config::SyncFlags as _;
 /// assert_eq!(AcmeFlags::PAGE_SIZE, "FORGESYNC_ACME_PAGE_SIZE");
 /// assert_eq!(AcmeFlags::RECONCILE_COOLDOWN_FLAG, "acme-reconcile-cooldown");
 /// assert_eq!(AcmeFlags::RECONCILE_CRON_DEFAULT, "0 0 4 * * *");
+/// assert_eq!(AcmeFlags::RECONCILE_COOLDOWN_DEFAULT, 43_200);
 /// ```
 #[macro_export]
 macro_rules! sync_flags {
@@ -112,11 +117,12 @@ macro_rules! sync_flags {
             vendor: $vendor:literal,
             scope: $scope:literal,
             reconcile_cron: $reconcile_default:literal,
+            reconcile_cooldown: $cooldown_default:literal,
             backfill_cron: { default: $backfill_default:literal, help: $backfill_help:literal $(,)? } $(,)?
         }
     ) => {
         $crate::sync_flags!(@flags $(#[$meta])* $vis $name, $env, $flag, $vendor, $scope,
-            $reconcile_default, $crate::config::BackfillArgs<$name>);
+            $reconcile_default, $cooldown_default, $crate::config::BackfillArgs<$name>);
 
         impl $crate::config::BackfillFlags for $name {
             const BACKFILL_CRON: &'static str = concat!("FORGESYNC_", $env, "_BACKFILL_CRON");
@@ -147,14 +153,16 @@ macro_rules! sync_flags {
             flag: $flag:literal,
             vendor: $vendor:literal,
             scope: $scope:literal,
-            reconcile_cron: $reconcile_default:literal $(,)?
+            reconcile_cron: $reconcile_default:literal,
+            reconcile_cooldown: $cooldown_default:literal $(,)?
         }
     ) => {
         $crate::sync_flags!(@flags $(#[$meta])* $vis $name, $env, $flag, $vendor, $scope,
-            $reconcile_default, $crate::config::NoBackfill);
+            $reconcile_default, $cooldown_default, $crate::config::NoBackfill);
     };
     (@flags $(#[$meta:meta])* $vis:vis $name:ident, $env:literal, $flag:literal,
-        $vendor:literal, $scope:literal, $reconcile_default:literal, $backfill:ty) => {
+        $vendor:literal, $scope:literal, $reconcile_default:literal, $cooldown_default:literal,
+        $backfill:ty) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, Default)]
         $vis struct $name;
@@ -163,6 +171,7 @@ macro_rules! sync_flags {
             type Backfill = $backfill;
             const RECONCILE_CRON: &'static str = concat!("FORGESYNC_", $env, "_RECONCILE_CRON");
             const RECONCILE_CRON_DEFAULT: &'static str = $reconcile_default;
+            const RECONCILE_COOLDOWN_DEFAULT: u64 = $cooldown_default;
             const RECONCILE_COOLDOWN: &'static str =
                 concat!("FORGESYNC_", $env, "_RECONCILE_COOLDOWN");
             const RECONCILE_COOLDOWN_FLAG: &'static str = concat!($flag, "-reconcile-cooldown");
@@ -213,7 +222,7 @@ pub struct SyncArgs<F: SyncFlags> {
         long = F::RECONCILE_COOLDOWN_FLAG,
         env = F::RECONCILE_COOLDOWN,
         value_name = F::RECONCILE_COOLDOWN,
-        default_value_t = 12 * 3600,
+        default_value_t = F::RECONCILE_COOLDOWN_DEFAULT,
         help = F::RECONCILE_COOLDOWN_HELP
     )]
     pub reconcile_cooldown_secs: u64,

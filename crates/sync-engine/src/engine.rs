@@ -21,7 +21,8 @@ use uuid::Uuid;
 
 use crate::jobs::{ClaimedJob, JobControl, JobOutcome, Jobs};
 use crate::vendor::{
-    Listed as _, ListingEnd, ListingPlan, PageCheck, Pass, ReadError as _, ReadStop, Vendor,
+    Listed as _, ListingEnd, ListingPlan, PageCheck, Pass, ReadError as _, ReadStop, SweepEnd,
+    Vendor,
 };
 
 /// How a job ends, as `sync_jobs_total{outcome}` and `sync_job_duration_seconds{outcome}` say.
@@ -525,6 +526,8 @@ impl<V: Vendor> Engine<V> {
                             complete: false,
                             batch_full: false,
                             last_cursor,
+                            incomplete: Some(reason.clone()),
+                            sweep: None,
                         };
                         self.vendor
                             .listing_ended(pass, scope, item_class, &end)
@@ -550,6 +553,8 @@ impl<V: Vendor> Engine<V> {
                     complete: false,
                     batch_full: false,
                     last_cursor,
+                    incomplete: Some("the listing was not this scope's".into()),
+                    sweep: None,
                 };
                 self.vendor.listing_ended(pass, scope, class, &end).await?;
                 return Ok((None, Listed::Skipped));
@@ -619,11 +624,16 @@ impl<V: Vendor> Engine<V> {
             Err(_) if batch_full || ended_here => Listed::Whole,
             Err(reason) => Listed::Partial(reason.to_string()),
         };
-        let end = ListingEnd {
+        let mut end = ListingEnd {
             plan: plan.clone(),
             complete: finished.is_ok() || ended_here,
             batch_full,
             last_cursor,
+            incomplete: match &finished {
+                Err(reason) if !batch_full && !ended_here => Some(reason.to_string()),
+                _ => None,
+            },
+            sweep: None,
         };
         // A vendor that never sweeps has no deletion gate to record an incomplete listing:
         // it is recorded here, so a replay that read less than it asked never looks clean.
@@ -646,7 +656,8 @@ impl<V: Vendor> Engine<V> {
         // A listing ended at its horizon decides no sweep: what it did not read is not gone.
         if sweeps && !ended_here {
             let decision = sweep.decide(finished, &self.settings.blast_radius);
-            self.apply_decision(pass, source, scope, class, decision)
+            end.sweep = self
+                .apply_decision(pass, source, scope, class, decision)
                 .instrument(tracing::info_span!("sweep"))
                 .await?;
         }
@@ -706,7 +717,8 @@ impl<V: Vendor> Engine<V> {
         Ok(PassEnd::Final(JobOutcome::Failed(reason)))
     }
 
-    /// Carries out the deletion gate's decision and records it as connection activity.
+    /// Carries out the deletion gate's decision and records it as connection activity; what it
+    /// came to, `None` when it decided no sweep.
     async fn apply_decision(
         &self,
         pass: &Pass<'_>,
@@ -714,7 +726,7 @@ impl<V: Vendor> Engine<V> {
         scope: &V::Scope,
         class: V::Class,
         decision: SweepDecision<V::Id>,
-    ) -> Result<(), sqlx::Error> {
+    ) -> Result<Option<SweepEnd>, sqlx::Error> {
         let job = pass.job;
         let detail = |fields: serde_json::Value| {
             let mut detail = serde_json::Map::new();
@@ -728,7 +740,7 @@ impl<V: Vendor> Engine<V> {
         match decision {
             SweepDecision::Tombstone(plan) => {
                 if plan.ids().is_empty() {
-                    return Ok(());
+                    return Ok(Some(SweepEnd::Applied));
                 }
                 // Confirm-before-tombstone: only what the vendor confirms gone is tombstoned; a
                 // failed confirmation keeps every candidate.
@@ -750,7 +762,7 @@ impl<V: Vendor> Engine<V> {
                             ),
                         )
                         .await?;
-                        return Ok(());
+                        return Ok(Some(SweepEnd::Unconfirmed));
                     }
                 };
                 let kept = planned.len() - plan.ids().len();
@@ -758,7 +770,7 @@ impl<V: Vendor> Engine<V> {
                     tracing::info!(kept, "candidates still present upstream are kept");
                 }
                 if plan.ids().is_empty() {
-                    return Ok(());
+                    return Ok(Some(SweepEnd::Applied));
                 }
                 let n = self.vendor.tombstone(pass, scope, class, &plan).await?;
                 tracing::info!(
@@ -771,6 +783,7 @@ impl<V: Vendor> Engine<V> {
                     detail(serde_json::json!({ "count": n })),
                 )
                 .await?;
+                Ok(Some(SweepEnd::Applied))
             }
             SweepDecision::Hold(held) => {
                 metrics::counter!("sweeps_held_total", "vendor" => V::KIND.as_str(), "class" => V::class_name(class))
@@ -788,6 +801,7 @@ impl<V: Vendor> Engine<V> {
                     })),
                 )
                 .await?;
+                Ok(Some(SweepEnd::Held))
             }
             SweepDecision::Skip(SkipReason::IncompleteListing(reason)) => {
                 if job.job_type == SyncJobType::Reconciliation {
@@ -798,9 +812,9 @@ impl<V: Vendor> Engine<V> {
                     )
                     .await?;
                 }
+                Ok(None)
             }
-            SweepDecision::Skip(SkipReason::NotReconciliation(_)) => {}
+            SweepDecision::Skip(SkipReason::NotReconciliation(_)) => Ok(None),
         }
-        Ok(())
     }
 }

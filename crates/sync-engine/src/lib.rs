@@ -23,5 +23,6 @@ pub use engine::{BackfillPolicy, Engine, SyncSettings};
 pub use jobs::{ClaimedJob, JobControl, JobOutcome, Jobs};
 pub use service::{JobSchedule, SyncJobs};
 pub use vendor::{
-    Listed, ListingEnd, ListingPlan, Moment, PageCheck, Pass, ReadError, ReadStop, Scopes, Vendor,
+    Listed, ListingEnd, ListingPlan, Moment, PageCheck, Pass, ReadError, ReadStop, Scopes,
+    SweepEnd, Vendor,
 };

@@ -270,6 +270,22 @@ pub struct ListingEnd {
     pub batch_full: bool,
     /// The cursor after the last page written, if any page was.
     pub last_cursor: Option<String>,
+    /// Why the listing is not complete (a fault, a short page, the budget); `None` when it is.
+    pub incomplete: Option<String>,
+    /// What the deletion gate did after it: `None` when it did not run (not a whole
+    /// RECONCILIATION listing of a sweeping vendor, or the listing was incomplete).
+    pub sweep: Option<SweepEnd>,
+}
+
+/// What the deletion gate did after a whole RECONCILIATION listing ([`ListingEnd::sweep`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SweepEnd {
+    /// Its plan was confirmed and tombstoned (or it planned nothing).
+    Applied,
+    /// Held for an operator: more would go than the blast radius allows.
+    Held,
+    /// Confirming the planned tombstones failed: every candidate was kept.
+    Unconfirmed,
 }
 
 /// When [`Vendor::activate`] runs.

@@ -65,7 +65,7 @@ const GITLAB: &[Spelling] = &[
 #[rustfmt::skip]
 const OUTLINE: &[Spelling] = &[
     ("reconcile_cron", "reconcile-cron", "FORGESYNC_OUTLINE_RECONCILE_CRON", Some("0 */5 * * * *")),
-    ("reconcile_cooldown_secs", "outline-reconcile-cooldown", "FORGESYNC_OUTLINE_RECONCILE_COOLDOWN", Some("43200")),
+    ("reconcile_cooldown_secs", "outline-reconcile-cooldown", "FORGESYNC_OUTLINE_RECONCILE_COOLDOWN", Some("21600")),
     ("page_size", "page-size", "FORGESYNC_OUTLINE_PAGE_SIZE", Some("100")),
     ("page_cap", "page-cap", "FORGESYNC_OUTLINE_PAGE_CAP", Some("10000")),
     ("request_timeout_ms", "outline-request-timeout-ms", "FORGESYNC_OUTLINE_REQUEST_TIMEOUT_MS", Some("30000")),
@@ -213,6 +213,7 @@ sync_engine::sync_flags! {
         vendor: "Channel",
         scope: "channel",
         reconcile_cron: "0 0 4 * * *",
+        reconcile_cooldown: 43_200,
     }
 }
 

@@ -4,7 +4,8 @@
 //! - [`SECRETS`]: the secrets an Outline connection holds.
 //! - [`document`]: a document's writes move forward by `updatedAt`; a deletion tombstones it,
 //!   dated, until a strictly newer version restores it.
-//! - [`pages`]: the offset enumeration, whole only when it ends on an empty page.
+//! - [`pages`]: the offset enumeration's cursor; a listing is whole only when it ends on an empty
+//!   page with no page longer than asked or after a short one.
 //! - [`confirm`]: a document a complete listing omitted is tombstoned only once Outline confirms
 //!   it gone.
 

@@ -1,167 +1,191 @@
 //! Outline's enumeration as a fail-closed listing. `documents.list` and `collections.list` page by
 //! `offset`/`limit` in a stable order and report no total, so the listing is an
-//! [`UpstreamListing`] with [`TotalCount::NotOffered`] that ends only on an empty page. A page
-//! longer than asked, or a non-empty page after a short one (documents moved under the offsets),
-//! is a [`ListingFault::VendorPageAnomaly`]: the listing is not whole and tombstones nothing.
+//! [`UpstreamListing`](crate::listing::UpstreamListing) with [`TotalCount::NotOffered`](crate::listing::TotalCount)
+//! that ends only on an empty page. The listing's cursor is an [`OffsetCursor`]: the offset
+//! reached, and whether the page that reached it was short. A page longer than asked, or a
+//! non-empty page after a short one (documents moved under the offsets), is an anomaly: the
+//! listing is not whole and tombstones nothing.
 
-use crate::listing::{
-    CompleteListing, IncompleteReason, ListingFault, ListingPage, NextStep, TotalCount,
-    UpstreamListing,
-};
+use std::fmt;
 
-/// What to do after a page.
+use crate::listing::ListingPage;
+
+/// Where the next page of an offset enumeration starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OffsetCursor {
+    /// Items read so far.
+    pub offset: u64,
+    /// The page that reached `offset` was shorter than asked: only an empty page may follow.
+    pub after_short: bool,
+}
+
+/// A cursor that is not one [`OffsetCursor`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not an offset cursor: {0:?}")]
+pub struct BadCursor(pub String);
+
+/// One page read at a cursor, as the listing takes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OffsetStep {
-    /// Ask for the page at `offset`, `limit` long.
-    Fetch { offset: u64, limit: u32 },
-    /// The empty page arrived: call [`OffsetPages::finish`].
-    Finished,
-    /// Not whole; stop asking.
-    Stopped(IncompleteReason),
+pub struct OffsetPage<Id> {
+    /// Its ids, ending the listing when empty; its cursor is the next page's.
+    pub listing: ListingPage<Id>,
+    /// Longer than asked, or items after a short page: the offsets moved under the listing.
+    pub anomaly: bool,
 }
 
-/// An Outline enumeration in progress.
-#[derive(Debug, Clone)]
-pub struct OffsetPages<Id> {
-    listing: UpstreamListing<Id>,
-    limit: u32,
-    offset: u64,
-    short: bool,
-}
-
-impl<Id: Ord> OffsetPages<Id> {
-    /// Starts at offset 0 with pages of `limit` (at least 1), at most `page_cap` pages.
-    pub fn new(limit: u32, page_cap: u32) -> Self {
-        OffsetPages {
-            listing: UpstreamListing::with_total_count(page_cap, TotalCount::NotOffered),
-            limit: limit.max(1),
-            offset: 0,
-            short: false,
-        }
+impl OffsetCursor {
+    /// The cursor the engine passed (`None`: the first page).
+    pub fn parse(cursor: Option<&str>) -> Result<OffsetCursor, BadCursor> {
+        let Some(raw) = cursor else {
+            return Ok(OffsetCursor::default());
+        };
+        let (digits, after_short) = match raw.strip_suffix('s') {
+            Some(digits) => (digits, true),
+            None => (raw, false),
+        };
+        let offset = digits.parse().map_err(|_| BadCursor(raw.to_owned()))?;
+        Ok(OffsetCursor {
+            offset,
+            after_short,
+        })
     }
 
-    /// The first page to ask for.
-    pub fn first(&self) -> OffsetStep {
-        OffsetStep::Fetch {
-            offset: self.offset,
-            limit: self.limit,
-        }
-    }
-
-    /// A read failed or was stopped: the listing can no longer complete.
-    pub fn record_fault(&mut self, fault: ListingFault) {
-        self.listing.record_fault(fault);
-    }
-
-    /// Accepts the ids of the page asked for last.
-    pub fn accept(&mut self, ids: Vec<Id>) -> OffsetStep {
+    /// The page of `ids` read here with `limit`: the listing ends on an empty page, and the
+    /// cursor after it records where it ended and whether it was short.
+    pub fn page<Id>(self, ids: Vec<Id>, limit: u32) -> OffsetPage<Id> {
         let n = ids.len() as u64;
+        let limit = u64::from(limit.max(1));
         // Fail-closed: more than asked, or more after a short page, means the offsets moved.
-        if n > u64::from(self.limit) || (self.short && n > 0) {
-            self.listing.record_fault(ListingFault::VendorPageAnomaly);
-        }
-        let last = n == 0;
-        self.offset += n;
-        self.short = n < u64::from(self.limit);
-        let step = self.listing.accept_page(ListingPage {
-            ids,
-            has_next_page: !last,
-            // The offset reached is the cursor; the empty last page needs none.
-            end_cursor: (!last).then(|| self.offset.to_string()),
-            total_count: None,
-        });
-        match step {
-            NextStep::FetchAfter(_) => OffsetStep::Fetch {
-                offset: self.offset,
-                limit: self.limit,
+        let anomaly = n > limit || (self.after_short && n > 0);
+        let next = OffsetCursor {
+            offset: self.offset + n,
+            after_short: n < limit,
+        };
+        OffsetPage {
+            listing: ListingPage {
+                has_next_page: n > 0,
+                end_cursor: (n > 0).then(|| next.to_string()),
+                total_count: None,
+                ids,
             },
-            NextStep::Finished => OffsetStep::Finished,
-            NextStep::Stopped(reason) => OffsetStep::Stopped(reason),
+            anomaly,
         }
     }
+}
 
-    /// The whole listing after its empty page, otherwise why not.
-    pub fn finish(self) -> Result<CompleteListing<Id>, IncompleteReason> {
-        self.listing.finish()
+impl fmt::Display for OffsetCursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}{}",
+            self.offset,
+            if self.after_short { "s" } else { "" }
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::listing::{
+        CompleteListing, IncompleteReason, ListingFault, NextStep, TotalCount, UpstreamListing,
+    };
     use proptest::prelude::*;
 
-    fn fetch(offset: u64) -> OffsetStep {
-        OffsetStep::Fetch { offset, limit: 2 }
+    /// Lists `pages` (each the answer at the cursor reached) as the engine does.
+    fn list(
+        limit: u32,
+        cap: u32,
+        pages: &[Vec<u32>],
+    ) -> Result<CompleteListing<u32>, IncompleteReason> {
+        let mut listing = UpstreamListing::with_total_count(cap, TotalCount::NotOffered);
+        let mut cursor: Option<String> = None;
+        for ids in pages {
+            let page = OffsetCursor::parse(cursor.as_deref())
+                .unwrap()
+                .page(ids.clone(), limit);
+            if page.anomaly {
+                listing.record_fault(ListingFault::VendorPageAnomaly);
+            }
+            match listing.accept_page(page.listing) {
+                NextStep::FetchAfter(next) => cursor = Some(next),
+                NextStep::Finished | NextStep::Stopped(_) => break,
+            }
+        }
+        listing.finish()
     }
 
     #[test]
     fn full_pages_then_an_empty_one_complete_the_listing() {
-        let mut pages = OffsetPages::new(2, 10);
-        assert_eq!(pages.first(), fetch(0));
-        assert_eq!(pages.accept(vec![1, 2]), fetch(2));
-        assert_eq!(pages.accept(vec![3]), fetch(3));
-        assert_eq!(pages.accept(vec![]), OffsetStep::Finished);
-        assert_eq!(pages.finish().unwrap().len(), 3);
+        assert_eq!(
+            list(2, 10, &[vec![1, 2], vec![3], vec![]]).unwrap().len(),
+            3
+        );
+        let second = OffsetCursor::parse(Some("2")).unwrap();
+        assert_eq!(
+            second,
+            OffsetCursor {
+                offset: 2,
+                after_short: false
+            }
+        );
+        assert_eq!(
+            second.page(vec![3], 2).listing.end_cursor.as_deref(),
+            Some("3s")
+        );
     }
 
     #[test]
     fn a_page_after_a_short_one_is_an_anomaly() {
-        let mut pages = OffsetPages::new(2, 10);
-        pages.accept(vec![1]);
-        assert_eq!(
-            pages.accept(vec![2]),
-            OffsetStep::Stopped(IncompleteReason::Fault(ListingFault::VendorPageAnomaly))
-        );
-        assert!(pages.finish().is_err());
+        let after_short = OffsetCursor::parse(Some("1s")).unwrap();
+        assert!(after_short.page(vec![2], 2).anomaly);
+        assert!(!after_short.page(Vec::<u32>::new(), 2).anomaly);
+        assert!(list(2, 10, &[vec![1], vec![2], vec![]]).is_err());
     }
 
     #[test]
     fn a_longer_page_than_asked_or_a_repeated_id_is_not_whole() {
-        let mut pages = OffsetPages::new(2, 10);
-        assert!(matches!(
-            pages.accept(vec![1, 2, 3]),
-            OffsetStep::Stopped(_)
-        ));
-        let mut pages = OffsetPages::new(2, 10);
-        pages.accept(vec![1, 2]);
+        assert!(OffsetCursor::default().page(vec![1, 2, 3], 2).anomaly);
+        assert!(list(2, 10, &[vec![1, 2, 3], vec![]]).is_err());
         // A document moved back under the offsets shows up twice.
         assert_eq!(
-            pages.accept(vec![2, 3]),
-            OffsetStep::Stopped(IncompleteReason::DuplicateId)
+            list(2, 10, &[vec![1, 2], vec![2, 3], vec![]]),
+            Err(IncompleteReason::DuplicateId)
         );
     }
 
     #[test]
-    fn a_fault_or_the_page_cap_leaves_it_incomplete() {
-        let mut pages = OffsetPages::new(2, 10);
-        pages.accept(vec![1, 2]);
-        pages.record_fault(ListingFault::BudgetExhausted);
-        assert!(pages.finish().is_err());
-        let mut pages = OffsetPages::new(1, 2);
-        pages.accept(vec![1]);
+    fn the_page_cap_or_no_empty_page_leaves_it_incomplete() {
         assert!(matches!(
-            pages.accept(vec![2]),
-            OffsetStep::Stopped(IncompleteReason::PageCapTruncated { cap: 2 })
+            list(1, 2, &[vec![1], vec![2], vec![]]),
+            Err(IncompleteReason::PageCapTruncated { cap: 2 })
         ));
-        // Never reaching the empty page is not whole either.
-        let mut pages = OffsetPages::new(2, 10);
-        pages.accept(vec![1, 2]);
-        assert_eq!(pages.finish(), Err(IncompleteReason::NotFinished));
+        assert_eq!(
+            list(2, 10, &[vec![1, 2]]),
+            Err(IncompleteReason::NotFinished)
+        );
+    }
+
+    #[test]
+    fn a_foreign_cursor_is_refused() {
+        assert!(OffsetCursor::parse(Some("abc")).is_err());
+        assert!(OffsetCursor::parse(Some("s")).is_err());
     }
 
     proptest! {
         #[test]
         fn a_clean_enumeration_lists_every_id_once(n in 0u32..50, limit in 1u32..7) {
             let ids: Vec<u32> = (0..n).collect();
-            let mut pages = OffsetPages::new(limit, 100);
-            let mut step = pages.first();
-            while let OffsetStep::Fetch { offset, limit } = step {
-                let page: Vec<u32> = ids.iter().copied().skip(offset as usize).take(limit as usize).collect();
-                step = pages.accept(page);
+            let mut pages = Vec::new();
+            let mut offset = 0usize;
+            loop {
+                let page: Vec<u32> = ids.iter().copied().skip(offset).take(limit as usize).collect();
+                offset += page.len();
+                let last = page.is_empty();
+                pages.push(page);
+                if last { break; }
             }
-            prop_assert_eq!(step, OffsetStep::Finished);
-            prop_assert_eq!(pages.finish().unwrap().len(), n as usize);
+            prop_assert_eq!(list(limit, 100, &pages).unwrap().len(), n as usize);
         }
     }
 }

@@ -46,6 +46,8 @@ pub fn config(env: &testkit::TestEnv, sim: &OutlineSim) -> Result<outline_sync::
         format!("--secret-key={}", testkit::secret_key()),
         format!("--outline-api-url={}", sim.base_url()),
         "--reconcile-cron=off".to_owned(),
+        // Small pages: a few documents span several.
+        "--page-size=5".to_owned(),
     ];
     testkit::config(env.common_args(), &flags)
 }
@@ -218,6 +220,9 @@ pub type Row = (
     Option<time::OffsetDateTime>,
 );
 
+/// The API token of the harness's tenant connections.
+pub const HARNESS_TOKEN: &str = "ol_api_harness";
+
 /// A workspace with an Outline connection, the subscription `sim` delivers through to ingress,
 /// and its registered endpoint bound to that subscription.
 pub async fn tenant(
@@ -249,6 +254,16 @@ pub async fn tenant(
         .map_err(|e| anyhow::anyhow!("{e:?}"))?
         .id;
     let keyring = Keyring::parse(&testkit::secret_key())?;
+    // The connection's API token, as the simulator takes it.
+    sim.model(|m| m.add_token(HARNESS_TOKEN));
+    store::secrets::put(
+        &env.db.db,
+        &keyring,
+        connection_id,
+        "token",
+        HARNESS_TOKEN.as_bytes(),
+    )
+    .await?;
     store::inbound::create_endpoint(
         &env.db.db,
         &keyring,
@@ -294,5 +309,131 @@ where
             });
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A workspace with an active Outline connection whose `token` secret is `token`, and no
+/// endpoint or subscription yet: `(workspace_id, connection_id)`.
+pub async fn unregistered_connection(
+    env: &testkit::TestEnv,
+    provider_instance_id: Uuid,
+    token: &str,
+) -> Result<(Uuid, Uuid)> {
+    let pool = env.db.db.get_postgres_connection_pool();
+    let (workspace_id, connection_id) = (Uuid::now_v7(), Uuid::now_v7());
+    sqlx::query("INSERT INTO workspace (id, name) VALUES ($1, 'w')")
+        .bind(workspace_id)
+        .execute(pool)
+        .await?;
+    sqlx::query(
+        "INSERT INTO connection (id, workspace_id, kind, status, provider_instance_id, settings)
+         VALUES ($1, $2, 'outline', 'active', $3, '{}')",
+    )
+    .bind(connection_id)
+    .bind(workspace_id)
+    .bind(provider_instance_id)
+    .execute(pool)
+    .await?;
+    let keyring = Keyring::parse(&testkit::secret_key())?;
+    store::secrets::put(
+        &env.db.db,
+        &keyring,
+        connection_id,
+        "token",
+        token.as_bytes(),
+    )
+    .await?;
+    Ok((workspace_id, connection_id))
+}
+
+/// outline-sync's activator against `sim`, its subscriptions delivering to `public_url`.
+pub fn activator(
+    env: &testkit::TestEnv,
+    sim: &OutlineSim,
+    public_url: Option<String>,
+) -> Result<outline_sync::activation::Activator> {
+    let factory = outline_sync::source::ClientFactory {
+        db: env.db.db.clone(),
+        secret_key: Keyring::parse(&testkit::secret_key())?,
+        client: outline_client::Settings {
+            base_url: sim.base_url().to_owned(),
+            egress: vendor_http::egress::Egress::unrestricted(),
+            ..outline_client::Settings::default()
+        },
+        calls_per_job: 10_000,
+    };
+    Ok(outline_sync::activation::Activator::new(
+        factory, public_url, 10,
+    ))
+}
+
+/// The connection's row as it stands now.
+pub async fn connection(
+    env: &testkit::TestEnv,
+    connection_id: Uuid,
+) -> Result<store::entity::connection::Model> {
+    use sea_orm::EntityTrait as _;
+    store::entity::connection::Entity::find_by_id(connection_id)
+        .one(&env.db.db)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("connection {connection_id} is gone"))
+}
+
+impl World {
+    /// Runs a job of `job_type` for `t` now, as Sync now queues it, and waits for its end:
+    /// `(status, error)`.
+    pub async fn run_job(
+        &self,
+        t: &Tenant,
+        job_type: store::entity::JobType,
+    ) -> Result<(String, Option<String>)> {
+        let conn = connection(&self.env, t.connection_id).await?;
+        let txn = sea_orm::TransactionTrait::begin(&self.env.db.db).await?;
+        let queued = store::jobs::queue(
+            &txn,
+            &conn,
+            job_type,
+            store::entity::JobTrigger::Manual,
+            Some(format!("test:{}", Uuid::now_v7())),
+        )
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the job was not queued"))?;
+        txn.commit().await?;
+        // outline-sync's own relay publishes the job's message.
+        let job_id = queued.id;
+        eventually("the job did not end", || async {
+            Ok(sqlx::query_as::<_, (String, Option<String>)>(
+                "SELECT status, error FROM sync_job WHERE id = $1 AND finished_at IS NOT NULL",
+            )
+            .bind(job_id)
+            .fetch_optional(&self.pool)
+            .await?)
+        })
+        .await
+    }
+
+    /// `t`'s collections: `(outline_id, awaiting_clean_pass, last_outcome, deleted)`.
+    pub async fn collections(
+        &self,
+        t: &Tenant,
+    ) -> Result<Vec<(String, bool, Option<String>, bool)>> {
+        Ok(sqlx::query_as(
+            "SELECT outline_id, awaiting_clean_pass, last_outcome, deleted_at IS NOT NULL
+               FROM outline_collection WHERE connection_id = $1 ORDER BY outline_id",
+        )
+        .bind(t.connection_id)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// The Outline ids of `t`'s live documents.
+    pub async fn live(&self, t: &Tenant) -> Result<std::collections::BTreeSet<String>> {
+        Ok(self
+            .documents(t)
+            .await?
+            .into_iter()
+            .filter(|d| d.6.is_none())
+            .map(|d| d.0)
+            .collect())
     }
 }
