@@ -81,8 +81,8 @@ pub async fn subscription(
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "no_subscription",
-            "no webhook subscription is registered for this connection yet: activation \
-             registers one (see the connection's audit for why it has not)",
+            "no webhook subscription is registered for this connection yet: its \
+             activation registers one (activate the connection, or Sync now to retry)",
         ));
     };
     let endpoint_status = match reg.endpoint_id {
