@@ -120,6 +120,9 @@ enum BenchTarget {
     GitlabSync,
     /// Slack deliveries into ingress applied by slack-ingest, beside raw row-locked writes.
     SlackIngest,
+    /// An Outline RECONCILIATION and Outline deliveries applied by outline-sync, beside raw
+    /// batched upserts and raw row-locked writes.
+    OutlineSync,
 }
 
 impl BenchTarget {
@@ -130,6 +133,7 @@ impl BenchTarget {
             BenchTarget::Eraser => "eraser",
             BenchTarget::GitlabSync => "gitlab-sync",
             BenchTarget::SlackIngest => "slack-ingest",
+            BenchTarget::OutlineSync => "outline-sync",
         }
     }
 }

@@ -10,6 +10,7 @@ mod github_sync;
 mod github_webhooks;
 mod gitlab_sync;
 mod ingress;
+mod outline_sync;
 mod slack_ingest;
 mod table;
 
@@ -45,6 +46,10 @@ enum Target {
     /// Signed Slack `message` deliveries into ingress, applied by slack-ingest to one consented
     /// channel, beside the raw row-locked Postgres writes of the same messages, in rounds.
     SlackIngest,
+    /// A RECONCILIATION of a simulated Outline team (3 collections, 6,000 documents) by
+    /// outline-sync, beside raw batched upserts of the same rows; and signed Outline deliveries
+    /// into ingress applied by outline-sync, beside the raw row-locked writes, in rounds.
+    OutlineSync,
 }
 
 fn env(var: &str) -> Result<String> {
@@ -65,6 +70,7 @@ async fn main() -> Result<()> {
         Target::Eraser => erasure::run().await,
         Target::GitlabSync => gitlab_sync::run().await,
         Target::SlackIngest => slack_ingest::run().await,
+        Target::OutlineSync => outline_sync::run().await,
     }
 }
 
