@@ -5,8 +5,8 @@
 //! vendor ([`sync`], jobs on `outline-sync-jobs` and `-lifecycle`): activation registers the
 //! subscription first ([`activation`]), INITIAL reads recent documents to a horizon, and
 //! RECONCILIATION lists each collection whole, tombstoning only what Outline confirms gone.
-//! A claim signed by a tenant's secret writes nothing (outline-sync has no confirming read for
-//! deliveries yet).
+//! A claim signed by a tenant's secret writes nothing of its own: what it names is read from
+//! Outline with the connection's token and that is written.
 #![forbid(unsafe_code)]
 
 pub mod activation;
@@ -181,6 +181,11 @@ pub async fn run(
             webhooks::OutlineWebhooks {
                 pool,
                 clock_skew: config.sync.clock_skew(),
+                factory,
+                confirmations: sync_engine::webhook::hint::Confirmations::for_workers(
+                    "outline",
+                    config.sync.webhook_concurrency.max(1),
+                ),
             },
         )
         .with_clock_skew(config.sync.clock_skew()),

@@ -8,6 +8,13 @@
 //! `documents.permanent_delete` (no model) by the delivery's `createdAt`. Collections are written
 //! the same way, and `collections.delete` tombstones a collection with its documents. Any other
 //! event is acknowledged and counted as ignored.
+//!
+//! A delivery signed by a secret a tenant chose or was shown is a claim, never a fact: once
+//! admitted, nothing of it is written; the document or collection it names is read from Outline
+//! with the connection's own token (`documents.info`, `collections.info`, coalesced per item by
+//! `sync_engine::webhook::hint`), and what Outline shows goes through the same forward-only
+//! writes; not found tombstones what the connection holds of it, as a reconcile's confirmation
+//! would. A failed read writes nothing (`hint_unconfirmed`). The claim's body is erased.
 
 use lifecycle_core::Timestamp;
 use lifecycle_core::forward::TimeBound;
@@ -16,11 +23,18 @@ use outline_mirror::admission::Subscription;
 use outline_mirror::collection::CollectionPayload;
 use outline_mirror::document::DocumentPayload;
 use outline_mirror::events;
+use sea_orm::EntityTrait as _;
 use serde::Deserialize;
 use serde_json::Value;
 use sqlx::PgPool;
 use store::entity::ConnectionKind;
+use sync_engine::webhook::hint::{Confirmation, Confirmations};
 use sync_engine::webhook::{Outcome, Webhook, WebhookApply, WebhookError};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::source::ClientFactory;
+use crate::sync::{collection_payload, document_payload};
 
 /// The events that carry a document's version as its model.
 const DOCUMENT_VERSIONS: &[&str] = &[
@@ -149,6 +163,36 @@ fn model<T: serde::de::DeserializeOwned>(
 pub struct OutlineWebhooks {
     pub pool: PgPool,
     pub clock_skew: std::time::Duration,
+    /// Builds the connection's client for the reads that confirm a tenant's claim.
+    pub factory: ClientFactory,
+    pub confirmations: Confirmations,
+}
+
+/// What Outline shows of a claim's object.
+enum Shown {
+    Document(Box<outline_client::types::Document>),
+    Collection(Box<outline_client::types::Collection>),
+    /// Not found for the connection's token.
+    Nothing,
+}
+
+/// What a claim names, to be read from Outline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Named {
+    Document,
+    Collection,
+}
+
+impl Change {
+    /// The object a delivery names, and what it is.
+    fn named(&self) -> (&str, Named) {
+        match self {
+            Change::Document(d) => (&d.outline_id, Named::Document),
+            Change::DocumentDeleted { outline_id, .. } => (outline_id, Named::Document),
+            Change::Collection(c) => (&c.outline_id, Named::Collection),
+            Change::CollectionDeleted { outline_id, .. } => (outline_id, Named::Collection),
+        }
+    }
 }
 
 impl WebhookApply for OutlineWebhooks {
@@ -244,16 +288,19 @@ impl WebhookApply for OutlineWebhooks {
         }
         admitted?;
         if hook.is_hint() {
-            // A tenant's signature is a claim: nothing of it is written until Outline confirms
-            // it, and outline-sync has no confirming read yet.
+            // A tenant's signature is a claim: admitted, nothing of it is written; Outline is
+            // read instead. Nothing is held while Outline answers.
             txn.rollback().await?;
-            return sync_engine::webhook::hint::unconfirmed(
-                &self.pool,
-                hook,
-                ConnectionKind::Outline.as_str(),
-                "outline-sync confirms no claim yet",
-            )
-            .await;
+            let outcome = self.confirm(hook, &payload).await;
+            // What a tenant claimed is never kept; a hint handed back to be tried again keeps
+            // its body until then.
+            if matches!(
+                outcome,
+                Ok(_) | Err(WebhookError::OutOfScope(_) | WebhookError::Invalid(_))
+            ) {
+                hook.erase().await?;
+            }
+            return outcome;
         }
         let Some(connection) = OutlineConnection::load(&mut *txn, hook.connection_id).await? else {
             return Ok(Outcome::Ignored);
@@ -299,6 +346,134 @@ impl WebhookApply for OutlineWebhooks {
 }
 
 impl OutlineWebhooks {
+    /// A claim: the object it names as Outline shows it to the connection's token, written as
+    /// a delivery from Outline would be (spec: a tenant's signature is a claim, never a fact).
+    async fn confirm(
+        &self,
+        hook: &Webhook<'_>,
+        payload: &Payload,
+    ) -> Result<Outcome, WebhookError> {
+        let (id, named) = payload.change.named();
+        let key = format!("{}:{named:?}:{id}", hook.connection_id);
+        self.confirmations
+            .confirm(&self.pool, hook, key, || async {
+                let read_at = OffsetDateTime::now_utc();
+                let shown = match self.read(hook, id, named).await {
+                    Ok(shown) => shown,
+                    Err(reason) => return Ok(Confirmation::Unconfirmed(reason)),
+                };
+                // What Outline shows is written forward, under the same admission.
+                let mut txn = self.pool.begin().await?;
+                hook.admit(
+                    &mut txn,
+                    Subscription {
+                        id: &payload.subscription,
+                    },
+                )
+                .await?;
+                let Some(connection) =
+                    OutlineConnection::load(&mut *txn, hook.connection_id).await?
+                else {
+                    return Ok(Confirmation::Written(Outcome::Ignored));
+                };
+                let bound = TimeBound::after(read_at, self.clock_skew);
+                let changed = match shown {
+                    Shown::Document(d) => {
+                        let Some(p) = document_payload(&d) else {
+                            return Ok(Confirmation::Unconfirmed(
+                                "Outline shows the document outside any collection, or undated"
+                                    .into(),
+                            ));
+                        };
+                        if let Err(future) = bound.check(p.updated_at) {
+                            return Ok(Confirmation::Unconfirmed(future.to_string()));
+                        }
+                        let written =
+                            outline_mirror::apply_document(&mut txn, &connection, &p).await?;
+                        events::document(&mut txn, &connection, &written).await?;
+                        written.document().is_some()
+                    }
+                    Shown::Collection(c) => {
+                        let Some(p) = collection_payload(&c) else {
+                            return Ok(Confirmation::Unconfirmed(
+                                "Outline shows the collection undated".into(),
+                            ));
+                        };
+                        if let Err(future) = bound.check(p.updated_at) {
+                            return Ok(Confirmation::Unconfirmed(future.to_string()));
+                        }
+                        let written =
+                            outline_mirror::apply_collection(&mut txn, &connection, &p).await?;
+                        events::collection(&mut txn, &connection, &written).await?;
+                        written != outline_mirror::collection::CollectionWritten::Unchanged
+                    }
+                    // Not found: gone for this token, as a reconcile's confirmation would judge
+                    // it; only what the connection holds is tombstoned.
+                    Shown::Nothing => match named {
+                        Named::Document => {
+                            let written = outline_mirror::tombstone_document(
+                                &mut txn,
+                                &connection,
+                                id,
+                                read_at,
+                                None,
+                            )
+                            .await?;
+                            events::document(&mut txn, &connection, &written).await?;
+                            written.document().is_some()
+                        }
+                        Named::Collection => {
+                            let written = outline_mirror::tombstone_collection(
+                                &mut txn,
+                                &connection,
+                                id,
+                                read_at,
+                            )
+                            .await?;
+                            events::collection(&mut txn, &connection, &written).await?;
+                            written != outline_mirror::collection::CollectionWritten::Unchanged
+                        }
+                    },
+                };
+                txn.commit().await?;
+                Ok(Confirmation::Written(Outcome::of_change(changed)))
+            })
+            .await
+    }
+
+    /// The object `id` as Outline shows it to the delivering connection's token; a failed read
+    /// is its reason.
+    async fn read(&self, hook: &Webhook<'_>, id: &str, named: Named) -> Result<Shown, String> {
+        let uuid: Uuid = id
+            .parse()
+            .map_err(|_| format!("{id:?} is not an Outline id"))?;
+        let conn = store::entity::connection::Entity::find_by_id(hook.connection_id)
+            .one(&self.factory.db)
+            .await
+            .map_err(|e| format!("loading the connection: {e}"))?
+            .ok_or_else(|| "the connection is gone".to_owned())?;
+        let client = self
+            .factory
+            .client(&conn)
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+        let shown = match named {
+            Named::Document => client
+                .documents_info(uuid)
+                .await
+                .map(|d| Shown::Document(Box::new(d))),
+            Named::Collection => client
+                .collections_info(uuid)
+                .await
+                .map(|c| Shown::Collection(Box::new(c))),
+        };
+        match shown {
+            Ok(shown) => Ok(shown),
+            Err(e) if e.is_not_found() => Ok(Shown::Nothing),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
     /// Records why a delivery was refused on the connection's activity (nothing of it written).
     async fn refused(
         &self,

@@ -426,3 +426,114 @@ async fn a_deletion_dated_past_its_receipt_is_refused_and_changes_nothing() -> R
     assert_eq!(w.count(&w.a, DELETED).await?, 0);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_claim_signed_by_a_tenant_writes_only_what_outline_shows() -> Result<()> {
+    let w = World::start().await?;
+    let [eng, _] = w.collections.clone();
+    let (kept, gone) = w
+        .sim
+        .model(|m| {
+            Ok::<_, vendor_sim::outline::OutlineError>((
+                m.add_document(NewDocument::new(&eng, "Secret plan").text("v1"))?,
+                m.add_document(NewDocument::new(&eng, "Old notes").text("v1"))?,
+            ))
+        })
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    w.drained().await?;
+    // At Outline, without a delivery: one renamed, the other deleted.
+    w.sim
+        .model(|m| {
+            m.quietly(|m| {
+                m.update_document(&kept, Some("Renamed at Outline"), None)?;
+                m.delete_document(&gone)
+            })
+        })
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+
+    // The workspace's admin made an endpoint with a secret of their own: what it signs is a
+    // claim about the connection's own subscription.
+    let token = store::inbound::random_token()?;
+    let tenant = common::Tenant {
+        subscription: "tenant-made-subscription".to_owned(),
+        route: format!("{}/webhooks/outline/{token}", w.ingress.url()),
+        secret: store::inbound::random_token()?,
+        ..w.a.clone()
+    };
+    store::inbound::create_endpoint(
+        &w.env.db.db,
+        &store::secrets::Keyring::parse(&testkit::secret_key())?,
+        store::inbound::NewEndpoint {
+            workspace_id: w.a.workspace_id,
+            connection_id: w.a.connection_id,
+            kind: store::entity::ConnectionKind::Outline,
+            registration: store::entity::inbound_endpoint::Registration::Registered,
+            provider_ref: Some(tenant.subscription.clone()),
+            address_token: Some(token),
+            tenant_keyed: true,
+        },
+        tenant.secret.as_bytes(),
+    )
+    .await?;
+    let now = time::OffsetDateTime::now_utc();
+    let claim = |event: &str, id: &str| {
+        let doc = json!({
+            "id": id, "collectionId": eng, "parentDocumentId": null, "title": "pwned",
+            "text": "pwned", "urlId": "x", "createdAt": vendor_sim::outline::date(now),
+            "updatedAt": vendor_sim::outline::date(now),
+            "publishedAt": vendor_sim::outline::date(now), "archivedAt": null, "deletedAt": null,
+        });
+        json!({
+            "id": Uuid::new_v4().to_string(),
+            "actorId": null,
+            "webhookSubscriptionId": tenant.subscription,
+            "createdAt": vendor_sim::outline::date(now),
+            "event": event,
+            "payload": {"id": id, "model": doc},
+        })
+    };
+    for body in [
+        claim("documents.update", &kept),
+        claim("documents.delete", &kept),
+        claim("documents.update", &gone),
+    ] {
+        let status = w.post_signed(&tenant, &body).await?;
+        assert_eq!(status, 200, "{body}");
+    }
+    w.drained().await?;
+
+    let kept_row = w.document(&w.a, &kept).await?.context("kept")?;
+    assert_eq!(
+        (kept_row.3.as_deref(), kept_row.6),
+        (Some("Renamed at Outline"), None),
+        "Outline's version, never the claim's; a claimed deletion Outline denies changes nothing"
+    );
+    let gone_row = w.document(&w.a, &gone).await?.context("gone")?;
+    assert!(gone_row.6.is_some(), "Outline confirms the deletion");
+    let rows = w.documents(&w.a).await?;
+    assert!(
+        rows.iter()
+            .all(|r| r.3.as_deref() != Some("pwned") && r.4.as_deref() != Some("pwned")),
+        "nothing of a claim is written"
+    );
+    // The claims' bodies are not kept (their deliveries' records are).
+    let claims: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM inbound_message m JOIN inbound_endpoint e ON e.id = m.endpoint_id
+          WHERE e.tenant_keyed AND m.connection_id = $1",
+    )
+    .bind(w.a.connection_id)
+    .fetch_one(&w.pool)
+    .await?;
+    assert_eq!(claims, 3);
+    let bodies: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM inbound_message_body b JOIN inbound_message m ON m.id = b.message_id
+          JOIN inbound_endpoint e ON e.id = m.endpoint_id
+         WHERE e.tenant_keyed AND m.connection_id = $1",
+    )
+    .bind(w.a.connection_id)
+    .fetch_one(&w.pool)
+    .await?;
+    assert_eq!(bodies, 0);
+    assert!(w.dead().await?.is_empty());
+    Ok(())
+}
