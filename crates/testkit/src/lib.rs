@@ -417,6 +417,25 @@ pub fn slack_ingest_config(common: runtime::CommonArgs, api_url: &str) -> slack_
     .expect("slack-ingest's test flags parse")
 }
 
+/// outline-sync's config for the given flags, with the local stack's key, no schedules and
+/// Outline at `api_url` (a simulator's `base_url()`); it creates each connection's webhook
+/// subscription delivering to `public_webhook_url` (ingress's URL) when one is given.
+pub fn outline_sync_config(
+    common: runtime::CommonArgs,
+    api_url: &str,
+    public_webhook_url: Option<&str>,
+) -> outline_sync::Config {
+    let mut flags = vec![
+        format!("--secret-key={}", secret_key()),
+        format!("--outline-api-url={api_url}"),
+        "--reconcile-cron=off".to_owned(),
+    ];
+    if let Some(url) = public_webhook_url {
+        flags.push(format!("--public-webhook-url={url}"));
+    }
+    config(common, &flags).expect("outline-sync's test flags parse")
+}
+
 /// A bearer token valid for an hour: `role` is admin or viewer; `workspace` scopes it, and
 /// without one it is an operator's.
 pub fn token(

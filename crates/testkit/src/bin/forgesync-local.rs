@@ -1,7 +1,7 @@
 //! The local stack (`cargo xtask up`): every service that exists, in one process (each started
 //! through `testkit::spawn`), against the
-//! Postgres and NATS that xtask provisioned, plus the GitHub, GitLab and Slack simulators with a
-//! demo workspace connected to each. (`cargo xtask migrate` and `reseal` run `forgesync-admin`, crates/admin.)
+//! Postgres and NATS that xtask provisioned, plus the GitHub, GitLab, Slack and Outline simulators
+//! with a demo workspace connected to each. (`cargo xtask migrate` and `reseal` run `forgesync-admin`, crates/admin.)
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
@@ -22,8 +22,8 @@ struct Cli {
 enum Command {
     /// Migrate, then run every service until Ctrl-C.
     Up {
-        /// Where control-api listens; ingress, github-sync, the eraser, gitlab-sync and
-        /// slack-ingest take the next five ports.
+        /// Where control-api listens; ingress, github-sync, the eraser, gitlab-sync,
+        /// slack-ingest and outline-sync take the next six ports.
         #[arg(
             long,
             env = "FORGESYNC_LISTEN",
@@ -31,7 +31,8 @@ enum Command {
             default_value = "127.0.0.1:8080"
         )]
         listen: SocketAddr,
-        /// Do not start the GitHub, GitLab and Slack simulators and their demo workspace.
+        /// Do not start the GitHub, GitLab, Slack and Outline simulators and their demo
+        /// workspace.
         #[arg(long)]
         no_demo: bool,
         /// Start a local OTLP/HTTP receiver and export every service's spans to it: traces are
@@ -223,6 +224,28 @@ async fn up(
     )?;
     slack_config.sync.reconcile_cron = slack_defaults.sync.reconcile_cron;
     let slack_ingest = testkit::spawn(slack_config).await?;
+    // outline-sync reads the Outline simulator when the demo runs, the configured Outline (its
+    // default or FORGESYNC_OUTLINE_API_URL) otherwise; it creates each connection's webhook
+    // subscription delivering to ingress.
+    let outline = match demo {
+        true => Some(OutlineDemo::start().await?),
+        false => None,
+    };
+    let outline_defaults: outline_sync::Config = testkit::config(
+        common(Identity::OutlineSync, next_port(listen, 6), false),
+        &[format!("--secret-key={}", testkit::secret_key())],
+    )?;
+    let outline_api_url = outline.as_ref().map_or_else(
+        || outline_defaults.api_url.clone(),
+        |o| o.sim.base_url().to_owned(),
+    );
+    let mut outline_config = testkit::outline_sync_config(
+        common(Identity::OutlineSync, next_port(listen, 6), false),
+        &outline_api_url,
+        Some(&ingress.url()),
+    );
+    outline_config.sync.reconcile_cron = outline_defaults.sync.reconcile_cron;
+    let outline_sync = testkit::spawn(outline_config).await?;
 
     let token = testkit::token(&keys, control_api::Role::Admin, None)?;
     let base = control_api.url();
@@ -239,6 +262,10 @@ async fn up(
         (Some((_, ws, _)), Some(slack)) => {
             Some(slack.connect(&base, &token, ws, &ingress.url()).await?)
         }
+        _ => None,
+    };
+    let outline_conn = match (&sim, &outline) {
+        (Some((_, ws, _)), Some(outline)) => Some(outline.connect(&base, &token, ws).await?),
         _ => None,
     };
     // The walk-through's PAT connection names a repository its token resolves (the simulator's
@@ -282,18 +309,23 @@ async fn up(
         ),
         _ => String::new(),
     };
+    let outline_lines = match (&sim, &outline, &outline_conn) {
+        (Some((_, ws, _)), Some(outline), Some(connected)) => outline.lines(connected, &base, ws),
+        _ => String::new(),
+    };
     println!(
         r#"
 forgesync is up.
   control-api   {base}   (OpenAPI: {base}/openapi.json, health: /readyz, metrics: /metrics)
-  ingress       {ingress}   (webhooks: /webhooks/github, /webhooks/gitlab, /webhooks/slack, ...)
+  ingress       {ingress}   (webhooks: /webhooks/github, /webhooks/gitlab, /webhooks/slack, /webhooks/outline/<token>, ...)
   github-sync   {sync}   (health and metrics only)
   eraser        {eraser}   (disconnect and purge; health and metrics only)
   gitlab-sync   {gitlab_sync}   (health and metrics only)
   slack-ingest  {slack_ingest}   (Slack API {slack_api_url}; health and metrics only)
+  outline-sync  {outline_sync}   (Outline {outline_api_url}; health and metrics only)
   Postgres      {db}
   NATS          {nats}
-{traces}{demo_lines}
+{traces}{demo_lines}{outline_lines}
 An operator's admin token valid for one hour (HS256, iss {iss}, aud {aud}, "operator": true):
   export TOKEN={token}
 
@@ -311,6 +343,7 @@ Ctrl-C stops everything.
         eraser = eraser.url(),
         gitlab_sync = gitlab_sync.url(),
         slack_ingest = slack_ingest.url(),
+        outline_sync = outline_sync.url(),
         iss = testkit::JWT_ISSUER,
         aud = testkit::JWT_AUDIENCE,
         db = runtime::config::redact_url(database_url),
@@ -324,10 +357,12 @@ Ctrl-C stops everything.
         eraser.stop().await,
         gitlab_sync.stop().await,
         slack_ingest.stop().await,
+        outline_sync.stop().await,
     ];
     drop(sim);
     drop(gitlab);
     drop(slack);
+    drop(outline);
     println!("forgesync stopped");
     results.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
 }
@@ -609,5 +644,198 @@ impl SlackDemo {
         };
         post(format!("{channels}/{channel_id}/consent"), json!({})).await?;
         Ok((conn, channel_id))
+    }
+}
+
+/// The demo Outline connection's API token.
+const OUTLINE_TOKEN: &str = "ol_api_forgesync_demo";
+/// Documents the demo team holds, spread over its two collections.
+const OUTLINE_DOCUMENTS: usize = 40;
+/// How long the Outline demo waits for activation and for its INITIAL.
+const OUTLINE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The Outline simulator of the demo: team `acme` with collections Engineering and Handbook and
+/// [`OUTLINE_DOCUMENTS`] documents changed over the last few weeks (all within the INITIAL's
+/// horizon).
+struct OutlineDemo {
+    sim: vendor_sim::outline::OutlineSim,
+    /// Outline's ids of the collections: Engineering, Handbook.
+    collections: [String; 2],
+}
+
+/// What connecting the demo workspace to the Outline simulator left.
+struct OutlineConnected {
+    connection: String,
+    /// Outline's id of the connection's adopted webhook subscription.
+    subscription: String,
+    /// The ingress URL that subscription delivers to.
+    route: String,
+    /// The connection's documents in the mirror when the wait for its INITIAL ended.
+    stored: usize,
+    /// One of the demo's documents (Outline's id), to change through the simulator.
+    example: String,
+}
+
+impl OutlineDemo {
+    /// Starts the simulator; outline-sync reads its `base_url()`.
+    async fn start() -> Result<OutlineDemo> {
+        use vendor_sim::outline::{Model, NewDocument, OutlineSim};
+        let mut model = Model::new("acme");
+        model.add_token(OUTLINE_TOKEN);
+        let collections = [
+            model.add_collection("Engineering"),
+            model.add_collection("Handbook"),
+        ];
+        let start = time::OffsetDateTime::now_utc() - time::Duration::days(20);
+        for i in 0..OUTLINE_DOCUMENTS {
+            let collection = &collections[i % 2];
+            let at = start + time::Duration::hours(i as i64 * 12);
+            model
+                .add_document(
+                    NewDocument::new(collection, &format!("Document {i}"))
+                        .text(&format!(
+                            "# Document {i}\n\nWritten for the forgesync demo."
+                        ))
+                        .dated(at),
+                )
+                .map_err(|e| anyhow::anyhow!("Outline demo: {e}"))?;
+        }
+        let sim = OutlineSim::start(model).await?;
+        Ok(OutlineDemo { sim, collections })
+    }
+
+    /// Connects workspace `ws` to the team through control-api and activates the connection:
+    /// outline-sync's activation creates the subscription at the simulator (delivering to
+    /// ingress) and its INITIAL reads the documents. Waits until control-api shows the
+    /// subscription adopted (an error otherwise), then until the INITIAL stored every document
+    /// (reported in [`OutlineConnected::stored`] either way).
+    async fn connect(&self, base: &str, token: &str, ws: &str) -> Result<OutlineConnected> {
+        let http = reqwest::Client::new();
+        let send = |req: reqwest::RequestBuilder, what: String| async move {
+            let res = req.bearer_auth(token).send().await?;
+            let status = res.status();
+            let body: Value = res.json().await?;
+            anyhow::Ok((status, body, what))
+        };
+        let ok = |(status, body, what): (reqwest::StatusCode, Value, String)| {
+            anyhow::ensure!(
+                status.is_success(),
+                "Outline demo setup: {what} answered {status}: {body}"
+            );
+            anyhow::Ok(body)
+        };
+        let post =
+            |path: String, body: Value| send(http.post(format!("{base}{path}")).json(&body), path);
+        let conn = ok(post(
+            format!("/workspaces/{ws}/connections"),
+            json!({
+                "kind": "outline",
+                "server_url": self.sim.base_url(),
+                "secrets": { "token": OUTLINE_TOKEN },
+            }),
+        )
+        .await?)?;
+        let conn = conn["id"].as_str().context("connection id")?.to_owned();
+        ok(post(
+            format!("/workspaces/{ws}/connections/{conn}/activate"),
+            json!({}),
+        )
+        .await?)?;
+
+        // Activation runs in outline-sync: the subscription is created, then adopted.
+        let path = format!("/workspaces/{ws}/connections/{conn}/outline/subscription");
+        let deadline = tokio::time::Instant::now() + OUTLINE_WAIT;
+        let subscription = loop {
+            let (status, body, _) = send(http.get(format!("{base}{path}")), path.clone()).await?;
+            if status.is_success()
+                && body["state"] == "adopted"
+                && let Some(id) = body["subscription_id"].as_str()
+            {
+                break id.to_owned();
+            }
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "Outline demo setup: outline-sync did not adopt connection {conn}'s webhook \
+                 subscription within {} s of the activation; {path} last answered {status}: \
+                 {body} (see outline-sync's log above)",
+                OUTLINE_WAIT.as_secs()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        };
+        let route = self
+            .sim
+            .model(|m| m.subscription(&subscription).map(|s| s.url.clone()))
+            .with_context(|| {
+                format!(
+                    "Outline demo setup: control-api shows subscription {subscription} adopted, \
+                     but the simulator holds no such subscription"
+                )
+            })?;
+
+        // The INITIAL reads every document (all are within its horizon).
+        let path = format!("/workspaces/{ws}/outline/documents?limit=1000");
+        let deadline = tokio::time::Instant::now() + OUTLINE_WAIT;
+        let stored = loop {
+            let listed = ok(send(http.get(format!("{base}{path}")), path.clone()).await?)?;
+            let stored = listed
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|d| d["connection_id"] == conn.as_str() && d["deleted_at"].is_null())
+                .count();
+            if stored >= OUTLINE_DOCUMENTS || tokio::time::Instant::now() >= deadline {
+                break stored;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        };
+        if stored < OUTLINE_DOCUMENTS {
+            tracing::warn!(
+                connection_id = %conn,
+                stored,
+                "Outline demo: the INITIAL did not store the team's {OUTLINE_DOCUMENTS} documents within {} s",
+                OUTLINE_WAIT.as_secs()
+            );
+        }
+        let example = self
+            .sim
+            .model(|m| m.document_ids_in(&self.collections[0]).into_iter().next())
+            .context("Outline demo: the Engineering collection holds no document")?;
+        Ok(OutlineConnected {
+            connection: conn,
+            subscription,
+            route,
+            stored,
+            example,
+        })
+    }
+
+    /// The demo's part of the printout, ending with the `outline demo:` line.
+    fn lines(&self, c: &OutlineConnected, base: &str, ws: &str) -> String {
+        let initial = if c.stored >= OUTLINE_DOCUMENTS {
+            format!("its INITIAL stored all {OUTLINE_DOCUMENTS} documents")
+        } else {
+            format!(
+                "its INITIAL DID NOT store the {OUTLINE_DOCUMENTS} documents within {} s \
+                 (only {} so far; see outline-sync's log above)",
+                OUTLINE_WAIT.as_secs(),
+                c.stored
+            )
+        };
+        format!(
+            "\n  Outline sim   {sim}   (team acme: collections Engineering and Handbook, {n} documents; admin routes: POST /_admin/<action>)\n\n\
+             The demo workspace also has an active Outline connection {conn}: its webhook subscription\n\
+             delivers to ingress, and {initial}. Change a document through\n\
+             the simulator, then read the mirror:\n  \
+             curl -s -X POST {sim}/_admin/documents.update -H 'content-type: application/json' -d '{{\"id\":\"{example}\",\"title\":\"Renamed\"}}'\n  \
+             curl -s {base}/workspaces/{ws}/outline/documents -H \"Authorization: Bearer $TOKEN\"\n  \
+             curl -s {base}/workspaces/{ws}/connections/{conn}/outline/subscription -H \"Authorization: Bearer $TOKEN\"\n\
+             outline demo: connection={conn} sim={sim} subscription={subscription} route={route}\n",
+            sim = self.sim.base_url(),
+            n = OUTLINE_DOCUMENTS,
+            conn = c.connection,
+            example = c.example,
+            subscription = c.subscription,
+            route = c.route,
+        )
     }
 }
