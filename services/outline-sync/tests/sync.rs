@@ -219,22 +219,32 @@ async fn under_each_fault_a_reconcile_tombstones_nothing_and_the_next_one_is_cle
 }
 
 #[tokio::test]
-async fn a_document_moved_or_created_mid_pass_survives() -> Result<()> {
+async fn a_document_moved_created_or_shifted_by_a_deletion_mid_pass_survives() -> Result<()> {
     let w = World::start().await?;
     let [eng_id, handbook_id] = w.collections.clone();
     let [eng, _] = seed(&w, 12);
     w.run_job(&w.a, JobType::Reconciliation).await?;
-    // Between the first collection's pages, an already-listed document moves to the other
-    // collection's end... and one the listing has not reached yet moves back before the
-    // offset, and a new one is created.
-    let (moved, created_in) = (eng[11].clone(), eng_id.clone());
+    // Between the engineering collection's pages: a document it has not reached yet moves to
+    // the other collection, one it already listed is deleted (every later document shifts one
+    // offset back, so the next page skips one), and a new one is created.
+    let (moved, deleted, created_in) = (eng[11].clone(), eng[1].clone(), eng_id.clone());
     let handbook = handbook_id.clone();
+    let first: String = sqlx::query_scalar(
+        "SELECT outline_id FROM outline_collection WHERE connection_id = $1 ORDER BY id LIMIT 1",
+    )
+    .bind(w.a.connection_id)
+    .fetch_one(&w.pool)
+    .await?;
+    // The engineering collection's second page: its first when it is walked first, else the
+    // handbook's three pages and its empty one come before.
+    let nth = if first == eng_id { 2 } else { 6 };
     w.sim.inject(Fault::nth(
         methods::DOCUMENTS_LIST,
-        2,
+        nth,
         OutlineFault::mutate(move |m| {
             m.quietly(|m| {
                 m.move_document(&moved, &handbook, None).expect("moved");
+                m.delete_document(&deleted).expect("deleted");
                 m.add_document(NewDocument::new(&created_in, "new mid-pass"))
                     .expect("created");
             });
@@ -249,6 +259,20 @@ async fn a_document_moved_or_created_mid_pass_survives() -> Result<()> {
         "a moved document is never tombstoned"
     );
     assert_eq!(moved_row.1, handbook_id, "its row follows it");
+    // The document the shifted offsets skipped was never seen missing for long: Outline
+    // still shows it, so it stays.
+    let live = w.live(&w.a).await?;
+    assert!(
+        live.contains(&eng[5]),
+        "a live document hidden by the shift is kept"
+    );
+    // The deletion was listed before it happened: the next pass tombstones it.
+    assert!(live.contains(&eng[1]));
     assert_eq!(w.count(&w.a, "outline.document.deleted").await?, 0);
+    let (status, error) = w.run_job(&w.a, JobType::Reconciliation).await?;
+    assert_eq!(status, "succeeded", "{error:?}");
+    let live = w.live(&w.a).await?;
+    assert!(!live.contains(&eng[1]) && live.contains(&eng[5]) && live.contains(&eng[11]));
+    assert_eq!(w.count(&w.a, "outline.document.deleted").await?, 1);
     Ok(())
 }
