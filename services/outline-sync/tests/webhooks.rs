@@ -135,7 +135,10 @@ async fn redelivered_and_shuffled_copies_leave_the_in_order_mirror() -> Result<(
         });
     changes.map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let held = w.sim.release(Order::Shuffled(7)).await;
-    assert!(held >= 300, "{held} changes held, each to be delivered three times");
+    assert!(
+        held >= 300,
+        "{held} changes held, each to be delivered three times"
+    );
     w.drained().await?;
     assert!(w.dead().await?.is_empty(), "{:?}", w.dead().await?);
 
