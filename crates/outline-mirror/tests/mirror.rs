@@ -637,3 +637,91 @@ async fn concurrent_writers_of_one_document_end_at_its_newest_version() -> Resul
     assert_eq!(w.events(&c).await?.len(), changes);
     Ok(())
 }
+
+/// The kind of a write, for comparing what two paths did.
+fn kind(w: &Written) -> &'static str {
+    match w {
+        Written::Inserted(_) => "inserted",
+        Written::Published(_) => "published",
+        Written::Updated(_) => "updated",
+        Written::Renamed(_) => "renamed",
+        Written::Moved { .. } => "moved",
+        Written::Tombstoned(_) => "tombstoned",
+        Written::Restored(_) => "restored",
+        Written::Unchanged => "unchanged",
+    }
+}
+
+#[tokio::test]
+async fn a_page_writes_what_its_documents_one_by_one_would() -> Result<()> {
+    let w = World::new().await?;
+    let deleted = |id: &str, v: i64| DocumentPayload {
+        deleted_at: Some(at(v)),
+        ..version(id, v)
+    };
+    // Pages as listings and confirming reads report them: new documents, newer and older
+    // versions of held ones, a move to another collection, a deletion, a restore past it, and a
+    // page that repeats a document.
+    let pages: Vec<Vec<DocumentPayload>> = vec![
+        vec![
+            version("a", 10),
+            version("b", 10),
+            version("c", 10),
+            version("d", 10),
+        ],
+        vec![
+            version("a", 11),
+            version("b", 5),
+            deleted("c", 12),
+            version("e", 10),
+        ],
+        vec![
+            version("a", 11),
+            version("c", 14),
+            version("d", 20),
+            version("d", 23),
+        ],
+        vec![
+            deleted("f", 30),
+            version("f", 25),
+            version("g", 2),
+            version("b", 10),
+        ],
+    ];
+    let (one_by_one, paged) = (w.outline().await?, w.outline().await?);
+    for page in &pages {
+        // A page keeps each document's newest version, as applying them in turn leaves it.
+        let mut expected = Vec::new();
+        let mut newest: std::collections::BTreeMap<&str, &DocumentPayload> = Default::default();
+        for p in page {
+            let e = newest.entry(&p.outline_id).or_insert(p);
+            if p.updated_at > e.updated_at {
+                *e = p;
+            }
+        }
+        for p in newest.values() {
+            expected.push(kind(&w.apply(&one_by_one, p).await?));
+        }
+        let mut txn = w.pool.begin().await?;
+        let written = document::apply_page(&mut txn, &paged, page).await?;
+        for wr in &written {
+            events::document(&mut txn, &paged, wr).await?;
+        }
+        txn.commit().await?;
+        let mut got: Vec<&str> = written.iter().map(kind).collect();
+        expected.sort();
+        got.sort();
+        assert_eq!(got, expected, "{page:?}");
+    }
+    assert_eq!(w.rows(&paged).await?, w.rows(&one_by_one).await?);
+    let types = |events: Vec<(String, String)>| {
+        let mut types: Vec<String> = events.into_iter().map(|(t, _)| t).collect();
+        types.sort();
+        types
+    };
+    assert_eq!(
+        types(w.events(&paged).await?),
+        types(w.events(&one_by_one).await?)
+    );
+    Ok(())
+}

@@ -225,6 +225,7 @@ impl OutlineVendor {
         documents: &[types::Document],
     ) -> Result<(u64, u64), sqlx::Error> {
         let mut payloads: Vec<DocumentPayload> = Vec::with_capacity(documents.len());
+        // `document::apply_page` locks them in id order, as every writer does.
         let mut dropped = 0;
         for d in documents {
             let Some(p) = document_payload(d) else {
@@ -240,8 +241,6 @@ impl OutlineVendor {
             }
             payloads.push(p);
         }
-        // The same order every writer locks in.
-        payloads.sort_by(|a, b| a.outline_id.cmp(&b.outline_id));
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -264,8 +263,7 @@ impl OutlineVendor {
             .execute(&mut *txn)
             .await?;
         let mut changed = 0;
-        for p in payloads {
-            let written = outline_mirror::apply_document(&mut txn, connection, p).await?;
+        for written in document::apply_page(&mut txn, connection, payloads).await? {
             events::document(&mut txn, connection, &written).await?;
             changed += u64::from(written.document().is_some());
         }
