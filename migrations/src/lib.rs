@@ -40,6 +40,7 @@ mod m0035_workspace_usage;
 mod m0036_slack;
 mod m0037_slack_paused_ts;
 mod m0038_outline;
+mod m0039_gitlab_approvals;
 mod m0040_gitlab_thread_ids;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
@@ -215,6 +216,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0038_outline",
                 up: m0038_outline::UP,
+            }),
+            Box::new(Sql {
+                name: "m0039_gitlab_approvals",
+                up: m0039_gitlab_approvals::UP,
             }),
             Box::new(Sql {
                 name: "m0040_gitlab_thread_ids",

@@ -68,6 +68,10 @@ pub static ERASABLE: Erasable = Erasable {
             selector: Selector::Repository(OF_PULL_REQUESTS),
         },
         ErasableTable {
+            table: "merge_request_approval",
+            selector: Selector::Repository(OF_PULL_REQUESTS),
+        },
+        ErasableTable {
             table: "comment",
             selector: Selector::Repository("repository_id = $1"),
         },
@@ -112,6 +116,10 @@ pub static ERASABLE: Erasable = Erasable {
         ContentTable {
             table: "review_thread",
             columns: &["path", "resolved_by"],
+        },
+        ContentTable {
+            table: "merge_request_approval",
+            columns: &["username"],
         },
     ],
     streams: &[],

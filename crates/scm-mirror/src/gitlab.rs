@@ -3,6 +3,7 @@
 //! stands, and the kind of resource it creates at GitLab.
 
 pub mod activation;
+pub mod approvals;
 
 use store::registration::ResourceKind;
 

@@ -202,11 +202,13 @@ pub struct MirroredPullRequest {
     pub closed_at: Option<OffsetDateTime>,
     pub merged_at: Option<OffsetDateTime>,
     pub deleted_at: Option<OffsetDateTime>,
+    /// `approved`, `changes_requested` or `review_required`; `None` while unknown.
+    pub review_decision: Option<String>,
 }
 
 const PULL_REQUEST_COLUMNS: &str = "id, native_id, number, title, body, state, draft, author,
     locked, comment_count, head_ref, head_sha, base_ref, upstream_created_at,
-    upstream_updated_at, closed_at, merged_at, deleted_at";
+    upstream_updated_at, closed_at, merged_at, deleted_at, review_decision";
 
 /// Pull requests of a covered repository by number, at most `limit` after `after_number`.
 pub async fn pull_requests<C: ConnectionTrait>(
@@ -271,6 +273,29 @@ pub async fn pull_request_comments<C: ConnectionTrait>(
         "SELECT id, native_id, author, body, upstream_created_at, upstream_updated_at, deleted_at
            FROM comment WHERE pull_request_id = $1
           ORDER BY upstream_created_at, native_id",
+        [pull_request.id.into()],
+    ))
+    .all(db)
+    .await
+}
+
+/// A standing approval of a mirrored merge request (GitLab).
+#[derive(Debug, Clone, PartialEq, Eq, FromQueryResult)]
+#[non_exhaustive]
+pub struct MirroredApproval {
+    pub username: String,
+    pub approved_at: OffsetDateTime,
+}
+
+/// The pull request's standing approvals, oldest first.
+pub async fn pull_request_approvals<C: ConnectionTrait>(
+    db: &C,
+    pull_request: &MirroredPullRequest,
+) -> Result<Vec<MirroredApproval>, DbErr> {
+    MirroredApproval::find_by_statement(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "SELECT username, approved_at FROM merge_request_approval WHERE pull_request_id = $1
+          ORDER BY approved_at, username",
         [pull_request.id.into()],
     ))
     .all(db)

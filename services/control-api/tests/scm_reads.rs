@@ -461,3 +461,82 @@ async fn bad_gitlab_read_parameters_answer_400_naming_them() -> Result<()> {
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gitlab_merge_request_shows_its_approvals_and_decision_to_its_workspace_only()
+-> Result<()> {
+    let f = Fixture::start().await?;
+    let (ws, conn) = f
+        .workspace_of("gitlab", "https://gitlab.example.com")
+        .await?;
+    let (other_ws, _) = f
+        .workspace_of("gitlab", "https://gitlab.example.com")
+        .await?;
+    let widgets = f
+        .repository(f.instance_of(conn).await?, 11, "widgets")
+        .await?;
+    f.monitor(ws, conn, "widgets", Some(11)).await?;
+    let approved = f.merge_request(widgets, 1).await?;
+    let unknown = f.merge_request(widgets, 2).await?;
+    for (user, at) in [
+        ("cat", "2026-03-01T00:00:20Z"),
+        ("bob", "2026-03-01T00:00:10Z"),
+    ] {
+        sqlx::query(
+            "INSERT INTO merge_request_approval (pull_request_id, username, approved_at)
+             VALUES ($1, $2, $3::timestamptz)",
+        )
+        .bind(approved)
+        .bind(user)
+        .bind(at)
+        .execute(&f.pool)
+        .await?;
+    }
+    sqlx::query("UPDATE pull_request SET review_decision = 'approved' WHERE id = $1")
+        .bind(approved)
+        .execute(&f.pool)
+        .await?;
+
+    let viewer = testkit::token(&f.keys, Role::Viewer, Some(ws))?;
+    let [.., detail] = gitlab_reads(ws, widgets, approved);
+    let (status, body) = f.get(&detail, &viewer).await?;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["review_decision"], "approved");
+    assert_eq!(
+        body["approvals"],
+        json!([
+            {"username": "bob", "approved_at": "2026-03-01T00:00:10Z"},
+            {"username": "cat", "approved_at": "2026-03-01T00:00:20Z"},
+        ])
+    );
+    // Unknown is null, never a guess; no approval is an empty list.
+    let [.., unknown_detail] = gitlab_reads(ws, widgets, unknown);
+    let (status, body) = f.get(&unknown_detail, &viewer).await?;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["review_decision"], Value::Null);
+    assert_eq!(body["approvals"], json!([]));
+
+    // Another workspace on the same GitLab server reads neither, under A's id or its own.
+    let stranger = testkit::token(&f.keys, Role::Admin, Some(other_ws))?;
+    for path in [detail, gitlab_reads(other_ws, widgets, approved)[3].clone()] {
+        let (status, body) = f.get(&path, &stranger).await?;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {body}");
+        assert!(body.get("approvals").is_none(), "{path}: {body}");
+    }
+
+    // The contract documents both.
+    let (status, document) = f.get("/openapi.json", &viewer).await?;
+    assert_eq!(status, StatusCode::OK);
+    let schemas = &document["components"]["schemas"];
+    // The detail flattens the merge request's view into its own properties (`allOf`).
+    let detail = schemas["MergeRequestDetail"].to_string();
+    assert!(detail.contains("\"review_decision\""), "{detail}");
+    assert!(detail.contains("\"approvals\""), "{detail}");
+    assert!(
+        schemas["ApprovalView"]["properties"]
+            .get("approved_at")
+            .is_some(),
+        "{schemas}"
+    );
+    Ok(())
+}

@@ -1,5 +1,6 @@
 //! GitLab webhooks, consumed from JetStream after ingress stored them, through the shared front
-//! half (`sync_engine::webhook`). [`GitlabWebhooks`] decodes Issue, Merge Request and Note Hooks
+//! half (`sync_engine::webhook`). [`GitlabWebhooks`] decodes Issue, Merge Request (approval acts
+//! included, [`approvals`]) and Note Hooks
 //! (any other event is acknowledged and ignored) and writes them through the SCM mirror's
 //! forward-only steps, each in one transaction that first admits the delivery for the project
 //! by its native id (`scm_mirror::admission::GitlabProject`): a redelivered, late or reordered
@@ -11,6 +12,7 @@
 //! (`gitlab.<namespace>.<project>.<event>`, [`filters::PROJECT_EVENTS_CONSUMER`], following the
 //! monitors), which only ever write to monitored projects.
 
+pub mod approvals;
 pub mod filters;
 pub mod hints;
 pub mod items;
@@ -74,7 +76,12 @@ impl WebhookApply for GitlabWebhooks {
         }
         match event {
             Event::Issue(e) => items::issue(self, hook, e).await,
-            Event::MergeRequest(e) => items::merge_request(self, hook, e).await,
+            Event::MergeRequest(e) => {
+                match approvals::act_kind(e.object_attributes.action.as_deref()) {
+                    Some(kind) => approvals::act(self, hook, kind, e).await,
+                    None => items::merge_request(self, hook, e).await,
+                }
+            }
             Event::Note(e) => notes::note(self, hook, *e).await,
         }
     }

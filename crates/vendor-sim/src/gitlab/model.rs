@@ -121,6 +121,8 @@ pub struct MergeRequest {
     pub author: String,
     /// Reviewers with their review state (`APPROVED`, `UNREVIEWED`, ...).
     pub reviewers: Vec<(String, Option<String>)>,
+    /// Whose approval stands, and since when, in the order given.
+    pub approved_by: Vec<(String, OffsetDateTime)>,
 }
 
 /// Whose note.
@@ -453,6 +455,7 @@ impl Model {
                 approved: true,
                 author: "alice".into(),
                 reviewers: Vec::new(),
+                approved_by: Vec::new(),
             },
         );
         self.merge_request_changed(project, iid, "open", None);
@@ -617,6 +620,49 @@ impl Model {
             _ => "update",
         };
         self.merge_request_changed(project, iid, action, Some(&before));
+        true
+    }
+
+    /// `user` approves merge request (`project`, `iid`) and GitLab sends its Merge Request Hook
+    /// (`approved` for the first approval, `approval` after); `updated_at` moves to now. `false`
+    /// when the merge request does not exist or `user` already approved it.
+    pub fn approve_merge_request(&mut self, project: u64, iid: u64, user: &str) -> bool {
+        let Some(mr) = self.merge_requests.get_mut(&(project, iid)) else {
+            return false;
+        };
+        if mr.approved_by.iter().any(|(u, _)| u == user) {
+            return false;
+        }
+        mr.updated_at = later(mr.updated_at);
+        let action = if mr.approved_by.is_empty() {
+            "approved"
+        } else {
+            "approval"
+        };
+        mr.approved_by.push((user.to_owned(), mr.updated_at));
+        self.approval_changed(project, iid, action, user);
+        true
+    }
+
+    /// `user` withdraws their approval of merge request (`project`, `iid`) and GitLab sends its
+    /// Merge Request Hook (`unapproved` when no approval is left, `unapproval` otherwise).
+    /// `false` when the merge request does not exist or `user` had not approved it.
+    pub fn unapprove_merge_request(&mut self, project: u64, iid: u64, user: &str) -> bool {
+        let Some(mr) = self.merge_requests.get_mut(&(project, iid)) else {
+            return false;
+        };
+        let before = mr.approved_by.len();
+        mr.approved_by.retain(|(u, _)| u != user);
+        if mr.approved_by.len() == before {
+            return false;
+        }
+        mr.updated_at = later(mr.updated_at);
+        let action = if mr.approved_by.is_empty() {
+            "unapproved"
+        } else {
+            "unapproval"
+        };
+        self.approval_changed(project, iid, action, user);
         true
     }
 

@@ -445,6 +445,16 @@ pub fn merge_request_hook(
     })
 }
 
+/// The Merge Request Hook body GitLab sends when `user` approves or unapproves `mr`
+/// (`approved`, `approval`, `unapproved`, `unapproval`): the acting user is the approver.
+pub fn approval_hook(m: &Model, mr: &MergeRequest, action: &str, user: &str) -> Json {
+    let mut body = merge_request_hook(m, mr, action, None);
+    if !body.is_null() {
+        body["user"] = user_json(m, user);
+    }
+    body
+}
+
 /// The Note Hook body of `note` for `action` (`create`, `update`).
 pub fn note_hook(m: &Model, note: &Note, action: &str) -> Json {
     let (project_id, noteable_type, parent) = match note.on {
@@ -598,6 +608,15 @@ impl Model {
         };
         self.queue(project, HookKind::MergeRequest, |m| {
             merge_request_hook(m, &mr, action, before)
+        });
+    }
+
+    pub(crate) fn approval_changed(&mut self, project: u64, iid: u64, action: &str, user: &str) {
+        let Some(mr) = self.merge_requests.get(&(project, iid)).cloned() else {
+            return;
+        };
+        self.queue(project, HookKind::MergeRequest, |m| {
+            approval_hook(m, &mr, action, user)
         });
     }
 

@@ -9,8 +9,8 @@ use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use store::entity::ConnectionKind;
 use store::scm_scope::{
-    self, CoveredRepository, MirroredComment, MirroredPullRequest, MirroredReviewComment,
-    MirroredThread,
+    self, CoveredRepository, MirroredApproval, MirroredComment, MirroredPullRequest,
+    MirroredReviewComment, MirroredThread,
 };
 use uuid::Uuid;
 
@@ -195,6 +195,28 @@ pub struct MergeRequestDetail {
     pub threads: Vec<ThreadView>,
     /// Diff notes whose discussion is not mirrored (yet), oldest first.
     pub unthreaded_notes: Vec<DiffNoteView>,
+    /// The people whose approval stands, oldest first.
+    pub approvals: Vec<ApprovalView>,
+    /// `approved`, `changes_requested` or `review_required`; null while unknown (an approval
+    /// act leaves it unknown until GitLab's readiness is read).
+    pub review_decision: Option<String>,
+}
+
+/// A standing approval of a merge request.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ApprovalView {
+    pub username: String,
+    /// When the mirror recorded the approval (the approving hook's updated_at).
+    pub approved_at: String,
+}
+
+impl From<MirroredApproval> for ApprovalView {
+    fn from(a: MirroredApproval) -> Self {
+        ApprovalView {
+            username: a.username,
+            approved_at: rfc3339(a.approved_at),
+        }
+    }
 }
 
 impl MergeRequestDetail {
@@ -203,7 +225,9 @@ impl MergeRequestDetail {
         notes: Vec<MirroredComment>,
         threads: Vec<MirroredThread>,
         diff_notes: Vec<MirroredReviewComment>,
+        approvals: Vec<MirroredApproval>,
     ) -> Self {
+        let review_decision = merge_request.review_decision.clone();
         let mut threads: Vec<ThreadView> = threads
             .into_iter()
             .map(|t| ThreadView {
@@ -231,6 +255,8 @@ impl MergeRequestDetail {
             notes: notes.into_iter().map(Into::into).collect(),
             threads,
             unthreaded_notes,
+            approvals: approvals.into_iter().map(Into::into).collect(),
+            review_decision,
         }
     }
 }
@@ -317,7 +343,7 @@ pub async fn merge_requests(
     params(WorkspacePath,
         ("project_id" = Uuid, Path, description = "The project's id (not GitLab's)."),
         ("merge_request_id" = Uuid, Path, description = "The merge request's id (not GitLab's).")),
-    responses((status = 200, description = "The merge request, its notes and threads.", body = MergeRequestDetail),
+    responses((status = 200, description = "The merge request, its notes and threads, its standing approvals and review decision.", body = MergeRequestDetail),
               (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
               (status = 404, description = "No such workspace, no such project in its scope, or no such merge request in the project.", body = ErrorBody)))]
 pub async fn merge_request(
@@ -339,10 +365,12 @@ pub async fn merge_request(
     let notes = scm_scope::pull_request_comments(&state.db, &merge_request).await?;
     let threads = scm_scope::pull_request_threads(&state.db, &merge_request).await?;
     let diff_notes = scm_scope::pull_request_review_comments(&state.db, &merge_request).await?;
+    let approvals = scm_scope::pull_request_approvals(&state.db, &merge_request).await?;
     Ok(Json(MergeRequestDetail::new(
         merge_request,
         notes,
         threads,
         diff_notes,
+        approvals,
     )))
 }
