@@ -36,8 +36,10 @@ pub trait SyncFlags: Debug + Clone + Send + Sync + 'static {
     const RECONCILE_CRON: &'static str;
     /// The RECONCILIATION schedule when the variable is unset: the vendor's own.
     const RECONCILE_CRON_DEFAULT: &'static str;
-    /// The reconcile cooldown, in seconds, when the variable is unset: the vendor's own.
-    const RECONCILE_COOLDOWN_DEFAULT: u64;
+    /// The reconcile cooldown, in seconds, when the variable is unset: the vendor's own. Text,
+    /// as clap takes a default: a computed default of a generic field would be shared by every
+    /// service's spelling in one process.
+    const RECONCILE_COOLDOWN_DEFAULT: &'static str;
     const RECONCILE_COOLDOWN: &'static str;
     const RECONCILE_COOLDOWN_FLAG: &'static str;
     const RECONCILE_COOLDOWN_HELP: &'static str;
@@ -85,7 +87,7 @@ pub trait BackfillSettings:
 /// everywhere); `vendor` and `scope` word the help ("one GitHub request", "skips a
 /// repository"); `reconcile_cron` is the RECONCILIATION schedule's default (each vendor its own:
 /// GitHub and GitLab 03:00, Slack 04:00) and `reconcile_cooldown` its cooldown's, in seconds
-/// (12 h for most; Outline's 5-minute catch-up, 6 h). A vendor that runs BACKFILL adds `backfill_cron`, the
+/// (a plain integer literal: 12 h, `43200`, for most; Outline's 5-minute catch-up, 6 h). A vendor that runs BACKFILL adds `backfill_cron`, the
 /// BACKFILL schedule's default and help (without a final period, as clap shows help), and gets
 /// the BACKFILL flags; a vendor without it has none.
 ///
@@ -98,14 +100,14 @@ pub trait BackfillSettings:
 ///         vendor: "Acme",
 ///         scope: "space",
 ///         reconcile_cron: "0 0 4 * * *",
-///         reconcile_cooldown: 43_200,
+///         reconcile_cooldown: 43200,
 ///     }
 /// }
 /// use sync_engine::config::SyncFlags as _;
 /// assert_eq!(AcmeFlags::PAGE_SIZE, "FORGESYNC_ACME_PAGE_SIZE");
 /// assert_eq!(AcmeFlags::RECONCILE_COOLDOWN_FLAG, "acme-reconcile-cooldown");
 /// assert_eq!(AcmeFlags::RECONCILE_CRON_DEFAULT, "0 0 4 * * *");
-/// assert_eq!(AcmeFlags::RECONCILE_COOLDOWN_DEFAULT, 43_200);
+/// assert_eq!(AcmeFlags::RECONCILE_COOLDOWN_DEFAULT, "43200");
 /// ```
 #[macro_export]
 macro_rules! sync_flags {
@@ -117,7 +119,7 @@ macro_rules! sync_flags {
             vendor: $vendor:literal,
             scope: $scope:literal,
             reconcile_cron: $reconcile_default:literal,
-            reconcile_cooldown: $cooldown_default:literal,
+            reconcile_cooldown: $cooldown_default:tt,
             backfill_cron: { default: $backfill_default:literal, help: $backfill_help:literal $(,)? } $(,)?
         }
     ) => {
@@ -154,14 +156,14 @@ macro_rules! sync_flags {
             vendor: $vendor:literal,
             scope: $scope:literal,
             reconcile_cron: $reconcile_default:literal,
-            reconcile_cooldown: $cooldown_default:literal $(,)?
+            reconcile_cooldown: $cooldown_default:tt $(,)?
         }
     ) => {
         $crate::sync_flags!(@flags $(#[$meta])* $vis $name, $env, $flag, $vendor, $scope,
             $reconcile_default, $cooldown_default, $crate::config::NoBackfill);
     };
     (@flags $(#[$meta:meta])* $vis:vis $name:ident, $env:literal, $flag:literal,
-        $vendor:literal, $scope:literal, $reconcile_default:literal, $cooldown_default:literal,
+        $vendor:literal, $scope:literal, $reconcile_default:literal, $cooldown_default:tt,
         $backfill:ty) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, Default)]
@@ -171,7 +173,7 @@ macro_rules! sync_flags {
             type Backfill = $backfill;
             const RECONCILE_CRON: &'static str = concat!("FORGESYNC_", $env, "_RECONCILE_CRON");
             const RECONCILE_CRON_DEFAULT: &'static str = $reconcile_default;
-            const RECONCILE_COOLDOWN_DEFAULT: u64 = $cooldown_default;
+            const RECONCILE_COOLDOWN_DEFAULT: &'static str = stringify!($cooldown_default);
             const RECONCILE_COOLDOWN: &'static str =
                 concat!("FORGESYNC_", $env, "_RECONCILE_COOLDOWN");
             const RECONCILE_COOLDOWN_FLAG: &'static str = concat!($flag, "-reconcile-cooldown");
@@ -222,7 +224,7 @@ pub struct SyncArgs<F: SyncFlags> {
         long = F::RECONCILE_COOLDOWN_FLAG,
         env = F::RECONCILE_COOLDOWN,
         value_name = F::RECONCILE_COOLDOWN,
-        default_value_t = F::RECONCILE_COOLDOWN_DEFAULT,
+        default_value = F::RECONCILE_COOLDOWN_DEFAULT,
         help = F::RECONCILE_COOLDOWN_HELP
     )]
     pub reconcile_cooldown_secs: u64,

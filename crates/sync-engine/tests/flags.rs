@@ -213,7 +213,7 @@ sync_engine::sync_flags! {
         vendor: "Channel",
         scope: "channel",
         reconcile_cron: "0 0 4 * * *",
-        reconcile_cooldown: 43_200,
+        reconcile_cooldown: 43200,
     }
 }
 

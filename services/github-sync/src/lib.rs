@@ -44,7 +44,7 @@ sync_engine::sync_flags! {
         vendor: "GitHub",
         scope: "repository",
         reconcile_cron: "0 0 3 * * *",
-        reconcile_cooldown: 43_200,
+        reconcile_cooldown: 43200,
         // GitHub leaves no pending batches to drain (GitLab's cycle does): a BACKFILL is run by
         // operators, or on a schedule they opt in to.
         backfill_cron: {

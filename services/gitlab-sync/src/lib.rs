@@ -29,7 +29,7 @@ sync_engine::sync_flags! {
         vendor: "GitLab",
         scope: "project",
         reconcile_cron: "0 0 3 * * *",
-        reconcile_cooldown: 43_200,
+        reconcile_cooldown: 43200,
         // A BACKFILL request takes a batch per project and leaves the rest pending: the scheduled
         // cycle drains it, so it runs by default.
         backfill_cron: {

@@ -33,7 +33,7 @@ sync_engine::sync_flags! {
         vendor: "Outline",
         scope: "collection",
         reconcile_cron: "0 */5 * * * *",
-        reconcile_cooldown: 21_600,
+        reconcile_cooldown: 21600,
     }
 }
 

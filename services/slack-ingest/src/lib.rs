@@ -36,7 +36,7 @@ sync_engine::sync_flags! {
         vendor: "Slack",
         scope: "channel",
         reconcile_cron: "0 0 4 * * *",
-        reconcile_cooldown: 43_200,
+        reconcile_cooldown: 43200,
     }
 }
 
