@@ -42,6 +42,7 @@ mod m0037_slack_paused_ts;
 mod m0038_outline;
 mod m0039_gitlab_approvals;
 mod m0040_gitlab_thread_ids;
+mod m0041_gitlab_head_check;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -224,6 +225,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0040_gitlab_thread_ids",
                 up: m0040_gitlab_thread_ids::UP,
+            }),
+            Box::new(Sql {
+                name: "m0041_gitlab_head_check",
+                up: m0041_gitlab_head_check::UP,
             }),
         ]
     }

@@ -168,6 +168,8 @@ pub struct NewGroupHook {
     pub merge_requests_events: bool,
     /// Note events.
     pub note_events: bool,
+    /// Pipeline events.
+    pub pipeline_events: bool,
     /// TLS verification of our endpoint.
     pub enable_ssl_verification: bool,
 }

@@ -363,3 +363,31 @@ pub async fn pull_request_review_comments<C: ConnectionTrait>(
     .all(db)
     .await
 }
+
+/// A pull request's head check as last observed (GitLab: its pipeline); unknown until one was.
+#[derive(Debug, Clone, PartialEq, Eq, FromQueryResult)]
+#[non_exhaustive]
+pub struct MirroredHeadCheck {
+    /// `success`, `failure`, `pending`, `skipped`, `no_pipeline` or `none`.
+    pub state: String,
+    /// The commit the state is about.
+    pub sha: Option<String>,
+    /// When it was observed; `None` for an undated record.
+    pub observed_at: Option<OffsetDateTime>,
+}
+
+/// The pull request's head check; `None` while unknown.
+pub async fn pull_request_head_check<C: ConnectionTrait>(
+    db: &C,
+    pull_request: &MirroredPullRequest,
+) -> Result<Option<MirroredHeadCheck>, DbErr> {
+    MirroredHeadCheck::find_by_statement(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "SELECT head_check_state AS state, head_check_sha AS sha,
+                head_check_observed_at AS observed_at
+           FROM pull_request WHERE id = $1 AND head_check_state IS NOT NULL",
+        [pull_request.id.into()],
+    ))
+    .one(db)
+    .await
+}

@@ -793,6 +793,8 @@ impl VendorResource for GroupHookResource<'_> {
             issues_events: true,
             merge_requests_events: true,
             note_events: true,
+            // The head checks of merge requests come by Pipeline Hooks.
+            pipeline_events: true,
             enable_ssl_verification: true,
         };
         match self.client.create_group_hook(group, &new).await {

@@ -1,7 +1,7 @@
 //! GitLab webhooks, consumed from JetStream after ingress stored them, through the shared front
 //! half (`sync_engine::webhook`). [`GitlabWebhooks`] decodes Issue, Merge Request (approval acts
 //! included, [`approvals`]) and Note Hooks
-//! (any other event is acknowledged and ignored) and writes them through the SCM mirror's
+//! Pipeline Hooks ([`pipelines`]; any other event is acknowledged and ignored) and writes them through the SCM mirror's
 //! forward-only steps, each in one transaction that first admits the delivery for the project
 //! by its native id (`scm_mirror::admission::GitlabProject`): a redelivered, late or reordered
 //! hook only ever moves the mirror forward.
@@ -18,6 +18,7 @@ pub mod hints;
 pub mod items;
 pub mod notes;
 pub mod payload;
+pub mod pipelines;
 pub mod route;
 
 use scm_mirror::admission::GitlabProject;
@@ -49,6 +50,7 @@ pub enum Event {
     Issue(payload::IssueHook),
     MergeRequest(payload::MergeRequestHook),
     Note(Box<payload::NoteHook>),
+    Pipeline(payload::PipelineHook),
 }
 
 impl WebhookApply for GitlabWebhooks {
@@ -61,6 +63,7 @@ impl WebhookApply for GitlabWebhooks {
             "issue" => Event::Issue(parse(hook)?),
             "merge_request" => Event::MergeRequest(parse(hook)?),
             "note" => Event::Note(Box::new(parse(hook)?)),
+            "pipeline" => Event::Pipeline(parse(hook)?),
             _ => return Ok(None),
         }))
     }
@@ -83,6 +86,7 @@ impl WebhookApply for GitlabWebhooks {
                 }
             }
             Event::Note(e) => notes::note(self, hook, *e).await,
+            Event::Pipeline(e) => pipelines::pipeline(self, hook, e).await,
         }
     }
 }

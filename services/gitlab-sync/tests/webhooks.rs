@@ -24,7 +24,7 @@ use store::secrets::Keyring;
 use sync_engine::{Engine, JobOutcome, Vendor as _};
 use time::OffsetDateTime;
 use uuid::Uuid;
-use vendor_sim::gitlab::webhook::{issue_hook, merge_request_hook, note_hook};
+use vendor_sim::gitlab::webhook::{issue_hook, merge_request_hook, note_hook, pipeline_hook};
 use vendor_sim::gitlab::{
     DiffPosition, Fault, GitlabFault, GitlabSim, Model, NewIssue, NewMergeRequest, NoteOn, ops,
 };
@@ -1076,5 +1076,128 @@ async fn a_close_time_that_fails_to_read_is_read_by_the_next_pass() -> Result<()
     );
     assert_eq!(w.item_events(closing).await?, closed);
     assert!(w.item_events(later).await?.is_empty());
+    w.stop().await
+}
+
+/// (state, sha, whether dated) of the head check of merge request `number`.
+async fn head_check(w: &World, number: u64) -> Result<(Option<String>, Option<String>, bool)> {
+    Ok(sqlx::query_as(
+        "SELECT head_check_state, head_check_sha, head_check_observed_at IS NOT NULL
+           FROM pull_request WHERE number = $1",
+    )
+    .bind(number as i32)
+    .fetch_one(w.pool())
+    .await?)
+}
+
+/// Head checks are dated observations: a Pipeline Hook records the check of the open merge
+/// request it ran for, a redelivered pending from before the success changes nothing, and
+/// control-api's merge request read shows the check to A while B's workspace gets 404.
+#[tokio::test]
+async fn a_pipeline_hook_records_the_head_check_and_an_older_one_changes_nothing() -> Result<()> {
+    let w = World::start().await?;
+    let api = w.p.api;
+    let iid = w.sim.model(|m| {
+        m.add_merge_request(
+            api,
+            NewMergeRequest {
+                title: "ci".into(),
+                updated_at: at(10),
+            },
+        )
+    });
+    let opened = w.body(|m| {
+        let mr = m.merge_requests[&(api, iid)].clone();
+        merge_request_hook(m, &mr, "open", None)
+    });
+    w.registered(w.a, &opened, None).await?;
+    w.settle().await?;
+    assert_eq!(head_check(&w, iid).await?, (None, None, false));
+
+    let (pending, success, head) = w.sim.model(|m| {
+        let id = m
+            .start_pipeline(api, iid)
+            .expect("the merge request has a head");
+        let pending = pipeline_hook(m, &m.pipelines[&id].clone());
+        assert!(m.set_pipeline_status(id, "success"));
+        let success = pipeline_hook(m, &m.pipelines[&id].clone());
+        (pending, success, m.pipelines[&id].sha.clone())
+    });
+    let first = w.registered(w.a, &pending, None).await?;
+    w.settle().await?;
+    assert_eq!(
+        head_check(&w, iid).await?,
+        (Some("pending".into()), Some(head.clone()), true)
+    );
+    w.registered(w.a, &success, None).await?;
+    w.settle().await?;
+    let passed = (Some("success".into()), Some(head.clone()), true);
+    assert_eq!(head_check(&w, iid).await?, passed);
+    // The pending hook again, after the success: older, it changes nothing.
+    w.registered(w.a, &pending, Some(first)).await?;
+    w.settle().await?;
+    assert_eq!(head_check(&w, iid).await?, passed);
+    assert_eq!(w.count("SELECT count(*) FROM dead_message").await?, 0);
+
+    // The read: A sees the check; B's workspace, naming A's project and merge request, gets 404.
+    let (project, merge_request): (Uuid, Uuid) =
+        sqlx::query_as("SELECT p.repository_id, p.id FROM pull_request p WHERE p.number = $1")
+            .bind(iid as i32)
+            .fetch_one(w.pool())
+            .await?;
+    let api_server = testkit::spawn(testkit::control_api_config(w.env.common_args())).await?;
+    let keys = testkit::control_api_keys()?;
+    let admin = testkit::token(&keys, control_api::Role::Admin, None)?;
+    let http = reqwest::Client::new();
+    let read = |workspace: Uuid| {
+        http.get(format!(
+            "{}/workspaces/{workspace}/gitlab/projects/{project}/merge-requests/{merge_request}",
+            api_server.url()
+        ))
+        .bearer_auth(&admin)
+        .send()
+    };
+    let res = read(w.a.route.workspace_id).await?;
+    assert_eq!(res.status(), reqwest::StatusCode::OK);
+    let body: Json = res.json().await?;
+    let check = &body["head_check"];
+    assert_eq!(check["state"], "success");
+    assert_eq!(check["sha"], head.as_str());
+    assert!(check["observed_at"].is_string(), "{body}");
+    let res = read(w.b.route.workspace_id).await?;
+    assert_eq!(res.status(), reqwest::StatusCode::NOT_FOUND);
+    api_server.stop().await?;
+    w.stop().await
+}
+
+/// A Pipeline Hook whose pipeline names no status is a dead message, never applied.
+#[tokio::test]
+async fn a_pipeline_hook_without_its_status_is_dead() -> Result<()> {
+    let w = World::start().await?;
+    let api = w.p.api;
+    let body = w.body(|m| {
+        let iid = m.add_merge_request(
+            api,
+            NewMergeRequest {
+                title: "ci".into(),
+                updated_at: at(10),
+            },
+        );
+        let id = m.start_pipeline(api, iid).expect("a head");
+        let mut body = pipeline_hook(m, &m.pipelines[&id].clone());
+        body["object_attributes"]
+            .as_object_mut()
+            .expect("attributes")
+            .remove("status");
+        body
+    });
+    w.registered(w.a, &body, None).await?;
+    w.settle().await?;
+    assert_eq!(w.count("SELECT count(*) FROM dead_message").await?, 1);
+    assert_eq!(
+        w.count("SELECT count(*) FROM pull_request WHERE head_check_state IS NOT NULL")
+            .await?,
+        0
+    );
     w.stop().await
 }

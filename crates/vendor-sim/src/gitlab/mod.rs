@@ -29,6 +29,6 @@ pub use generate::{Generated, Scenario, generate};
 pub use graphql::sdl;
 pub use model::{
     DiffPosition, Group, Hook, HookAlert, Issue, MergeRequest, Model, NewIssue, NewMergeRequest,
-    Note, NoteOn, Project, RateLimit,
+    Note, NoteOn, Pipeline, Project, RateLimit,
 };
 pub use server::GitlabSim;

@@ -241,6 +241,8 @@ pub struct Hook {
     pub merge_requests_events: bool,
     /// Note events.
     pub note_events: bool,
+    /// Pipeline events.
+    pub pipeline_events: bool,
     /// `X-Gitlab-Webhook-UUID`: the hook's own identity.
     pub uuid: String,
     /// Whether GitLab still executes it.
@@ -251,6 +253,24 @@ pub struct Hook {
     pub recent_failures: u32,
     /// How often it was disabled temporarily since its last success.
     pub backoff_count: u32,
+}
+
+/// A pipeline run on a project's commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pipeline {
+    pub id: u64,
+    pub project: u64,
+    /// The commit it runs on.
+    pub sha: String,
+    /// The branch it runs for.
+    pub git_ref: String,
+    /// The merge request of a merge request pipeline.
+    pub merge_request: Option<u64>,
+    /// GitLab's status (`pending`, `running`, `success`, `failed`, `canceled`, `skipped`).
+    pub status: String,
+    pub created_at: OffsetDateTime,
+    /// When its status last changed.
+    pub updated_at: OffsetDateTime,
 }
 
 /// The rate-limit window every call draws on (GitLab counts requests, one each).
@@ -290,6 +310,8 @@ pub struct Model {
     pub notes: BTreeMap<u64, Note>,
     /// Group hooks by id.
     pub hooks: BTreeMap<u64, Hook>,
+    /// Pipelines by id.
+    pub pipelines: BTreeMap<u64, Pipeline>,
     /// Resolved discussions by id.
     pub resolved_discussions: BTreeSet<String>,
     /// Tokens accepted (as `Authorization: Bearer` or `PRIVATE-TOKEN`).
@@ -314,6 +336,7 @@ impl Default for Model {
             merge_requests: BTreeMap::new(),
             notes: BTreeMap::new(),
             hooks: BTreeMap::new(),
+            pipelines: BTreeMap::new(),
             resolved_discussions: BTreeSet::new(),
             tokens: BTreeSet::new(),
             rate_limit: RateLimit {
@@ -663,6 +686,46 @@ impl Model {
             "unapproval"
         };
         self.approval_changed(project, iid, action, user);
+        true
+    }
+
+    /// Starts a `pending` pipeline on the head of merge request (`project`, `iid`) for its
+    /// source branch and sends its Pipeline Hook; its id, `None` when the merge request does not
+    /// exist or has no head.
+    pub fn start_pipeline(&mut self, project: u64, iid: u64) -> Option<u64> {
+        let mr = self.merge_requests.get(&(project, iid))?;
+        let (sha, git_ref) = (mr.diff_head_sha.clone()?, mr.source_branch.clone());
+        let id = self.id();
+        let at = later(self.clock);
+        self.clock = at;
+        self.pipelines.insert(
+            id,
+            Pipeline {
+                id,
+                project,
+                sha,
+                git_ref,
+                merge_request: Some(iid),
+                status: "pending".into(),
+                created_at: at,
+                updated_at: at,
+            },
+        );
+        self.pipeline_changed(id);
+        Some(id)
+    }
+
+    /// Moves pipeline `id` to `status` and sends its Pipeline Hook; `false` when it does not
+    /// exist.
+    pub fn set_pipeline_status(&mut self, id: u64, status: &str) -> bool {
+        let clock = self.clock;
+        let Some(p) = self.pipelines.get_mut(&id) else {
+            return false;
+        };
+        p.status = status.to_owned();
+        p.updated_at = later(clock.max(p.updated_at));
+        self.clock = p.updated_at;
+        self.pipeline_changed(id);
         true
     }
 

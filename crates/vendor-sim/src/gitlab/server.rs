@@ -706,6 +706,8 @@ struct NewHook {
     merge_requests_events: bool,
     #[serde(default)]
     note_events: bool,
+    #[serde(default)]
+    pipeline_events: bool,
 }
 
 async fn create_hook(
@@ -746,6 +748,7 @@ fn created_hook(shared: &Shared, group: u64, new: NewHook) -> Response {
         new.issues_events,
         new.merge_requests_events,
         new.note_events,
+        new.pipeline_events,
     ];
     let hook = webhook::new_hook(id, group, &new.url, &new.token, events);
     let out = webhook::hook_json(&hook);

@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde_json::{Value as Json, json};
 use time::OffsetDateTime;
 
-use super::model::{Hook, HookAlert, Issue, MergeRequest, Model, Note, NoteOn, Project};
+use super::model::{Hook, HookAlert, Issue, MergeRequest, Model, Note, NoteOn, Pipeline, Project};
 
 /// Failures in a row after which GitLab rests a hook.
 pub const TEMPORARY_AFTER: u32 = 4;
@@ -32,6 +32,7 @@ pub enum HookKind {
     Issue,
     MergeRequest,
     Note,
+    Pipeline,
 }
 
 impl HookKind {
@@ -41,6 +42,7 @@ impl HookKind {
             HookKind::Issue => "Issue Hook",
             HookKind::MergeRequest => "Merge Request Hook",
             HookKind::Note => "Note Hook",
+            HookKind::Pipeline => "Pipeline Hook",
         }
     }
 
@@ -49,6 +51,7 @@ impl HookKind {
             HookKind::Issue => hook.issues_events,
             HookKind::MergeRequest => hook.merge_requests_events,
             HookKind::Note => hook.note_events,
+            HookKind::Pipeline => hook.pipeline_events,
         }
     }
 }
@@ -455,6 +458,70 @@ pub fn approval_hook(m: &Model, mr: &MergeRequest, action: &str, user: &str) -> 
     body
 }
 
+/// The Pipeline Hook body of `pipeline` in its current status.
+pub fn pipeline_hook(m: &Model, pipeline: &Pipeline) -> Json {
+    let Some(project) = m.projects.get(&pipeline.project) else {
+        return Json::Null;
+    };
+    let finished = matches!(
+        pipeline.status.as_str(),
+        "success" | "failed" | "canceled" | "skipped"
+    );
+    let merge_request = pipeline
+        .merge_request
+        .and_then(|iid| m.merge_requests.get(&(pipeline.project, iid)))
+        .map(|mr| {
+            json!({
+                "id": mr.id,
+                "iid": mr.iid,
+                "title": mr.title,
+                "source_branch": mr.source_branch,
+                "source_project_id": pipeline.project,
+                "target_branch": "main",
+                "target_project_id": pipeline.project,
+                "state": mr.state,
+                "merge_status": "can_be_merged",
+                "detailed_merge_status": "mergeable",
+                "url": format!("{}/-/merge_requests/{}", project_json(m, project)["web_url"].as_str().unwrap_or_default(), mr.iid),
+            })
+        });
+    json!({
+        "object_kind": "pipeline",
+        "object_attributes": {
+            "id": pipeline.id,
+            "iid": pipeline.id,
+            "name": null,
+            "ref": pipeline.git_ref,
+            "tag": false,
+            "sha": pipeline.sha,
+            "before_sha": "0000000000000000000000000000000000000000",
+            "source": if pipeline.merge_request.is_some() { "merge_request_event" } else { "push" },
+            "status": pipeline.status,
+            "detailed_status": pipeline.status,
+            "stages": ["test"],
+            "created_at": hook_time(pipeline.created_at),
+            "finished_at": finished.then(|| hook_time(pipeline.updated_at)),
+            "duration": null,
+            "queued_duration": null,
+            "variables": [],
+            "url": format!("{}/-/pipelines/{}", project_json(m, project)["web_url"].as_str().unwrap_or_default(), pipeline.id),
+        },
+        "merge_request": merge_request,
+        "user": user_json(m, "alice"),
+        "project": project_json(m, project),
+        "commit": {
+            "id": pipeline.sha,
+            "message": "commit",
+            "title": "commit",
+            "timestamp": hook_time(pipeline.created_at),
+            "url": format!("{}/-/commit/{}", project_json(m, project)["web_url"].as_str().unwrap_or_default(), pipeline.sha),
+            "author": {"name": "alice", "email": "[REDACTED]"},
+        },
+        "source_pipeline": null,
+        "builds": [],
+    })
+}
+
 /// The Note Hook body of `note` for `action` (`create`, `update`).
 pub fn note_hook(m: &Model, note: &Note, action: &str) -> Json {
     let (project_id, noteable_type, parent) = match note.on {
@@ -543,7 +610,7 @@ impl Model {
     pub fn add_hook(&mut self, group: u64, url: &str, token: &str) -> u64 {
         let id = self.hooks.keys().next_back().copied().unwrap_or(0) + 1;
         self.hooks
-            .insert(id, new_hook(id, group, url, token, [true; 3]));
+            .insert(id, new_hook(id, group, url, token, [true; 4]));
         id
     }
 
@@ -630,6 +697,15 @@ impl Model {
         self.queue(project, HookKind::Note, |m| note_hook(m, &note, action));
     }
 
+    pub(crate) fn pipeline_changed(&mut self, id: u64) {
+        let Some(pipeline) = self.pipelines.get(&id).cloned() else {
+            return;
+        };
+        self.queue(pipeline.project, HookKind::Pipeline, |m| {
+            pipeline_hook(m, &pipeline)
+        });
+    }
+
     /// Whether hook `id` is executed now.
     pub fn hook_executable(&self, id: u64, now: OffsetDateTime) -> bool {
         self.hooks.get(&id).is_some_and(|h| match h.alert_status {
@@ -674,8 +750,13 @@ impl Model {
 }
 
 /// A new executable hook.
-pub(crate) fn new_hook(id: u64, group: u64, url: &str, token: &str, events: [bool; 3]) -> Hook {
-    let [issues_events, merge_requests_events, note_events] = events;
+pub(crate) fn new_hook(id: u64, group: u64, url: &str, token: &str, events: [bool; 4]) -> Hook {
+    let [
+        issues_events,
+        merge_requests_events,
+        note_events,
+        pipeline_events,
+    ] = events;
     Hook {
         id,
         group,
@@ -684,6 +765,7 @@ pub(crate) fn new_hook(id: u64, group: u64, url: &str, token: &str, events: [boo
         issues_events,
         merge_requests_events,
         note_events,
+        pipeline_events,
         uuid: uuid::Uuid::new_v4().to_string(),
         alert_status: HookAlert::Executable,
         disabled_until: None,
@@ -701,6 +783,7 @@ pub(crate) fn hook_json(h: &Hook) -> Json {
         "issues_events": h.issues_events,
         "merge_requests_events": h.merge_requests_events,
         "note_events": h.note_events,
+        "pipeline_events": h.pipeline_events,
         "alert_status": h.alert_status.as_str(),
         "disabled_until": h.disabled_until.map(|t| t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()),
     })

@@ -9,8 +9,8 @@ use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use store::entity::ConnectionKind;
 use store::scm_scope::{
-    self, CoveredRepository, MirroredApproval, MirroredComment, MirroredPullRequest,
-    MirroredReviewComment, MirroredThread,
+    self, CoveredRepository, MirroredApproval, MirroredComment, MirroredHeadCheck,
+    MirroredPullRequest, MirroredReviewComment, MirroredThread,
 };
 use uuid::Uuid;
 
@@ -195,6 +195,8 @@ pub struct MergeRequestDetail {
     pub threads: Vec<ThreadView>,
     /// Diff notes whose discussion is not mirrored (yet), oldest first.
     pub unthreaded_notes: Vec<DiffNoteView>,
+    /// The head's check as last observed (GitLab: its pipeline); null while unknown.
+    pub head_check: Option<HeadCheckView>,
     /// The people whose approval stands, oldest first.
     pub approvals: Vec<ApprovalView>,
     /// `approved`, `changes_requested` or `review_required`; null while unknown (an approval
@@ -215,6 +217,25 @@ impl From<MirroredApproval> for ApprovalView {
         ApprovalView {
             username: a.username,
             approved_at: rfc3339(a.approved_at),
+        }
+    }
+}
+
+/// A head's check state, the commit it is about and when it was observed.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct HeadCheckView {
+    /// `success`, `failure`, `pending`, `skipped`, `no_pipeline` or `none`.
+    pub state: String,
+    pub sha: Option<String>,
+    pub observed_at: Option<String>,
+}
+
+impl From<MirroredHeadCheck> for HeadCheckView {
+    fn from(c: MirroredHeadCheck) -> Self {
+        HeadCheckView {
+            state: c.state,
+            sha: c.sha,
+            observed_at: c.observed_at.map(rfc3339),
         }
     }
 }
@@ -255,6 +276,7 @@ impl MergeRequestDetail {
             notes: notes.into_iter().map(Into::into).collect(),
             threads,
             unthreaded_notes,
+            head_check: None,
             approvals: approvals.into_iter().map(Into::into).collect(),
             review_decision,
         }
@@ -366,11 +388,8 @@ pub async fn merge_request(
     let threads = scm_scope::pull_request_threads(&state.db, &merge_request).await?;
     let diff_notes = scm_scope::pull_request_review_comments(&state.db, &merge_request).await?;
     let approvals = scm_scope::pull_request_approvals(&state.db, &merge_request).await?;
-    Ok(Json(MergeRequestDetail::new(
-        merge_request,
-        notes,
-        threads,
-        diff_notes,
-        approvals,
-    )))
+    let head_check = scm_scope::pull_request_head_check(&state.db, &merge_request).await?;
+    let mut detail = MergeRequestDetail::new(merge_request, notes, threads, diff_notes, approvals);
+    detail.head_check = head_check.map(Into::into);
+    Ok(Json(detail))
 }

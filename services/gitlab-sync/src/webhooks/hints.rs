@@ -72,6 +72,8 @@ impl Event {
                 }
                 _ => None,
             },
+            // A claimed pipeline names no item to re-read; the readiness read records checks.
+            Event::Pipeline(_) => None,
         }
     }
 }

@@ -205,3 +205,32 @@ mod tests {
         assert!(HookTime::parse("yesterday").is_none());
     }
 }
+
+/// `object_attributes` of a Pipeline Hook: the pipeline, its commit and its branch.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PipelineAttributes {
+    pub id: i64,
+    /// The branch (or tag) it ran for; a merge request pipeline's is the MR's ref.
+    #[serde(rename = "ref", default)]
+    pub git_ref: Option<String>,
+    /// The commit it ran on.
+    pub sha: String,
+    /// GitLab's pipeline status (`pending`, `running`, `success`, `failed`, ...).
+    pub status: String,
+}
+
+/// The merge request a merge request pipeline belongs to.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PipelineMergeRequest {
+    pub iid: i32,
+}
+
+/// A Pipeline Hook.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PipelineHook {
+    pub project: HookProject,
+    pub object_attributes: PipelineAttributes,
+    /// Set for a merge request pipeline.
+    #[serde(default)]
+    pub merge_request: Option<PipelineMergeRequest>,
+}
