@@ -94,6 +94,18 @@ pub async fn ensure(
     outline_id: &str,
 ) -> Result<Uuid, sqlx::Error> {
     loop {
+        // Held already is the common case (every write of a document names its collection):
+        // looked up first, inserted only when missing.
+        let held: Option<(Uuid,)> = sqlx::query_as(
+            "SELECT id FROM outline_collection WHERE connection_id = $1 AND outline_id = $2",
+        )
+        .bind(connection.id())
+        .bind(outline_id)
+        .fetch_optional(&mut *txn)
+        .await?;
+        if let Some((id,)) = held {
+            return Ok(id);
+        }
         let inserted: Option<(Uuid,)> = sqlx::query_as(
             "INSERT INTO outline_collection (id, connection_id, workspace_id, outline_id)
              VALUES ($1, $2, $3, $4)
@@ -109,18 +121,8 @@ pub async fn ensure(
         if let Some((id,)) = inserted {
             return Ok(id);
         }
-        // Its own statement: a row a concurrent writer committed while the insert waited is
-        // seen only by a later snapshot than the insert's (and one it rolled back, not at all).
-        let held: Option<(Uuid,)> = sqlx::query_as(
-            "SELECT id FROM outline_collection WHERE connection_id = $1 AND outline_id = $2",
-        )
-        .bind(connection.id())
-        .bind(outline_id)
-        .fetch_optional(&mut *txn)
-        .await?;
-        if let Some((id,)) = held {
-            return Ok(id);
-        }
+        // A concurrent writer committed it while the insert waited (or rolled it back): the
+        // next statement's snapshot decides.
     }
 }
 
