@@ -182,6 +182,41 @@ pub fn secret_key() -> String {
     base64::engine::general_purpose::STANDARD.encode(*b"forgesync-local-key-32-bytes-ok!")
 }
 
+/// A new workspace with one active connection of `kind` on provider instance `instance`, with
+/// `settings` and, when given, its API `token` sealed with [`secret_key`] as the services read
+/// it: `(workspace_id, connection_id)`. What tests and benchmarks seed; production connections
+/// are made through control-api.
+pub async fn active_connection(
+    db: &DatabaseConnection,
+    kind: &str,
+    instance: uuid::Uuid,
+    settings: serde_json::Value,
+    token: Option<&str>,
+) -> Result<(uuid::Uuid, uuid::Uuid)> {
+    let pool = db.get_postgres_connection_pool();
+    let (workspace_id, connection_id) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+    sqlx::query("INSERT INTO workspace (id, name) VALUES ($1, 'w')")
+        .bind(workspace_id)
+        .execute(pool)
+        .await?;
+    sqlx::query(
+        "INSERT INTO connection (id, workspace_id, kind, status, provider_instance_id, settings)
+         VALUES ($1, $2, $3, 'active', $4, $5)",
+    )
+    .bind(connection_id)
+    .bind(workspace_id)
+    .bind(kind)
+    .bind(instance)
+    .bind(settings)
+    .execute(pool)
+    .await?;
+    if let Some(token) = token {
+        let keyring = store::secrets::Keyring::parse(&secret_key())?;
+        store::secrets::put(db, &keyring, connection_id, "token", token.as_bytes()).await?;
+    }
+    Ok((workspace_id, connection_id))
+}
+
 /// A database and a NATS namespace of one's own, and the config that points services at them.
 pub struct TestEnv {
     pub db: TestDb,

@@ -382,30 +382,8 @@ async fn tenant(
     settings: Json,
     token: &str,
 ) -> Result<Tenant> {
-    let pool = env.db.db.get_postgres_connection_pool();
-    let (workspace_id, connection_id) = (Uuid::now_v7(), Uuid::now_v7());
-    sqlx::query("INSERT INTO workspace (id, name) VALUES ($1, 'w')")
-        .bind(workspace_id)
-        .execute(pool)
-        .await?;
-    sqlx::query(
-        "INSERT INTO connection (id, workspace_id, kind, status, provider_instance_id, settings)
-         VALUES ($1, $2, 'gitlab', 'active', $3, $4)",
-    )
-    .bind(connection_id)
-    .bind(workspace_id)
-    .bind(instance)
-    .bind(settings)
-    .execute(pool)
-    .await?;
-    store::secrets::put(
-        &env.db.db,
-        keyring,
-        connection_id,
-        "token",
-        token.as_bytes(),
-    )
-    .await?;
+    let (workspace_id, connection_id) =
+        testkit::active_connection(&env.db.db, "gitlab", instance, settings, Some(token)).await?;
     let mut endpoints = Vec::new();
     for registration in [Registration::Registered, Registration::Operator] {
         let endpoint = store::inbound::create_endpoint(

@@ -231,20 +231,13 @@ pub async fn tenant(
     sim: &OutlineSim,
     provider_instance_id: Uuid,
 ) -> Result<Tenant> {
-    let pool = env.db.db.get_postgres_connection_pool();
-    let (workspace_id, connection_id) = (Uuid::now_v7(), Uuid::now_v7());
-    sqlx::query("INSERT INTO workspace (id, name) VALUES ($1, 'w')")
-        .bind(workspace_id)
-        .execute(pool)
-        .await?;
-    sqlx::query(
-        "INSERT INTO connection (id, workspace_id, kind, status, provider_instance_id, settings)
-         VALUES ($1, $2, 'outline', 'active', $3, '{}')",
+    let (workspace_id, connection_id) = testkit::active_connection(
+        &env.db.db,
+        "outline",
+        provider_instance_id,
+        serde_json::json!({}),
+        Some(HARNESS_TOKEN),
     )
-    .bind(connection_id)
-    .bind(workspace_id)
-    .bind(provider_instance_id)
-    .execute(pool)
     .await?;
     let token = store::inbound::random_token()?;
     let secret = store::inbound::random_token()?;
@@ -256,14 +249,6 @@ pub async fn tenant(
     let keyring = Keyring::parse(&testkit::secret_key())?;
     // The connection's API token, as the simulator takes it.
     sim.model(|m| m.add_token(HARNESS_TOKEN));
-    store::secrets::put(
-        &env.db.db,
-        &keyring,
-        connection_id,
-        "token",
-        HARNESS_TOKEN.as_bytes(),
-    )
-    .await?;
     store::inbound::create_endpoint(
         &env.db.db,
         &keyring,
@@ -319,31 +304,14 @@ pub async fn unregistered_connection(
     provider_instance_id: Uuid,
     token: &str,
 ) -> Result<(Uuid, Uuid)> {
-    let pool = env.db.db.get_postgres_connection_pool();
-    let (workspace_id, connection_id) = (Uuid::now_v7(), Uuid::now_v7());
-    sqlx::query("INSERT INTO workspace (id, name) VALUES ($1, 'w')")
-        .bind(workspace_id)
-        .execute(pool)
-        .await?;
-    sqlx::query(
-        "INSERT INTO connection (id, workspace_id, kind, status, provider_instance_id, settings)
-         VALUES ($1, $2, 'outline', 'active', $3, '{}')",
-    )
-    .bind(connection_id)
-    .bind(workspace_id)
-    .bind(provider_instance_id)
-    .execute(pool)
-    .await?;
-    let keyring = Keyring::parse(&testkit::secret_key())?;
-    store::secrets::put(
+    testkit::active_connection(
         &env.db.db,
-        &keyring,
-        connection_id,
-        "token",
-        token.as_bytes(),
+        "outline",
+        provider_instance_id,
+        serde_json::json!({}),
+        Some(token),
     )
-    .await?;
-    Ok((workspace_id, connection_id))
+    .await
 }
 
 /// outline-sync's activator against `sim`, its subscriptions delivering to `public_url`.

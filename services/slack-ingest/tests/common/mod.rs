@@ -351,29 +351,12 @@ pub async fn tenant(
     team: &str,
     token: &str,
 ) -> Result<Tenant> {
-    let pool = env.db.db.get_postgres_connection_pool();
-    let (workspace_id, connection_id) = (Uuid::now_v7(), Uuid::now_v7());
-    sqlx::query("INSERT INTO workspace (id, name) VALUES ($1, 'w')")
-        .bind(workspace_id)
-        .execute(pool)
-        .await?;
-    sqlx::query(
-        "INSERT INTO connection (id, workspace_id, kind, status, provider_instance_id, settings)
-         VALUES ($1, $2, 'slack', 'active', $3, $4)",
-    )
-    .bind(connection_id)
-    .bind(workspace_id)
-    .bind(provider_instance_id)
-    .bind(serde_json::json!({ "team_id": team }))
-    .execute(pool)
-    .await?;
-    let keyring = Keyring::parse(&testkit::secret_key())?;
-    store::secrets::put(
+    let (workspace_id, connection_id) = testkit::active_connection(
         &env.db.db,
-        &keyring,
-        connection_id,
-        "token",
-        token.as_bytes(),
+        "slack",
+        provider_instance_id,
+        serde_json::json!({ "team_id": team }),
+        Some(token),
     )
     .await?;
     Ok(Tenant {
