@@ -170,6 +170,8 @@ pub struct NewGroupHook {
     pub note_events: bool,
     /// Pipeline events.
     pub pipeline_events: bool,
+    /// Push events.
+    pub push_events: bool,
     /// TLS verification of our endpoint.
     pub enable_ssl_verification: bool,
 }

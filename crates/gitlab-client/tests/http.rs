@@ -363,6 +363,7 @@ async fn group_hooks_and_a_project_over_rest() {
                 merge_requests_events: true,
                 note_events: true,
                 pipeline_events: true,
+                push_events: true,
                 enable_ssl_verification: true,
             },
         )

@@ -795,6 +795,8 @@ impl VendorResource for GroupHookResource<'_> {
             note_events: true,
             // The head checks of merge requests come by Pipeline Hooks.
             pipeline_events: true,
+            // A push to an open merge request's source branch is recorded from Push Hooks too.
+            push_events: true,
             enable_ssl_verification: true,
         };
         match self.client.create_group_hook(group, &new).await {

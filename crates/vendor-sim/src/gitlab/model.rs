@@ -243,6 +243,8 @@ pub struct Hook {
     pub note_events: bool,
     /// Pipeline events.
     pub pipeline_events: bool,
+    /// Push events.
+    pub push_events: bool,
     /// `X-Gitlab-Webhook-UUID`: the hook's own identity.
     pub uuid: String,
     /// Whether GitLab still executes it.

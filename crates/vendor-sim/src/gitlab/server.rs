@@ -708,6 +708,8 @@ struct NewHook {
     note_events: bool,
     #[serde(default)]
     pipeline_events: bool,
+    #[serde(default)]
+    push_events: bool,
 }
 
 async fn create_hook(
@@ -749,6 +751,7 @@ fn created_hook(shared: &Shared, group: u64, new: NewHook) -> Response {
         new.merge_requests_events,
         new.note_events,
         new.pipeline_events,
+        new.push_events,
     ];
     let hook = webhook::new_hook(id, group, &new.url, &new.token, events);
     let out = webhook::hook_json(&hook);

@@ -33,6 +33,7 @@ pub enum HookKind {
     MergeRequest,
     Note,
     Pipeline,
+    Push,
 }
 
 impl HookKind {
@@ -43,6 +44,7 @@ impl HookKind {
             HookKind::MergeRequest => "Merge Request Hook",
             HookKind::Note => "Note Hook",
             HookKind::Pipeline => "Pipeline Hook",
+            HookKind::Push => "Push Hook",
         }
     }
 
@@ -52,6 +54,7 @@ impl HookKind {
             HookKind::MergeRequest => hook.merge_requests_events,
             HookKind::Note => hook.note_events,
             HookKind::Pipeline => hook.pipeline_events,
+            HookKind::Push => hook.push_events,
         }
     }
 }
@@ -610,7 +613,7 @@ impl Model {
     pub fn add_hook(&mut self, group: u64, url: &str, token: &str) -> u64 {
         let id = self.hooks.keys().next_back().copied().unwrap_or(0) + 1;
         self.hooks
-            .insert(id, new_hook(id, group, url, token, [true; 4]));
+            .insert(id, new_hook(id, group, url, token, [true; 5]));
         id
     }
 
@@ -750,12 +753,13 @@ impl Model {
 }
 
 /// A new executable hook.
-pub(crate) fn new_hook(id: u64, group: u64, url: &str, token: &str, events: [bool; 4]) -> Hook {
+pub(crate) fn new_hook(id: u64, group: u64, url: &str, token: &str, events: [bool; 5]) -> Hook {
     let [
         issues_events,
         merge_requests_events,
         note_events,
         pipeline_events,
+        push_events,
     ] = events;
     Hook {
         id,
@@ -766,6 +770,7 @@ pub(crate) fn new_hook(id: u64, group: u64, url: &str, token: &str, events: [boo
         merge_requests_events,
         note_events,
         pipeline_events,
+        push_events,
         uuid: uuid::Uuid::new_v4().to_string(),
         alert_status: HookAlert::Executable,
         disabled_until: None,
@@ -784,6 +789,7 @@ pub(crate) fn hook_json(h: &Hook) -> Json {
         "merge_requests_events": h.merge_requests_events,
         "note_events": h.note_events,
         "pipeline_events": h.pipeline_events,
+        "push_events": h.push_events,
         "alert_status": h.alert_status.as_str(),
         "disabled_until": h.disabled_until.map(|t| t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()),
     })
