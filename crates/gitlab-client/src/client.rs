@@ -827,3 +827,6 @@ async fn read_capped(response: reqwest::Response, max_bytes: usize) -> Result<Ve
             vendor_http::BodyError::Transport(e) => Error::Transport(e),
         })
 }
+
+mod members;
+pub use members::{GroupMember, GroupMembersPage};

@@ -174,6 +174,12 @@ pub struct NewGroupHook {
     pub push_events: bool,
     /// TLS verification of our endpoint.
     pub enable_ssl_verification: bool,
+    /// Project events: created, destroyed, renamed, transferred.
+    pub project_events: bool,
+    /// Subgroup events.
+    pub subgroup_events: bool,
+    /// Member events.
+    pub member_events: bool,
 }
 
 /// A project as `GET /projects/{id}` answers.

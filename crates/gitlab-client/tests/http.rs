@@ -365,6 +365,9 @@ async fn group_hooks_and_a_project_over_rest() {
                 pipeline_events: true,
                 push_events: true,
                 enable_ssl_verification: true,
+                project_events: true,
+                subgroup_events: true,
+                member_events: true,
             },
         )
         .await

@@ -795,6 +795,11 @@ impl VendorResource for GroupHookResource<'_> {
             note_events: true,
             // The head checks of merge requests come by Pipeline Hooks.
             pipeline_events: true,
+            // Renames, transfers, creations and deletions of projects, subgroup renames and
+            // members: the organization tier and re-keying by native id.
+            project_events: true,
+            subgroup_events: true,
+            member_events: true,
             // A push to an open merge request's source branch is recorded from Push Hooks too.
             push_events: true,
             enable_ssl_verification: true,
@@ -851,14 +856,26 @@ pub async fn rekey_project(
     new_full_path: &str,
     previous_full_path: Option<&str>,
 ) -> anyhow::Result<bool> {
+    let mut tx = pool.begin().await?;
+    let done = rekey_in(&mut tx, conn, native_id, new_full_path, previous_full_path).await?;
+    tx.commit().await?;
+    Ok(done.is_some())
+}
+
+/// [`rekey_project`] in the caller's transaction (a webhook's, which admitted the delivery for
+/// the project first); `None` when the project left the connected group and nothing changed.
+/// `new_full_path` must be what GitLab reports for the native id, never a payload's path.
+pub async fn rekey_in(
+    tx: &mut sqlx::PgConnection,
+    conn: &connection::Model,
+    native_id: i64,
+    new_full_path: &str,
+    previous_full_path: Option<&str>,
+) -> anyhow::Result<Option<scm_mirror::monitors::Rekeyed>> {
     let target = Settings::from_settings(&conn.settings)?;
     // Within the connected group only; a move across root groups heals on reconcile.
-    let (path, group) = (
-        new_full_path.to_ascii_lowercase(),
-        target.group.to_ascii_lowercase(),
-    );
-    if !path.starts_with(&format!("{group}/")) {
-        return Ok(false);
+    if !target.contains(new_full_path) {
+        return Ok(None);
     }
     let Some((owner, name)) = new_full_path.rsplit_once('/') else {
         anyhow::bail!("a project path has a namespace: {new_full_path:?}");
@@ -867,9 +884,8 @@ pub async fn rekey_project(
         .and_then(|p| p.rsplit_once('/'))
         .into_iter()
         .collect();
-    let mut tx = pool.begin().await?;
-    scm_mirror::monitors::rekey(
-        &mut tx,
+    let done = scm_mirror::monitors::rekey(
+        &mut *tx,
         conn.id,
         conn.provider_instance_id,
         native_id,
@@ -878,6 +894,5 @@ pub async fn rekey_project(
         &previous,
     )
     .await?;
-    tx.commit().await?;
-    Ok(true)
+    Ok(Some(done))
 }

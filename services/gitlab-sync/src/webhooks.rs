@@ -19,6 +19,7 @@ pub mod items;
 pub mod notes;
 pub mod payload;
 pub mod pipelines;
+pub mod projects;
 pub mod route;
 
 use scm_mirror::admission::GitlabProject;
@@ -51,6 +52,10 @@ pub enum Event {
     MergeRequest(payload::MergeRequestHook),
     Note(Box<payload::NoteHook>),
     Pipeline(payload::PipelineHook),
+    /// A project's creation, deletion, rename or transfer ([`projects`]).
+    Project(projects::ProjectEvent),
+    /// A subgroup's rename ([`projects`]).
+    Subgroup(projects::SubgroupEvent),
 }
 
 impl WebhookApply for GitlabWebhooks {
@@ -64,6 +69,8 @@ impl WebhookApply for GitlabWebhooks {
             "merge_request" => Event::MergeRequest(parse(hook)?),
             "note" => Event::Note(Box::new(parse(hook)?)),
             "pipeline" => Event::Pipeline(parse(hook)?),
+            e if projects::PROJECT_EVENTS.contains(&e) => Event::Project(parse(hook)?),
+            e if projects::SUBGROUP_EVENTS.contains(&e) => Event::Subgroup(parse(hook)?),
             _ => return Ok(None),
         }))
     }
@@ -71,7 +78,9 @@ impl WebhookApply for GitlabWebhooks {
     async fn apply(&self, hook: &Webhook<'_>, event: Event) -> Result<Outcome, WebhookError> {
         // A claim (an endpoint whose secret a tenant knows) writes nothing of its own: GitLab
         // is asked for what it names.
-        if hook.is_hint() {
+        // Project and group events write nothing of their payload, claim or not: GitLab is
+        // asked with the connection's token for what they name.
+        if hook.is_hint() && !event.asks_gitlab() {
             return match event.hinted() {
                 Some(hinted) => hints::confirm(self, hook, hinted).await,
                 None => Ok(Outcome::Ignored),
@@ -87,7 +96,17 @@ impl WebhookApply for GitlabWebhooks {
             }
             Event::Note(e) => notes::note(self, hook, *e).await,
             Event::Pipeline(e) => pipelines::pipeline(self, hook, e).await,
+            Event::Project(e) => projects::project(self, hook, e).await,
+            Event::Subgroup(e) => projects::subgroup(self, hook, e).await,
         }
+    }
+}
+
+impl Event {
+    /// Whether applying it writes only what GitLab answers (never its payload), so a claim is
+    /// applied like a fact.
+    fn asks_gitlab(&self) -> bool {
+        matches!(self, Event::Project(_) | Event::Subgroup(_))
     }
 }
 

@@ -40,6 +40,10 @@ pub mod ops {
     pub const CREATE_GROUP_HOOK: &str = "group_hooks/create";
     /// `DELETE /groups/{id}/hooks/{hook_id}`
     pub const DELETE_GROUP_HOOK: &str = "group_hooks/delete";
+    /// `GET /groups/{id}/members`
+    pub const LIST_GROUP_MEMBERS: &str = "group_members/list";
+    /// `GET /groups/{id}/members/{user_id}`
+    pub const GET_GROUP_MEMBER: &str = "group_members/get";
 }
 
 /// How a GitLab call misbehaves.

@@ -19,6 +19,7 @@
 mod fault;
 mod generate;
 mod graphql;
+pub mod groups;
 mod model;
 mod server;
 pub mod webhook;

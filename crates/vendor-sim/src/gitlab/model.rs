@@ -255,6 +255,12 @@ pub struct Hook {
     pub recent_failures: u32,
     /// How often it was disabled temporarily since its last success.
     pub backoff_count: u32,
+    /// Project events (created, destroyed, renamed, transferred).
+    pub project_events: bool,
+    /// Subgroup events (renames).
+    pub subgroup_events: bool,
+    /// Member events.
+    pub member_events: bool,
 }
 
 /// A pipeline run on a project's commit.
@@ -314,6 +320,8 @@ pub struct Model {
     pub hooks: BTreeMap<u64, Hook>,
     /// Pipelines by id.
     pub pipelines: BTreeMap<u64, Pipeline>,
+    /// Direct group members by (group, user id).
+    pub members: BTreeMap<(u64, u64), super::groups::Member>,
     /// Resolved discussions by id.
     pub resolved_discussions: BTreeSet<String>,
     /// Tokens accepted (as `Authorization: Bearer` or `PRIVATE-TOKEN`).
@@ -339,6 +347,7 @@ impl Default for Model {
             notes: BTreeMap::new(),
             hooks: BTreeMap::new(),
             pipelines: BTreeMap::new(),
+            members: BTreeMap::new(),
             resolved_discussions: BTreeSet::new(),
             tokens: BTreeSet::new(),
             rate_limit: RateLimit {

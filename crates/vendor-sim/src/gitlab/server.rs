@@ -92,6 +92,8 @@ impl GitlabSim {
                 get(list_hooks).post(create_hook),
             )
             .route("/api/v4/groups/{id}/hooks/{hook_id}", delete(delete_hook))
+            .route("/api/v4/groups/{id}/members", get(list_members))
+            .route("/api/v4/groups/{id}/members/{user_id}", get(get_member))
             .with_state(shared.clone());
         let sender = {
             let shared = shared.clone();
@@ -697,6 +699,12 @@ async fn list_hooks(
 
 #[derive(Deserialize)]
 struct NewHook {
+    #[serde(default)]
+    project_events: bool,
+    #[serde(default)]
+    subgroup_events: bool,
+    #[serde(default)]
+    member_events: bool,
     url: String,
     #[serde(default)]
     token: String,
@@ -753,7 +761,10 @@ fn created_hook(shared: &Shared, group: u64, new: NewHook) -> Response {
         new.pipeline_events,
         new.push_events,
     ];
-    let hook = webhook::new_hook(id, group, &new.url, &new.token, events);
+    let mut hook = webhook::new_hook(id, group, &new.url, &new.token, events);
+    hook.project_events = new.project_events;
+    hook.subgroup_events = new.subgroup_events;
+    hook.member_events = new.member_events;
     let out = webhook::hook_json(&hook);
     m.hooks.insert(id, hook);
     let mut r = (StatusCode::CREATED, axum::Json(out)).into_response();
@@ -776,6 +787,42 @@ async fn delete_hook(
         StatusCode::NO_CONTENT.into_response()
     } else {
         message(StatusCode::NOT_FOUND, "404 Not found")
+    };
+    rate_headers(r.headers_mut(), &m);
+    r
+}
+
+async fn list_members(
+    State(shared): State<Arc<Shared>>,
+    Path(group): Path<u64>,
+    Query(q): Query<PageQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let fired = match begin(&shared, ops::LIST_GROUP_MEMBERS, &headers).await {
+        Ok(fired) => fired,
+        Err(r) => return r,
+    };
+    let m = lock(&shared.model);
+    if !m.groups.contains_key(&group) {
+        return message(StatusCode::NOT_FOUND, "404 Group Not Found");
+    }
+    let mut r = offset_page(m.members_json(group), &q, &fired);
+    rate_headers(r.headers_mut(), &m);
+    r
+}
+
+async fn get_member(
+    State(shared): State<Arc<Shared>>,
+    Path((group, user_id)): Path<(u64, u64)>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = begin(&shared, ops::GET_GROUP_MEMBER, &headers).await {
+        return r;
+    }
+    let m = lock(&shared.model);
+    let mut r = match m.members.get(&(group, user_id)) {
+        Some(member) => axum::Json(super::groups::member_json(member)).into_response(),
+        None => message(StatusCode::NOT_FOUND, "404 Not found"),
     };
     rate_headers(r.headers_mut(), &m);
     r

@@ -776,6 +776,10 @@ pub(crate) fn new_hook(id: u64, group: u64, url: &str, token: &str, events: [boo
         disabled_until: None,
         recent_failures: 0,
         backoff_count: 0,
+        // Set by whoever creates the hook ([`Model::add_hook`]: all of them).
+        project_events: true,
+        subgroup_events: true,
+        member_events: true,
     }
 }
 
@@ -790,6 +794,9 @@ pub(crate) fn hook_json(h: &Hook) -> Json {
         "note_events": h.note_events,
         "pipeline_events": h.pipeline_events,
         "push_events": h.push_events,
+        "project_events": h.project_events,
+        "subgroup_events": h.subgroup_events,
+        "member_events": h.member_events,
         "alert_status": h.alert_status.as_str(),
         "disabled_until": h.disabled_until.map(|t| t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()),
     })
