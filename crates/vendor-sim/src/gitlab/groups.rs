@@ -126,59 +126,57 @@ impl Model {
         body
     }
 
-    /// Adds a project to `group` and sends its `project_create`; returns its id.
-    pub fn create_project_with_hook(&mut self, group: u64, path: &str) -> u64 {
+    /// Adds a project to `group` and sends its `project_create`; returns its id and the hook's
+    /// body.
+    pub fn create_project_with_hook(&mut self, group: u64, path: &str) -> (u64, Json) {
         let id = self.add_project(group, path);
         let body = self.project_event_hook(id, "project_create", None);
-        self.queue_group(group, GroupEvents::Project, body);
-        id
+        self.queue_group(group, GroupEvents::Project, body.clone());
+        (id, body)
     }
 
     /// Deletes project `id` (its issues and merge requests with it) and sends its
-    /// `project_destroy`. `false` when there is none.
-    pub fn destroy_project_with_hook(&mut self, id: u64) -> bool {
-        let Some(group) = self.projects.get(&id).map(|p| p.group) else {
-            return false;
-        };
+    /// `project_destroy`; the hook's body, `None` when there is none.
+    pub fn destroy_project_with_hook(&mut self, id: u64) -> Option<Json> {
+        let group = self.projects.get(&id).map(|p| p.group)?;
         let body = self.project_event_hook(id, "project_destroy", None);
         self.projects.remove(&id);
         self.issues.retain(|(p, _), _| *p != id);
         self.merge_requests.retain(|(p, _), _| *p != id);
-        self.queue_group(group, GroupEvents::Project, body);
-        true
+        self.queue_group(group, GroupEvents::Project, body.clone());
+        Some(body)
     }
 
-    /// Renames project `id` and sends its `project_rename`. `false` when there is none.
-    pub fn rename_project_with_hook(&mut self, id: u64, path: &str) -> bool {
+    /// Renames project `id` and sends its `project_rename`; the hook's body, `None` when there
+    /// is no such project.
+    pub fn rename_project_with_hook(&mut self, id: u64, path: &str) -> Option<Json> {
         let old = self.project_path(id);
         if !self.rename_project(id, path) {
-            return false;
+            return None;
         }
         let group = self.projects[&id].group;
         let body = self.project_event_hook(id, "project_rename", old.as_deref());
-        self.queue_group(group, GroupEvents::Project, body);
-        true
+        self.queue_group(group, GroupEvents::Project, body.clone());
+        Some(body)
     }
 
     /// Moves project `id` into `group` and sends its `project_transfer` (to the hooks of the
-    /// group it moved into). `false` when either is missing.
-    pub fn transfer_project_with_hook(&mut self, id: u64, group: u64) -> bool {
+    /// group it moved into); the hook's body, `None` when either is missing.
+    pub fn transfer_project_with_hook(&mut self, id: u64, group: u64) -> Option<Json> {
         let old = self.project_path(id);
         if !self.move_project(id, group) {
-            return false;
+            return None;
         }
         let body = self.project_event_hook(id, "project_transfer", old.as_deref());
-        self.queue_group(group, GroupEvents::Project, body);
-        true
+        self.queue_group(group, GroupEvents::Project, body.clone());
+        Some(body)
     }
 
-    /// Renames group `id` (its path segment) and sends its `group_rename`. `false` when there
-    /// is none.
-    pub fn rename_group_with_hook(&mut self, id: u64, path: &str) -> bool {
+    /// Renames group `id` (its path segment) and sends its `group_rename`; the hook's body,
+    /// `None` when there is no such group.
+    pub fn rename_group_with_hook(&mut self, id: u64, path: &str) -> Option<Json> {
         let old = self.full_group_path(id);
-        let Some(g) = self.groups.get_mut(&id) else {
-            return false;
-        };
+        let g = self.groups.get_mut(&id)?;
         let old_path = std::mem::replace(&mut g.path, path.to_owned());
         g.name = path.to_owned();
         let now = hook_time(OffsetDateTime::now_utc());
@@ -195,8 +193,8 @@ impl Model {
             "old_path": old_path,
             "old_full_path": old,
         });
-        self.queue_group(id, GroupEvents::Subgroup, body);
-        true
+        self.queue_group(id, GroupEvents::Subgroup, body.clone());
+        Some(body)
     }
 
     /// A Member Hook body for `member` as `event`.
@@ -221,8 +219,8 @@ impl Model {
     }
 
     /// Makes `username` a direct member of `group` at `access_level` and sends
-    /// `user_add_to_group`; returns the user id.
-    pub fn add_member(&mut self, group: u64, username: &str, access_level: i32) -> u64 {
+    /// `user_add_to_group`; the hook's body.
+    pub fn add_member(&mut self, group: u64, username: &str, access_level: i32) -> Json {
         let member = Member {
             group,
             user_id: user_id(username),
@@ -233,34 +231,29 @@ impl Model {
                 .unwrap_or(time::OffsetDateTime::UNIX_EPOCH),
         };
         let body = self.member_hook(&member, "user_add_to_group");
-        let id = member.user_id;
-        self.members.insert((group, id), member);
-        self.queue_group(group, GroupEvents::Member, body);
-        id
+        self.members.insert((group, member.user_id), member);
+        self.queue_group(group, GroupEvents::Member, body.clone());
+        body
     }
 
     /// Gives `username` another access level in `group` and sends `user_update_for_group`.
-    /// `false` when they are not a member.
-    pub fn update_member(&mut self, group: u64, username: &str, access_level: i32) -> bool {
-        let Some(member) = self.members.get_mut(&(group, user_id(username))) else {
-            return false;
-        };
+    /// The hook's body, `None` when they are not a member.
+    pub fn update_member(&mut self, group: u64, username: &str, access_level: i32) -> Option<Json> {
+        let member = self.members.get_mut(&(group, user_id(username)))?;
         member.access_level = access_level;
         let member = member.clone();
         let body = self.member_hook(&member, "user_update_for_group");
-        self.queue_group(group, GroupEvents::Member, body);
-        true
+        self.queue_group(group, GroupEvents::Member, body.clone());
+        Some(body)
     }
 
-    /// Removes `username` from `group` and sends `user_remove_from_group`. `false` when they
-    /// were not a member.
-    pub fn remove_member(&mut self, group: u64, username: &str) -> bool {
-        let Some(member) = self.members.remove(&(group, user_id(username))) else {
-            return false;
-        };
+    /// Removes `username` from `group` and sends `user_remove_from_group`; the hook's body,
+    /// `None` when they were not a member.
+    pub fn remove_member(&mut self, group: u64, username: &str) -> Option<Json> {
+        let member = self.members.remove(&(group, user_id(username)))?;
         let body = self.member_hook(&member, "user_remove_from_group");
-        self.queue_group(group, GroupEvents::Member, body);
-        true
+        self.queue_group(group, GroupEvents::Member, body.clone());
+        Some(body)
     }
 
     /// Group `group`'s direct members as `GET /groups/{id}/members` lists them.

@@ -1,0 +1,450 @@
+//! Project and subgroup events through gitlab-sync's webhook consumer, in-process against real
+//! Postgres and JetStream and the simulated GitLab over HTTP: deliveries are stored as ingress
+//! stores them for a hook we registered, and consumed. A rename's path is never taken from the
+//! hook: GitLab is asked for the native id with the delivering connection's token. A deletion
+//! waits for a reconcile's complete discovery.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use base64::Engine as _;
+use bus::Stream;
+use gitlab_sync::activation::{Activator, DiscoveryCaps, HookSettings};
+use lifecycle_core::subject;
+use sea_orm::{EntityTrait as _, TransactionTrait as _};
+use serde_json::Value as Json;
+use store::entity::inbound_endpoint::Registration;
+use store::entity::{ConnectionKind, connection};
+use store::inbound::{Dedup, EndpointIds, NewEndpoint, NewMessage, Recorded};
+use store::secrets::Keyring;
+use sync_engine::Moment;
+use uuid::Uuid;
+use vendor_sim::gitlab::{GitlabSim, Model, ops};
+
+const REGISTERED: &str = "gitlab-sync-connection-events";
+
+/// A workspace's GitLab connection and the endpoint of the group hook we registered for it.
+#[derive(Clone, Copy)]
+struct Tenant {
+    connection_id: Uuid,
+    route: EndpointIds,
+}
+
+struct World {
+    env: testkit::TestEnv,
+    sim: GitlabSim,
+    service: Option<testkit::Running>,
+    _ingress_relay: tokio_util::sync::DropGuard,
+    /// A: group `acme`, every project; monitors `acme/api` and `acme/team/web`.
+    a: Tenant,
+    /// B: group `globex`.
+    b: Tenant,
+    acme: u64,
+    team: u64,
+    /// `acme/api`.
+    api: u64,
+    /// `acme/team/web`.
+    web: u64,
+}
+
+impl World {
+    async fn start() -> Result<World> {
+        let env = testkit::TestEnv::new().await?;
+        let mut model = Model::default();
+        model.add_token("token-a");
+        model.add_token("token-b");
+        let acme = model.add_group(None, "acme");
+        let team = model.add_group(Some(acme), "team");
+        model.add_group(None, "globex");
+        let api = model.add_project(acme, "api");
+        let web = model.add_project(team, "web");
+        let sim = GitlabSim::start(model).await?;
+        let pool = env.db.db.get_postgres_connection_pool().clone();
+        let instance = Uuid::now_v7();
+        sqlx::query(
+            "INSERT INTO provider_instance (id, kind, server_url) VALUES ($1, 'gitlab', $2)",
+        )
+        .bind(instance)
+        .bind(sim.base_url())
+        .execute(&pool)
+        .await?;
+        let keyring = Keyring::parse(&testkit::secret_key())?;
+        let a = tenant(&env, &keyring, instance, "acme", "token-a").await?;
+        let b = tenant(&env, &keyring, instance, "globex", "token-b").await?;
+        for (owner, name, id) in [("acme", "api", api), ("acme/team", "web", web)] {
+            sqlx::query(
+                "INSERT INTO repository_to_monitor (id, workspace_id, connection_id, owner, name, native_id)
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(Uuid::now_v7())
+            .bind(a.route.workspace_id)
+            .bind(a.connection_id)
+            .bind(owner)
+            .bind(name)
+            .bind(id as i64)
+            .execute(&pool)
+            .await?;
+        }
+        let config: gitlab_sync::Config = testkit::config(
+            env.common_args(),
+            &[
+                format!("--secret-key={}", testkit::secret_key()),
+                "--reconcile-cron=off".to_owned(),
+                "--backfill-cron=off".to_owned(),
+                "--filter-refresh-ms=200".to_owned(),
+            ],
+        )?;
+        let service = Some(testkit::spawn(config).await?);
+        let stop = tokio_util::sync::CancellationToken::new();
+        let relay = bus::relay::Relay::new(
+            env.db.db.clone(),
+            env.bus.clone(),
+            bus::relay::RelayConfig::default(),
+        );
+        tokio::spawn({
+            let stop = stop.clone();
+            async move { relay.run(stop).await }
+        });
+        Ok(World {
+            env,
+            sim,
+            service,
+            _ingress_relay: stop.drop_guard(),
+            a,
+            b,
+            acme,
+            team,
+            api,
+            web,
+        })
+    }
+
+    fn pool(&self) -> &sqlx::PgPool {
+        self.env.db.db.get_postgres_connection_pool()
+    }
+
+    /// Stores `body` as ingress does for a hook we registered for `tenant` (the event named by
+    /// `object_kind`, else `event_name`).
+    async fn registered(&self, tenant: Tenant, body: &Json) -> Result<Uuid> {
+        let event = body["object_kind"]
+            .as_str()
+            .or_else(|| body["event_name"].as_str())
+            .unwrap_or("unknown")
+            .to_owned();
+        let subject = subject::gitlab_connection(&tenant.connection_id.to_string(), &event)?;
+        let txn = self.env.db.db.begin().await?;
+        let recorded = store::inbound::record(
+            &txn,
+            NewMessage {
+                endpoint: tenant.route,
+                verification: "token".into(),
+                headers: BTreeMap::new(),
+                body: serde_json::to_vec(body)?,
+                event,
+                subject,
+                dedup: Dedup::Keys {
+                    event_id: Some(Uuid::now_v7().to_string()),
+                    digest_window: Duration::from_secs(1),
+                    verified_by: None,
+                },
+                retention: Duration::from_secs(3600),
+                inline_body_max: usize::MAX,
+                relay_hold: Duration::ZERO,
+            },
+        )
+        .await?;
+        let Recorded::Accepted(accepted) = recorded else {
+            anyhow::bail!("not stored: {recorded:?}");
+        };
+        txn.commit().await?;
+        Ok(accepted.message_id)
+    }
+
+    /// Waits until every stored delivery is published and the consumer settled them.
+    async fn settle(&self) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let ns = self.env.bus.namespace();
+        let mut quiet = 0;
+        while quiet < 3 {
+            anyhow::ensure!(tokio::time::Instant::now() < deadline, "did not settle");
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let unpublished: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
+                .fetch_one(self.pool())
+                .await?;
+            let mut busy = unpublished > 0;
+            let stream = self
+                .env
+                .bus
+                .jetstream()
+                .get_stream(ns.name(Stream::WebhooksGitlab.name()))
+                .await?;
+            if let Ok(info) = stream.consumer_info(ns.name(REGISTERED)).await {
+                busy |= info.num_pending > 0 || info.num_ack_pending > 0;
+            }
+            quiet = if busy { 0 } else { quiet + 1 };
+        }
+        Ok(())
+    }
+
+    /// `tenant`'s monitors: (owner, name, native id), in order.
+    async fn monitors(&self, tenant: Tenant) -> Result<Vec<(String, String, Option<i64>)>> {
+        Ok(sqlx::query_as(
+            "SELECT owner, name, native_id FROM repository_to_monitor WHERE connection_id = $1
+              ORDER BY owner, name",
+        )
+        .bind(tenant.connection_id)
+        .fetch_all(self.pool())
+        .await?)
+    }
+
+    async fn dead(&self) -> Result<i64> {
+        Ok(sqlx::query_scalar("SELECT count(*) FROM dead_message")
+            .fetch_one(self.pool())
+            .await?)
+    }
+
+    /// An activator of `tenant`'s connection (no hook registration configured).
+    async fn activator(&self) -> Result<Activator> {
+        let db = self.env.db.db.clone();
+        let pool = self.pool().clone();
+        let keyring = Arc::new(Keyring::parse(&testkit::secret_key())?);
+        let keys = format!(
+            "k1={}",
+            base64::engine::general_purpose::STANDARD.encode(testkit::ROUTING_KEY)
+        );
+        Ok(Activator {
+            registrar: sync_engine::subscription::Registrar {
+                db: db.clone(),
+                pool: pool.clone(),
+                keyring: keyring.clone(),
+            },
+            db,
+            pool,
+            bus: self.env.bus.clone(),
+            keyring,
+            hooks: Some(HookSettings::new("https://hooks.example.com/", &keys)?),
+            request_timeout: Duration::from_secs(10),
+            egress: self.env.common_args().egress,
+            page_size: 20,
+            page_cap: 100,
+            discovery_caps: DiscoveryCaps::with_pages(100),
+        })
+    }
+
+    async fn connection(&self, tenant: Tenant) -> Result<connection::Model> {
+        Ok(connection::Entity::find_by_id(tenant.connection_id)
+            .one(&self.env.db.db)
+            .await?
+            .expect("connection"))
+    }
+
+    async fn stop(mut self) -> Result<()> {
+        if let Some(s) = self.service.take() {
+            s.stop().await?;
+        }
+        Ok(())
+    }
+}
+
+/// A workspace with an active GitLab connection to `group` and its registered hook's endpoint.
+async fn tenant(
+    env: &testkit::TestEnv,
+    keyring: &Keyring,
+    instance: Uuid,
+    group: &str,
+    token: &str,
+) -> Result<Tenant> {
+    let settings = serde_json::json!({ "group": group });
+    let (workspace_id, connection_id) =
+        testkit::active_connection(&env.db.db, "gitlab", instance, settings, Some(token)).await?;
+    let endpoint = store::inbound::create_endpoint(
+        &env.db.db,
+        keyring,
+        NewEndpoint {
+            workspace_id,
+            connection_id,
+            kind: ConnectionKind::Gitlab,
+            registration: Registration::Registered,
+            provider_ref: None,
+            address_token: Some(Uuid::now_v7().simple().to_string()),
+            tenant_keyed: false,
+        },
+        Uuid::now_v7().as_bytes(),
+    )
+    .await?;
+    Ok(Tenant {
+        connection_id,
+        route: EndpointIds {
+            endpoint_id: endpoint.id,
+            workspace_id,
+            connection_id,
+            kind: ConnectionKind::Gitlab,
+        },
+    })
+}
+
+fn monitor(owner: &str, name: &str, id: u64) -> (String, String, Option<i64>) {
+    (owner.to_owned(), name.to_owned(), Some(id as i64))
+}
+
+#[tokio::test]
+async fn a_forged_rename_changes_nothing_and_a_real_one_rekeys_by_what_gitlab_reports() -> Result<()>
+{
+    let w = World::start().await?;
+    let api = w.api;
+    // A rename hook naming a path GitLab does not report: GitLab is asked, the project is still
+    // `acme/api`, nothing moves.
+    let mut forged = w
+        .sim
+        .model(|m| m.project_event_hook(api, "project_rename", Some("acme/api")));
+    forged["path_with_namespace"] = "acme/hijacked".into();
+    w.registered(w.a, &forged).await?;
+    w.settle().await?;
+    assert!(w.sim.calls(ops::PROJECT_BY_ID) >= 1);
+    assert_eq!(
+        w.monitors(w.a).await?,
+        [
+            monitor("acme", "api", api),
+            monitor("acme/team", "web", w.web)
+        ]
+    );
+
+    // GitLab renames it, and its hook carries a stale path: the monitor follows GitLab.
+    let mut real = w
+        .sim
+        .model(|m| m.rename_project_with_hook(api, "api2"))
+        .expect("renamed");
+    real["path_with_namespace"] = "acme/stale".into();
+    w.registered(w.a, &real).await?;
+    w.settle().await?;
+    assert_eq!(
+        w.monitors(w.a).await?,
+        [
+            monitor("acme", "api2", api),
+            monitor("acme/team", "web", w.web)
+        ]
+    );
+
+    // A transfer within the group moves it, by native id, to where GitLab says it is.
+    let moved = w
+        .sim
+        .model(|m| m.transfer_project_with_hook(api, w.team))
+        .expect("moved");
+    w.registered(w.a, &moved).await?;
+    w.settle().await?;
+    assert_eq!(
+        w.monitors(w.a).await?,
+        [
+            monitor("acme/team", "api2", api),
+            monitor("acme/team", "web", w.web)
+        ]
+    );
+    assert_eq!(w.dead().await?, 0);
+    w.stop().await
+}
+
+#[tokio::test]
+async fn a_subgroup_rename_rekeys_its_projects() -> Result<()> {
+    let w = World::start().await?;
+    let body = w
+        .sim
+        .model(|m| m.rename_group_with_hook(w.team, "squad"))
+        .expect("renamed");
+    w.registered(w.a, &body).await?;
+    w.settle().await?;
+    assert_eq!(
+        w.monitors(w.a).await?,
+        [
+            monitor("acme", "api", w.api),
+            monitor("acme/squad", "web", w.web)
+        ]
+    );
+    w.stop().await
+}
+
+#[tokio::test]
+async fn a_created_project_is_admitted_by_what_gitlab_reports() -> Result<()> {
+    let w = World::start().await?;
+    let (born, body) = w.sim.model(|m| m.create_project_with_hook(w.acme, "born"));
+    w.registered(w.a, &body).await?;
+    w.settle().await?;
+    assert!(
+        w.monitors(w.a)
+            .await?
+            .contains(&monitor("acme", "born", born))
+    );
+    w.stop().await
+}
+
+#[tokio::test]
+async fn project_destroy_is_tombstoned_only_after_a_reconcile_confirms_it() -> Result<()> {
+    let w = World::start().await?;
+    let api = w.api;
+    let body = w
+        .sim
+        .model(|m| m.destroy_project_with_hook(api))
+        .expect("destroyed");
+    w.registered(w.a, &body).await?;
+    w.settle().await?;
+    // The hook's word deletes nothing.
+    assert_eq!(
+        w.monitors(w.a).await?,
+        [
+            monitor("acme", "api", api),
+            monitor("acme/team", "web", w.web)
+        ]
+    );
+    let noted: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM connection_activity
+          WHERE connection_id = $1 AND activity = 'gitlab_project_destroy_reported'",
+    )
+    .bind(w.a.connection_id)
+    .fetch_one(w.pool())
+    .await?;
+    assert_eq!(noted, 1);
+    // The reconcile's complete discovery confirms it: the monitor goes, and the project is
+    // released to the eraser's orphan guard.
+    let conn = w.connection(w.a).await?;
+    let done = w
+        .activator()
+        .await?
+        .activate(&conn, Moment::Reconciliation)
+        .await?
+        .expect("active");
+    assert_eq!(done.discovery, Ok(()));
+    assert_eq!(w.monitors(w.a).await?, [monitor("acme/team", "web", w.web)]);
+    w.stop().await
+}
+
+#[tokio::test]
+async fn another_workspaces_endpoint_cannot_rename_or_move_a_project_of_a() -> Result<()> {
+    let w = World::start().await?;
+    let api = w.api;
+    // GitLab renames A's project; B's route delivers the hook (B's token can read the project,
+    // but it is outside B's group), and a forged subgroup rename naming A's group.
+    let renamed = w
+        .sim
+        .model(|m| m.rename_project_with_hook(api, "api2"))
+        .expect("renamed");
+    let mut group = w
+        .sim
+        .model(|m| m.rename_group_with_hook(w.team, "squad"))
+        .expect("renamed");
+    group["old_full_path"] = "acme/team".into();
+    w.registered(w.b, &renamed).await?;
+    w.registered(w.b, &group).await?;
+    w.settle().await?;
+    // Nothing of A moved, B holds nothing.
+    assert_eq!(
+        w.monitors(w.a).await?,
+        [
+            monitor("acme", "api", api),
+            monitor("acme/team", "web", w.web)
+        ]
+    );
+    assert!(w.monitors(w.b).await?.is_empty());
+    assert_eq!(w.dead().await?, 0);
+    w.stop().await
+}
