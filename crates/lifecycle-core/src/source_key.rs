@@ -230,12 +230,14 @@ pub enum ItemEventName {
 
 impl ItemEventName {
     /// Whether the item holds at most one event of this name per version. A checks completion
-    /// of another set of runs, and the events of a comment, review or thread (two edits in one
-    /// second are two edits), are told apart by their source key alone.
+    /// of another set of runs, a push (two pushes in one second are two moves), and the events
+    /// of a comment, review or thread (two edits in one second are two edits), are told apart
+    /// by their source key alone.
     pub fn one_per_version(self) -> bool {
         !matches!(
             self,
             ItemEventName::ChecksCompleted
+                | ItemEventName::Synchronized
                 | ItemEventName::CommentEdited
                 | ItemEventName::ReviewDismissed
                 | ItemEventName::ThreadResolved
@@ -551,6 +553,7 @@ mod tests {
             );
         }
         assert!(ItemEventName::Ready.one_per_version());
+        assert!(!ItemEventName::Synchronized.one_per_version());
         assert!(!ItemEventName::ThreadResolved.one_per_version());
     }
 

@@ -72,6 +72,10 @@ pub static ERASABLE: Erasable = Erasable {
             selector: Selector::Repository(OF_PULL_REQUESTS),
         },
         ErasableTable {
+            table: "merge_request_requested_change",
+            selector: Selector::Repository(OF_PULL_REQUESTS),
+        },
+        ErasableTable {
             table: "comment",
             selector: Selector::Repository("repository_id = $1"),
         },
@@ -119,6 +123,10 @@ pub static ERASABLE: Erasable = Erasable {
         },
         ContentTable {
             table: "merge_request_approval",
+            columns: &["username"],
+        },
+        ContentTable {
+            table: "merge_request_requested_change",
             columns: &["username"],
         },
     ],

@@ -4,6 +4,8 @@
 
 pub mod activation;
 pub mod approvals;
+pub mod pushes;
+pub mod requested_changes;
 
 use store::registration::ResourceKind;
 

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use lifecycle_core::forward::{self, Freshness, Push, PushOutcome, StoredHead, by_updated_at};
 use lifecycle_core::partial::Field;
+use lifecycle_core::source_key::LifecycleChange;
 use sqlx::postgres::PgRow;
 // Table names in dynamic SQL come only from `ItemClass::table`, a closed set of literals.
 use sqlx::{AssertSqlSafe, PgPool, Row};
@@ -375,6 +376,33 @@ pub fn stored_close(
     let prior = prior?;
     let closed_at = closed_at.filter(|_| state == "closed")?;
     (prior.state != "closed" || prior.closed_at != Some(closed_at)).then_some(closed_at)
+}
+
+/// The ready, draft and push a fresh write of `node` stored over `prior`, under the source keys a
+/// hook of the same change derives (a draft flag change dated by the item's version, a head
+/// move from the stored head): a sync records them so that a lost hook loses nothing, and a hook
+/// arriving after the sync adds nothing. A new item reports none (its opening is its own event).
+pub fn stored_pull_request_changes<'a>(
+    prior: Option<&'a StoredItem>,
+    node: &'a PullRequestNode,
+) -> Vec<LifecycleChange<'a>> {
+    let Some(prior) = prior else {
+        return Vec::new();
+    };
+    let at = node.fields.updated_at;
+    let mut changes = Vec::new();
+    match (prior.draft, node.draft) {
+        (Some(true), Some(false)) => changes.push(LifecycleChange::Ready { at }),
+        (Some(false), Some(true)) => changes.push(LifecycleChange::Draft { at }),
+        _ => {}
+    }
+    if let (Some(before), Some(after)) = (&prior.head_sha, &node.head_sha)
+        && before != after
+        && head_moves(Some(prior), node, None)
+    {
+        changes.push(LifecycleChange::Push { before, after });
+    }
+    changes
 }
 
 impl ItemNode for IssueNode {

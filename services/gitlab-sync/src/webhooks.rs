@@ -1,7 +1,7 @@
 //! GitLab webhooks, consumed from JetStream after ingress stored them, through the shared front
 //! half (`sync_engine::webhook`). [`GitlabWebhooks`] decodes Issue, Merge Request (approval acts
-//! included, [`approvals`]) and Note Hooks
-//! Pipeline Hooks ([`pipelines`]; any other event is acknowledged and ignored) and writes them through the SCM mirror's
+//! included, [`approvals`]), Note, Pipeline ([`pipelines`]) and Push Hooks ([`pushes`]; any
+//! other event is acknowledged and ignored) and writes them through the SCM mirror's
 //! forward-only steps, each in one transaction that first admits the delivery for the project
 //! by its native id (`scm_mirror::admission::GitlabProject`): a redelivered, late or reordered
 //! hook only ever moves the mirror forward.
@@ -19,6 +19,7 @@ pub mod items;
 pub mod notes;
 pub mod payload;
 pub mod pipelines;
+pub mod pushes;
 pub mod projects;
 pub mod route;
 
@@ -52,6 +53,7 @@ pub enum Event {
     MergeRequest(payload::MergeRequestHook),
     Note(Box<payload::NoteHook>),
     Pipeline(payload::PipelineHook),
+    Push(payload::PushHook),
     /// A project's creation, deletion, rename or transfer ([`projects`]).
     Project(projects::ProjectEvent),
     /// A subgroup's rename ([`projects`]).
@@ -69,6 +71,7 @@ impl WebhookApply for GitlabWebhooks {
             "merge_request" => Event::MergeRequest(parse(hook)?),
             "note" => Event::Note(Box::new(parse(hook)?)),
             "pipeline" => Event::Pipeline(parse(hook)?),
+            "push" => Event::Push(parse(hook)?),
             e if projects::PROJECT_EVENTS.contains(&e) => Event::Project(parse(hook)?),
             e if projects::SUBGROUP_EVENTS.contains(&e) => Event::Subgroup(parse(hook)?),
             _ => return Ok(None),
@@ -96,6 +99,7 @@ impl WebhookApply for GitlabWebhooks {
             }
             Event::Note(e) => notes::note(self, hook, *e).await,
             Event::Pipeline(e) => pipelines::pipeline(self, hook, e).await,
+            Event::Push(e) => pushes::push(self, hook, e).await,
             Event::Project(e) => projects::project(self, hook, e).await,
             Event::Subgroup(e) => projects::subgroup(self, hook, e).await,
         }

@@ -59,6 +59,12 @@ pub fn merge_reviewer_state<S>(stored: Option<S>, incoming: StatedReview<S>) -> 
     }
 }
 
+/// Whether a system note is GitLab's "requested changes" note: the only thing that attributes a
+/// request for changes to a person (the note's author).
+pub fn requests_changes(system_note_body: &str) -> bool {
+    system_note_body.trim() == "requested changes"
+}
+
 /// Derives the decision; `None` when it cannot be known.
 ///
 /// `approved` is GitLab's `approved` (approval rules met); `requested_changes_status` is whether the
@@ -355,6 +361,14 @@ mod tests {
             review_decision(&r, &one, Field::Known(true), Field::Unknown),
             None
         );
+    }
+
+    #[test]
+    fn only_the_requested_changes_note_names_a_request() {
+        assert!(requests_changes("requested changes"));
+        assert!(!requests_changes("approved this merge request"));
+        assert!(!requests_changes("requested review from @bob"));
+        assert!(!requests_changes("I requested changes earlier"));
     }
 
     #[test]

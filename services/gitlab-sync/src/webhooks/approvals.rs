@@ -34,6 +34,13 @@ pub async fn act(
     e: MergeRequestHook,
 ) -> Result<Outcome, WebhookError> {
     let a = &e.object_attributes;
+    // GitLab resetting approvals after a push names the pusher, not whose approvals went.
+    let kind = match a.system_action.as_deref() {
+        Some("approvals_reset_on_push" | "code_owner_approvals_reset_on_push") => {
+            ActKind::ResetOnPush
+        }
+        _ => kind,
+    };
     // A payload missing what the act needs is invalid, never dropped.
     let user = e
         .user
@@ -90,6 +97,16 @@ pub async fn act(
     let mut recorded = false;
     if changed {
         stored.write(&mut txn, step.id, &facts, act.version).await?;
+        if kind == ActKind::Approve {
+            // An approval ends its author's earlier request for changes.
+            scm_mirror::gitlab::requested_changes::approved(
+                &mut txn,
+                step.id,
+                &act.user,
+                act.version,
+            )
+            .await?;
+        }
         // An accepted unapproval is keyed by the approval it withdraws.
         if let (ActKind::Unapprove, Some(approved_at)) =
             (kind, stored.approved_at.get(&act.user).copied())

@@ -74,6 +74,8 @@ impl Event {
             },
             // A claimed pipeline names no item to re-read; the readiness read records checks.
             Event::Pipeline(_) => None,
+            // A claimed push names a branch, not an item: the sync records the push it stores.
+            Event::Push(_) => None,
             // Project and group events are never hints: they write only what GitLab answers.
             Event::Project(_) | Event::Subgroup(_) => None,
         }

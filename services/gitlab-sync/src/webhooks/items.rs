@@ -191,6 +191,12 @@ pub async fn merge_request(
         }),
         _ => None,
     };
+    // Whether this write moves the stored head to another commit.
+    let head_moves = prior.as_ref().is_some_and(|p| {
+        node.head_sha.is_some()
+            && p.head_sha != node.head_sha
+            && items::head_moves(Some(p), &node, push.as_ref())
+    });
     let step = items::compare_write(
         &mut txn,
         repository_id,
@@ -200,6 +206,10 @@ pub async fn merge_request(
         push.as_ref(),
     )
     .await?;
+    if step.freshness == Freshness::Apply && head_moves {
+        // A push leaves readiness unknown for the new head (`ReviewFacts::push`).
+        scm_mirror::gitlab::pushes::head_moved(&mut txn, step.id).await?;
+    }
     let f = &node.fields;
     let (stored_state, stored_draft) = match (step.freshness, &prior) {
         (Freshness::Stale, Some(prior)) => (&prior.state, prior.draft),

@@ -1,6 +1,6 @@
-//! GitLab's Issue, Merge Request and Note Hook bodies, as far as the mirror reads them. Hooks
-//! carry fewer facts than GraphQL: no merge time, no note counts, an author only as an id. A
-//! fact a hook lacks stays unknown (`None`), so the stored value is kept.
+//! GitLab's Issue, Merge Request, Note, Pipeline and Push Hook bodies, as far as the mirror reads
+//! them. Hooks carry fewer facts than GraphQL: no merge time, no note counts, an author only as
+//! an id. A fact a hook lacks stays unknown (`None`), so the stored value is kept.
 
 use serde::{Deserialize, Deserializer};
 use time::OffsetDateTime;
@@ -103,6 +103,10 @@ pub struct MergeRequestAttributes {
     /// merge request).
     #[serde(default)]
     pub action: Option<String>,
+    /// What GitLab itself did, on a system-started hook (`approvals_reset_on_push`,
+    /// `code_owner_approvals_reset_on_push`).
+    #[serde(default)]
+    pub system_action: Option<String>,
 }
 
 /// A change an update hook reports: `{previous, current}`.
@@ -233,4 +237,20 @@ pub struct PipelineHook {
     /// Set for a merge request pipeline.
     #[serde(default)]
     pub merge_request: Option<PipelineMergeRequest>,
+}
+
+/// A Push Hook: a branch of the project moved from `before` to `after`. Every field is optional
+/// here so that a payload missing one is refused naming it ([`super::pushes`]).
+#[derive(Debug, Clone, Deserialize)]
+pub struct PushHook {
+    pub project: HookProject,
+    /// `refs/heads/<branch>`.
+    #[serde(rename = "ref", default)]
+    pub git_ref: Option<String>,
+    /// The branch's head before the push (all zeros: the branch was created).
+    #[serde(default)]
+    pub before: Option<String>,
+    /// The branch's head after the push (all zeros: the branch was deleted).
+    #[serde(default)]
+    pub after: Option<String>,
 }
