@@ -21,13 +21,14 @@ use crate::error::{Error, GraphqlError, PathSegment};
 use crate::queries::{
     Discussion, DiscussionPageVariables, GroupNode, GroupPageVariables, GroupPathVariables,
     GroupProjectCount, GroupProjects, GroupSubgroups, IssueNode, MergeRequestDiscussions,
-    MergeRequestNode, PageInfo, ProjectById, ProjectByIdVariables, ProjectIssue, ProjectIssues,
-    ProjectItemVariables, ProjectMergeRequest, ProjectMergeRequests, ProjectNode,
-    ProjectPageVariables, Time,
+    MergeRequestNode, MergeRequestReadiness, MergeRequestReviewers, PageInfo, ProjectById,
+    ProjectByIdVariables, ProjectIssue, ProjectIssues, ProjectItemVariables, ProjectMergeRequest,
+    ProjectMergeRequests, ProjectNode, ProjectPageVariables, ReviewerConnection,
+    ReviewerPageVariables, Time,
 };
 use crate::rest::{
-    GroupHook, GroupHooksPage, MessageBody, NewGroupHook, Note, NoteParent, NotesPage, PageHeaders,
-    RestMergeRequest, RestProject,
+    GroupHook, GroupHooksPage, MergeRequestApprovals, MessageBody, NewGroupHook, Note, NoteParent,
+    NotesPage, PageHeaders, RestMergeRequest, RestProject,
 };
 use crate::retry::RetryPolicy;
 
@@ -417,6 +418,81 @@ impl GitlabClient {
         })
     }
 
+    /// One merge request's readiness (`MergeRequestReadiness`), as a page of at most one: its
+    /// errors' paths are re-rooted at `nodes.0`, so [`Page::field_unknown`]`(0, field)` judges
+    /// each field as on a listing page. An error at the merge request itself leaves no node.
+    #[tracing::instrument(skip(self))]
+    pub async fn merge_request_readiness(
+        &self,
+        project: &str,
+        iid: u64,
+    ) -> Result<Page<MergeRequestNode>, Error> {
+        let fetched_at = OffsetDateTime::now_utc();
+        let op = MergeRequestReadiness::build(item_variables(project, iid));
+        let (data, errors) = self.graphql("MergeRequestReadiness", op).await?;
+        let project = data
+            .project
+            .ok_or_else(|| missing("project", project, &errors))?;
+        let named = PageProject {
+            id: project.id.into_inner(),
+            full_path: project.full_path.into_inner(),
+        };
+        let errors = errors.into_iter().map(as_node_zero).collect();
+        Ok(Page {
+            count: Some(u32::from(project.merge_request.is_some())),
+            page_info: PageInfo {
+                has_next_page: false,
+                end_cursor: None,
+            },
+            nodes: vec![project.merge_request],
+            errors,
+            fetched_at,
+            project: Some(named),
+        })
+    }
+
+    /// One page of a merge request's reviewers (`MergeRequestReviewers`), to complete a nested
+    /// list a node left with `hasNextPage`; the errors as GitLab sent them.
+    #[tracing::instrument(skip(self))]
+    pub async fn merge_request_reviewers_page(
+        &self,
+        project: &str,
+        iid: u64,
+        first: u32,
+        after: Option<&str>,
+    ) -> Result<(Option<ReviewerConnection>, Vec<GraphqlError>), Error> {
+        let op = MergeRequestReviewers::build(ReviewerPageVariables {
+            full_path: cynic::Id::new(project),
+            iid: iid.to_string(),
+            first: first.clamp(1, MAX_PAGE_SIZE) as i32,
+            after: after.map(str::to_owned),
+        });
+        let (data, errors) = self.graphql("MergeRequestReviewers", op).await?;
+        let reviewers = data
+            .project
+            .ok_or_else(|| missing("project", project, &errors))?
+            .merge_request
+            .ok_or_else(|| missing("mergeRequest of", &format!("{project}!{iid}"), &errors))?
+            .reviewers;
+        Ok((reviewers, errors))
+    }
+
+    /// A merge request's standing approvals over REST (`GET
+    /// /projects/{id}/merge_requests/{iid}/approvals`), each with `approved_at` where GitLab
+    /// names it; `None` on 404.
+    #[tracing::instrument(skip(self))]
+    pub async fn merge_request_approvals(
+        &self,
+        project_id: u64,
+        iid: u64,
+    ) -> Result<Option<MergeRequestApprovals>, Error> {
+        let url = self.api(&format!(
+            "projects/{project_id}/merge_requests/{iid}/approvals"
+        ));
+        self.rest_optional("GET merge request approvals", &url)
+            .await
+    }
+
     /// One page of a merge request's discussions (threads) with their notes, diff notes with
     /// their positions included, oldest first. A discussion whose notes continue past GitLab's
     /// nested page says so (`notes.page_info.has_next_page`); errors keep their paths
@@ -797,6 +873,24 @@ fn project_variables(
 }
 
 /// A null object: GitLab's errors when it sent some, else one saying what is missing.
+/// A readiness read's error re-rooted as a page's: `project.mergeRequest.<field>...` becomes
+/// `project.mergeRequest.nodes.0.<field>...`.
+fn as_node_zero(mut error: GraphqlError) -> GraphqlError {
+    let at = error
+        .path
+        .iter()
+        .position(|s| matches!(s, PathSegment::Field(f) if f == "mergeRequest"));
+    if let Some(at) = at
+        && at + 1 < error.path.len()
+    {
+        error.path.splice(
+            at + 1..at + 1,
+            [PathSegment::Field("nodes".into()), PathSegment::Index(0)],
+        );
+    }
+    error
+}
+
 fn missing(what: &str, path: &str, errors: &[GraphqlError]) -> Error {
     if !errors.is_empty() {
         return Error::Graphql {

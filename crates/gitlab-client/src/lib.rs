@@ -30,11 +30,11 @@ pub use client::{GroupMember, GroupMembersPage};
 pub use error::{Error, GraphqlError, PathSegment};
 pub use queries::{
     DetailedMergeStatus, DiffPosition, DiffRefs, Discussion, DiscussionGid, DiscussionNote,
-    GroupNode, IssueNode, IssueState, MergeRequestNode, MergeRequestState, NoteGid, PageInfo,
-    ProjectNode, ReviewState, Time,
+    GroupNode, HeadPipeline, IssueNode, IssueState, MergeRequestNode, MergeRequestState, NoteGid,
+    PageInfo, PipelineStatus, ProjectNode, ReviewState, ReviewerConnection, Time,
 };
 pub use rest::{
-    GroupHook, GroupHooksPage, NewGroupHook, Note, NoteParent, NotesPage, PageHeaders,
-    RestMergeRequest, RestProject,
+    GroupHook, GroupHooksPage, MergeRequestApprovals, NewGroupHook, Note, NoteParent, NotesPage,
+    PageHeaders, RestApproval, RestMergeRequest, RestProject, RestUser,
 };
 pub use retry::RetryPolicy;

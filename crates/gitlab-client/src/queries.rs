@@ -424,10 +424,100 @@ pub struct NestedPageInfo {
 #[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
 #[cynic(graphql_type = "MergeRequestReviewerConnection")]
 pub struct ReviewerConnection {
-    /// Whether the list is complete.
-    pub page_info: NestedPageInfo,
+    /// Whether the list is complete, and where `MergeRequestReviewers` continues it.
+    pub page_info: PageInfo,
     /// The reviewers.
     pub nodes: Option<Vec<Option<Reviewer>>>,
+}
+
+/// An approver (`UserCore`).
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "UserCore")]
+pub struct Approver {
+    /// Username.
+    pub username: String,
+}
+
+/// `approvedBy { pageInfo nodes }`: whose approval stands now.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "UserCoreConnection")]
+pub struct ApproverConnection {
+    /// Whether more approvers follow: then the list is incomplete.
+    pub page_info: NestedPageInfo,
+    /// The approvers.
+    pub nodes: Option<Vec<Option<Approver>>>,
+}
+
+/// `PipelineStatusEnum`.
+#[derive(cynic::Enum, Debug, Clone, PartialEq, Eq, Hash)]
+#[cynic(
+    graphql_type = "PipelineStatusEnum",
+    rename_all = "SCREAMING_SNAKE_CASE"
+)]
+pub enum PipelineStatus {
+    /// Canceled.
+    Canceled,
+    /// Created.
+    Created,
+    /// Failed.
+    Failed,
+    /// Waiting for a manual action.
+    Manual,
+    /// Pending.
+    Pending,
+    /// Preparing.
+    Preparing,
+    /// Running.
+    Running,
+    /// Scheduled.
+    Scheduled,
+    /// Skipped.
+    Skipped,
+    /// Succeeded.
+    Success,
+    /// Waiting for a resource.
+    WaitingForResource,
+    /// A value this build does not know.
+    #[cynic(fallback)]
+    Other(String),
+}
+
+impl PipelineStatus {
+    /// GitLab's spelling, lowercased (as Pipeline Hooks state it).
+    pub fn as_str(&self) -> &str {
+        match self {
+            PipelineStatus::Canceled => "canceled",
+            PipelineStatus::Created => "created",
+            PipelineStatus::Failed => "failed",
+            PipelineStatus::Manual => "manual",
+            PipelineStatus::Pending => "pending",
+            PipelineStatus::Preparing => "preparing",
+            PipelineStatus::Running => "running",
+            PipelineStatus::Scheduled => "scheduled",
+            PipelineStatus::Skipped => "skipped",
+            PipelineStatus::Success => "success",
+            PipelineStatus::WaitingForResource => "waiting_for_resource",
+            PipelineStatus::Other(other) => other,
+        }
+    }
+}
+
+/// `headPipeline { status sha }`.
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "Pipeline")]
+pub struct HeadPipeline {
+    /// Its status.
+    pub status: PipelineStatus,
+    /// The commit it ran on.
+    pub sha: Option<String>,
+}
+
+/// Who merged (`UserCore`).
+#[derive(cynic::QueryFragment, Debug, Clone, PartialEq, Eq)]
+#[cynic(graphql_type = "UserCore")]
+pub struct MergeUser {
+    /// Username.
+    pub username: String,
 }
 
 /// One merge request of a `ProjectMergeRequests` page. Nullable fields are `None` either
@@ -470,6 +560,16 @@ pub struct MergeRequestNode {
     pub approved: bool,
     /// The author; `None` for a deleted account.
     pub author: Option<MergeRequestAuthor>,
+    /// Whether it can be merged now; `None` when GitLab failed it (see the errors).
+    pub mergeable: Option<bool>,
+    /// The merge commit, once merged.
+    pub merge_commit_sha: Option<String>,
+    /// Who merged it; `None` before a merge, or when GitLab does not say.
+    pub merge_user: Option<MergeUser>,
+    /// The head pipeline; `None` without an error at its path means GitLab reports none.
+    pub head_pipeline: Option<HeadPipeline>,
+    /// Whose approval stands; `None` when GitLab failed it (unknown, not empty).
+    pub approved_by: Option<ApproverConnection>,
     /// The reviewers; `None` when GitLab failed them (unknown, not empty).
     pub reviewers: Option<ReviewerConnection>,
 }
@@ -782,4 +882,70 @@ pub struct MergeRequestDiscussions {
     /// `None` when the project is gone or not visible.
     #[arguments(fullPath: $full_path)]
     pub project: Option<DiscussionsProject>,
+}
+
+/// The project of a `MergeRequestReadiness` read.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Project", variables = "ProjectItemVariables")]
+pub struct ReadinessProject {
+    /// Global id.
+    pub id: cynic::Id,
+    /// Full path now.
+    pub full_path: cynic::Id,
+    /// The merge request of that number; `None` when gone, not visible, or failed.
+    #[arguments(iid: $iid)]
+    pub merge_request: Option<MergeRequestNode>,
+}
+
+/// Operation `MergeRequestReadiness`: one merge request's readiness after its hook.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Query", variables = "ProjectItemVariables")]
+pub struct MergeRequestReadiness {
+    /// `None` when the project is gone or not visible.
+    #[arguments(fullPath: $full_path)]
+    pub project: Option<ReadinessProject>,
+}
+
+/// Variables of `MergeRequestReviewers`.
+#[derive(cynic::QueryVariables, Debug, Clone)]
+pub struct ReviewerPageVariables {
+    /// The project's full path.
+    pub full_path: cynic::Id,
+    /// The merge request's number within the project.
+    pub iid: String,
+    /// Page size (1..=100).
+    pub first: i32,
+    /// The previous page's `endCursor`.
+    pub after: Option<String>,
+}
+
+/// The merge request of a `MergeRequestReviewers` page.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "MergeRequest", variables = "ReviewerPageVariables")]
+pub struct ReviewersMergeRequest {
+    /// Global id.
+    pub id: cynic::Id,
+    /// One page of reviewers; `None` when GitLab failed them.
+    #[arguments(first: $first, after: $after)]
+    pub reviewers: Option<ReviewerConnection>,
+}
+
+/// The project of a `MergeRequestReviewers` page.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Project", variables = "ReviewerPageVariables")]
+pub struct ReviewersProject {
+    /// Global id.
+    pub id: cynic::Id,
+    /// `None` when the merge request is gone or not visible.
+    #[arguments(iid: $iid)]
+    pub merge_request: Option<ReviewersMergeRequest>,
+}
+
+/// Operation `MergeRequestReviewers`: completes a merge request's nested reviewer list.
+#[derive(cynic::QueryFragment, Debug, Clone)]
+#[cynic(graphql_type = "Query", variables = "ReviewerPageVariables")]
+pub struct MergeRequestReviewers {
+    /// `None` when the project is gone or not visible.
+    #[arguments(fullPath: $full_path)]
+    pub project: Option<ReviewersProject>,
 }

@@ -232,6 +232,42 @@ impl RestMergeRequest {
     }
 }
 
+/// A merge request's approvals as `GET /projects/{id}/merge_requests/{iid}/approvals` answers,
+/// reduced to whose approval stands and since when. `approvals_required` is not read.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct MergeRequestApprovals {
+    /// Native id of the merge request.
+    pub id: u64,
+    /// Number within the project.
+    pub iid: u64,
+    /// Its state (`opened`, `merged`, ...).
+    #[serde(default)]
+    pub state: Option<String>,
+    /// Its `updated_at`.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub updated_at: Option<time::OffsetDateTime>,
+    /// Whose approval stands.
+    #[serde(default)]
+    pub approved_by: Vec<RestApproval>,
+}
+
+/// One standing approval.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct RestApproval {
+    /// The approver.
+    pub user: RestUser,
+    /// When the standing approval was created; `None` where GitLab does not say (older GitLab).
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub approved_at: Option<time::OffsetDateTime>,
+}
+
+/// A user as REST names one.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct RestUser {
+    /// Username.
+    pub username: String,
+}
+
 /// GitLab's REST error body: `message` (string or object) or `error`.
 #[derive(Deserialize)]
 pub(crate) struct MessageBody {

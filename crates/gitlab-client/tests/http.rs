@@ -714,3 +714,150 @@ async fn notes_listing_faults_deleted_mid_listing_and_hidden_but_readable() {
     );
     assert!(c.note(parent, ids[0]).await.unwrap().is_none());
 }
+
+/// The merge request `MergeRequestReadiness` reads in these tests: `top/p0!6`, two reviewers
+/// and one approver, merged by dave with a passing pipeline on its head.
+fn ready_to_read(w: &World) -> u64 {
+    let p0 = w.p0;
+    w.sim.model(|m| {
+        let mr = m.merge_requests.get_mut(&(p0, 6)).unwrap();
+        mr.reviewers = vec![
+            ("carol".into(), Some("APPROVED".into())),
+            ("erin".into(), None),
+        ];
+        mr.approved_by = vec![("carol".into(), at(500))];
+        mr.detailed_merge_status = Some("APPROVALS_SYNCING".into());
+    });
+    6
+}
+
+#[tokio::test]
+async fn a_readiness_read_keeps_each_failed_fact_unknown_and_the_rest_known() {
+    let w = world().await;
+    let c = client(&w.sim);
+    let iid = ready_to_read(&w);
+    let read = c.merge_request_readiness("top/p0", iid).await.unwrap();
+    assert!(read.is_whole());
+    let mr = read.nodes[0].as_ref().unwrap();
+    let approvers = mr.approved_by.as_ref().unwrap();
+    assert!(!approvers.page_info.has_next_page);
+    assert_eq!(
+        approvers.nodes.as_ref().unwrap()[0]
+            .as_ref()
+            .unwrap()
+            .username,
+        "carol"
+    );
+    assert_eq!(
+        mr.reviewers.as_ref().unwrap().nodes.as_ref().unwrap().len(),
+        2
+    );
+    assert_eq!(mr.mergeable, Some(true));
+    assert_eq!(
+        mr.detailed_merge_status,
+        Some(DetailedMergeStatus::ApprovalsSyncing)
+    );
+    // No pipeline and no error: GitLab reports none.
+    assert_eq!(mr.head_pipeline, None);
+    assert!(!read.field_unknown(0, "headPipeline"));
+
+    for field in ["approvedBy", "reviewers", "headPipeline", "diffHeadSha"] {
+        w.sim.inject(Fault::nth(
+            ops::MERGE_REQUEST_READINESS,
+            1,
+            GitlabFault::FieldError {
+                path: format!("project.mergeRequest.{field}"),
+                message: "timeout".into(),
+            },
+        ));
+        let read = c.merge_request_readiness("top/p0", iid).await.unwrap();
+        // A failed field is unknown at its own path, never an empty list or "no pipeline".
+        assert!(read.field_unknown(0, field), "{field}");
+        for sibling in ["approvedBy", "reviewers", "headPipeline", "diffHeadSha"] {
+            if sibling != field {
+                assert!(
+                    !read.field_unknown(0, sibling),
+                    "{field} leaves {sibling} known"
+                );
+            }
+        }
+        assert!(read.nodes[0].is_some(), "the rest of the node decodes");
+    }
+}
+
+#[tokio::test]
+async fn a_readiness_read_reports_the_head_pipeline_and_the_merge_facts() {
+    let w = world().await;
+    let c = client(&w.sim);
+    let iid = ready_to_read(&w);
+    let p0 = w.p0;
+    let pipeline = w.sim.model(|m| m.start_pipeline(p0, iid)).unwrap();
+    w.sim.model(|m| m.set_pipeline_status(pipeline, "success"));
+    w.sim.model(|m| {
+        m.update_merge_request(p0, iid, |mr| {
+            mr.state = "merged".into();
+            mr.merge_user = Some("dave".into());
+        })
+    });
+    let read = c.merge_request_readiness("top/p0", iid).await.unwrap();
+    let mr = read.nodes[0].as_ref().unwrap();
+    let head = mr.head_pipeline.as_ref().unwrap();
+    assert_eq!(head.status, gitlab_client::PipelineStatus::Success);
+    assert_eq!(head.sha, mr.diff_head_sha);
+    assert_eq!(mr.merge_user.as_ref().unwrap().username, "dave");
+    assert!(mr.merge_commit_sha.is_some());
+    assert!(mr.merged_at.is_some());
+}
+
+#[tokio::test]
+async fn nested_reviewers_are_completed_page_by_page() {
+    let w = world().await;
+    let c = client(&w.sim);
+    let p0 = w.p0;
+    w.sim.model(|m| {
+        let mr = m.merge_requests.get_mut(&(p0, 6)).unwrap();
+        mr.reviewers = (0..5)
+            .map(|n| (format!("r{n}"), Some("REVIEWED".into())))
+            .collect();
+    });
+    let mut after = None;
+    let mut names = Vec::new();
+    loop {
+        let (page, errors) = c
+            .merge_request_reviewers_page("top/p0", 6, 2, after.as_deref())
+            .await
+            .unwrap();
+        assert!(errors.is_empty());
+        let page = page.unwrap();
+        names.extend(
+            page.nodes
+                .unwrap()
+                .into_iter()
+                .flatten()
+                .map(|r| r.username),
+        );
+        if !page.page_info.has_next_page {
+            break;
+        }
+        after = page.page_info.end_cursor;
+    }
+    assert_eq!(names, ["r0", "r1", "r2", "r3", "r4"]);
+}
+
+#[tokio::test]
+async fn standing_approvals_over_rest_carry_their_dates() {
+    let w = world().await;
+    let c = client(&w.sim);
+    let iid = ready_to_read(&w);
+    let approvals = c.merge_request_approvals(w.p0, iid).await.unwrap().unwrap();
+    assert_eq!(approvals.iid, iid);
+    assert_eq!(approvals.approved_by.len(), 1);
+    assert_eq!(approvals.approved_by[0].user.username, "carol");
+    assert_eq!(approvals.approved_by[0].approved_at, Some(at(500)));
+    assert!(
+        c.merge_request_approvals(w.p0, 999)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}

@@ -26,6 +26,12 @@ pub mod ops {
     pub const PROJECT_MERGE_REQUESTS: &str = "ProjectMergeRequests";
     /// GraphQL `MergeRequestDiscussions`.
     pub const MERGE_REQUEST_DISCUSSIONS: &str = "MergeRequestDiscussions";
+    /// GraphQL `MergeRequestReadiness`.
+    pub const MERGE_REQUEST_READINESS: &str = "MergeRequestReadiness";
+    /// GraphQL `MergeRequestReviewers`.
+    pub const MERGE_REQUEST_REVIEWERS: &str = "MergeRequestReviewers";
+    /// `GET /projects/{id}/merge_requests/{iid}/approvals`
+    pub const GET_MERGE_REQUEST_APPROVALS: &str = "merge_requests/approvals";
     /// `GET /projects/{id}/(issues|merge_requests)/{iid}/notes`
     pub const LIST_NOTES: &str = "notes/list";
     /// `GET /projects/{id}/(issues|merge_requests)/{iid}/notes/{note_id}`

@@ -557,11 +557,41 @@ pub(crate) struct MergeRequestReviewer {
     merge_request_interaction: Option<UserMergeRequestInteraction>,
 }
 
-/// `MergeRequestReviewerConnection` (all reviewers on one page).
+/// `MergeRequestReviewerConnection`.
 #[derive(SimpleObject)]
 pub(crate) struct MergeRequestReviewerConnection {
     nodes: Option<Vec<Option<MergeRequestReviewer>>>,
     page_info: PageInfo,
+}
+
+/// `UserCoreConnection` (a merge request's approvers, all on one page).
+#[derive(SimpleObject)]
+pub(crate) struct UserCoreConnection {
+    nodes: Option<Vec<Option<UserCore>>>,
+    page_info: PageInfo,
+}
+
+/// `PipelineStatusEnum`.
+#[derive(Enum, Copy, Clone, Eq, PartialEq)]
+pub(crate) enum PipelineStatusEnum {
+    Canceled,
+    Created,
+    Failed,
+    Manual,
+    Pending,
+    Preparing,
+    Running,
+    Scheduled,
+    Skipped,
+    Success,
+    WaitingForResource,
+}
+
+/// `Pipeline`: a merge request's head pipeline.
+#[derive(SimpleObject)]
+pub(crate) struct Pipeline {
+    status: PipelineStatusEnum,
+    sha: Option<String>,
 }
 
 #[Object]
@@ -646,15 +676,19 @@ impl MergeRequest {
             page_info,
         })
     }
-    async fn reviewers(&self) -> Option<MergeRequestReviewerConnection> {
-        Some(MergeRequestReviewerConnection {
+    async fn reviewers(
+        &self,
+        after: Option<String>,
+        first: Option<i32>,
+    ) -> async_graphql::Result<Option<MergeRequestReviewerConnection>> {
+        let (reviewers, page_info) = page(&self.0.reviewers, first, after)?;
+        Ok(Some(MergeRequestReviewerConnection {
             nodes: Some(
-                self.0
-                    .reviewers
-                    .iter()
+                reviewers
+                    .into_iter()
                     .map(|(username, state)| {
                         Some(MergeRequestReviewer {
-                            username: username.clone(),
+                            username,
                             merge_request_interaction: Some(UserMergeRequestInteraction {
                                 review_state: state.as_deref().and_then(enum_value),
                             }),
@@ -662,11 +696,53 @@ impl MergeRequest {
                     })
                     .collect(),
             ),
+            page_info,
+        }))
+    }
+    async fn mergeable(&self) -> bool {
+        self.0.mergeable
+    }
+    async fn merge_commit_sha(&self) -> Option<&str> {
+        self.0.merge_commit_sha.as_deref()
+    }
+    async fn merge_user(&self) -> Option<UserCore> {
+        self.0.merge_user.as_deref().map(UserCore::named)
+    }
+    async fn approved_by(&self) -> Option<UserCoreConnection> {
+        Some(UserCoreConnection {
+            nodes: Some(
+                self.0
+                    .approved_by
+                    .iter()
+                    .map(|(u, _)| Some(UserCore::named(u)))
+                    .collect(),
+            ),
             page_info: PageInfo {
                 end_cursor: None,
                 has_next_page: false,
             },
         })
+    }
+    /// The latest pipeline of the merge request (a merge request pipeline, or one on its head
+    /// for its source branch); `null` when it has none.
+    async fn head_pipeline(&self, ctx: &Context<'_>) -> Option<Pipeline> {
+        let m = model(ctx);
+        let mr = &self.0;
+        m.pipelines
+            .values()
+            .filter(|p| p.project == mr.project)
+            .filter(|p| {
+                p.merge_request == Some(mr.iid)
+                    || (p.merge_request.is_none()
+                        && Some(&p.sha) == mr.diff_head_sha.as_ref()
+                        && p.git_ref == mr.source_branch)
+            })
+            .max_by_key(|p| p.id)
+            .map(|p| Pipeline {
+                status: enum_value(&p.status.to_ascii_uppercase())
+                    .unwrap_or(PipelineStatusEnum::Running),
+                sha: Some(p.sha.clone()),
+            })
     }
 }
 

@@ -123,6 +123,12 @@ pub struct MergeRequest {
     pub reviewers: Vec<(String, Option<String>)>,
     /// Whose approval stands, and since when, in the order given.
     pub approved_by: Vec<(String, OffsetDateTime)>,
+    /// `mergeable`: whether it can be merged now.
+    pub mergeable: bool,
+    /// The merge commit, once merged.
+    pub merge_commit_sha: Option<String>,
+    /// Who merged it (`mergeUser`).
+    pub merge_user: Option<String>,
 }
 
 /// Whose note.
@@ -490,6 +496,9 @@ impl Model {
                 author: "alice".into(),
                 reviewers: Vec::new(),
                 approved_by: Vec::new(),
+                mergeable: true,
+                merge_commit_sha: None,
+                merge_user: None,
             },
         );
         self.merge_request_changed(project, iid, "open", None);
@@ -641,6 +650,8 @@ impl Model {
         let action = match (before.state.as_str(), mr.state.as_str()) {
             ("opened", "merged") => {
                 mr.merged_at.get_or_insert(mr.updated_at);
+                let commit = format!("{:040x}", 0xfeed_0000_u64 + mr.id);
+                mr.merge_commit_sha.get_or_insert(commit);
                 "merge"
             }
             ("opened", "closed") => {

@@ -82,6 +82,10 @@ impl GitlabSim {
                 "/api/v4/projects/{id}/merge_requests/{iid}",
                 get(get_merge_request),
             )
+            .route(
+                "/api/v4/projects/{id}/merge_requests/{iid}/approvals",
+                get(get_merge_request_approvals),
+            )
             .route("/api/v4/projects/{id}/{kind}/{iid}/notes", get(list_notes))
             .route(
                 "/api/v4/projects/{id}/{kind}/{iid}/notes/{note_id}",
@@ -664,6 +668,41 @@ async fn get_merge_request(
             "closed_at": time(mr.closed_at),
             "source_branch": mr.source_branch,
             "target_branch": mr.target_branch,
+        }))
+        .into_response(),
+        None => message(StatusCode::NOT_FOUND, "404 Not found"),
+    };
+    rate_headers(r.headers_mut(), &m);
+    r
+}
+
+/// `GET /projects/{id}/merge_requests/{iid}/approvals`: whose approval stands, each with
+/// `approved_at` (the standing row's creation time).
+async fn get_merge_request_approvals(
+    State(shared): State<Arc<Shared>>,
+    Path((project, iid)): Path<(u64, u64)>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = begin(&shared, ops::GET_MERGE_REQUEST_APPROVALS, &headers).await {
+        return r;
+    }
+    let m = lock(&shared.model);
+    let time = |t: OffsetDateTime| t.format(&Rfc3339).ok();
+    let mut r = match m.merge_requests.get(&(project, iid)) {
+        Some(mr) => axum::Json(json!({
+            "id": mr.id,
+            "iid": mr.iid,
+            "project_id": project,
+            "title": mr.title,
+            "description": mr.description,
+            "state": mr.state,
+            "created_at": time(mr.created_at),
+            "updated_at": time(mr.updated_at),
+            "approved": mr.approved,
+            "approved_by": mr.approved_by.iter().map(|(u, at)| json!({
+                "user": { "username": u, "name": u },
+                "approved_at": time(*at),
+            })).collect::<Vec<_>>(),
         }))
         .into_response(),
         None => message(StatusCode::NOT_FOUND, "404 Not found"),
