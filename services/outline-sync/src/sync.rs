@@ -582,15 +582,23 @@ impl Vendor for OutlineVendor {
                 Ok(uuid) => match class {
                     Class::Documents => match source.client.documents_info(uuid).await {
                         Ok(d) => {
-                            // Found: the read is its newest version (moved, archived).
-                            if let Some(p) = document_payload(&d)
-                                && bound.check(p.updated_at).is_ok()
-                                && let Err(e) = self.write_found_document(source, &p).await
-                            {
-                                tracing::warn!(error = %e, "writing a confirmed document failed");
-                            }
-                            InfoAnswer::Found {
-                                deleted_at: instant(d.deleted_at),
+                            // Found: the read is its newest version (moved, archived). A version
+                            // that could not be written leaves the pass unconfirmed, so the
+                            // collection is not called clean and the next pass reads it again.
+                            let written = match document_payload(&d) {
+                                Some(p) if bound.check(p.updated_at).is_ok() => {
+                                    self.write_found_document(source, &p).await
+                                }
+                                _ => Ok(()),
+                            };
+                            match written {
+                                Ok(()) => InfoAnswer::Found {
+                                    deleted_at: instant(d.deleted_at),
+                                },
+                                Err(e) => {
+                                    tracing::warn!(error = %e, document = %id, "writing a confirmed document failed; it is kept");
+                                    InfoAnswer::Failed
+                                }
                             }
                         }
                         Err(e) if e.is_not_found() => InfoAnswer::NotFound,

@@ -276,3 +276,75 @@ async fn a_document_moved_created_or_shifted_by_a_deletion_mid_pass_survives() -
     assert_eq!(w.count(&w.a, "outline.document.deleted").await?, 1);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_found_version_that_cannot_be_written_leaves_its_collection_unclean() -> Result<()> {
+    let w = World::start().await?;
+    let [eng_id, handbook_id] = w.collections.clone();
+    let [eng, _] = seed(&w, 12);
+    w.run_job(&w.a, JobType::Reconciliation).await?;
+    let moved = eng[11].clone();
+    // The first write of the moved document after the move fails once, as a lost database
+    // connection or a deadlock would: that write is the confirmation read's. (A sequence, as
+    // it outlives the failed transaction.)
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE SEQUENCE fail_once;
+         CREATE FUNCTION fail_once() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF NEW.outline_id = '{moved}'
+              AND NEW.collection_id IS DISTINCT FROM OLD.collection_id
+              AND nextval('fail_once') = 1 THEN
+             RAISE EXCEPTION 'injected write failure';
+           END IF;
+           RETURN NEW;
+         END $$;
+         CREATE TRIGGER fail_once BEFORE UPDATE ON outline_document
+           FOR EACH ROW EXECUTE FUNCTION fail_once();"
+    )))
+    .execute(&w.pool)
+    .await?;
+    let first: String = sqlx::query_scalar(
+        "SELECT outline_id FROM outline_collection WHERE connection_id = $1 ORDER BY id LIMIT 1",
+    )
+    .bind(w.a.connection_id)
+    .fetch_one(&w.pool)
+    .await?;
+    // Mid-walk of the engineering collection, a document it has not reached moves away.
+    let nth = if first == eng_id { 2 } else { 6 };
+    let (to_move, handbook) = (moved.clone(), handbook_id.clone());
+    w.sim.inject(Fault::nth(
+        methods::DOCUMENTS_LIST,
+        nth,
+        OutlineFault::mutate(move |m| {
+            m.quietly(|m| m.move_document(&to_move, &handbook, None).expect("moved"));
+        }),
+    ));
+    let (status, error) = w.run_job(&w.a, JobType::Reconciliation).await?;
+    assert_eq!(status, "succeeded", "{error:?}");
+    let met: bool = sqlx::query_scalar("SELECT is_called FROM fail_once")
+        .fetch_one(&w.pool)
+        .await?;
+    assert!(met, "the injected failure was met");
+    assert!(
+        w.live(&w.a).await?.contains(&moved),
+        "a found document is kept"
+    );
+    let eng_state = w
+        .collections(&w.a)
+        .await?
+        .into_iter()
+        .find(|c| c.0 == eng_id)
+        .expect("held");
+    assert!(
+        eng_state.1 && eng_state.2.as_deref() != Some("clean"),
+        "a confirmation whose version was not stored leaves the collection awaiting: {eng_state:?}"
+    );
+    // The next pass stores it and is clean.
+    let (status, error) = w.run_job(&w.a, JobType::Reconciliation).await?;
+    assert_eq!(status, "succeeded", "{error:?}");
+    let rows = w.documents(&w.a).await?;
+    let row = rows.iter().find(|r| r.0 == moved).expect("held");
+    assert_eq!(row.1, handbook_id, "its row follows it");
+    assert!(w.collections(&w.a).await?.iter().all(|c| !c.1), "clean");
+    Ok(())
+}
