@@ -138,6 +138,28 @@ async fn a_gitlab_disconnect_leaves_no_content_and_keeps_its_registrations_for_r
     })
     .await?;
 
+    // An approval through its hook: the standing approval is the connection's content too.
+    let open_iid = sim.model(|m| {
+        m.merge_requests
+            .values()
+            .find(|mr| mr.project == project && mr.state == "opened")
+            .map(|mr| mr.iid)
+            .expect("the project has an open merge request")
+    });
+    assert!(sim.model(|m| m.approve_merge_request(project, open_iid, "reviewer-1")));
+    sim.flush_hooks().await;
+    let _: i64 = eventually("the approval did not reach the mirror", || {
+        let pool = &pool;
+        async move {
+            Ok(
+                sqlx::query_scalar("SELECT 1::bigint FROM merge_request_approval LIMIT 1")
+                    .fetch_optional(pool)
+                    .await?,
+            )
+        }
+    })
+    .await?;
+
     // Before: the scan finds the connection's content, its own GitLab rows included.
     let scan = |ws: String| {
         let get = &get;
@@ -152,6 +174,7 @@ async fn a_gitlab_disconnect_leaves_no_content_and_keeps_its_registrations_for_r
         "table:issue",
         "table:pull_request",
         "table:comment",
+        "table:merge_request_approval",
         "table:gitlab_activation",
         "table:listing_state",
         "table:inbound_message",
