@@ -43,6 +43,7 @@ mod m0038_outline;
 mod m0039_gitlab_approvals;
 mod m0040_gitlab_thread_ids;
 mod m0041_gitlab_head_check;
+mod m0042_gitlab_readiness;
 mod m0043_gitlab_pushes_requested_changes;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
@@ -232,6 +233,10 @@ impl MigratorTrait for Migrator {
                 up: m0041_gitlab_head_check::UP,
             }),
             Box::new(Sql {
+            Box::new(Sql {
+                name: "m0042_gitlab_readiness",
+                up: m0042_gitlab_readiness::UP,
+            }),
                 name: "m0043_gitlab_pushes_requested_changes",
                 up: m0043_gitlab_pushes_requested_changes::UP,
             }),

@@ -1,7 +1,7 @@
 //! GitLab's issue and merge request nodes onto the SCM mirror: each page goes through the shared
 //! forward-only step (`scm_mirror::items`) in one transaction, every count and lock known only
-//! where GitLab reported no error at its own path; closes and merges a page stores become
-//! sync-discovered item events.
+//! where GitLab reported no error at its own path; closes, merges, ready, draft and pushes a page
+//! stores become sync-discovered item events, under the source keys their hooks derive.
 
 use std::collections::BTreeMap;
 
@@ -278,12 +278,27 @@ pub async fn upsert_page_in<T: GitlabNode>(
             written.stale += 1;
             continue;
         }
+        let item = match node {
+            MirrorNode::Issue(_) => Item::issue(VENDOR, step.id, repository_id),
+            MirrorNode::MergeRequest(_) => Item::pull_request(VENDOR, step.id, repository_id),
+        };
         if let Some(change) = stored_change(node, prior) {
-            let item = match node {
-                MirrorNode::Issue(_) => Item::issue(VENDOR, step.id, repository_id),
-                MirrorNode::MergeRequest(_) => Item::pull_request(VENDOR, step.id, repository_id),
-            };
             events::record(&mut *txn, &item, &change, f.updated_at, Origin::Sync).await?;
+        }
+        if let MirrorNode::MergeRequest(n) = node {
+            // The ready, draft and push this write stored, under their hooks' keys: a lost hook
+            // loses nothing, a late one adds nothing.
+            let changes = items::stored_pull_request_changes(prior, n);
+            for change in &changes {
+                events::record(&mut *txn, &item, change, f.updated_at, Origin::Sync).await?;
+            }
+            if changes
+                .iter()
+                .any(|c| matches!(c, LifecycleChange::Push { .. }))
+            {
+                // A push leaves readiness unknown for the new head (`ReviewFacts::push`).
+                scm_mirror::gitlab::pushes::head_moved(&mut *txn, step.id).await?;
+            }
         }
         written.applied += 1;
     }

@@ -5,7 +5,8 @@
 //!   its parent, so the incremental pass reads it) gets its notes mirrored: an issue's from the
 //!   flat REST listing, a merge request's from its discussions, diff threads included. Lone
 //!   notes go to `comment`; diff notes to `review_comment` filed under their `review_thread`.
-//!   System notes are not mirrored.
+//!   System notes are not mirrored; a merge request's "requested changes" system note records
+//!   who requested changes (`scm_mirror::gitlab::requested_changes`).
 //! - A RECONCILIATION (outside its cooldown) walks every live mirrored issue and merge request,
 //!   not only the recent ones: discussions are mirrored again, then the flat REST listing is held
 //!   to `lifecycle_core::gitlab::notes`. Notes are the engine's child class `note`
@@ -32,9 +33,11 @@ use lifecycle_core::gitlab::notes::{
     Confirmation, NoteReconciliation, NoteStep, NotesUnreconciled,
 };
 use lifecycle_core::gitlab::paging::OffsetPageHeaders;
+use lifecycle_core::gitlab::review::requests_changes;
 use lifecycle_core::job::SyncJobType;
 use scm_mirror::comments::{self, Comment, ReviewComment};
-use scm_mirror::events::Item;
+use scm_mirror::events::{Item, Origin};
+use scm_mirror::gitlab::requested_changes::{self, RequestedChanges};
 use scm_mirror::reviews::Thread;
 use sqlx::PgPool;
 use store::entity::ConnectionKind;
@@ -457,6 +460,21 @@ impl Notes<'_> {
             return Ok(());
         }
         for (d, fetched_at) in discussions {
+            // Requested changes are someone's only from the system note naming them; system
+            // notes themselves stay unmirrored.
+            for n in d.notes.nodes.iter().flatten().flatten() {
+                if n.system
+                    && requests_changes(&n.body)
+                    && let Some(note_id) = n.id.number().and_then(|id| i64::try_from(id).ok())
+                {
+                    let request = RequestedChanges {
+                        username: n.author.username.clone(),
+                        note_id,
+                        requested_at: n.created_at.0,
+                    };
+                    requested_changes::record(&mut txn, &item, &request, Origin::Sync).await?;
+                }
+            }
             let notes: Vec<&DiscussionNote> = d
                 .notes
                 .nodes

@@ -28,7 +28,9 @@ pub fn parse_decision(text: &str) -> Option<ReviewDecision> {
     }
 }
 
-/// The stored review facts of one merge request, and when each standing approval was recorded.
+/// The stored review facts of one merge request, and when each standing approval was recorded
+/// where that is known (an approval a read found without GitLab naming its date has none here,
+/// but stands in `facts.approvals`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredApprovals {
     pub facts: ReviewFacts<String>,
@@ -41,6 +43,8 @@ struct Row {
     head_sha: Option<String>,
     approval_read_at: Option<OffsetDateTime>,
     review_decision: Option<String>,
+    mergeable: Option<bool>,
+    merge_status: Option<String>,
 }
 
 impl StoredApprovals {
@@ -51,7 +55,8 @@ impl StoredApprovals {
         pull_request_id: Uuid,
     ) -> Result<Option<StoredApprovals>, sqlx::Error> {
         let row: Option<Row> = sqlx::query_as(
-            "SELECT upstream_updated_at, head_sha, approval_read_at, review_decision
+            "SELECT upstream_updated_at, head_sha, approval_read_at, review_decision, mergeable,
+                    merge_status
                FROM pull_request WHERE id = $1 FOR UPDATE",
         )
         .bind(pull_request_id)
@@ -60,25 +65,28 @@ impl StoredApprovals {
         let Some(row) = row else {
             return Ok(None);
         };
-        let approvals: Vec<(String, OffsetDateTime)> = sqlx::query_as(
+        let approvals: Vec<(String, Option<OffsetDateTime>)> = sqlx::query_as(
             "SELECT username, approved_at FROM merge_request_approval
               WHERE pull_request_id = $1 ORDER BY username FOR UPDATE",
         )
         .bind(pull_request_id)
         .fetch_all(&mut *txn)
         .await?;
-        let approved_at: BTreeMap<String, OffsetDateTime> = approvals.into_iter().collect();
+        let standing: BTreeSet<String> = approvals.iter().map(|(u, _)| u.clone()).collect();
+        let approved_at: BTreeMap<String, OffsetDateTime> = approvals
+            .into_iter()
+            .filter_map(|(u, at)| Some((u, at?)))
+            .collect();
         Ok(Some(StoredApprovals {
             facts: ReviewFacts {
                 version: row.upstream_updated_at,
                 head: row.head_sha.unwrap_or_default(),
-                approvals: approved_at.keys().cloned().collect::<BTreeSet<_>>(),
+                approvals: standing,
                 approval_read_at: row.approval_read_at,
                 readiness: Readiness {
                     decision: row.review_decision.as_deref().and_then(parse_decision),
-                    // Stored by the readiness read, not here.
-                    mergeable: None,
-                    merge_status: None,
+                    mergeable: row.mergeable,
+                    merge_status: row.merge_status,
                 },
             },
             approved_at,
@@ -86,7 +94,8 @@ impl StoredApprovals {
     }
 
     /// Writes `facts` over this stored state: approvals that no longer stand go, new ones are
-    /// dated `at`, and the decision and approval read time are replaced.
+    /// dated `at`, and the decision, mergeability, merge status and approval read time are
+    /// replaced.
     pub async fn write(
         &self,
         txn: &mut sqlx::PgConnection,
@@ -94,15 +103,28 @@ impl StoredApprovals {
         facts: &ReviewFacts<String>,
         at: OffsetDateTime,
     ) -> Result<(), sqlx::Error> {
+        self.write_dated(txn, pull_request_id, facts, |_| Some(at))
+            .await
+    }
+
+    /// [`StoredApprovals::write`], each new approval dated by `dated` (`None`: unknown).
+    pub async fn write_dated(
+        &self,
+        txn: &mut sqlx::PgConnection,
+        pull_request_id: Uuid,
+        facts: &ReviewFacts<String>,
+        dated: impl Fn(&str) -> Option<OffsetDateTime>,
+    ) -> Result<(), sqlx::Error> {
         let gone: Vec<&String> = self
-            .approved_at
-            .keys()
+            .facts
+            .approvals
+            .iter()
             .filter(|u| !facts.approvals.contains(*u))
             .collect();
         let new: Vec<&String> = facts
             .approvals
             .iter()
-            .filter(|u| !self.approved_at.contains_key(*u))
+            .filter(|u| !self.facts.approvals.contains(*u))
             .collect();
         if !gone.is_empty() {
             sqlx::query(
@@ -115,23 +137,28 @@ impl StoredApprovals {
             .await?;
         }
         if !new.is_empty() {
+            let dates: Vec<Option<OffsetDateTime>> = new.iter().map(|u| dated(u)).collect();
             sqlx::query(
                 "INSERT INTO merge_request_approval (pull_request_id, username, approved_at)
-                 SELECT $1, u, $3 FROM unnest($2::text[]) AS u
+                 SELECT $1, u, d FROM unnest($2::text[], $3::timestamptz[]) AS n (u, d)
                  ON CONFLICT DO NOTHING",
             )
             .bind(pull_request_id)
             .bind(new)
-            .bind(at)
+            .bind(dates)
             .execute(&mut *txn)
             .await?;
         }
         sqlx::query(
-            "UPDATE pull_request SET review_decision = $2, approval_read_at = $3 WHERE id = $1",
+            "UPDATE pull_request
+                SET review_decision = $2, approval_read_at = $3, mergeable = $4, merge_status = $5
+              WHERE id = $1",
         )
         .bind(pull_request_id)
         .bind(facts.readiness.decision.map(decision_text))
         .bind(facts.approval_read_at)
+        .bind(facts.readiness.mergeable)
+        .bind(facts.readiness.merge_status.as_deref())
         .execute(&mut *txn)
         .await?;
         Ok(())
