@@ -303,7 +303,7 @@ pub const EPOCH: OffsetDateTime = time::macros::datetime!(2026-01-01 00:00 UTC);
 
 /// A new `updated_at` after `previous`: now (whole seconds, as GitLab's hooks state it), or a
 /// second after `previous` when that is later.
-fn later(previous: OffsetDateTime) -> OffsetDateTime {
+pub(crate) fn later(previous: OffsetDateTime) -> OffsetDateTime {
     let now = OffsetDateTime::now_utc();
     let now = now.replace_nanosecond(0).unwrap_or(now);
     now.max(previous + time::Duration::seconds(1))
@@ -560,8 +560,38 @@ impl Model {
         true
     }
 
+    /// `user` requests changes on merge request (`project`, `iid`): GitLab withdraws their
+    /// approval (no hook of its own), moves them to `REQUESTED_CHANGES` if they review it, and
+    /// writes its "requested changes" system note by them (a Note Hook). The note's id; `None`
+    /// when the merge request does not exist.
+    pub fn request_changes(&mut self, project: u64, iid: u64, user: &str) -> Option<u64> {
+        let mr = self.merge_requests.get_mut(&(project, iid))?;
+        mr.approved_by.retain(|(u, _)| u != user);
+        for (reviewer, state) in &mut mr.reviewers {
+            if reviewer == user {
+                *state = Some("REQUESTED_CHANGES".into());
+            }
+        }
+        let on = NoteOn::MergeRequest(project, iid);
+        Some(self.insert_note_by(user, on, "requested changes", true, None, None, None))
+    }
+
     fn insert_note(
         &mut self,
+        on: NoteOn,
+        body: &str,
+        system: bool,
+        kind: Option<&str>,
+        discussion: Option<String>,
+        position: Option<DiffPosition>,
+    ) -> u64 {
+        self.insert_note_by("bob", on, body, system, kind, discussion, position)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn insert_note_by(
+        &mut self,
+        author: &str,
         on: NoteOn,
         body: &str,
         system: bool,
@@ -591,7 +621,7 @@ impl Model {
                 on,
                 kind: kind.map(str::to_owned),
                 body: body.to_owned(),
-                author: "bob".into(),
+                author: author.to_owned(),
                 system,
                 created_at: at,
                 updated_at: at,

@@ -461,6 +461,76 @@ pub fn approval_hook(m: &Model, mr: &MergeRequest, action: &str, user: &str) -> 
     body
 }
 
+/// The Merge Request Hook body GitLab sends when it resets `mr`'s approvals after `user` pushed:
+/// a system `unapproved` naming the pusher (`approvals_reset_on_push`).
+pub fn approvals_reset_hook(m: &Model, mr: &MergeRequest, user: &str) -> Json {
+    let mut body = approval_hook(m, mr, "unapproved", user);
+    if !body.is_null() {
+        body["object_attributes"]["system"] = json!(true);
+        body["object_attributes"]["system_action"] = json!("approvals_reset_on_push");
+    }
+    body
+}
+
+/// The Push Hook body of `user` pushing branch `branch` of `project` from `before` to `after`
+/// (a commit dated `at`). It names no time of the push itself.
+pub fn push_hook(
+    m: &Model,
+    project: &Project,
+    branch: &str,
+    (before, after): (&str, &str),
+    user: &str,
+    at: OffsetDateTime,
+) -> Json {
+    let project_body = project_json(m, project);
+    let web = project_body["web_url"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    json!({
+        "object_kind": "push",
+        "event_name": "push",
+        "before": before,
+        "after": after,
+        "ref": format!("refs/heads/{branch}"),
+        "ref_protected": false,
+        "checkout_sha": after,
+        "message": null,
+        "user_id": user_id(user),
+        "user_name": user,
+        "user_username": user,
+        "user_email": "[REDACTED]",
+        "user_avatar": null,
+        "project_id": project.id,
+        "project": project_body,
+        "commits": [{
+            "id": after,
+            "message": "pushed",
+            "title": "pushed",
+            "timestamp": hook_time(at),
+            "url": format!("{web}/-/commit/{after}"),
+            "author": { "name": user, "email": "[REDACTED]" },
+            "added": [],
+            "modified": ["README.md"],
+            "removed": [],
+        }],
+        "total_commits_count": 1,
+        "push_options": {},
+        "repository": repository_json(m, project),
+    })
+}
+
+/// The hooks GitLab sends for one push to a merge request's source branch, in its order.
+#[derive(Debug, Clone)]
+pub struct Pushed {
+    /// The Push Hook.
+    pub push: Json,
+    /// The merge request's `update` hook, with `oldrev`.
+    pub update: Json,
+    /// The approvals reset, when approvals stood.
+    pub reset: Option<Json>,
+}
+
 /// The Pipeline Hook body of `pipeline` in its current status.
 pub fn pipeline_hook(m: &Model, pipeline: &Pipeline) -> Json {
     let Some(project) = m.projects.get(&pipeline.project) else {
@@ -698,6 +768,49 @@ impl Model {
             NoteOn::Issue(p, _) | NoteOn::MergeRequest(p, _) => p,
         };
         self.queue(project, HookKind::Note, |m| note_hook(m, &note, action));
+    }
+
+    /// `user` pushes `sha` onto merge request (`project`, `iid`)'s source branch: its head moves
+    /// and `updated_at` becomes `at` (`None`: now, after the previous one; an equal time is a
+    /// push in the same second). GitLab sends the Push Hook, the merge request's `update` hook
+    /// and, when approvals stood, resets them (all of them) with its system `unapproved` hook.
+    /// `None` when the merge request does not exist.
+    pub fn push_merge_request(
+        &mut self,
+        project: u64,
+        iid: u64,
+        sha: &str,
+        user: &str,
+        at: Option<OffsetDateTime>,
+    ) -> Option<Pushed> {
+        let mr = self.merge_requests.get_mut(&(project, iid))?;
+        let before = mr.clone();
+        mr.diff_head_sha = Some(sha.to_owned());
+        mr.updated_at = at.unwrap_or_else(|| super::model::later(before.updated_at));
+        let reset = !mr.approved_by.is_empty();
+        mr.approved_by.clear();
+        if reset {
+            mr.approved = false;
+        }
+        let mr = mr.clone();
+        let old = before.diff_head_sha.clone().unwrap_or_default();
+        let branch = mr.source_branch.clone();
+        let push = self
+            .projects
+            .get(&project)
+            .map(|p| push_hook(self, p, &branch, (&old, sha), user, mr.updated_at))?;
+        let update = merge_request_hook(self, &mr, "update", Some(&before));
+        let reset = reset.then(|| approvals_reset_hook(self, &mr, user));
+        self.queue(project, HookKind::Push, |_| push.clone());
+        self.queue(project, HookKind::MergeRequest, |_| update.clone());
+        if let Some(reset) = &reset {
+            self.queue(project, HookKind::MergeRequest, |_| reset.clone());
+        }
+        Some(Pushed {
+            push,
+            update,
+            reset,
+        })
     }
 
     pub(crate) fn pipeline_changed(&mut self, id: u64) {
