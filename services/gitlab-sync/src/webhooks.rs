@@ -20,6 +20,7 @@ pub mod notes;
 pub mod payload;
 pub mod pipelines;
 pub mod pushes;
+pub mod readiness;
 pub mod projects;
 pub mod route;
 
@@ -92,10 +93,17 @@ impl WebhookApply for GitlabWebhooks {
         match event {
             Event::Issue(e) => items::issue(self, hook, e).await,
             Event::MergeRequest(e) => {
-                match approvals::act_kind(e.object_attributes.action.as_deref()) {
-                    Some(kind) => approvals::act(self, hook, kind, e).await,
-                    None => items::merge_request(self, hook, e).await,
-                }
+                let asked = readiness::Asked::of(&e);
+                let outcome = match approvals::act_kind(e.object_attributes.action.as_deref()) {
+                    Some(kind) => approvals::act(self, hook, kind, e).await?,
+                    None => items::merge_request(self, hook, e).await?,
+                };
+                // Readiness is read after the hook's transaction committed.
+                let read = match asked {
+                    Some(asked) => readiness::after_hook(self, hook, asked).await?,
+                    None => false,
+                };
+                Ok(if read { Outcome::Applied } else { outcome })
             }
             Event::Note(e) => notes::note(self, hook, *e).await,
             Event::Pipeline(e) => pipelines::pipeline(self, hook, e).await,

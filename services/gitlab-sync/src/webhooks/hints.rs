@@ -160,7 +160,7 @@ async fn read_and_write(
 }
 
 /// The delivering connection's GitLab client, or why there is none.
-async fn reader(
+pub(super) async fn reader(
     w: &GitlabWebhooks,
     connection_id: Uuid,
 ) -> Result<Result<GitlabClient, String>, WebhookError> {
