@@ -45,6 +45,7 @@ mod m0040_gitlab_thread_ids;
 mod m0041_gitlab_head_check;
 mod m0042_gitlab_readiness;
 mod m0043_gitlab_pushes_requested_changes;
+mod m0044_organization_tier;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -233,12 +234,16 @@ impl MigratorTrait for Migrator {
                 up: m0041_gitlab_head_check::UP,
             }),
             Box::new(Sql {
-            Box::new(Sql {
                 name: "m0042_gitlab_readiness",
                 up: m0042_gitlab_readiness::UP,
             }),
+            Box::new(Sql {
                 name: "m0043_gitlab_pushes_requested_changes",
                 up: m0043_gitlab_pushes_requested_changes::UP,
+            }),
+            Box::new(Sql {
+                name: "m0044_organization_tier",
+                up: m0044_organization_tier::UP,
             }),
         ]
     }

@@ -12,6 +12,7 @@ pub mod events;
 pub mod gitlab;
 pub mod items;
 pub mod monitors;
+pub mod organization;
 pub mod repository;
 pub mod reviews;
 pub mod scope;

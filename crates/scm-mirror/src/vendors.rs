@@ -36,10 +36,15 @@ pub static GITHUB: VendorDeclaration = VendorDeclaration {
     event_types: SCM_EVENT_TYPES,
 };
 
-/// GitLab: the SCM mirror, its activation and listing state, and the group hook it creates.
+/// GitLab: the SCM mirror, its activation and listing state, the organization tier (root group
+/// and subgroups as teams, with their members), and the group hook it creates.
 pub static GITLAB: VendorDeclaration = VendorDeclaration {
     kind: ConnectionKind::Gitlab,
-    holders: &[&erasure::ERASABLE, &erasure::GITLAB],
+    holders: &[
+        &erasure::ERASABLE,
+        &erasure::GITLAB,
+        &crate::organization::ERASABLE,
+    ],
     resource_kinds: &[crate::gitlab::GROUP_HOOK],
     event_types: SCM_EVENT_TYPES,
 };

@@ -224,6 +224,8 @@ pub struct Discovery {
     pub group_id: Option<u64>,
     /// The connected group and its subgroups found (full paths).
     pub groups: Vec<String>,
+    /// The subgroups found, by full path, with their native ids (the organization's teams).
+    pub subgroup_ids: BTreeMap<String, u64>,
     /// Projects by native id.
     pub projects: BTreeMap<u64, FoundProject>,
     /// GitLab's count of the group's projects with subgroups.
@@ -311,6 +313,9 @@ pub async fn discover(
                 && let Some(parent) = &node.parent
             {
                 d.group_id = d.group_id.or(native_id(parent.id.inner()));
+            }
+            if let Some(id) = native_id(node.id.inner()) {
+                d.subgroup_ids.insert(path.clone(), id);
             }
             d.groups.push(path);
         }
@@ -558,6 +563,20 @@ impl Activator {
         };
         let d = discover(&client, &target.group, self.page_size, caps).await;
         let discovery = self.apply_discovery(&conn, &target, &d, moment).await?;
+        // The organization tier: the root group and its subgroups' members.
+        let members =
+            crate::org::refresh(&self.pool, &conn, &client, &target.group, &d, self.page_cap)
+                .await?;
+        self.log(
+            &conn,
+            "gitlab_activation_members",
+            match &members {
+                Ok(r) => json!({"groups": r.groups, "changed": r.changed,
+                                "complete": r.incomplete.is_none(), "reason": r.incomplete}),
+                Err(reason) => json!({"groups": 0, "complete": false, "reason": reason}),
+            },
+        )
+        .await?;
 
         // 2. The consumer, confirmed on the server.
         let filter = connection_events_filter(conn.id);

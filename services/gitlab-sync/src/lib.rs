@@ -9,6 +9,7 @@ pub mod activation;
 pub mod mirror;
 pub mod note_rows;
 pub mod notes;
+pub mod org;
 pub mod readiness;
 pub mod source;
 pub mod sync;

@@ -16,6 +16,7 @@ pub mod approvals;
 pub mod filters;
 pub mod hints;
 pub mod items;
+pub mod members;
 pub mod notes;
 pub mod payload;
 pub mod pipelines;
@@ -59,6 +60,8 @@ pub enum Event {
     Project(projects::ProjectEvent),
     /// A subgroup's rename ([`projects`]).
     Subgroup(projects::SubgroupEvent),
+    /// A member added, removed or changed ([`members`]).
+    Member(members::MemberEvent),
 }
 
 impl WebhookApply for GitlabWebhooks {
@@ -75,6 +78,7 @@ impl WebhookApply for GitlabWebhooks {
             "push" => Event::Push(parse(hook)?),
             e if projects::PROJECT_EVENTS.contains(&e) => Event::Project(parse(hook)?),
             e if projects::SUBGROUP_EVENTS.contains(&e) => Event::Subgroup(parse(hook)?),
+            e if members::MEMBER_EVENTS.contains(&e) => Event::Member(parse(hook)?),
             _ => return Ok(None),
         }))
     }
@@ -110,6 +114,7 @@ impl WebhookApply for GitlabWebhooks {
             Event::Push(e) => pushes::push(self, hook, e).await,
             Event::Project(e) => projects::project(self, hook, e).await,
             Event::Subgroup(e) => projects::subgroup(self, hook, e).await,
+            Event::Member(e) => members::member(self, hook, e).await,
         }
     }
 }
@@ -118,7 +123,10 @@ impl Event {
     /// Whether applying it writes only what GitLab answers (never its payload), so a claim is
     /// applied like a fact.
     fn asks_gitlab(&self) -> bool {
-        matches!(self, Event::Project(_) | Event::Subgroup(_))
+        matches!(
+            self,
+            Event::Project(_) | Event::Subgroup(_) | Event::Member(_)
+        )
     }
 }
 

@@ -448,3 +448,141 @@ async fn another_workspaces_endpoint_cannot_rename_or_move_a_project_of_a() -> R
     assert_eq!(w.dead().await?, 0);
     w.stop().await
 }
+
+/// (username, access level) of the members of `table` (`organization_membership` or
+/// `team_membership`), in order.
+async fn members(w: &World, table: &str) -> Result<Vec<(String, i32)>> {
+    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT username, access_level FROM {table} ORDER BY username"
+    )))
+    .fetch_all(w.pool())
+    .await?)
+}
+
+fn member(name: &str, level: i32) -> (String, i32) {
+    (name.to_owned(), level)
+}
+
+/// Activates `tenant` (discovery, the members listing) without registering a hook.
+async fn activate(w: &World, tenant: Tenant, moment: Moment) -> Result<()> {
+    let mut act = w.activator().await?;
+    act.hooks = None;
+    let conn = w.connection(tenant).await?;
+    act.activate(&conn, moment).await?.expect("active");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_members_listing_and_member_hooks_keep_the_organization_tier() -> Result<()> {
+    let w = World::start().await?;
+    w.sim.model(|m| {
+        m.add_member(w.acme, "alice", 30);
+        m.add_member(w.team, "bob", 40);
+    });
+    activate(&w, w.a, Moment::Activated).await?;
+    let (login, bound): (String, i64) = sqlx::query_as(
+        "SELECT o.login, (SELECT count(*) FROM organization_binding b WHERE b.organization_id = o.id)
+           FROM organization o WHERE o.native_id = $1",
+    )
+    .bind(w.acme as i64)
+    .fetch_one(w.pool())
+    .await?;
+    assert_eq!((login.as_str(), bound), ("acme", 1));
+    assert_eq!(
+        sqlx::query_scalar::<_, String>("SELECT slug FROM team WHERE native_id = $1")
+            .bind(w.team as i64)
+            .fetch_all(w.pool())
+            .await?,
+        ["acme/team"]
+    );
+    assert_eq!(
+        members(&w, "organization_membership").await?,
+        [member("alice", 30)]
+    );
+    assert_eq!(members(&w, "team_membership").await?, [member("bob", 40)]);
+
+    // Member hooks: each confirmed by reading the membership from GitLab.
+    let hooks = w.sim.model(|m| {
+        [
+            m.update_member(w.acme, "alice", 40).expect("member"),
+            m.remove_member(w.team, "bob").expect("member"),
+            m.add_member(w.team, "carol", 20),
+        ]
+    });
+    for body in &hooks {
+        w.registered(w.a, body).await?;
+    }
+    w.settle().await?;
+    assert!(w.sim.calls(ops::GET_GROUP_MEMBER) >= 3);
+    assert_eq!(
+        members(&w, "organization_membership").await?,
+        [member("alice", 40)]
+    );
+    assert_eq!(members(&w, "team_membership").await?, [member("carol", 20)]);
+
+    // A hook GitLab does not confirm adds nobody, and its stated access level is never written.
+    let mut forged = w.sim.model(|m| {
+        let body = m.add_member(w.acme, "mallory", 50);
+        m.members.retain(|_, member| member.username != "mallory");
+        body
+    });
+    w.registered(w.a, &forged).await?;
+    forged = w
+        .sim
+        .model(|m| m.update_member(w.team, "carol", 20).expect("member"));
+    forged["group_access"] = "Owner".into();
+    w.registered(w.a, &forged).await?;
+    w.settle().await?;
+    assert_eq!(
+        members(&w, "organization_membership").await?,
+        [member("alice", 40)]
+    );
+    assert_eq!(members(&w, "team_membership").await?, [member("carol", 20)]);
+
+    // A reconcile's complete listing removes whoever left without a hook reaching us.
+    w.sim
+        .model(|m| m.members.retain(|_, member| member.username != "carol"));
+    activate(&w, w.a, Moment::Reconciliation).await?;
+    assert!(members(&w, "team_membership").await?.is_empty());
+    assert_eq!(w.dead().await?, 0);
+    w.stop().await
+}
+
+#[tokio::test]
+async fn another_workspaces_member_hooks_naming_as_group_change_nothing() -> Result<()> {
+    let w = World::start().await?;
+    w.sim.model(|m| {
+        m.add_member(w.acme, "alice", 30);
+        m.add_member(w.team, "bob", 40);
+    });
+    activate(&w, w.a, Moment::Activated).await?;
+    activate(&w, w.b, Moment::Activated).await?;
+    let before = (
+        members(&w, "organization_membership").await?,
+        members(&w, "team_membership").await?,
+    );
+    // GitLab really changes A's members; B's route delivers the hooks (B's token could read
+    // them): B's organization is globex, so nothing is read and nothing of A changes.
+    let hooks = w.sim.model(|m| {
+        [
+            m.update_member(w.acme, "alice", 50).expect("member"),
+            m.remove_member(w.team, "bob").expect("member"),
+            m.add_member(w.acme, "mallory", 50),
+        ]
+    });
+    let reads = w.sim.calls(ops::GET_GROUP_MEMBER);
+    for body in &hooks {
+        w.registered(w.b, body).await?;
+    }
+    w.settle().await?;
+    assert_eq!(w.sim.calls(ops::GET_GROUP_MEMBER), reads);
+    assert_eq!(
+        (
+            members(&w, "organization_membership").await?,
+            members(&w, "team_membership").await?,
+        ),
+        before
+    );
+    assert_eq!(w.dead().await?, 0);
+    w.stop().await
+}

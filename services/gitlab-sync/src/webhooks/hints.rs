@@ -77,7 +77,7 @@ impl Event {
             // A claimed push names a branch, not an item: the sync records the push it stores.
             Event::Push(_) => None,
             // Project and group events are never hints: they write only what GitLab answers.
-            Event::Project(_) | Event::Subgroup(_) => None,
+            Event::Project(_) | Event::Subgroup(_) | Event::Member(_) => None,
         }
     }
 }

@@ -55,7 +55,7 @@ pub struct SubgroupEvent {
 const MAX_REKEYED_PER_RENAME: i64 = 500;
 
 /// The delivering connection (`None`: gone).
-async fn delivering(
+pub(super) async fn delivering(
     w: &GitlabWebhooks,
     hook: &Webhook<'_>,
 ) -> Result<Option<connection::Model>, WebhookError> {
