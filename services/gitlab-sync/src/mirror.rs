@@ -19,6 +19,8 @@ use store::entity::ConnectionKind;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::readiness::ReadFacts;
+
 /// The vendor gitlab-sync mirrors: its items' events reach the workspaces of GitLab connections.
 pub const VENDOR: ConnectionKind = ConnectionKind::Gitlab;
 
@@ -74,6 +76,13 @@ pub trait GitlabNode {
         Self: Sized;
     /// Its native id as the listing compares ids; `None` when malformed.
     fn native_id(&self) -> Option<i64>;
+    /// The readiness facts it states (a merge request's), each at its own error path.
+    fn readiness(&self, _page: &Page<Self>, _index: usize) -> Option<ReadFacts>
+    where
+        Self: Sized,
+    {
+        None
+    }
 }
 
 /// A node ready for the forward-only step.
@@ -138,6 +147,10 @@ impl GitlabNode for gitlab_client::IssueNode {
 impl GitlabNode for gitlab_client::MergeRequestNode {
     fn native_id(&self) -> Option<i64> {
         gid_number(self.id.inner())
+    }
+
+    fn readiness(&self, page: &Page<Self>, i: usize) -> Option<ReadFacts> {
+        ReadFacts::of(page, i, self)
     }
 
     fn mirror(&self, page: &Page<Self>, i: usize) -> Option<(MirrorNode, Counts)> {
@@ -244,13 +257,16 @@ pub async fn upsert_page_in<T: GitlabNode>(
                 metrics::counter!("sync_future_times_total", "vendor" => "gitlab").increment(1);
                 written.future += 1;
             }
-            Some(mirrored) => nodes.push(mirrored),
+            Some((node, counts)) => {
+                let read = page.nodes[i].as_ref().and_then(|n| n.readiness(page, i));
+                nodes.push((node, counts, read));
+            }
             None => written.unusable += 1,
         }
     }
-    let ids: Vec<i64> = nodes.iter().map(|(n, _)| fields(n).native_id).collect();
+    let ids: Vec<i64> = nodes.iter().map(|(n, _, _)| fields(n).native_id).collect();
     let stored = items::lock_items(&mut *txn, class, repository_id, &ids).await?;
-    for (node, counts) in &mut nodes {
+    for (node, counts, read) in &mut nodes {
         let prior = stored.get(&fields(node).native_id);
         if let MirrorNode::MergeRequest(n) = node
             && n.fields.state == "closed"
@@ -299,6 +315,11 @@ pub async fn upsert_page_in<T: GitlabNode>(
                 // A push leaves readiness unknown for the new head (`ReviewFacts::push`).
                 scm_mirror::gitlab::pushes::head_moved(&mut *txn, step.id).await?;
             }
+        }
+        if let Some(read) = read {
+            // The page's reviewers, approvals, decision, head check and merge facts, dated by
+            // its request time, as a readiness read writes them.
+            crate::readiness::apply(&mut *txn, step.id, read, None).await?;
         }
         written.applied += 1;
     }

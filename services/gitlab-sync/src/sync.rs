@@ -479,11 +479,14 @@ impl Vendor for GitlabVendor {
             ItemClass::Issue => {
                 ListedPage::Issues(client.issues_page(&path, since, page_size, after).await?)
             }
-            ItemClass::PullRequest => ListedPage::MergeRequests(
-                client
+            ItemClass::PullRequest => {
+                let mut page = client
                     .merge_requests_page(&path, since, page_size, after)
-                    .await?,
-            ),
+                    .await?;
+                // An incomplete reviewer list is never applied: complete it first.
+                crate::readiness::complete_reviewers(client, &path, &mut page).await;
+                ListedPage::MergeRequests(page)
+            }
         };
         let mut page = ProjectPage::of(page, path);
         self.read_close_times(client, project, &mut page).await;
