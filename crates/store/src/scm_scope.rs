@@ -284,7 +284,8 @@ pub async fn pull_request_comments<C: ConnectionTrait>(
 #[non_exhaustive]
 pub struct MirroredApproval {
     pub username: String,
-    pub approved_at: OffsetDateTime,
+    /// When GitLab or the approving hook dated it; `None` while unknown.
+    pub approved_at: Option<OffsetDateTime>,
 }
 
 /// The pull request's standing approvals, oldest first.
@@ -295,7 +296,7 @@ pub async fn pull_request_approvals<C: ConnectionTrait>(
     MirroredApproval::find_by_statement(Statement::from_sql_and_values(
         DbBackend::Postgres,
         "SELECT username, approved_at FROM merge_request_approval WHERE pull_request_id = $1
-          ORDER BY approved_at, username",
+          ORDER BY approved_at NULLS LAST, username",
         [pull_request.id.into()],
     ))
     .all(db)
@@ -386,6 +387,38 @@ pub async fn pull_request_head_check<C: ConnectionTrait>(
         "SELECT head_check_state AS state, head_check_sha AS sha,
                 head_check_observed_at AS observed_at
            FROM pull_request WHERE id = $1 AND head_check_state IS NOT NULL",
+        [pull_request.id.into()],
+    ))
+    .one(db)
+    .await
+}
+
+/// A merge request's readiness as its last read or sync page stated it (GitLab); each `None`
+/// while unknown.
+#[derive(Debug, Clone, PartialEq, Eq, FromQueryResult)]
+#[non_exhaustive]
+pub struct MirroredReadiness {
+    /// The reviewers as a JSON array of `{username, state}`, as stored.
+    pub reviewers: Option<String>,
+    pub mergeable: Option<bool>,
+    /// GitLab's detailed merge status, lowercased.
+    pub merge_status: Option<String>,
+    /// When the standing approver list was last read whole.
+    pub approval_read_at: Option<OffsetDateTime>,
+    pub merge_commit_sha: Option<String>,
+    pub merged_by: Option<String>,
+}
+
+/// The pull request's readiness facts.
+pub async fn pull_request_readiness<C: ConnectionTrait>(
+    db: &C,
+    pull_request: &MirroredPullRequest,
+) -> Result<Option<MirroredReadiness>, DbErr> {
+    MirroredReadiness::find_by_statement(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "SELECT reviewers::text AS reviewers, mergeable, merge_status, approval_read_at,
+                merge_commit_sha, merged_by
+           FROM pull_request WHERE id = $1",
         [pull_request.id.into()],
     ))
     .one(db)

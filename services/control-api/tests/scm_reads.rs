@@ -496,6 +496,26 @@ async fn a_gitlab_merge_request_shows_its_approvals_and_decision_to_its_workspac
         .bind(approved)
         .execute(&f.pool)
         .await?;
+    sqlx::query(
+        "UPDATE pull_request
+            SET reviewers = '[{\"username\": \"bob\", \"state\": \"approved\"},
+                             {\"username\": \"dan\", \"state\": null}]',
+                reviewers_received_at = '2026-03-01T00:00:30Z', mergeable = true,
+                merge_status = 'mergeable', approval_read_at = '2026-03-01T00:00:30Z',
+                merge_commit_sha = 'abc123', merged_by = 'erin'
+          WHERE id = $1",
+    )
+    .bind(approved)
+    .execute(&f.pool)
+    .await?;
+    // An approval a read found without GitLab's date: its date is unknown.
+    sqlx::query(
+        "INSERT INTO merge_request_approval (pull_request_id, username, approved_at)
+         VALUES ($1, 'dan', NULL)",
+    )
+    .bind(approved)
+    .execute(&f.pool)
+    .await?;
 
     let viewer = testkit::token(&f.keys, Role::Viewer, Some(ws))?;
     let [.., detail] = gitlab_reads(ws, widgets, approved);
@@ -507,14 +527,37 @@ async fn a_gitlab_merge_request_shows_its_approvals_and_decision_to_its_workspac
         json!([
             {"username": "bob", "approved_at": "2026-03-01T00:00:10Z"},
             {"username": "cat", "approved_at": "2026-03-01T00:00:20Z"},
+            {"username": "dan", "approved_at": null},
         ])
     );
+    assert_eq!(
+        body["reviewers"],
+        json!([
+            {"username": "bob", "state": "approved"},
+            {"username": "dan", "state": null},
+        ])
+    );
+    assert_eq!(body["mergeable"], true);
+    assert_eq!(body["merge_status"], "mergeable");
+    assert_eq!(body["approval_read_at"], "2026-03-01T00:00:30Z");
+    assert_eq!(body["merge_commit_sha"], "abc123");
+    assert_eq!(body["merged_by"], "erin");
     // Unknown is null, never a guess; no approval is an empty list.
     let [.., unknown_detail] = gitlab_reads(ws, widgets, unknown);
     let (status, body) = f.get(&unknown_detail, &viewer).await?;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["review_decision"], Value::Null);
     assert_eq!(body["approvals"], json!([]));
+    for field in [
+        "reviewers",
+        "mergeable",
+        "merge_status",
+        "approval_read_at",
+        "merge_commit_sha",
+        "merged_by",
+    ] {
+        assert_eq!(body[field], Value::Null, "{field}: {body}");
+    }
 
     // Another workspace on the same GitLab server reads neither, under A's id or its own.
     let stranger = testkit::token(&f.keys, Role::Admin, Some(other_ws))?;
@@ -532,6 +575,23 @@ async fn a_gitlab_merge_request_shows_its_approvals_and_decision_to_its_workspac
     let detail = schemas["MergeRequestDetail"].to_string();
     assert!(detail.contains("\"review_decision\""), "{detail}");
     assert!(detail.contains("\"approvals\""), "{detail}");
+    for field in [
+        "reviewers",
+        "mergeable",
+        "merge_status",
+        "approval_read_at",
+        "merge_commit_sha",
+        "merged_by",
+    ] {
+        assert!(
+            detail.contains(&format!("\"{field}\"")),
+            "{field}: {detail}"
+        );
+    }
+    assert!(
+        schemas["ReviewerView"]["properties"].get("state").is_some(),
+        "{schemas}"
+    );
     assert!(
         schemas["ApprovalView"]["properties"]
             .get("approved_at")

@@ -202,21 +202,45 @@ pub struct MergeRequestDetail {
     /// `approved`, `changes_requested` or `review_required`; null while unknown (an approval
     /// act leaves it unknown until GitLab's readiness is read).
     pub review_decision: Option<String>,
+    /// The reviewers as last read whole, with their review state; null while never read.
+    pub reviewers: Option<Vec<ReviewerView>>,
+    /// Whether GitLab said it can be merged; null while unknown (an act, a push, or GitLab
+    /// still checking).
+    pub mergeable: Option<bool>,
+    /// GitLab's detailed merge status, lowercased (`mergeable`, `not_approved`, ...); null
+    /// while unknown.
+    pub merge_status: Option<String>,
+    /// When the standing approver list was last read whole; null before any read.
+    pub approval_read_at: Option<String>,
+    /// The merge commit; null before the merge or while unknown.
+    pub merge_commit_sha: Option<String>,
+    /// Who merged it; null before the merge or while unknown.
+    pub merged_by: Option<String>,
+}
+
+/// A reviewer of a merge request.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ReviewerView {
+    pub username: String,
+    /// `unreviewed`, `reviewing`, `reviewed`, `requested_changes`, `approved` or
+    /// `unapproved`; null while unknown (GitLab before 18.6 names reviewers without one).
+    pub state: Option<String>,
 }
 
 /// A standing approval of a merge request.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ApprovalView {
     pub username: String,
-    /// When the mirror recorded the approval (the approving hook's updated_at).
-    pub approved_at: String,
+    /// When the approval was given (GitLab's date, else the approving hook's updated_at);
+    /// null while unknown.
+    pub approved_at: Option<String>,
 }
 
 impl From<MirroredApproval> for ApprovalView {
     fn from(a: MirroredApproval) -> Self {
         ApprovalView {
             username: a.username,
-            approved_at: rfc3339(a.approved_at),
+            approved_at: a.approved_at.map(rfc3339),
         }
     }
 }
@@ -279,6 +303,12 @@ impl MergeRequestDetail {
             head_check: None,
             approvals: approvals.into_iter().map(Into::into).collect(),
             review_decision,
+            reviewers: None,
+            mergeable: None,
+            merge_status: None,
+            approval_read_at: None,
+            merge_commit_sha: None,
+            merged_by: None,
         }
     }
 }
@@ -365,7 +395,7 @@ pub async fn merge_requests(
     params(WorkspacePath,
         ("project_id" = Uuid, Path, description = "The project's id (not GitLab's)."),
         ("merge_request_id" = Uuid, Path, description = "The merge request's id (not GitLab's).")),
-    responses((status = 200, description = "The merge request, its notes and threads, its standing approvals and review decision.", body = MergeRequestDetail),
+    responses((status = 200, description = "The merge request, its notes and threads, its reviewers, standing approvals, review decision, readiness and merge facts (null while unknown).", body = MergeRequestDetail),
               (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
               (status = 404, description = "No such workspace, no such project in its scope, or no such merge request in the project.", body = ErrorBody)))]
 pub async fn merge_request(
@@ -389,7 +419,19 @@ pub async fn merge_request(
     let diff_notes = scm_scope::pull_request_review_comments(&state.db, &merge_request).await?;
     let approvals = scm_scope::pull_request_approvals(&state.db, &merge_request).await?;
     let head_check = scm_scope::pull_request_head_check(&state.db, &merge_request).await?;
+    let readiness = scm_scope::pull_request_readiness(&state.db, &merge_request).await?;
     let mut detail = MergeRequestDetail::new(merge_request, notes, threads, diff_notes, approvals);
     detail.head_check = head_check.map(Into::into);
+    if let Some(r) = readiness {
+        // Unknown is null: a stored list that does not parse is not a list.
+        detail.reviewers = r
+            .reviewers
+            .and_then(|json| serde_json::from_str::<Vec<ReviewerView>>(&json).ok());
+        detail.mergeable = r.mergeable;
+        detail.merge_status = r.merge_status;
+        detail.approval_read_at = r.approval_read_at.map(rfc3339);
+        detail.merge_commit_sha = r.merge_commit_sha;
+        detail.merged_by = r.merged_by;
+    }
     Ok(Json(detail))
 }
