@@ -19,7 +19,7 @@ use store::secrets::Keyring;
 use time::OffsetDateTime;
 use uuid::Uuid;
 use vendor_sim::gitlab::webhook::{approval_hook, merge_request_hook};
-use vendor_sim::gitlab::{GitlabSim, Model, NewMergeRequest};
+use vendor_sim::gitlab::{Fault, GitlabFault, GitlabSim, Model, NewMergeRequest, ops};
 
 const REGISTERED: &str = "gitlab-sync-connection-events";
 const OPERATOR: &str = "gitlab-sync-project-events";
@@ -63,6 +63,15 @@ impl World {
         model.add_group(None, "globex");
         let api = model.add_project(acme, "api");
         let sim = GitlabSim::start(model).await?;
+        // These tests prove the acts alone: the readiness read after each hook fails, which
+        // records nothing (tests/readiness.rs proves the read).
+        sim.inject(Fault::always(
+            ops::MERGE_REQUEST_READINESS,
+            GitlabFault::FieldError {
+                path: "project".into(),
+                message: "unavailable".into(),
+            },
+        ));
         let pool = env.db.db.get_postgres_connection_pool().clone();
         let instance = Uuid::now_v7();
         sqlx::query(
