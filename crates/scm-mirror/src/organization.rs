@@ -94,6 +94,23 @@ pub async fn team(
     .await
 }
 
+/// Removes the teams of `organization_id` whose native id is not in `found` (their members go
+/// with them); for a listing of the organization's subgroups read whole. Returns how many.
+pub async fn retain_teams(
+    conn: &mut PgConnection,
+    organization_id: Uuid,
+    found: &[i64],
+) -> Result<u64, sqlx::Error> {
+    Ok(
+        sqlx::query("DELETE FROM team WHERE organization_id = $1 AND NOT native_id = ANY($2)")
+            .bind(organization_id)
+            .bind(found)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected(),
+    )
+}
+
 /// What the delivering connection's organization holds under the group `native_id`: the
 /// organization itself or one of its teams; `None` when the group is neither (another
 /// workspace's organization, or a team not listed yet).

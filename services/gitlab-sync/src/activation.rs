@@ -564,14 +564,22 @@ impl Activator {
         let d = discover(&client, &target.group, self.page_size, caps).await;
         let discovery = self.apply_discovery(&conn, &target, &d, moment).await?;
         // The organization tier: the root group and its subgroups' members.
-        let members =
-            crate::org::refresh(&self.pool, &conn, &client, &target.group, &d, self.page_cap)
-                .await?;
+        let members = crate::org::refresh(
+            &self.pool,
+            &conn,
+            &client,
+            &target.group,
+            &d,
+            self.page_cap,
+            d.incomplete.is_none() && moment == Moment::Reconciliation,
+        )
+        .await?;
         self.log(
             &conn,
             "gitlab_activation_members",
             match &members {
                 Ok(r) => json!({"groups": r.groups, "changed": r.changed,
+                                "teams_removed": r.teams_removed,
                                 "complete": r.incomplete.is_none(), "reason": r.incomplete}),
                 Err(reason) => json!({"groups": 0, "complete": false, "reason": reason}),
             },

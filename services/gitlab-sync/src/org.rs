@@ -20,6 +20,8 @@ pub struct Refreshed {
     pub groups: usize,
     /// Membership rows written or removed.
     pub changed: u64,
+    /// Teams whose subgroup a complete discovery no longer found, removed.
+    pub teams_removed: u64,
     /// Why a listing was not whole (the first reason); nothing was removed from it.
     pub incomplete: Option<String>,
 }
@@ -74,8 +76,9 @@ async fn list_members(
 }
 
 /// Binds the connection's organization (its root group, as discovery found its id) and lists
-/// the members of it and of each subgroup discovery found. `Err` when the root group's id is
-/// unknown (nothing is bound then).
+/// the members of it and of each subgroup discovery found. With `remove_vanished` (a
+/// reconcile's complete discovery), a team whose subgroup discovery no longer found goes with
+/// its members. `Err` when the root group's id is unknown (nothing is bound then).
 pub async fn refresh(
     pool: &PgPool,
     conn: &connection::Model,
@@ -83,6 +86,7 @@ pub async fn refresh(
     root_group: &str,
     d: &Discovery,
     page_cap: u32,
+    remove_vanished: bool,
 ) -> anyhow::Result<Result<Refreshed, String>> {
     let Some(root_id) = d.group_id else {
         return Ok(Err(
@@ -109,6 +113,13 @@ pub async fn refresh(
         groups.push((MembersOf::Team(team), *id));
     }
     let mut done = Refreshed::default();
+    // Fail closed: only a reconcile's complete discovery proves a subgroup is gone.
+    if remove_vanished {
+        let found: Vec<i64> = d.subgroup_ids.values().map(|id| *id as i64).collect();
+        let mut tx = pool.begin().await?;
+        done.teams_removed = organization::retain_teams(&mut tx, org, &found).await?;
+        tx.commit().await?;
+    }
     for (of, group_id) in groups {
         // Dated by when it was asked: a member hook read after it wins.
         let read_at = OffsetDateTime::now_utc();

@@ -4,7 +4,11 @@
 //! other event is acknowledged and ignored) and writes them through the SCM mirror's
 //! forward-only steps, each in one transaction that first admits the delivery for the project
 //! by its native id (`scm_mirror::admission::GitlabProject`): a redelivered, late or reordered
-//! hook only ever moves the mirror forward.
+//! hook only ever moves the mirror forward. Project, subgroup and member events (named by
+//! `event_name`; on the shared endpoint `gitlab.<rootGroup>.?.<event>`) write nothing of their
+//! payload: renames and transfers re-key by the path GitLab reports for the native id
+//! ([`projects`]), member changes are read back for the connection's own organization
+//! ([`members`]).
 //!
 //! Two consumers: the hooks we registered (`gitlab.?connection.<id>.<event>`, consumer
 //! [`filters::CONNECTION_EVENTS_CONSUMER`]), whose deliveries about a project not discovered

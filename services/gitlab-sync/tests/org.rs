@@ -199,6 +199,12 @@ impl World {
         .await?)
     }
 
+    async fn count_teams(&self) -> Result<i64> {
+        Ok(sqlx::query_scalar("SELECT count(*) FROM team")
+            .fetch_one(self.pool())
+            .await?)
+    }
+
     async fn dead(&self) -> Result<i64> {
         Ok(sqlx::query_scalar("SELECT count(*) FROM dead_message")
             .fetch_one(self.pool())
@@ -475,9 +481,12 @@ async fn activate(w: &World, tenant: Tenant, moment: Moment) -> Result<()> {
 #[tokio::test]
 async fn the_members_listing_and_member_hooks_keep_the_organization_tier() -> Result<()> {
     let w = World::start().await?;
-    w.sim.model(|m| {
+    let tmp = w.sim.model(|m| {
         m.add_member(w.acme, "alice", 30);
         m.add_member(w.team, "bob", 40);
+        let tmp = m.add_group(Some(w.acme), "tmp");
+        m.add_member(tmp, "dave", 10);
+        tmp
     });
     activate(&w, w.a, Moment::Activated).await?;
     let (login, bound): (String, i64) = sqlx::query_as(
@@ -489,16 +498,28 @@ async fn the_members_listing_and_member_hooks_keep_the_organization_tier() -> Re
     .await?;
     assert_eq!((login.as_str(), bound), ("acme", 1));
     assert_eq!(
-        sqlx::query_scalar::<_, String>("SELECT slug FROM team WHERE native_id = $1")
-            .bind(w.team as i64)
+        sqlx::query_scalar::<_, String>("SELECT slug FROM team ORDER BY slug")
             .fetch_all(w.pool())
             .await?,
-        ["acme/team"]
+        ["acme/team", "acme/tmp"]
     );
     assert_eq!(
         members(&w, "organization_membership").await?,
         [member("alice", 30)]
     );
+    assert_eq!(
+        members(&w, "team_membership").await?,
+        [member("bob", 40), member("dave", 10)]
+    );
+    // A subgroup gone: only a reconcile's complete discovery removes its team.
+    w.sim.model(|m| {
+        m.groups.remove(&tmp);
+        m.members.retain(|(group, _), _| *group != tmp);
+    });
+    activate(&w, w.a, Moment::Activated).await?;
+    assert_eq!(w.count_teams().await?, 2);
+    activate(&w, w.a, Moment::Reconciliation).await?;
+    assert_eq!(w.count_teams().await?, 1);
     assert_eq!(members(&w, "team_membership").await?, [member("bob", 40)]);
 
     // Member hooks: each confirmed by reading the membership from GitLab.
