@@ -566,12 +566,15 @@ impl Model {
     /// when the merge request does not exist.
     pub fn request_changes(&mut self, project: u64, iid: u64, user: &str) -> Option<u64> {
         let mr = self.merge_requests.get_mut(&(project, iid))?;
+        // The note is saved after everything already done to the merge request.
+        let touched = mr.updated_at;
         mr.approved_by.retain(|(u, _)| u != user);
         for (reviewer, state) in &mut mr.reviewers {
             if reviewer == user {
                 *state = Some("REQUESTED_CHANGES".into());
             }
         }
+        self.clock = self.clock.max(touched);
         let on = NoteOn::MergeRequest(project, iid);
         Some(self.insert_note_by(user, on, "requested changes", true, None, None, None))
     }
