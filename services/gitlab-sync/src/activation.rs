@@ -5,6 +5,9 @@
 //!    projects. Complete only if both end cleanly and the projects found equal GitLab's own
 //!    count. Monitors are materialised for the projects the selection permits; an incomplete
 //!    discovery keeps what it found and removes nothing.
+//!    Then the organization tier ([`crate::org`]): the root group bound as the connection's
+//!    organization, its and each subgroup's members listed (only a reconcile's complete
+//!    discovery removes a vanished subgroup's team).
 //! 2. The durable consumer [`CONNECTION_EVENTS_CONSUMER`] takes `gitlab.?connection.<id>.>`,
 //!    confirmed by reading it back from the NATS server.
 //! 3. Only after both: the group hook, on an `inbound_endpoint` of its own, with a route

@@ -149,11 +149,13 @@ async fn activation_discovers_then_confirms_the_consumer_then_registers_one_hook
     assert_eq!(done.consumer, Ok(()));
     assert!(matches!(done.hook, HookState::Open(_)), "{:?}", done.hook);
 
-    // Each step logged in order: discovery, consumer, then the hook asked for and adopted.
+    // Each step logged in order: discovery (with the organization's members), consumer, then
+    // the hook asked for and adopted.
     assert_eq!(
         activities(&s.pool, s.conn.id).await?,
         [
             "gitlab_activation_discovery",
+            "gitlab_activation_members",
             "gitlab_activation_consumer",
             "gitlab_activation_hook_requested",
             "gitlab_activation_hook_resolved",
