@@ -24,6 +24,7 @@ use uuid::Uuid;
 use vendor_sim::gitlab::{GitlabSim, Model, ops};
 
 const REGISTERED: &str = "gitlab-sync-connection-events";
+const OPERATOR: &str = "gitlab-sync-project-events";
 
 /// A workspace's GitLab connection and the endpoint of the group hook we registered for it.
 #[derive(Clone, Copy)]
@@ -162,6 +163,57 @@ impl World {
         Ok(accepted.message_id)
     }
 
+    /// Stores `body` as ingress does for an operator-created hook whose secret A's tenant chose
+    /// (a claim), routed to `gitlab.<rootGroup>.?.<event>`.
+    async fn claimed(&self, body: &Json) -> Result<()> {
+        let keyring = Keyring::parse(&testkit::secret_key())?;
+        let endpoint = store::inbound::create_endpoint(
+            &self.env.db.db,
+            &keyring,
+            NewEndpoint {
+                workspace_id: self.a.route.workspace_id,
+                connection_id: self.a.connection_id,
+                kind: ConnectionKind::Gitlab,
+                registration: Registration::Operator,
+                provider_ref: None,
+                address_token: Some(Uuid::now_v7().simple().to_string()),
+                tenant_keyed: true,
+            },
+            Uuid::now_v7().as_bytes(),
+        )
+        .await?;
+        let event = body["event_name"].as_str().unwrap_or("unknown").to_owned();
+        let txn = self.env.db.db.begin().await?;
+        let recorded = store::inbound::record(
+            &txn,
+            NewMessage {
+                endpoint: EndpointIds {
+                    endpoint_id: endpoint.id,
+                    workspace_id: self.a.route.workspace_id,
+                    connection_id: self.a.connection_id,
+                    kind: ConnectionKind::Gitlab,
+                },
+                verification: "token".into(),
+                headers: BTreeMap::new(),
+                body: serde_json::to_vec(body)?,
+                subject: subject::gitlab_root_group("acme", &event)?,
+                event,
+                dedup: Dedup::Keys {
+                    event_id: Some(Uuid::now_v7().to_string()),
+                    digest_window: Duration::from_secs(1),
+                    verified_by: None,
+                },
+                retention: Duration::from_secs(3600),
+                inline_body_max: usize::MAX,
+                relay_hold: Duration::ZERO,
+            },
+        )
+        .await?;
+        anyhow::ensure!(matches!(recorded, Recorded::Accepted(_)), "{recorded:?}");
+        txn.commit().await?;
+        Ok(())
+    }
+
     /// Waits until every stored delivery is published and the consumer settled them.
     async fn settle(&self) -> Result<()> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -180,8 +232,10 @@ impl World {
                 .jetstream()
                 .get_stream(ns.name(Stream::WebhooksGitlab.name()))
                 .await?;
-            if let Ok(info) = stream.consumer_info(ns.name(REGISTERED)).await {
-                busy |= info.num_pending > 0 || info.num_ack_pending > 0;
+            for durable in [REGISTERED, OPERATOR] {
+                if let Ok(info) = stream.consumer_info(ns.name(durable)).await {
+                    busy |= info.num_pending > 0 || info.num_ack_pending > 0;
+                }
             }
             quiet = if busy { 0 } else { quiet + 1 };
         }
@@ -348,6 +402,31 @@ async fn a_forged_rename_changes_nothing_and_a_real_one_rekeys_by_what_gitlab_re
         ]
     );
     assert_eq!(w.dead().await?, 0);
+    w.stop().await
+}
+
+#[tokio::test]
+async fn a_claimed_rename_on_the_shared_endpoint_rekeys_by_what_gitlab_reports() -> Result<()> {
+    let w = World::start().await?;
+    let api = w.api;
+    // A hook whose secret the tenant knows is only a claim; it still names which project to
+    // ask GitLab about, and GitLab's path is what is written, not the claim's.
+    let mut claim = w
+        .sim
+        .model(|m| m.rename_project_with_hook(api, "api2"))
+        .expect("renamed");
+    claim["path_with_namespace"] = "acme/claimed".into();
+    // The shared endpoint's consumer follows the monitors; give it time to take them.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    w.claimed(&claim).await?;
+    w.settle().await?;
+    assert_eq!(
+        w.monitors(w.a).await?,
+        [
+            monitor("acme", "api2", api),
+            monitor("acme/team", "web", w.web)
+        ]
+    );
     w.stop().await
 }
 
