@@ -721,6 +721,15 @@ async fn a_malformed_payload_is_recorded_dead_and_changes_nothing() -> Result<()
 async fn a_close_or_merge_hook_then_the_sync_records_exactly_one_event() -> Result<()> {
     let w = World::start().await?;
     let api = w.p.api;
+    // GitLab's readiness read after each hook fails here: the hooks alone name no merge time
+    // (tests/readiness.rs proves the read that fills it).
+    w.sim.inject(Fault::always(
+        ops::MERGE_REQUEST_READINESS,
+        GitlabFault::FieldError {
+            path: "project".into(),
+            message: "unavailable".into(),
+        },
+    ));
     let (bystander, closing, merging, issue) = w.sim.model(|m| {
         let mr = |m: &mut Model, title: &str, updated_at| {
             m.add_merge_request(
@@ -1075,6 +1084,14 @@ async fn head_check(w: &World, number: u64) -> Result<(Option<String>, Option<St
 async fn a_pipeline_hook_records_the_head_check_and_an_older_one_changes_nothing() -> Result<()> {
     let w = World::start().await?;
     let api = w.p.api;
+    // Only the Pipeline Hooks observe here: GitLab's readiness read after the open hook fails.
+    w.sim.inject(Fault::always(
+        ops::MERGE_REQUEST_READINESS,
+        GitlabFault::FieldError {
+            path: "project".into(),
+            message: "unavailable".into(),
+        },
+    ));
     let iid = w.sim.model(|m| {
         m.add_merge_request(
             api,
