@@ -192,3 +192,90 @@ async fn a_hook_that_keeps_failing_is_disabled_as_gitlab_shows_it() {
     assert_eq!(listed[0]["alert_status"], "temporarily_disabled");
     assert!(listed[0]["disabled_until"].is_string());
 }
+
+#[tokio::test]
+async fn project_subgroup_and_member_changes_reach_the_hooks_that_asked_and_members_list() {
+    let (url, seen) = receiver(StatusCode::OK).await;
+    let mut model = Model::default();
+    model.add_token("t");
+    let top = model.add_group(None, "top");
+    let sub = model.add_group(Some(top), "sub");
+    let app = model.add_project(sub, "app");
+    let sim = GitlabSim::start(model).await.unwrap();
+    let hook = sim.model(|m| m.add_hook(top, &url, "route-token"));
+    sim.model(|m| {
+        m.rename_project_with_hook(app, "app2").unwrap();
+        m.transfer_project_with_hook(app, top).unwrap();
+        m.rename_group_with_hook(sub, "squad").unwrap();
+        m.add_member(sub, "alice", 30);
+        m.update_member(sub, "alice", 40).unwrap();
+        m.add_member(top, "bob", 50);
+        m.remove_member(top, "bob").unwrap();
+    });
+    sim.flush_hooks().await;
+    let got: Vec<(String, Json)> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(h, b)| (header(h, "x-gitlab-event").to_owned(), b.clone()))
+        .collect();
+    let events: Vec<(&str, &str)> = got
+        .iter()
+        .map(|(h, b)| (h.as_str(), b["event_name"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        events,
+        [
+            ("Project Hook", "project_rename"),
+            ("Project Hook", "project_transfer"),
+            ("Subgroup Hook", "group_rename"),
+            ("Member Hook", "user_add_to_group"),
+            ("Member Hook", "user_update_for_group"),
+            ("Member Hook", "user_add_to_group"),
+            ("Member Hook", "user_remove_from_group"),
+        ]
+    );
+    // GitLab's shapes: the old path beside the new, the group's old full path, the member's
+    // group and user by id.
+    assert_eq!(got[0].1["path_with_namespace"], "top/sub/app2");
+    assert_eq!(got[0].1["old_path_with_namespace"], "top/sub/app");
+    assert_eq!(got[1].1["path_with_namespace"], "top/app2");
+    assert_eq!(got[1].1["project_id"], app);
+    assert_eq!(got[2].1["old_full_path"], "top/sub");
+    assert_eq!(got[2].1["full_path"], "top/squad");
+    assert_eq!(got[4].1["group_id"], sub);
+    assert_eq!(got[4].1["group_access"], "Maintainer");
+    assert!(got[4].1["user_id"].as_u64().is_some());
+
+    // A hook that did not ask for member events hears none of them.
+    sim.model(|m| m.hooks.get_mut(&hook).unwrap().member_events = false);
+    sim.model(|m| m.add_member(top, "carol", 10));
+    sim.flush_hooks().await;
+    assert_eq!(seen.lock().unwrap().len(), 7);
+
+    // The members listing over REST, and one membership by user id (404 when not a member).
+    let client = reqwest::Client::new();
+    let listed: Vec<Json> = client
+        .get(format!("{}/api/v4/groups/{sub}/members", sim.base_url()))
+        .bearer_auth("t")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["username"], "alice");
+    assert_eq!(listed[0]["access_level"], 40);
+    let alice = listed[0]["id"].as_u64().unwrap();
+    let one = client
+        .get(format!(
+            "{}/api/v4/groups/{top}/members/{alice}",
+            sim.base_url()
+        ))
+        .bearer_auth("t")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(one.status(), StatusCode::NOT_FOUND);
+}
