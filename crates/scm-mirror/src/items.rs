@@ -463,3 +463,91 @@ impl ItemNode for PullRequestNode {
             .set("merged_at", Replace, self.merged_at);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: i64) -> OffsetDateTime {
+        OffsetDateTime::from_unix_timestamp(secs).unwrap()
+    }
+
+    fn stored(draft: bool, head: &str, changed: i64) -> StoredItem {
+        StoredItem {
+            native_id: 1,
+            id: Uuid::nil(),
+            updated_at: at(changed),
+            state: "open".into(),
+            closed_at: None,
+            merged_at: None,
+            draft: Some(draft),
+            head_sha: Some(head.into()),
+            head_changed_at: Some(at(changed)),
+            comment_count: None,
+            review_count: None,
+        }
+    }
+
+    fn read(draft: Option<bool>, head: Option<&str>, updated: i64) -> PullRequestNode {
+        PullRequestNode {
+            fields: ItemFields {
+                native_id: 1,
+                node_id: "gid://gitlab/MergeRequest/1".into(),
+                number: 1,
+                title: "t".into(),
+                body: String::new(),
+                state: "open".into(),
+                author: None,
+                locked: None,
+                lock_reason: None,
+                comment_count: None,
+                created_at: at(0),
+                updated_at: at(updated),
+                closed_at: None,
+            },
+            draft,
+            review_count: None,
+            head_ref: Some("feature".into()),
+            head_sha: head.map(str::to_owned),
+            base_ref: Some("main".into()),
+            merged_at: None,
+        }
+    }
+
+    #[test]
+    fn a_read_reports_the_draft_flag_and_head_it_stores_under_the_hooks_keys() {
+        let prior = stored(false, "a", 10);
+        let node = read(Some(true), Some("b"), 20);
+        assert_eq!(
+            stored_pull_request_changes(Some(&prior), &node),
+            [
+                LifecycleChange::Draft { at: at(20) },
+                LifecycleChange::Push {
+                    before: "a",
+                    after: "b"
+                }
+            ]
+        );
+        let ready = read(Some(false), Some("a"), 20);
+        assert_eq!(
+            stored_pull_request_changes(Some(&stored(true, "a", 10)), &ready),
+            [LifecycleChange::Ready { at: at(20) }]
+        );
+    }
+
+    #[test]
+    fn a_read_of_what_is_stored_or_unknown_or_new_reports_nothing() {
+        let prior = stored(false, "a", 10);
+        assert!(
+            stored_pull_request_changes(Some(&prior), &read(Some(false), Some("a"), 20)).is_empty()
+        );
+        // An unknown flag or head is no change.
+        assert!(stored_pull_request_changes(Some(&prior), &read(None, None, 20)).is_empty());
+        // A head the stored one is not older than stays: no push is reported.
+        assert!(
+            stored_pull_request_changes(Some(&prior), &read(Some(false), Some("b"), 10)).is_empty()
+        );
+        // A new item reports its opening, not a push or a draft.
+        assert!(stored_pull_request_changes(None, &read(Some(true), Some("b"), 20)).is_empty());
+    }
+}
