@@ -731,11 +731,12 @@ impl MergeRequest {
         m.pipelines
             .values()
             .filter(|p| p.project == mr.project)
+            // GitLab answers only a pipeline of the current head: after a push, none until
+            // one runs for the new head.
+            .filter(|p| Some(&p.sha) == mr.diff_head_sha.as_ref())
             .filter(|p| {
                 p.merge_request == Some(mr.iid)
-                    || (p.merge_request.is_none()
-                        && Some(&p.sha) == mr.diff_head_sha.as_ref()
-                        && p.git_ref == mr.source_branch)
+                    || (p.merge_request.is_none() && p.git_ref == mr.source_branch)
             })
             .max_by_key(|p| p.id)
             .map(|p| Pipeline {

@@ -32,4 +32,4 @@ pub use model::{
     DiffPosition, Group, Hook, HookAlert, Issue, MergeRequest, Model, NewIssue, NewMergeRequest,
     Note, NoteOn, Pipeline, Project, RateLimit,
 };
-pub use server::GitlabSim;
+pub use server::{GitlabSim, HeldDelivery};

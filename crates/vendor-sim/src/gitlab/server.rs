@@ -45,6 +45,8 @@ struct Shared {
     attempts: Mutex<Vec<HookAttempt>>,
     /// Every call's operation, in the order the calls arrived.
     log: Mutex<Vec<String>>,
+    /// While set, queued deliveries wait for [`GitlabSim::take_held_hooks`] instead of leaving.
+    held: std::sync::atomic::AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -74,6 +76,7 @@ impl GitlabSim {
             sending: tokio::sync::Mutex::new(()),
             attempts: Mutex::new(Vec::new()),
             log: Mutex::new(Vec::new()),
+            held: std::sync::atomic::AtomicBool::new(false),
         });
         let app = Router::new()
             .route("/api/graphql", post(graphql_call))
@@ -138,6 +141,39 @@ impl GitlabSim {
         send_pending_hooks(&self.shared).await
     }
 
+    /// Holds (`true`) or releases the deliveries changes queue: while held, the test takes them
+    /// with [`GitlabSim::take_held_hooks`] and sends them itself, in any order and as often as
+    /// it likes; a release sends nothing by itself ([`GitlabSim::flush_hooks`] does).
+    pub fn hold_hooks(&self, hold: bool) {
+        self.shared
+            .held
+            .store(hold, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The deliveries queued so far, each with where its hook sends it; a hook that is gone or
+    /// not executable now drops its deliveries, as GitLab would.
+    pub fn take_held_hooks(&self) -> Vec<HeldDelivery> {
+        let mut m = lock(&self.shared.model);
+        let now = OffsetDateTime::now_utc();
+        let pending = m.take_pending_hooks();
+        pending
+            .into_iter()
+            .filter_map(|p| {
+                let h = m
+                    .hooks
+                    .get(&p.hook_id)
+                    .filter(|_| m.hook_executable(p.hook_id, now))?;
+                Some(HeldDelivery {
+                    delivery: p.delivery,
+                    url: h.url.clone(),
+                    token: h.token.clone(),
+                    hook_uuid: h.uuid.clone(),
+                    instance: m.instance_url.clone(),
+                })
+            })
+            .collect()
+    }
+
     /// Every execution of a hook so far, oldest first.
     pub fn hook_attempts(&self) -> Vec<HookAttempt> {
         lock(&self.shared.attempts).clone()
@@ -178,6 +214,9 @@ impl GitlabSim {
 /// hooks GitLab would not execute now, and records each outcome on its hook.
 async fn send_pending_hooks(shared: &Shared) -> Vec<HookAttempt> {
     let _one_sender = shared.sending.lock().await;
+    if shared.held.load(std::sync::atomic::Ordering::SeqCst) {
+        return Vec::new();
+    }
     let pending = lock(&shared.model).take_pending_hooks();
     let mut made = Vec::new();
     for p in pending {
@@ -218,6 +257,39 @@ async fn send_pending_hooks(shared: &Shared) -> Vec<HookAttempt> {
         made.push(attempt);
     }
     made
+}
+
+/// A delivery taken while hooks are held, with its hook's target.
+#[derive(Debug, Clone)]
+pub struct HeldDelivery {
+    pub delivery: webhook::Delivery,
+    pub url: String,
+    pub token: String,
+    pub hook_uuid: String,
+    pub instance: String,
+}
+
+impl HeldDelivery {
+    /// Sends it as its hook would; the receiver's status.
+    pub async fn send(&self, client: &reqwest::Client) -> Result<StatusCode, reqwest::Error> {
+        self.delivery
+            .send(
+                client,
+                &self.url,
+                &self.token,
+                &self.hook_uuid,
+                &self.instance,
+            )
+            .await
+    }
+
+    /// The same event sent again by another execution, as a manual resend or a second hook
+    /// is: a new `Idempotency-Key`, the same `X-Gitlab-Event-UUID` and body.
+    pub fn resent(&self) -> HeldDelivery {
+        let mut copy = self.clone();
+        copy.delivery.idempotency_key = uuid::Uuid::new_v4().to_string();
+        copy
+    }
 }
 
 fn message(status: StatusCode, text: &str) -> Response {
