@@ -197,7 +197,8 @@ impl Model {
         Some(body)
     }
 
-    /// A Member Hook body for `member` as `event`.
+    /// A Member Hook body for `member` as `event`: GitLab names the group by id, name and its
+    /// own path segment (not its full path).
     pub fn member_hook(&self, member: &Member, event: &str) -> Json {
         let group = self.groups.get(&member.group);
         json!({
@@ -205,7 +206,6 @@ impl Model {
             "updated_at": hook_time(OffsetDateTime::now_utc()),
             "group_name": group.map(|g| g.name.clone()),
             "group_path": group.map(|g| g.path.clone()),
-            "full_path": self.full_group_path(member.group),
             "group_id": member.group,
             "user_username": member.username,
             "user_name": member.username,
