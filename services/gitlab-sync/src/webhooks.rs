@@ -24,9 +24,9 @@ pub mod members;
 pub mod notes;
 pub mod payload;
 pub mod pipelines;
+pub mod projects;
 pub mod pushes;
 pub mod readiness;
-pub mod projects;
 pub mod route;
 
 use scm_mirror::admission::GitlabProject;
