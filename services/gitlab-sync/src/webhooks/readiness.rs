@@ -61,11 +61,13 @@ impl Asked {
     }
 }
 
+/// GitLab's dates of a merged request's standing approvals, by approver (`None`: not named).
+type ApprovalDates = BTreeMap<String, Option<OffsetDateTime>>;
+
 /// What GitLab answered.
 struct Answer {
     page: Page<MergeRequestNode>,
-    /// Dates of the standing approvals of a merged request, by approver.
-    dates: Option<BTreeMap<String, Option<OffsetDateTime>>>,
+    dates: Option<ApprovalDates>,
 }
 
 /// Reads `asked`'s readiness and writes it; whether a stored fact changed or an event was
@@ -152,10 +154,7 @@ pub async fn after_hook(
 }
 
 /// The read's facts when GitLab named the same project and merge request.
-fn facts_of(
-    asked: &Asked,
-    answer: Answer,
-) -> Option<(ReadFacts, Option<BTreeMap<String, Option<OffsetDateTime>>>)> {
+fn facts_of(asked: &Asked, answer: Answer) -> Option<(ReadFacts, Option<ApprovalDates>)> {
     let reached = answer.page.project.as_ref().and_then(|p| gid_number(&p.id));
     if reached != Some(asked.project.id) {
         tracing::info!("the project's path now reaches another project; nothing recorded");
