@@ -208,56 +208,32 @@ pub async fn apply_listing(
     Ok(changed)
 }
 
-/// The organizations `$1`'s connection binds that no other live binding holds: a binding of
-/// another connection that is not disconnected, in a workspace that is not being purged. The
-/// same workspace's other connection counts too (its reads would only write the tier again).
-macro_rules! unshared_organizations {
-    () => {
-        "SELECT b.organization_id FROM organization_binding b
-          WHERE b.connection_id = $1
-            AND NOT EXISTS (
-                SELECT 1 FROM organization_binding o
-                  JOIN connection c ON c.id = o.connection_id
-                  JOIN workspace w ON w.id = c.workspace_id
-                 WHERE o.organization_id = b.organization_id AND o.connection_id <> $1
-                   AND c.status <> 'disconnected' AND w.status = 'active')"
-    };
-}
-
 /// The organization tier's registration: memberships and teams of an organization no other
-/// live binding holds, then the connection's bindings. The organization rows are global and
+/// live workspace binds, then the connection's bindings. The organization rows are global and
 /// never erased.
 pub static ERASABLE: Erasable = Erasable {
     holder: "organization-tier",
     order: 95,
     kinds: &[ConnectionKind::Github, ConnectionKind::Gitlab],
     tables: &[
-        // Org-tier guard: erased only when no other live workspace binds the organization.
+        // Org-tier guard: the eraser selects these only for an organization no other live
+        // workspace binds (lifecycle_core::erasure::plan_scm_erasure).
         ErasableTable {
             table: "team_membership",
-            selector: Selector::Connection(concat!(
-                "team_id IN (SELECT id FROM team WHERE organization_id IN (",
-                unshared_organizations!(),
-                "))"
-            )),
+            selector: Selector::Organization(
+                "team_id IN (SELECT id FROM team WHERE organization_id = $1)",
+            ),
         },
         ErasableTable {
             table: "team",
-            selector: Selector::Connection(concat!(
-                "organization_id IN (",
-                unshared_organizations!(),
-                ")"
-            )),
+            selector: Selector::Organization("organization_id = $1"),
         },
         ErasableTable {
             table: "organization_membership",
-            selector: Selector::Connection(concat!(
-                "organization_id IN (",
-                unshared_organizations!(),
-                ")"
-            )),
+            selector: Selector::Organization("organization_id = $1"),
         },
-        // Unlinked last, so an erasure resumed after a crash still finds what it guards.
+        // Unlinked after the tier, so an erasure resumed after a crash still finds what it
+        // guards.
         ErasableTable {
             table: "organization_binding",
             selector: Selector::Connection("connection_id = $1"),

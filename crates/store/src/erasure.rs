@@ -41,6 +41,10 @@ pub enum Selector {
     /// A purged workspace's own rows that no connection names (its activity entries, its item
     /// events in flight): `$1` is the workspace id. Run after every connection is erased.
     Workspace(&'static str),
+    /// The organization tier (teams, memberships) of an organization the erased connection
+    /// bound and no other live workspace binds (`ErasureStep::EraseOrganizationTier`): `$1` is
+    /// the organization id. The organization row itself is never selected.
+    Organization(&'static str),
 }
 
 /// A table and the columns of it that hold third-party content: what the vendor's users wrote,

@@ -11,16 +11,23 @@
 //!    workspace's derived rows of it when the workspace lost it, then the orphan guard (no
 //!    monitor anywhere covers it under the rule) and, if orphaned, everything under it, derived
 //!    rows first, tombstoned rows included, the repository last;
-//! 4. every holder's rows of the connection, in holder order;
+//! 4. the organization tier of each organization it binds that no other live workspace binds
+//!    (the tier's own guard; no repository cascade reaches it), then every holder's rows of
+//!    the connection, in holder order (its bindings among them);
 //! 5. its stream messages, by sequence from the stream ledger, and the subjects it owns alone.
 
-use lifecycle_core::erasure::{ErasureTrigger, RepositoryFate, repository_fate};
+use std::collections::BTreeSet;
+
+use lifecycle_core::erasure::{
+    ErasureStep, ErasureTrigger, OrganizationBinding, RepositoryFate, plan_scm_erasure,
+    repository_fate,
+};
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait, FromQueryResult,
     QueryOrder, Statement, TransactionTrait,
 };
 use store::entity::{ConnectionStatus, WorkspaceStatus, connection, workspace};
-use store::erasure::{Erasable, Selector};
+use store::erasure::{Erasable, ErasableTable, Selector};
 use uuid::Uuid;
 
 use crate::records::{self, ErasureRecord, Step};
@@ -70,6 +77,13 @@ fn delete_sql(table: &str, predicate: &str) -> String {
 struct Captured {
     repository_id: Uuid,
     workspace_lost: bool,
+}
+
+/// An organization the erased connection binds, and how many other live workspaces bind it.
+#[derive(FromQueryResult)]
+struct Bound {
+    organization_id: Uuid,
+    others: i64,
 }
 
 #[derive(FromQueryResult)]
@@ -122,6 +136,8 @@ impl Eraser {
         self.capture(&record, &conn, &holders).await?;
         self.remove_monitors(&record, &conn, &holders).await?;
         self.erase_repositories(&record, &conn, &holders).await?;
+        self.erase_organization_tiers(&record, &conn, trigger, &holders)
+            .await?;
         self.erase_connection_rows(&record, &conn, &holders).await?;
         streams::erase_connection_messages(self, &record, &conn, &holders).await?;
         if let Some(step) = Step::begin(&self.db, record.id, "done").await? {
@@ -437,6 +453,65 @@ impl Eraser {
             fates.push((*repository, fate));
         }
         Ok(fates)
+    }
+
+    /// Step 3b: the organization tier of each organization the connection binds, under the
+    /// tier's own guard: `plan_scm_erasure` erases it only when no other live workspace (a
+    /// connection not disconnected, in a workspace not being purged) binds it. The bindings
+    /// themselves go with the connection's rows (step 4), after the tier.
+    async fn erase_organization_tiers(
+        &self,
+        record: &ErasureRecord,
+        conn: &connection::Model,
+        trigger: ErasureTrigger,
+        holders: &[&'static Erasable],
+    ) -> Result<(), EraseError> {
+        let tables: Vec<&ErasableTable> = holders
+            .iter()
+            .flat_map(|h| h.tables_where(|s| matches!(s, Selector::Organization(_))))
+            .collect();
+        if tables.is_empty() {
+            return Ok(());
+        }
+        let bound = Bound::find_by_statement(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT b.organization_id,
+                    (SELECT count(DISTINCT c.workspace_id) FROM organization_binding o
+                       JOIN connection c ON c.id = o.connection_id
+                       JOIN workspace w ON w.id = c.workspace_id
+                      WHERE o.organization_id = b.organization_id
+                        AND c.workspace_id <> $2 AND c.status <> 'disconnected'
+                        AND w.status = 'active') AS others
+               FROM organization_binding b
+              WHERE b.connection_id = $1
+              ORDER BY b.organization_id",
+            [conn.id.into(), conn.workspace_id.into()],
+        ))
+        .all(&self.db)
+        .await?;
+        let bindings: Vec<OrganizationBinding<Uuid>> = bound
+            .into_iter()
+            .map(|b| OrganizationBinding {
+                organization: b.organization_id,
+                other_live_workspaces: usize::try_from(b.others).unwrap_or(usize::MAX),
+            })
+            .collect();
+        let plan =
+            plan_scm_erasure::<Uuid, Uuid>(trigger, &BTreeSet::new(), &BTreeSet::new(), &bindings);
+        for step in plan.steps {
+            let ErasureStep::EraseOrganizationTier(organization) = step else {
+                continue;
+            };
+            for t in &tables {
+                let Selector::Organization(predicate) = t.selector else {
+                    continue;
+                };
+                let name = format!("organization:{organization}:{}", t.table);
+                self.delete_step(record, &name, t.table, predicate, organization)
+                    .await?;
+            }
+        }
+        Ok(())
     }
 
     /// Step 4: every holder's rows of the connection, holder by holder, table by table.
