@@ -341,7 +341,10 @@ pub async fn apply(
     // Mutable readiness: both open or both merged, and a version not older than stored.
     let same_state = row.state == read.state && matches!(read.state, "open" | "merged");
     if same_state && read.version >= row.upstream_updated_at {
-        changed |= write_reviewers(txn, pull_request_id, &row, read).await?;
+        if let ListRead::Whole(named) = &read.reviewers {
+            changed |=
+                write_reviewers(txn, pull_request_id, &row, read.requested_at, named).await?;
+        }
     }
     if same_state && let Some(head) = &read.head {
         changed |= write_review_facts(txn, pull_request_id, read, head, approval_dates).await?;
@@ -411,17 +414,56 @@ pub async fn apply(
     Ok(Applied { changed, merged_at })
 }
 
+/// The stated review of a reviewer a hook names with `state` (GitLab 18.6+), or without.
+pub fn hook_review(state: Option<&str>) -> StatedReview<ReviewerState> {
+    match state {
+        None => StatedReview::NotStated,
+        Some("unreviewed") => StatedReview::Known(ReviewerState::Unreviewed),
+        Some("review_started") => StatedReview::Known(ReviewerState::Reviewing),
+        Some("reviewed") => StatedReview::Known(ReviewerState::Reviewed),
+        Some("requested_changes") => StatedReview::Known(ReviewerState::RequestedChanges),
+        Some("approved") => StatedReview::Known(ReviewerState::Approved),
+        Some("unapproved") => StatedReview::Known(ReviewerState::Unapproved),
+        Some(_) => StatedReview::Unrecognized,
+    }
+}
+
+/// Writes the whole reviewer list a Merge Request Hook received at `received_at` states, in the
+/// hook's transaction (the row locked there): a dated snapshot, like a read's.
+pub async fn apply_hook_reviewers(
+    txn: &mut sqlx::PgConnection,
+    pull_request_id: Uuid,
+    version: OffsetDateTime,
+    received_at: OffsetDateTime,
+    named: Vec<(String, StatedReview<ReviewerState>)>,
+) -> Result<bool, sqlx::Error> {
+    let row: Option<Row> = sqlx::query_as(
+        "SELECT state, upstream_updated_at, head_sha, reviewers, reviewers_received_at, merged_at,
+                head_check_state, head_check_sha, head_check_observed_at
+           FROM pull_request WHERE id = $1 FOR UPDATE",
+    )
+    .bind(pull_request_id)
+    .fetch_optional(&mut *txn)
+    .await?;
+    let Some(row) = row else {
+        return Ok(false);
+    };
+    // An older payload changes nothing.
+    if version < row.upstream_updated_at {
+        return Ok(false);
+    }
+    write_reviewers(txn, pull_request_id, &row, received_at, &named).await
+}
+
 /// The reviewer list as a dated snapshot: each named reviewer's state merged with the stored one,
 /// applied only if whole and not received before the stored list.
 async fn write_reviewers(
     txn: &mut sqlx::PgConnection,
     pull_request_id: Uuid,
     row: &Row,
-    read: &ReadFacts,
+    received_at: OffsetDateTime,
+    named: &[(String, StatedReview<ReviewerState>)],
 ) -> Result<bool, sqlx::Error> {
-    let ListRead::Whole(named) = &read.reviewers else {
-        return Ok(false);
-    };
     let stored: Vec<StoredReviewer> = row
         .reviewers
         .as_ref()
@@ -449,7 +491,7 @@ async fn write_reviewers(
         }),
         _ => None,
     };
-    if snapshot::apply(&mut snapshot, read.requested_at, ListRead::Whole(entries))
+    if snapshot::apply(&mut snapshot, received_at, ListRead::Whole(entries))
         != SnapshotOutcome::Applied
     {
         return Ok(false);

@@ -694,8 +694,10 @@ async fn field_errors_leave_exactly_those_facts_unknown_never_empty() -> Result<
     let api = w.api;
     w.sim.model(|m| m.start_pipeline(api, iid)).unwrap();
     w.fail_next_read_at(&["approvedBy", "reviewers", "headPipeline"]);
-    w.deliver(&w.change(iid, |mr| mr.title = "one".into()))
-        .await?;
+    let mut update = w.change(iid, |mr| mr.title = "one".into());
+    // Only the read speaks of reviewers here (a hook's own list is a fact of its own).
+    update.as_object_mut().unwrap().remove("reviewers");
+    w.deliver(&update).await?;
     let f = w.facts(iid).await?;
     // A failed approver list is not empty; a failed reviewer list is not empty; a failed
     // headPipeline records no check.
@@ -878,5 +880,60 @@ async fn another_workspaces_endpoint_sending_approval_hooks_for_as_project_chang
     assert_eq!(w.facts(iid).await?, before);
     // B's token never read A's merge request for it.
     assert_eq!(w.sim.calls(ops::MERGE_REQUEST_READINESS), reads);
+    w.stop().await
+}
+
+#[tokio::test]
+async fn hook_reviewer_lists_are_dated_snapshots() -> Result<()> {
+    let w = World::start().await?;
+    // Only the hooks state reviewers here: GitLab's readiness read fails.
+    w.sim.inject(Fault::always(
+        ops::MERGE_REQUEST_READINESS,
+        GitlabFault::FieldError {
+            path: "project".into(),
+            message: "unavailable".into(),
+        },
+    ));
+    let iid = w.open("asked", at(10)).await?;
+    assert_eq!(w.facts(iid).await?.reviewers, reviewers(&[]));
+    // GitLab 18.6+: each reviewer with their state.
+    let stated = w.change(iid, |mr| {
+        mr.title = "one".into();
+        mr.reviewers = vec![
+            ("carol".into(), Some("REVIEWED".into())),
+            ("dan".into(), None),
+        ];
+    });
+    w.deliver(&stated).await?;
+    assert_eq!(
+        w.facts(iid).await?.reviewers,
+        reviewers(&[("carol", Some("reviewed")), ("dan", None)])
+    );
+    // Before 18.6: named without a state, carol keeps hers; dan is no longer asked.
+    let named = w.change(iid, |mr| {
+        mr.title = "two".into();
+        mr.reviewers = vec![("carol".into(), None)];
+    });
+    w.deliver(&named).await?;
+    assert_eq!(
+        w.facts(iid).await?.reviewers,
+        reviewers(&[("carol", Some("reviewed"))])
+    );
+    // Two lists of the same version: the one received later stands, and the earlier one
+    // delivered again changes nothing.
+    let mut earlier = named.clone();
+    earlier["reviewers"] = serde_json::json!([{"username": "erin", "state": "approved"}]);
+    let mut later = named.clone();
+    later["reviewers"] = serde_json::json!([{"username": "frank"}]);
+    let first = w.deliver(&earlier).await?;
+    assert_eq!(
+        w.facts(iid).await?.reviewers,
+        reviewers(&[("erin", Some("approved"))])
+    );
+    w.deliver(&later).await?;
+    w.registered(w.a, &earlier, Some(first)).await?;
+    w.settle().await?;
+    assert_eq!(w.facts(iid).await?.reviewers, reviewers(&[("frank", None)]));
+    assert_eq!(w.count("SELECT count(*) FROM dead_message").await?, 0);
     w.stop().await
 }

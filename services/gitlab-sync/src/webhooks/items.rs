@@ -242,8 +242,26 @@ pub async fn merge_request(
         // GitLab's merge or close time and records the merge or close then, once.
         _ => None,
     };
+    // The hook's whole reviewer list, dated by when it was received.
+    let mut reviewed = false;
+    if let Some(list) = &e.reviewers {
+        let named = list
+            .iter()
+            .map(|r| {
+                (
+                    r.username.clone(),
+                    crate::readiness::hook_review(r.state.as_deref()),
+                )
+            })
+            .collect();
+        let received_at = super::pipelines::observed_at(&mut txn, hook).await?;
+        reviewed =
+            crate::readiness::apply_hook_reviewers(&mut txn, step.id, at, received_at, named)
+                .await?;
+    }
     let item = Item::pull_request(VENDOR, step.id, repository_id);
-    finish(txn, &item, change, at, step.freshness).await
+    let outcome = finish(txn, &item, change, at, step.freshness).await?;
+    Ok(if reviewed { Outcome::Applied } else { outcome })
 }
 
 /// Records the delivery's change of `item`, if any, and commits.

@@ -141,6 +141,18 @@ pub struct MergeRequestHook {
     pub object_attributes: MergeRequestAttributes,
     #[serde(default)]
     pub changes: MergeRequestChanges,
+    /// The whole reviewer list; `None` when the hook has none (not an empty list).
+    #[serde(default)]
+    pub reviewers: Option<Vec<HookReviewer>>,
+}
+
+/// A reviewer a Merge Request Hook names: with their review state from GitLab 18.6, without
+/// before.
+#[derive(Debug, Clone, Deserialize)]
+pub struct HookReviewer {
+    pub username: String,
+    #[serde(default)]
+    pub state: Option<String>,
 }
 
 /// A diff note's place.

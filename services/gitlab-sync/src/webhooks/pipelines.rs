@@ -110,9 +110,10 @@ pub async fn pipeline(
     Ok(Outcome::of_change(changed))
 }
 
-/// When a Pipeline Hook observed its pipeline: when JetStream stored the delivery, or, for a
-/// replay, when the delivery it repeats was received (a redelivered payload changes nothing).
-async fn observed_at(
+/// When a hook observed what it states (a Pipeline Hook its pipeline, a Merge Request Hook its
+/// reviewers): when JetStream stored the delivery, or, for a replay, when the delivery it
+/// repeats was received (a redelivered payload changes nothing).
+pub(super) async fn observed_at(
     txn: &mut sqlx::PgConnection,
     hook: &Webhook<'_>,
 ) -> Result<OffsetDateTime, sqlx::Error> {
