@@ -569,10 +569,10 @@ async fn two_hundred_changes_sent_thrice_and_shuffled_amid_syncs_equal_their_in_
             }
             None => {}
         }
-        if (step + 1) % BATCH == 0 {
+        if (step + 1).is_multiple_of(BATCH) {
             delivered += deliver(&sim, &http, &mut rng).await?;
         }
-        if (step + 1) % SYNC_EVERY == 0 {
+        if (step + 1).is_multiple_of(SYNC_EVERY) {
             let (status, body) = post(
                 format!("/workspaces/{ws}/connections/{conn}/sync"),
                 json!({"type": "RECONCILIATION"}),

@@ -285,7 +285,7 @@ async fn up(
             Some((sl_conn, general_id)),
         ) => format!(
             "  GitHub sim    {}   (3 repositories, 300 issues and pull requests)\n\
-             \x20 GitLab sim    {}   (group acme: 3 projects in it and a subgroup, 90 issues and merge requests with notes)\n\
+             \x20 GitLab sim    {}   (group acme: 3 projects in it and a subgroup, 90 issues and merge requests with notes; in acme/web one approved with a passing pipeline, one merged, one with changes requested)\n\
              \x20 Slack sim     {}   (team {team}: channels general, random and ops with the bot in them; user {user}; admin routes: POST /_admin/<action>)\n\n\
              A demo workspace {ws} has an active GitHub connection {conn}, an active GitLab\n\
              connection {gl_conn} and an active Slack connection {sl_conn} to the simulators; GitHub's\n\
@@ -484,6 +484,40 @@ async fn start_gitlab_demo(
             }
         }
     }
+    // Three recent merge requests in acme/web showing what a review looks like in the mirror:
+    // approved with a passing pipeline, merged, and one with changes requested.
+    let web = projects[0];
+    let recent = time::OffsetDateTime::now_utc() - time::Duration::hours(1);
+    let mut review_demo = |title: &str| {
+        model.add_merge_request(
+            web,
+            NewMergeRequest {
+                title: title.into(),
+                updated_at: recent,
+            },
+        )
+    };
+    let approved = review_demo("Demo: approved, pipeline passed");
+    let merged = review_demo("Demo: merged");
+    let changes = review_demo("Demo: changes requested");
+    let reviewers = |model: &mut Model, iid: u64, state: &str| {
+        if let Some(mr) = model.merge_requests.get_mut(&(web, iid)) {
+            mr.reviewers = vec![("bob".into(), Some(state.into()))];
+        }
+    };
+    reviewers(&mut model, approved, "UNREVIEWED");
+    model.approve_merge_request(web, approved, "bob");
+    reviewers(&mut model, approved, "APPROVED");
+    if let Some(pipeline) = model.start_pipeline(web, approved) {
+        model.set_pipeline_status(pipeline, "success");
+    }
+    model.approve_merge_request(web, merged, "bob");
+    model.update_merge_request(web, merged, |mr| {
+        mr.state = "merged".into();
+        mr.merge_user = Some("alice".into());
+    });
+    reviewers(&mut model, changes, "UNREVIEWED");
+    model.request_changes(web, changes, "bob");
     let sim = GitlabSim::start(model).await?;
     let http = reqwest::Client::new();
     let post = |path: String, body: Value| {
