@@ -78,7 +78,22 @@ pub async fn apply(
     let endpoint = operator_endpoint(env, connection_id).await?;
     let db = &env.db.db;
     let recorded: Vec<(Uuid, OutboxMessage)> = futures::stream::iter(payloads)
-        .map(|(subject, body)| record(db, endpoint, subject, body))
+        .map(|(subject, body)| {
+            let delivery_id = Uuid::now_v7().to_string();
+            let headers = BTreeMap::from([
+                ("x-github-event".to_owned(), "pull_request".to_owned()),
+                ("x-github-delivery".to_owned(), delivery_id.clone()),
+            ]);
+            record(
+                db,
+                endpoint,
+                subject,
+                "pull_request",
+                headers,
+                delivery_id,
+                body,
+            )
+        })
         .buffer_unordered(16)
         .collect::<Vec<_>>()
         .await
@@ -87,44 +102,13 @@ pub async fn apply(
     let events_before: i64 = sqlx::query_scalar("SELECT count(*) FROM item_event")
         .fetch_one(pool)
         .await?;
-    let bus = &env.bus;
-    futures::stream::iter(recorded)
-        .map(|(outbox_id, message)| async move {
-            bus.publish_outbox(outbox_id, message).await?;
-            anyhow::Ok(())
-        })
-        .buffer_unordered(64)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<Vec<()>>>()?;
-
-    let ns = bus.namespace();
-    let stream = bus
-        .jetstream()
-        .get_stream(ns.name(bus::Stream::WebhooksGithub.name()))
-        .await?;
-    let durable = ns.name("github-sync-repository-events");
-    let deadline = Instant::now() + Duration::from_secs(600);
-    let mut first: Option<Instant> = None;
-    loop {
-        ensure!(
-            Instant::now() < deadline,
-            "the webhook consumer did not drain"
-        );
-        let info = stream
-            .consumer_info(&durable)
-            .await
-            .context("github-sync's repository consumer")?;
-        if first.is_none() && info.delivered.stream_sequence > 0 {
-            first = Some(Instant::now());
-        }
-        if info.num_pending == 0 && info.num_ack_pending == 0 && first.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let seconds = first.map_or(0.0, |f| f.elapsed().as_secs_f64());
+    let seconds = publish_and_drain(
+        &env.bus,
+        recorded,
+        bus::Stream::WebhooksGithub,
+        "github-sync-repository-events",
+    )
+    .await?;
     let events_after: i64 = sqlx::query_scalar("SELECT count(*) FROM item_event")
         .fetch_one(pool)
         .await?;
@@ -138,6 +122,50 @@ pub async fn apply(
         seconds,
         item_events: events_after - events_before,
     })
+}
+
+/// Publishes `recorded` as ingress's relay would and waits until consumer `durable` of `stream`
+/// has handled every message; the seconds from its first delivery to its last ack.
+pub async fn publish_and_drain(
+    bus: &bus::Bus,
+    recorded: Vec<(Uuid, OutboxMessage)>,
+    stream: bus::Stream,
+    durable: &str,
+) -> Result<f64> {
+    futures::stream::iter(recorded)
+        .map(|(outbox_id, message)| async move {
+            bus.publish_outbox(outbox_id, message).await?;
+            anyhow::Ok(())
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<()>>>()?;
+
+    let ns = bus.namespace();
+    let stream = bus.jetstream().get_stream(ns.name(stream.name())).await?;
+    let durable = ns.name(durable);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut first: Option<Instant> = None;
+    loop {
+        ensure!(
+            Instant::now() < deadline,
+            "the webhook consumer did not drain"
+        );
+        let info = stream
+            .consumer_info(&durable)
+            .await
+            .with_context(|| format!("consumer {durable}"))?;
+        if first.is_none() && info.delivered.stream_sequence > 0 {
+            first = Some(Instant::now());
+        }
+        if info.num_pending == 0 && info.num_ack_pending == 0 && first.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(first.map_or(0.0, |f| f.elapsed().as_secs_f64()))
 }
 
 /// An endpoint of `connection_id` an operator registered: what it receives is a fact.
@@ -172,27 +200,26 @@ async fn operator_endpoint(env: &testkit::TestEnv, connection_id: &str) -> Resul
     })
 }
 
-/// Stores one delivery as ingress does (`store::inbound::record`) and returns the outbox row its
-/// relay would publish; held from the relay of github-sync, which the benchmark publishes for.
-async fn record(
+/// Stores one delivery of `event` as ingress does (`store::inbound::record`) and returns the
+/// outbox row its relay would publish; held from the relay, which the benchmark publishes for.
+pub async fn record(
     db: &DatabaseConnection,
     endpoint: EndpointIds,
     subject: String,
+    event: &str,
+    headers: BTreeMap<String, String>,
+    delivery_id: String,
     body: Vec<u8>,
 ) -> Result<(Uuid, OutboxMessage)> {
-    let delivery_id = Uuid::now_v7().to_string();
     let txn = db.begin().await?;
     let recorded = store::inbound::record(
         &txn,
         NewMessage {
             endpoint,
             verification: "signature".into(),
-            headers: BTreeMap::from([
-                ("x-github-event".to_owned(), "pull_request".to_owned()),
-                ("x-github-delivery".to_owned(), delivery_id.clone()),
-            ]),
+            headers,
             body,
-            event: "pull_request".into(),
+            event: event.into(),
             subject,
             dedup: Dedup::Keys {
                 event_id: Some(delivery_id),

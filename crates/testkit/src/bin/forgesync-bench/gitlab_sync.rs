@@ -148,7 +148,25 @@ pub async fn run() -> Result<()> {
         + sim.calls(ops::PROJECT_MERGE_REQUESTS)
         + sim.calls(ops::MERGE_REQUEST_DISCUSSIONS);
     let rest = sim.calls(ops::LIST_NOTES);
+
+    // The webhook half: gitlab-sync's consumer applies Merge Request Hooks, each with its
+    // readiness read, beside the row-locked single-row ceiling at the consumer's concurrency.
+    let service_config: gitlab_sync::Config = testkit::config(
+        env.common_args(),
+        &[
+            format!("--secret-key={}", testkit::secret_key()),
+            "--reconcile-cron=off".to_owned(),
+            "--backfill-cron=off".to_owned(),
+            "--filter-refresh-ms=200".to_owned(),
+        ],
+    )?;
+    let webhook_concurrency = service_config.sync.webhook_concurrency;
+    let service = testkit::spawn(service_config).await?;
+    let hooks = crate::gitlab_webhooks::apply(&env, &pool, &sim, connection).await?;
+    service.stop().await?;
     sim.shutdown().await;
+    let hooks_ceiling =
+        crate::github_webhooks::ceiling(&env.db.url, hooks.hooks, webhook_concurrency).await?;
 
     let batched = ceiling(&pool, &issues, &pulls, 1, Write::Batched).await?;
     let per_row = ceiling(&pool, &issues, &pulls, 2, Write::RowByRow).await?;
@@ -240,6 +258,31 @@ pub async fn run() -> Result<()> {
         String::new(),
     ]);
     t.print();
+    println!();
+    let mut w = Table::new(&["path", "hooks", "seconds", "hooks/s", "consumer ÷ this"]);
+    let applied_rate = hooks.hooks as f64 / hooks.seconds;
+    let ceiling_rate = hooks.hooks as f64 / hooks_ceiling.as_secs_f64();
+    w.row(vec![
+        format!(
+            "consumer: Merge Request Hooks from JetStream, {webhook_concurrency} at once, each \
+             with its readiness read ({} reads)",
+            thousands(hooks.readiness_reads)
+        ),
+        thousands(hooks.hooks as u64),
+        format!("{:.2}", hooks.seconds),
+        rate(applied_rate),
+        "1.00×".into(),
+    ]);
+    w.row(vec![
+        format!(
+            "  ceiling: 1-row txn, SELECT … FOR UPDATE + UPDATE, {webhook_concurrency} connections"
+        ),
+        thousands(hooks.hooks as u64),
+        format!("{:.2}", hooks_ceiling.as_secs_f64()),
+        rate(ceiling_rate),
+        ratio(applied_rate, ceiling_rate),
+    ]);
+    w.print();
     println!();
     println!(
         "the job lists each project's items, then reads its items' notes (one REST listing per \

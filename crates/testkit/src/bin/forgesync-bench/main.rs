@@ -9,6 +9,7 @@ mod erasure;
 mod github_sync;
 mod github_webhooks;
 mod gitlab_sync;
+mod gitlab_webhooks;
 mod ingress;
 mod outline_sync;
 mod slack_ingest;
