@@ -340,11 +340,11 @@ pub async fn apply(
     let mut changed = false;
     // Mutable readiness: both open or both merged, and a version not older than stored.
     let same_state = row.state == read.state && matches!(read.state, "open" | "merged");
-    if same_state && read.version >= row.upstream_updated_at {
-        if let ListRead::Whole(named) = &read.reviewers {
-            changed |=
-                write_reviewers(txn, pull_request_id, &row, read.requested_at, named).await?;
-        }
+    if same_state
+        && read.version >= row.upstream_updated_at
+        && let ListRead::Whole(named) = &read.reviewers
+    {
+        changed |= write_reviewers(txn, pull_request_id, &row, read.requested_at, named).await?;
     }
     if same_state && let Some(head) = &read.head {
         changed |= write_review_facts(txn, pull_request_id, read, head, approval_dates).await?;
