@@ -6,8 +6,7 @@
 //! GitLab simulator over HTTP.
 
 use anyhow::Result;
-use control_api::Role;
-use forgesync_e2e::{eventually, send_json};
+use forgesync_e2e::{GitlabStack, eventually};
 use serde_json::{Value, json};
 use testkit::TestEnv;
 use time::OffsetDateTime;
@@ -39,61 +38,17 @@ async fn a_gitlab_disconnect_leaves_no_content_and_keeps_its_registrations_for_r
     let project = generated.projects[0];
     let sim = GitlabSim::start(generated.model).await?;
 
-    let control = testkit::spawn(testkit::control_api_config(env.common_args())).await?;
-    let ingress = testkit::spawn(testkit::ingress_config(env.common_args())).await?;
-    let routing_keys = {
-        use base64::Engine as _;
-        format!(
-            "k1={}",
-            base64::engine::general_purpose::STANDARD.encode(testkit::ROUTING_KEY)
-        )
-    };
-    let sync_config: gitlab_sync::Config = testkit::config(
-        env.common_args(),
-        &[
-            format!("--secret-key={}", testkit::secret_key()),
-            "--reconcile-cron=off".to_owned(),
-            "--backfill-cron=off".to_owned(),
-            "--filter-refresh-ms=200".to_owned(),
-            format!("--public-webhook-url={}", ingress.url()),
-            format!("--routing-keys={routing_keys}"),
-        ],
-    )?;
-    let _sync = testkit::spawn(sync_config).await?;
+    let stack = GitlabStack::start(&env).await?;
     let eraser = testkit::spawn(testkit::eraser_config(env.common_args())).await?;
-
-    let token = testkit::token(&testkit::control_api_keys()?, Role::Admin, None)?;
-    let http = reqwest::Client::new();
-    let api = control.url();
-    let get = |path: String| send_json(http.get(format!("{api}{path}")).bearer_auth(&token));
-    let post = |path: String, body: Value| {
-        send_json(
-            http.post(format!("{api}{path}"))
-                .bearer_auth(&token)
-                .json(&body),
-        )
+    let get = |path: String| {
+        let stack = &stack;
+        async move { stack.get(&path).await }
     };
-    let (status, ws) = post("/workspaces".into(), json!({"name": "acme"})).await?;
-    assert_eq!(status, 201, "{ws}");
-    let ws = ws["id"].as_str().unwrap().to_owned();
-    let (status, conn) = post(
-        format!("/workspaces/{ws}/connections"),
-        json!({
-            "kind": "gitlab",
-            "server_url": sim.base_url(),
-            "settings": { "group": "acme" },
-            "secrets": { "token": TOKEN },
-        }),
-    )
-    .await?;
-    assert_eq!(status, 201, "{conn}");
-    let conn = conn["id"].as_str().unwrap().to_owned();
-    let (status, body) = post(
-        format!("/workspaces/{ws}/connections/{conn}/activate"),
-        json!({}),
-    )
-    .await?;
-    assert_eq!(status, 200, "{body}");
+    let post = |path: String, body: Value| {
+        let stack = &stack;
+        async move { stack.post(&path, body).await }
+    };
+    let (ws, conn) = stack.connect("acme", sim.base_url(), "acme", TOKEN).await?;
 
     let (job_status,): (String,) = eventually("INITIAL did not finish", || {
         let pool = &pool;

@@ -9,9 +9,8 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use anyhow::Result;
-use control_api::Role;
-use forgesync_e2e::{eventually, send_json};
-use serde_json::{Value, json};
+use forgesync_e2e::{GitlabStack, eventually};
+use serde_json::Value;
 use sqlx::PgPool;
 use testkit::TestEnv;
 use time::OffsetDateTime;
@@ -174,60 +173,12 @@ async fn activation_discovers_12_projects_registers_one_hook_and_initial_mirrors
     let want = expected(&model);
     let sim = GitlabSim::start(model).await?;
 
-    let control = testkit::spawn(testkit::control_api_config(env.common_args())).await?;
-    let ingress = testkit::spawn(testkit::ingress_config(env.common_args())).await?;
-    let routing_keys = {
-        use base64::Engine as _;
-        format!(
-            "k1={}",
-            base64::engine::general_purpose::STANDARD.encode(testkit::ROUTING_KEY)
-        )
+    let stack = GitlabStack::start(&env).await?;
+    let get = |path: String| {
+        let stack = &stack;
+        async move { stack.get(&path).await }
     };
-    let sync_config: gitlab_sync::Config = testkit::config(
-        env.common_args(),
-        &[
-            format!("--secret-key={}", testkit::secret_key()),
-            "--reconcile-cron=off".to_owned(),
-            "--backfill-cron=off".to_owned(),
-            "--filter-refresh-ms=200".to_owned(),
-            format!("--public-webhook-url={}", ingress.url()),
-            format!("--routing-keys={routing_keys}"),
-        ],
-    )?;
-    let _sync = testkit::spawn(sync_config).await?;
-
-    let token = testkit::token(&testkit::control_api_keys()?, Role::Admin, None)?;
-    let http = reqwest::Client::new();
-    let api = control.url();
-    let get = |path: String| send_json(http.get(format!("{api}{path}")).bearer_auth(&token));
-    let post = |path: String, body: Value| {
-        send_json(
-            http.post(format!("{api}{path}"))
-                .bearer_auth(&token)
-                .json(&body),
-        )
-    };
-    let (status, ws) = post("/workspaces".into(), json!({"name": "acme"})).await?;
-    assert_eq!(status, 201, "{ws}");
-    let ws = ws["id"].as_str().unwrap().to_owned();
-    let (status, conn) = post(
-        format!("/workspaces/{ws}/connections"),
-        json!({
-            "kind": "gitlab",
-            "server_url": sim.base_url(),
-            "settings": { "group": "acme" },
-            "secrets": { "token": TOKEN },
-        }),
-    )
-    .await?;
-    assert_eq!(status, 201, "{conn}");
-    let conn = conn["id"].as_str().expect("connection created").to_owned();
-    let (status, body) = post(
-        format!("/workspaces/{ws}/connections/{conn}/activate"),
-        json!({}),
-    )
-    .await?;
-    assert_eq!(status, 200, "{body}");
+    let (ws, conn) = stack.connect("acme", sim.base_url(), "acme", TOKEN).await?;
 
     let job = initial_finished(&pool, &sim).await?;
     let initial_took = started.elapsed();
@@ -258,7 +209,8 @@ async fn activation_discovers_12_projects_registers_one_hook_and_initial_mirrors
             "INITIAL's {op} after the hook create"
         );
     }
-    // The consumer was confirmed between discovery and the hook.
+    // The organization's members were listed and the consumer confirmed between discovery and
+    // the hook.
     let activities: Vec<String> = sqlx::query_scalar(
         "SELECT activity FROM connection_activity
           WHERE activity LIKE 'gitlab_activation_%' ORDER BY id",
@@ -266,9 +218,10 @@ async fn activation_discovers_12_projects_registers_one_hook_and_initial_mirrors
     .fetch_all(&pool)
     .await?;
     assert_eq!(
-        activities[..3],
+        activities[..4],
         [
             "gitlab_activation_discovery",
+            "gitlab_activation_members",
             "gitlab_activation_consumer",
             "gitlab_activation_hook_requested",
         ],
@@ -295,7 +248,7 @@ async fn activation_discovers_12_projects_registers_one_hook_and_initial_mirrors
     assert!(
         hooks[0].url.starts_with(&format!(
             "{}/webhooks/gitlab/connections/{conn}/k1/",
-            ingress.url()
+            stack.ingress.url()
         )),
         "{}",
         hooks[0].url
