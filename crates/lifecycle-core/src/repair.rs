@@ -132,23 +132,53 @@ pub enum PermitError {
     /// A competing claim or release happened since the inspection.
     #[error("the fence changed since it was inspected; inspect again")]
     StaleInspection,
-    /// The fence is resolved.
-    #[error("the fence is already resolved")]
-    Resolved,
+    /// The fence is resolved or released.
+    #[error("the fence is already settled")]
+    Settled,
     /// Automatic polling stopped; an instance admin must confirm.
     #[error("the fence awaits an admin's confirmation")]
     AwaitingAdmin,
 }
 
+/// Why an admin's confirmation or release was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AdminError {
+    /// The fence is resolved or released already.
+    #[error("the fence is already settled; nothing to confirm or release")]
+    Settled,
+    /// The named attempt is not one whose outcome is unknown.
+    #[error("attempt {0} is not uncertain; only an uncertain attempt can be confirmed")]
+    NotUncertain(u64),
+}
+
 /// The outcome of one dispatched attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DispatchOutcome {
-    /// The provider confirmed the removal of this exact attempt.
+    /// The provider confirmed the removal of this exact attempt (a 2xx other than `202`).
     TerminalReceipt,
-    /// Unknown: a timeout, a crash, GitHub's `202`.
+    /// Unknown: a timeout, a crash, a 5xx, GitHub's `202`.
     Uncertain,
-    /// The credential was refused; the request did nothing.
+    /// The credential was refused (401, 403); the request did nothing.
     Unauthorized,
+    /// Any other refusal (a 404, hidden or not; a 4xx): the request did nothing, and proves
+    /// nothing about the resource either.
+    Refused,
+}
+
+impl DispatchOutcome {
+    /// Classifies a removal's HTTP answer; `None` when no answer came (a timeout, a broken
+    /// connection).
+    pub fn of_response(status: Option<u16>) -> Self {
+        match status {
+            // Accepted is not done: a 202 is as unknown as a timeout.
+            Some(202) => Self::Uncertain,
+            Some(200..=299) => Self::TerminalReceipt,
+            Some(401 | 403) => Self::Unauthorized,
+            // A hidden 404 never proves the removal; it only says this request did nothing.
+            Some(400..=499) => Self::Refused,
+            Some(_) | None => Self::Uncertain,
+        }
+    }
 }
 
 /// What an ownership check before a retry found.
@@ -162,19 +192,70 @@ pub enum Ownership {
     VerifiedAbsent,
     /// GitHub App-scoped not-found.
     GithubAppNotFound,
-    /// Unreadable, a hidden `404`, an expired credential: proves nothing.
+    /// The credential was refused (401, 403): it proves nothing and needs a new credential.
+    CredentialRefused,
+    /// Unreadable, a hidden `404`, an incomplete listing: proves nothing.
     Unproven,
 }
 
 /// Where a fence stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FenceStatus {
-    /// Nothing left to do; the fence row may go.
-    Resolved,
-    /// Retries continue.
+    /// Retries continue when due.
     Pending,
-    /// Stopped: an instance admin must confirm.
+    /// The credential was refused; retries back off until a new credential wakes them.
+    NeedsAuthorization,
+    /// Automatic polling stopped: an instance admin must confirm (or that attempt's receipt).
     AwaitingAdmin,
+    /// Removed, with proof.
+    Resolved,
+    /// An admin released it without proof of removal.
+    Released,
+}
+
+impl FenceStatus {
+    /// Every status, for listing and metrics.
+    pub const ALL: [FenceStatus; 5] = [
+        Self::Pending,
+        Self::NeedsAuthorization,
+        Self::AwaitingAdmin,
+        Self::Resolved,
+        Self::Released,
+    ];
+
+    /// The stored and API name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::NeedsAuthorization => "needs_authorization",
+            Self::AwaitingAdmin => "awaiting_admin",
+            Self::Resolved => "resolved",
+            Self::Released => "released",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
+    /// Resolved or released: nothing more happens to the fence.
+    pub const fn is_settled(self) -> bool {
+        matches!(self, Self::Resolved | Self::Released)
+    }
+}
+
+/// A fence as stored (one row's columns).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredFence {
+    pub epoch: u64,
+    /// Permits taken so far (the next attempt's number).
+    pub attempts: u64,
+    /// Attempts whose outcome is unknown.
+    pub uncertain: BTreeSet<u64>,
+    /// Failed tries in a row (uncertain, refused, unreadable), for the backoff.
+    pub failures: u32,
+    pub status: FenceStatus,
 }
 
 /// The removal fence of one captured resource.
@@ -183,7 +264,20 @@ pub struct RemovalFence {
     epoch: u64,
     attempts: u64,
     uncertain: BTreeSet<u64>,
+    failures: u32,
     status: FenceStatus,
+}
+
+impl From<StoredFence> for RemovalFence {
+    fn from(s: StoredFence) -> Self {
+        Self {
+            epoch: s.epoch,
+            attempts: s.attempts,
+            uncertain: s.uncertain,
+            failures: s.failures,
+            status: s.status,
+        }
+    }
 }
 
 impl RemovalFence {
@@ -194,6 +288,7 @@ impl RemovalFence {
             epoch: 0,
             attempts: 0,
             uncertain: BTreeSet::new(),
+            failures: 0,
             status: FenceStatus::Pending,
         };
         if !with_receipt {
@@ -203,14 +298,44 @@ impl RemovalFence {
         fence
     }
 
+    /// The fence as stored.
+    pub fn stored(&self) -> StoredFence {
+        StoredFence {
+            epoch: self.epoch,
+            attempts: self.attempts,
+            uncertain: self.uncertain.clone(),
+            failures: self.failures,
+            status: self.status,
+        }
+    }
+
     /// Where the fence stands.
     pub fn status(&self) -> FenceStatus {
         self.status
     }
 
-    /// Whether any attempt may have reached the provider.
+    /// The attempts whose outcome is unknown.
+    pub fn uncertain(&self) -> impl Iterator<Item = u64> + '_ {
+        self.uncertain.iter().copied()
+    }
+
+    /// Whether an attempt may still reach the provider late: some permit's outcome is unknown.
+    /// A refused request (401, 403, 404) can never land late, and a receipted one is spent.
     pub fn ever_dispatched(&self) -> bool {
-        self.attempts > 0
+        !self.uncertain.is_empty()
+    }
+
+    /// When automatic polling tries next, from the last change; `None` once it stopped
+    /// (awaiting an admin, or settled).
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self.status {
+            FenceStatus::Pending | FenceStatus::NeedsAuthorization => Some(if self.failures == 0 {
+                Duration::ZERO
+            } else {
+                backoff(self.failures)
+            }),
+            FenceStatus::AwaitingAdmin | FenceStatus::Resolved | FenceStatus::Released => None,
+        }
     }
 
     /// Reads the fence for an inspection.
@@ -229,9 +354,9 @@ impl RemovalFence {
         inspection: Inspection,
     ) -> Result<DispatchPermit, PermitError> {
         match self.status {
-            FenceStatus::Resolved => return Err(PermitError::Resolved),
+            FenceStatus::Resolved | FenceStatus::Released => return Err(PermitError::Settled),
             FenceStatus::AwaitingAdmin => return Err(PermitError::AwaitingAdmin),
-            FenceStatus::Pending => {}
+            FenceStatus::Pending | FenceStatus::NeedsAuthorization => {}
         }
         // Epoch fence: an old inspection cannot take a new permit.
         if inspection.epoch != self.epoch {
@@ -247,18 +372,37 @@ impl RemovalFence {
 
     /// Records the outcome of a dispatched attempt.
     pub fn record(&mut self, permit: DispatchPermit, outcome: DispatchOutcome) -> FenceStatus {
+        if self.status.is_settled() {
+            return self.status;
+        }
         match outcome {
             // Only a receipt for this exact attempt settles it; it settles no other attempt.
             DispatchOutcome::TerminalReceipt => {
                 self.uncertain.remove(&permit.attempt);
-                if self.uncertain.is_empty() {
-                    self.status = FenceStatus::Resolved;
+                self.failures = 0;
+                self.status = if self.uncertain.is_empty() {
+                    FenceStatus::Resolved
+                } else {
+                    // The resource is gone, but an older request's fate is unknown: only an admin
+                    // or that request's own receipt settles it; nothing is left to retry.
+                    FenceStatus::AwaitingAdmin
+                };
+            }
+            DispatchOutcome::Uncertain => {
+                self.failures = self.failures.saturating_add(1);
+                if self.status == FenceStatus::NeedsAuthorization {
+                    self.status = FenceStatus::Pending;
                 }
             }
-            DispatchOutcome::Uncertain => {}
-            // A refused credential did nothing at the provider.
-            DispatchOutcome::Unauthorized => {
+            // A refused request did nothing at the provider, and proves nothing either.
+            DispatchOutcome::Unauthorized | DispatchOutcome::Refused => {
                 self.uncertain.remove(&permit.attempt);
+                self.failures = self.failures.saturating_add(1);
+                if outcome == DispatchOutcome::Unauthorized
+                    && self.status != FenceStatus::AwaitingAdmin
+                {
+                    self.status = FenceStatus::NeedsAuthorization;
+                }
             }
         }
         self.status
@@ -266,29 +410,71 @@ impl RemovalFence {
 
     /// Applies the ownership check that precedes every retry.
     pub fn check_ownership(&mut self, ownership: Ownership) -> FenceStatus {
-        if self.status == FenceStatus::Resolved {
+        if self.status.is_settled() {
             return self.status;
         }
-        let proven_gone = matches!(
-            ownership,
-            Ownership::ForeignOwner | Ownership::VerifiedAbsent | Ownership::GithubAppNotFound
-        );
-        if proven_gone && !self.ever_dispatched() {
-            // Nothing was ever dispatched: absence or a foreign owner resolves the fence.
-            self.status = FenceStatus::Resolved;
-        } else if proven_gone {
-            // After a possible dispatch, absence cannot prove a late DELETE is spent: polling
-            // stops and an admin (or that attempt's terminal receipt) must settle it.
-            self.status = FenceStatus::AwaitingAdmin;
+        match ownership {
+            Ownership::ForeignOwner | Ownership::VerifiedAbsent | Ownership::GithubAppNotFound => {
+                self.status = if self.ever_dispatched() {
+                    // After a possible dispatch, absence cannot prove a late DELETE is spent:
+                    // polling stops and an admin (or that attempt's receipt) must settle it.
+                    FenceStatus::AwaitingAdmin
+                } else {
+                    // Nothing was ever dispatched: absence or a foreign owner resolves it.
+                    FenceStatus::Resolved
+                };
+            }
+            // Expiry and refusal never prove completion; they wait for a credential.
+            Ownership::CredentialRefused => {
+                self.failures = self.failures.saturating_add(1);
+                if self.status != FenceStatus::AwaitingAdmin {
+                    self.status = FenceStatus::NeedsAuthorization;
+                }
+            }
+            Ownership::Unproven => self.failures = self.failures.saturating_add(1),
+            Ownership::Ours => {
+                if self.status == FenceStatus::NeedsAuthorization {
+                    self.status = FenceStatus::Pending;
+                }
+            }
         }
         self.status
     }
 
-    /// An instance admin confirms the removal.
-    pub fn admin_confirm(&mut self) -> FenceStatus {
-        self.uncertain.clear();
-        self.status = FenceStatus::Resolved;
+    /// A new credential arrived: a fence waiting for one is due at once.
+    pub fn credential_replaced(&mut self) -> FenceStatus {
+        if self.status == FenceStatus::NeedsAuthorization {
+            self.status = FenceStatus::Pending;
+            self.failures = 0;
+        }
         self.status
+    }
+
+    /// An instance admin confirms that uncertain `attempt` removed the resource; the fence is
+    /// resolved once no attempt stays uncertain.
+    pub fn admin_confirm(&mut self, attempt: u64) -> Result<FenceStatus, AdminError> {
+        if self.status.is_settled() {
+            return Err(AdminError::Settled);
+        }
+        if !self.uncertain.remove(&attempt) {
+            return Err(AdminError::NotUncertain(attempt));
+        }
+        self.bump_epoch();
+        if self.uncertain.is_empty() {
+            self.status = FenceStatus::Resolved;
+        }
+        Ok(self.status)
+    }
+
+    /// An instance admin releases the fence without proof of removal.
+    pub fn admin_release(&mut self) -> Result<FenceStatus, AdminError> {
+        if self.status.is_settled() {
+            return Err(AdminError::Settled);
+        }
+        // A release is a competing claim: no inspection before it may take a permit after it.
+        self.bump_epoch();
+        self.status = FenceStatus::Released;
+        Ok(self.status)
     }
 }
 
@@ -415,7 +601,7 @@ mod tests {
             assert_eq!(fence.check_ownership(ownership), FenceStatus::Resolved);
             assert_eq!(
                 fence.acquire_permit(fence.inspect()),
-                Err(PermitError::Resolved)
+                Err(PermitError::Settled)
             );
         }
     }
@@ -437,7 +623,9 @@ mod tests {
             fence.acquire_permit(fence.inspect()),
             Err(PermitError::AwaitingAdmin)
         );
-        assert_eq!(fence.admin_confirm(), FenceStatus::Resolved);
+        assert_eq!(fence.admin_confirm(1), Err(AdminError::NotUncertain(1)));
+        assert_eq!(fence.admin_confirm(0), Ok(FenceStatus::Resolved));
+        assert_eq!(fence.admin_confirm(0), Err(AdminError::Settled));
         assert_eq!(
             fence.check_ownership(Ownership::Ours),
             FenceStatus::Resolved
@@ -461,10 +649,12 @@ mod tests {
         fence.record(first, DispatchOutcome::Uncertain);
         let second = fence.acquire_permit(fence.inspect()).unwrap();
         assert_eq!(second.attempt, 1);
+        // The resource is gone by the second, but the first may still land: an admin's call.
         assert_eq!(
             fence.record(second, DispatchOutcome::TerminalReceipt),
-            FenceStatus::Pending
+            FenceStatus::AwaitingAdmin
         );
+        assert_eq!(fence.retry_after(), None);
         // The receipt for the exact uncertain attempt settles it.
         assert_eq!(
             fence.record(first, DispatchOutcome::TerminalReceipt),
@@ -489,8 +679,9 @@ mod tests {
         let refused = fence.acquire_permit(fence.inspect()).unwrap();
         assert_eq!(
             fence.record(refused, DispatchOutcome::Unauthorized),
-            FenceStatus::Pending
+            FenceStatus::NeedsAuthorization
         );
+        assert!(!fence.ever_dispatched());
         let retry = fence.acquire_permit(fence.inspect()).unwrap();
         assert_eq!(
             fence.record(retry, DispatchOutcome::TerminalReceipt),
@@ -505,12 +696,143 @@ mod tests {
         let permit = fence.acquire_permit(fence.inspect()).unwrap();
         assert_eq!(
             fence.record(permit, DispatchOutcome::TerminalReceipt),
-            FenceStatus::Pending
+            FenceStatus::AwaitingAdmin
         );
         assert_eq!(
             fence.check_ownership(Ownership::VerifiedAbsent),
             FenceStatus::AwaitingAdmin
         );
+        // The assumed earlier call is attempt 0: an admin confirms it.
+        assert_eq!(fence.admin_confirm(0), Ok(FenceStatus::Resolved));
+    }
+
+    #[test]
+    fn responses_are_classified_by_what_they_prove() {
+        use DispatchOutcome::*;
+        assert_eq!(DispatchOutcome::of_response(Some(204)), TerminalReceipt);
+        assert_eq!(DispatchOutcome::of_response(Some(200)), TerminalReceipt);
+        // GitHub's 202, a 5xx and no answer at all are unknown.
+        for unknown in [Some(202), Some(500), Some(503), None] {
+            assert_eq!(
+                DispatchOutcome::of_response(unknown),
+                Uncertain,
+                "{unknown:?}"
+            );
+        }
+        assert_eq!(DispatchOutcome::of_response(Some(401)), Unauthorized);
+        assert_eq!(DispatchOutcome::of_response(Some(403)), Unauthorized);
+        // A hidden 404 is no receipt.
+        assert_eq!(DispatchOutcome::of_response(Some(404)), Refused);
+        assert_eq!(DispatchOutcome::of_response(Some(422)), Refused);
+    }
+
+    #[test]
+    fn unauthorized_needs_a_credential_and_backs_off_a_minute_to_an_hour() {
+        let mut fence = RemovalFence::capture(true);
+        assert_eq!(fence.retry_after(), Some(Duration::ZERO));
+        let mut waits = Vec::new();
+        for _ in 0..9 {
+            let permit = fence.acquire_permit(fence.inspect()).unwrap();
+            assert_eq!(
+                fence.record(permit, DispatchOutcome::Unauthorized),
+                FenceStatus::NeedsAuthorization
+            );
+            waits.push(fence.retry_after().unwrap());
+        }
+        assert_eq!(waits[0], Duration::minutes(1));
+        assert!(waits.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(*waits.last().unwrap(), Duration::hours(1));
+        // A new credential makes it due at once.
+        assert_eq!(fence.credential_replaced(), FenceStatus::Pending);
+        assert_eq!(fence.retry_after(), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn a_refused_listing_needs_authorization_and_proves_nothing() {
+        let mut fence = RemovalFence::capture(true);
+        assert_eq!(
+            fence.check_ownership(Ownership::CredentialRefused),
+            FenceStatus::NeedsAuthorization
+        );
+        assert_eq!(fence.retry_after(), Some(Duration::minutes(1)));
+        // A readable listing that still shows the resource puts it back to work.
+        assert_eq!(fence.check_ownership(Ownership::Ours), FenceStatus::Pending);
+    }
+
+    #[test]
+    fn uncertain_outcomes_back_off_and_end_with_an_admin_unless_their_receipt() {
+        for answer in [None, Some(500), Some(202)] {
+            let mut fence = RemovalFence::capture(true);
+            let permit = fence.acquire_permit(fence.inspect()).unwrap();
+            let outcome = DispatchOutcome::of_response(answer);
+            assert_eq!(fence.record(permit, outcome), FenceStatus::Pending);
+            assert_eq!(fence.retry_after(), Some(Duration::minutes(1)));
+            // Applied then timed out: the retry's listing finds it gone, which proves nothing.
+            assert_eq!(
+                fence.check_ownership(Ownership::VerifiedAbsent),
+                FenceStatus::AwaitingAdmin
+            );
+            assert_eq!(fence.retry_after(), None);
+            // That attempt's own receipt still settles it.
+            assert_eq!(
+                fence.record(permit, DispatchOutcome::TerminalReceipt),
+                FenceStatus::Resolved
+            );
+        }
+    }
+
+    #[test]
+    fn a_hidden_404_is_no_receipt() {
+        let mut fence = RemovalFence::capture(true);
+        let permit = fence.acquire_permit(fence.inspect()).unwrap();
+        assert_eq!(
+            fence.record(permit, DispatchOutcome::of_response(Some(404))),
+            FenceStatus::Pending
+        );
+        assert_ne!(fence.status(), FenceStatus::Resolved);
+        assert_eq!(fence.retry_after(), Some(Duration::minutes(1)));
+    }
+
+    #[test]
+    fn release_settles_and_fences_out_older_inspections() {
+        let mut fence = RemovalFence::capture(true);
+        let before = fence.inspect();
+        assert_eq!(fence.admin_release(), Ok(FenceStatus::Released));
+        assert_eq!(fence.acquire_permit(before), Err(PermitError::Settled));
+        assert_eq!(fence.admin_release(), Err(AdminError::Settled));
+        assert_eq!(fence.admin_confirm(0), Err(AdminError::Settled));
+        // Nothing moves a released fence: not a late receipt, not an ownership check.
+        assert_eq!(
+            fence.check_ownership(Ownership::VerifiedAbsent),
+            FenceStatus::Released
+        );
+        assert_eq!(fence.credential_replaced(), FenceStatus::Released);
+    }
+
+    #[test]
+    fn confirming_a_settled_fence_or_a_certain_attempt_is_refused() {
+        let mut fence = RemovalFence::capture(true);
+        let permit = fence.acquire_permit(fence.inspect()).unwrap();
+        fence.record(permit, DispatchOutcome::TerminalReceipt);
+        assert_eq!(
+            fence.admin_confirm(permit.attempt),
+            Err(AdminError::Settled)
+        );
+        let mut fence = RemovalFence::capture(true);
+        assert_eq!(fence.admin_confirm(0), Err(AdminError::NotUncertain(0)));
+    }
+
+    #[test]
+    fn a_fence_survives_being_stored() {
+        let mut fence = RemovalFence::capture(false);
+        let permit = fence.acquire_permit(fence.inspect()).unwrap();
+        fence.record(permit, DispatchOutcome::Uncertain);
+        let restored = RemovalFence::from(fence.stored());
+        assert_eq!(restored, fence);
+        for status in FenceStatus::ALL {
+            assert_eq!(FenceStatus::parse(status.as_str()), Some(status));
+        }
+        assert_eq!(FenceStatus::parse("unknown"), None);
     }
 
     #[derive(Debug, Clone)]
@@ -524,8 +846,8 @@ mod tests {
     fn arb_step() -> impl Strategy<Value = Step> {
         prop_oneof![
             Just(Step::Permit),
-            (0usize..4, 0u8..3).prop_map(|(i, o)| Step::Outcome(i, o)),
-            (0u8..5).prop_map(Step::Ownership),
+            (0usize..4, 0u8..4).prop_map(|(i, o)| Step::Outcome(i, o)),
+            (0u8..6).prop_map(Step::Ownership),
             Just(Step::Bump),
         ]
     }
@@ -550,13 +872,13 @@ mod tests {
                     }
                     Step::Outcome(i, o) => {
                         if let Some(p) = permits.get(i).copied() {
-                            let outcome = [DispatchOutcome::TerminalReceipt, DispatchOutcome::Uncertain, DispatchOutcome::Unauthorized][o as usize];
+                            let outcome = [DispatchOutcome::TerminalReceipt, DispatchOutcome::Uncertain, DispatchOutcome::Unauthorized, DispatchOutcome::Refused][o as usize];
                             if outcome != DispatchOutcome::Uncertain { uncertain.remove(&p.attempt); }
                             fence.record(p, outcome);
                         }
                     }
                     Step::Ownership(o) => {
-                        let ownership = [Ownership::Ours, Ownership::ForeignOwner, Ownership::VerifiedAbsent, Ownership::GithubAppNotFound, Ownership::Unproven][o as usize];
+                        let ownership = [Ownership::Ours, Ownership::ForeignOwner, Ownership::VerifiedAbsent, Ownership::GithubAppNotFound, Ownership::CredentialRefused, Ownership::Unproven][o as usize];
                         fence.check_ownership(ownership);
                     }
                     Step::Bump => fence.bump_epoch(),
