@@ -46,6 +46,7 @@ mod m0041_gitlab_head_check;
 mod m0042_gitlab_readiness;
 mod m0043_gitlab_pushes_requested_changes;
 mod m0044_organization_tier;
+mod m0045_provider_repair;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -244,6 +245,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0044_organization_tier",
                 up: m0044_organization_tier::UP,
+            }),
+            Box::new(Sql {
+                name: "m0045_provider_repair",
+                up: m0045_provider_repair::UP,
             }),
         ]
     }

@@ -23,6 +23,26 @@ pub enum ProviderKind {
     Outline,
 }
 
+impl ProviderKind {
+    /// Every kind.
+    pub const ALL: [ProviderKind; 4] = [Self::Github, Self::Gitlab, Self::Slack, Self::Outline];
+
+    /// The stored name, the connection kind's (`gitlab`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Github => "github",
+            Self::Gitlab => "gitlab",
+            Self::Slack => "slack",
+            Self::Outline => "outline",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+}
+
 /// The pseudonymous identity of one upstream resource.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ResourceIdentity {

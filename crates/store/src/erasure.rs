@@ -165,8 +165,9 @@ pub const RETAINED: &[(&str, &str)] = &[
         "the connection's state (disconnected) and version, for audit",
     ),
     (
-        "connection_secret",
-        "credentials, not content; provider-repair needs them to remove what we created at the vendor",
+        "connection_provider_repair",
+        "a workspace's reference to a provider repair fence (ids, version) and the sealed removal \
+         credential, cleared when the fence settles; the row goes with the workspace",
     ),
     (
         "inbound_endpoint",
@@ -196,11 +197,19 @@ pub const RETAINED: &[(&str, &str)] = &[
     ),
 ];
 
-/// Tables the eraser itself erases, outside every holder's registration, each with how.
-pub const ERASER_OWN: &[(&str, &str)] = &[(
-    "stream_message",
-    "the stream ledger: the eraser deletes a connection's messages by it, then its rows",
-)];
+/// Tables erased outside every holder's registration, by the eraser itself or by the
+/// disconnection, each with how.
+pub const ERASER_OWN: &[(&str, &str)] = &[
+    (
+        "stream_message",
+        "the stream ledger: the eraser deletes a connection's messages by it, then its rows",
+    ),
+    (
+        "connection_secret",
+        "the disconnection deletes a connection's secrets in its own transaction \
+         (store::repair::capture); the removal credential lives on sealed in the repair reference",
+    ),
+];
 
 /// One erasure as stored.
 #[derive(Debug, Clone, PartialEq, FromQueryResult, Serialize)]

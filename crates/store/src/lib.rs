@@ -16,6 +16,7 @@ pub mod jobs;
 pub mod lifecycle;
 pub mod outbox;
 pub mod registration;
+pub mod repair;
 pub mod scm_scope;
 pub mod secrets;
 pub mod trace;

@@ -1,8 +1,11 @@
 //! Connection transitions as one write, and a workspace's purge closing it to the outside. A
 //! transition locks nothing itself (the caller holds the row lock in its transaction): the state
 //! machine of `lifecycle_core::connection` decides, the version moves, an audit row and the
-//! `lifecycle.<kind>.<id>.<transition>` outbox message are written, and a disconnection disables
-//! the connection's webhook endpoints, all in the caller's transaction.
+//! `lifecycle.<kind>.<id>.<transition>` outbox message are written, a disconnection disables
+//! the connection's webhook endpoints, and leaving active for suspended, uninstalled or
+//! disconnected captures what the connection created at its vendor ([`crate::repair::capture`]),
+//! all in the caller's transaction. Callers that can take the identity locks before the row lock
+//! do ([`crate::repair::lock_identities`]).
 
 use lifecycle_core::connection::{ConnectionState, IllegalTransition, Transition};
 use sea_orm::{
@@ -73,6 +76,11 @@ pub async fn apply<C: ConnectionTrait + Sync>(
     if row.status == ConnectionStatus::Disconnected {
         crate::inbound::disable_endpoints(db, row.id).await?;
     }
+    // Capture before the change commits: what the connection created at its vendor is fenced
+    // for removal (and a disconnection's credentials deleted) in this same transaction.
+    if crate::repair::captures(before, row.status) {
+        crate::repair::capture(db, &row, transition, actor).await?;
+    }
     let message = LifecycleTransition {
         connection_id: row.id,
         workspace_id: row.workspace_id,
@@ -106,6 +114,15 @@ pub async fn close_workspace<C: ConnectionTrait + Sync>(
         [workspace_id.into()],
     ))
     .await?;
+    // Identity locks before the connection row locks (provider repair's lock order).
+    let ids: Vec<Uuid> = connection::in_workspace(workspace_id)
+        .filter(connection::Column::Status.ne(ConnectionStatus::Disconnected))
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    crate::repair::lock_identities(db, &ids).await?;
     let open = connection::in_workspace(workspace_id)
         .filter(connection::Column::Status.ne(ConnectionStatus::Disconnected))
         .order_by_asc(connection::Column::Id)

@@ -98,6 +98,11 @@ impl Endpoint {
                 });
             }
         }
+        // A disconnection deletes the connection's secrets: with nothing left to verify against,
+        // a disabled endpoint still answers 410 so the vendor stops delivering.
+        if self.disabled && self.secrets.is_empty() {
+            return Err(Rejection::disabled());
+        }
         Err(Rejection::bad_signature())
     }
 }

@@ -516,6 +516,8 @@ pub async fn transition(
     let transition = parse_transition(&name)?;
     let txn = state.db.begin().await?;
     let ws = find_reachable(&txn, &caller, workspace_id, false).await?;
+    // Provider repair's lock order: identity locks before the connection row lock.
+    store::repair::lock_identities(&txn, &[connection_id]).await?;
     let row = find_connection(&txn, &caller, workspace_id, connection_id, true).await?;
     if ws.status != WorkspaceStatus::Active && transition != Transition::Disconnect {
         return Err(ApiError::conflict(
