@@ -4,40 +4,29 @@
 //! hook: GitLab is asked for the native id with the delivering connection's token. A deletion
 //! waits for a reconcile's complete discovery.
 
-use std::collections::BTreeMap;
+mod common;
+
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
 use base64::Engine as _;
-use bus::Stream;
+use common::{Setup, Stack, Tenant};
 use gitlab_sync::activation::{Activator, DiscoveryCaps, HookSettings};
 use lifecycle_core::subject;
-use sea_orm::{EntityTrait as _, TransactionTrait as _};
+use sea_orm::EntityTrait as _;
 use serde_json::Value as Json;
 use store::entity::inbound_endpoint::Registration;
 use store::entity::{ConnectionKind, connection};
-use store::inbound::{Dedup, EndpointIds, NewEndpoint, NewMessage, Recorded};
+use store::inbound::{EndpointIds, NewEndpoint};
 use store::secrets::Keyring;
 use sync_engine::Moment;
 use uuid::Uuid;
-use vendor_sim::gitlab::{GitlabSim, Model, ops};
-
-const REGISTERED: &str = "gitlab-sync-connection-events";
-const OPERATOR: &str = "gitlab-sync-project-events";
-
-/// A workspace's GitLab connection and the endpoint of the group hook we registered for it.
-#[derive(Clone, Copy)]
-struct Tenant {
-    connection_id: Uuid,
-    route: EndpointIds,
-}
+use vendor_sim::gitlab::{Model, ops};
 
 struct World {
-    env: testkit::TestEnv,
-    sim: GitlabSim,
-    service: Option<testkit::Running>,
-    _ingress_relay: tokio_util::sync::DropGuard,
+    stack: Stack,
     /// A: group `acme`, every project; monitors `acme/api` and `acme/team/web`.
     a: Tenant,
     /// B: group `globex`.
@@ -50,9 +39,16 @@ struct World {
     web: u64,
 }
 
+impl Deref for World {
+    type Target = Stack;
+
+    fn deref(&self) -> &Stack {
+        &self.stack
+    }
+}
+
 impl World {
     async fn start() -> Result<World> {
-        let env = testkit::TestEnv::new().await?;
         let mut model = Model::default();
         model.add_token("token-a");
         model.add_token("token-b");
@@ -61,58 +57,17 @@ impl World {
         model.add_group(None, "globex");
         let api = model.add_project(acme, "api");
         let web = model.add_project(team, "web");
-        let sim = GitlabSim::start(model).await?;
-        let pool = env.db.db.get_postgres_connection_pool().clone();
-        let instance = Uuid::now_v7();
-        sqlx::query(
-            "INSERT INTO provider_instance (id, kind, server_url) VALUES ($1, 'gitlab', $2)",
-        )
-        .bind(instance)
-        .bind(sim.base_url())
-        .execute(&pool)
-        .await?;
-        let keyring = Keyring::parse(&testkit::secret_key())?;
-        let a = tenant(&env, &keyring, instance, "acme", "token-a").await?;
-        let b = tenant(&env, &keyring, instance, "globex", "token-b").await?;
-        for (owner, name, id) in [("acme", "api", api), ("acme/team", "web", web)] {
-            sqlx::query(
-                "INSERT INTO repository_to_monitor (id, workspace_id, connection_id, owner, name, native_id)
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-            )
-            .bind(Uuid::now_v7())
-            .bind(a.route.workspace_id)
-            .bind(a.connection_id)
-            .bind(owner)
-            .bind(name)
-            .bind(id as i64)
-            .execute(&pool)
+        let setup = Setup::new(model).await?;
+        let a = setup
+            .tenant(serde_json::json!({"group": "acme"}), "token-a")
             .await?;
-        }
-        let config: gitlab_sync::Config = testkit::config(
-            env.common_args(),
-            &[
-                format!("--secret-key={}", testkit::secret_key()),
-                "--reconcile-cron=off".to_owned(),
-                "--backfill-cron=off".to_owned(),
-                "--filter-refresh-ms=200".to_owned(),
-            ],
-        )?;
-        let service = Some(testkit::spawn(config).await?);
-        let stop = tokio_util::sync::CancellationToken::new();
-        let relay = bus::relay::Relay::new(
-            env.db.db.clone(),
-            env.bus.clone(),
-            bus::relay::RelayConfig::default(),
-        );
-        tokio::spawn({
-            let stop = stop.clone();
-            async move { relay.run(stop).await }
-        });
+        let b = setup
+            .tenant(serde_json::json!({"group": "globex"}), "token-b")
+            .await?;
+        setup.monitor(a, "acme", "api", api).await?;
+        setup.monitor(a, "acme/team", "web", web).await?;
         Ok(World {
-            env,
-            sim,
-            service,
-            _ingress_relay: stop.drop_guard(),
+            stack: setup.run().await?,
             a,
             b,
             acme,
@@ -122,54 +77,12 @@ impl World {
         })
     }
 
-    fn pool(&self) -> &sqlx::PgPool {
-        self.env.db.db.get_postgres_connection_pool()
-    }
-
-    /// Stores `body` as ingress does for a hook we registered for `tenant` (the event named by
-    /// `object_kind`, else `event_name`).
-    async fn registered(&self, tenant: Tenant, body: &Json) -> Result<Uuid> {
-        let event = body["object_kind"]
-            .as_str()
-            .or_else(|| body["event_name"].as_str())
-            .unwrap_or("unknown")
-            .to_owned();
-        let subject = subject::gitlab_connection(&tenant.connection_id.to_string(), &event)?;
-        let txn = self.env.db.db.begin().await?;
-        let recorded = store::inbound::record(
-            &txn,
-            NewMessage {
-                endpoint: tenant.route,
-                verification: "token".into(),
-                headers: BTreeMap::new(),
-                body: serde_json::to_vec(body)?,
-                event,
-                subject,
-                dedup: Dedup::Keys {
-                    event_id: Some(Uuid::now_v7().to_string()),
-                    digest_window: Duration::from_secs(1),
-                    verified_by: None,
-                },
-                retention: Duration::from_secs(3600),
-                inline_body_max: usize::MAX,
-                relay_hold: Duration::ZERO,
-            },
-        )
-        .await?;
-        let Recorded::Accepted(accepted) = recorded else {
-            anyhow::bail!("not stored: {recorded:?}");
-        };
-        txn.commit().await?;
-        Ok(accepted.message_id)
-    }
-
     /// Stores `body` as ingress does for an operator-created hook whose secret A's tenant chose
     /// (a claim), routed to `gitlab.<rootGroup>.?.<event>`.
     async fn claimed(&self, body: &Json) -> Result<()> {
-        let keyring = Keyring::parse(&testkit::secret_key())?;
         let endpoint = store::inbound::create_endpoint(
             &self.env.db.db,
-            &keyring,
+            &self.keyring,
             NewEndpoint {
                 workspace_id: self.a.route.workspace_id,
                 connection_id: self.a.connection_id,
@@ -182,63 +95,16 @@ impl World {
             Uuid::now_v7().as_bytes(),
         )
         .await?;
-        let event = body["event_name"].as_str().unwrap_or("unknown").to_owned();
-        let txn = self.env.db.db.begin().await?;
-        let recorded = store::inbound::record(
-            &txn,
-            NewMessage {
-                endpoint: EndpointIds {
-                    endpoint_id: endpoint.id,
-                    workspace_id: self.a.route.workspace_id,
-                    connection_id: self.a.connection_id,
-                    kind: ConnectionKind::Gitlab,
-                },
-                verification: "token".into(),
-                headers: BTreeMap::new(),
-                body: serde_json::to_vec(body)?,
-                subject: subject::gitlab_root_group("acme", &event)?,
-                event,
-                dedup: Dedup::Keys {
-                    event_id: Some(Uuid::now_v7().to_string()),
-                    digest_window: Duration::from_secs(1),
-                    verified_by: None,
-                },
-                retention: Duration::from_secs(3600),
-                inline_body_max: usize::MAX,
-                relay_hold: Duration::ZERO,
-            },
-        )
-        .await?;
-        anyhow::ensure!(matches!(recorded, Recorded::Accepted(_)), "{recorded:?}");
-        txn.commit().await?;
-        Ok(())
-    }
-
-    /// Waits until every stored delivery is published and the consumer settled them.
-    async fn settle(&self) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        let ns = self.env.bus.namespace();
-        let mut quiet = 0;
-        while quiet < 3 {
-            anyhow::ensure!(tokio::time::Instant::now() < deadline, "did not settle");
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            let unpublished: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
-                .fetch_one(self.pool())
-                .await?;
-            let mut busy = unpublished > 0;
-            let stream = self
-                .env
-                .bus
-                .jetstream()
-                .get_stream(ns.name(Stream::WebhooksGitlab.name()))
-                .await?;
-            for durable in [REGISTERED, OPERATOR] {
-                if let Ok(info) = stream.consumer_info(ns.name(durable)).await {
-                    busy |= info.num_pending > 0 || info.num_ack_pending > 0;
-                }
-            }
-            quiet = if busy { 0 } else { quiet + 1 };
-        }
+        let endpoint = EndpointIds {
+            endpoint_id: endpoint.id,
+            workspace_id: self.a.route.workspace_id,
+            connection_id: self.a.connection_id,
+            kind: ConnectionKind::Gitlab,
+        };
+        let event = common::event_of(body);
+        let subject = subject::gitlab_root_group("acme", &event)?;
+        self.store(endpoint, subject, event, body, None, usize::MAX)
+            .await?;
         Ok(())
     }
 
@@ -255,12 +121,6 @@ impl World {
 
     async fn count_teams(&self) -> Result<i64> {
         Ok(sqlx::query_scalar("SELECT count(*) FROM team")
-            .fetch_one(self.pool())
-            .await?)
-    }
-
-    async fn dead(&self) -> Result<i64> {
-        Ok(sqlx::query_scalar("SELECT count(*) FROM dead_message")
             .fetch_one(self.pool())
             .await?)
     }
@@ -300,49 +160,9 @@ impl World {
             .expect("connection"))
     }
 
-    async fn stop(mut self) -> Result<()> {
-        if let Some(s) = self.service.take() {
-            s.stop().await?;
-        }
-        Ok(())
+    async fn stop(self) -> Result<()> {
+        self.stack.stop().await
     }
-}
-
-/// A workspace with an active GitLab connection to `group` and its registered hook's endpoint.
-async fn tenant(
-    env: &testkit::TestEnv,
-    keyring: &Keyring,
-    instance: Uuid,
-    group: &str,
-    token: &str,
-) -> Result<Tenant> {
-    let settings = serde_json::json!({ "group": group });
-    let (workspace_id, connection_id) =
-        testkit::active_connection(&env.db.db, "gitlab", instance, settings, Some(token)).await?;
-    let endpoint = store::inbound::create_endpoint(
-        &env.db.db,
-        keyring,
-        NewEndpoint {
-            workspace_id,
-            connection_id,
-            kind: ConnectionKind::Gitlab,
-            registration: Registration::Registered,
-            provider_ref: None,
-            address_token: Some(Uuid::now_v7().simple().to_string()),
-            tenant_keyed: false,
-        },
-        Uuid::now_v7().as_bytes(),
-    )
-    .await?;
-    Ok(Tenant {
-        connection_id,
-        route: EndpointIds {
-            endpoint_id: endpoint.id,
-            workspace_id,
-            connection_id,
-            kind: ConnectionKind::Gitlab,
-        },
-    })
 }
 
 fn monitor(owner: &str, name: &str, id: u64) -> (String, String, Option<i64>) {
@@ -360,7 +180,7 @@ async fn a_forged_rename_changes_nothing_and_a_real_one_rekeys_by_what_gitlab_re
         .sim
         .model(|m| m.project_event_hook(api, "project_rename", Some("acme/api")));
     forged["path_with_namespace"] = "acme/hijacked".into();
-    w.registered(w.a, &forged).await?;
+    w.registered(w.a, &forged, None).await?;
     w.settle().await?;
     assert!(w.sim.calls(ops::PROJECT_BY_ID) >= 1);
     assert_eq!(
@@ -377,7 +197,7 @@ async fn a_forged_rename_changes_nothing_and_a_real_one_rekeys_by_what_gitlab_re
         .model(|m| m.rename_project_with_hook(api, "api2"))
         .expect("renamed");
     real["path_with_namespace"] = "acme/stale".into();
-    w.registered(w.a, &real).await?;
+    w.registered(w.a, &real, None).await?;
     w.settle().await?;
     assert_eq!(
         w.monitors(w.a).await?,
@@ -392,7 +212,7 @@ async fn a_forged_rename_changes_nothing_and_a_real_one_rekeys_by_what_gitlab_re
         .sim
         .model(|m| m.transfer_project_with_hook(api, w.team))
         .expect("moved");
-    w.registered(w.a, &moved).await?;
+    w.registered(w.a, &moved, None).await?;
     w.settle().await?;
     assert_eq!(
         w.monitors(w.a).await?,
@@ -401,7 +221,7 @@ async fn a_forged_rename_changes_nothing_and_a_real_one_rekeys_by_what_gitlab_re
             monitor("acme/team", "web", w.web)
         ]
     );
-    assert_eq!(w.dead().await?, 0);
+    assert_eq!(w.dead().await?, []);
     w.stop().await
 }
 
@@ -437,7 +257,7 @@ async fn a_subgroup_rename_rekeys_its_projects() -> Result<()> {
         .sim
         .model(|m| m.rename_group_with_hook(w.team, "squad"))
         .expect("renamed");
-    w.registered(w.a, &body).await?;
+    w.registered(w.a, &body, None).await?;
     w.settle().await?;
     assert_eq!(
         w.monitors(w.a).await?,
@@ -453,7 +273,7 @@ async fn a_subgroup_rename_rekeys_its_projects() -> Result<()> {
 async fn a_created_project_is_admitted_by_what_gitlab_reports() -> Result<()> {
     let w = World::start().await?;
     let (born, body) = w.sim.model(|m| m.create_project_with_hook(w.acme, "born"));
-    w.registered(w.a, &body).await?;
+    w.registered(w.a, &body, None).await?;
     w.settle().await?;
     assert!(
         w.monitors(w.a)
@@ -471,7 +291,7 @@ async fn project_destroy_is_tombstoned_only_after_a_reconcile_confirms_it() -> R
         .sim
         .model(|m| m.destroy_project_with_hook(api))
         .expect("destroyed");
-    w.registered(w.a, &body).await?;
+    w.registered(w.a, &body, None).await?;
     w.settle().await?;
     // The hook's word deletes nothing.
     assert_eq!(
@@ -518,8 +338,8 @@ async fn another_workspaces_endpoint_cannot_rename_or_move_a_project_of_a() -> R
         .model(|m| m.rename_group_with_hook(w.team, "squad"))
         .expect("renamed");
     group["old_full_path"] = "acme/team".into();
-    w.registered(w.b, &renamed).await?;
-    w.registered(w.b, &group).await?;
+    w.registered(w.b, &renamed, None).await?;
+    w.registered(w.b, &group, None).await?;
     w.settle().await?;
     // Nothing of A moved, B holds nothing.
     assert_eq!(
@@ -530,7 +350,7 @@ async fn another_workspaces_endpoint_cannot_rename_or_move_a_project_of_a() -> R
         ]
     );
     assert!(w.monitors(w.b).await?.is_empty());
-    assert_eq!(w.dead().await?, 0);
+    assert_eq!(w.dead().await?, []);
     w.stop().await
 }
 
@@ -610,7 +430,7 @@ async fn the_members_listing_and_member_hooks_keep_the_organization_tier() -> Re
         ]
     });
     for body in &hooks {
-        w.registered(w.a, body).await?;
+        w.registered(w.a, body, None).await?;
     }
     w.settle().await?;
     assert!(w.sim.calls(ops::GET_GROUP_MEMBER) >= 3);
@@ -626,12 +446,12 @@ async fn the_members_listing_and_member_hooks_keep_the_organization_tier() -> Re
         m.members.retain(|_, member| member.username != "mallory");
         body
     });
-    w.registered(w.a, &forged).await?;
+    w.registered(w.a, &forged, None).await?;
     forged = w
         .sim
         .model(|m| m.update_member(w.team, "carol", 20).expect("member"));
     forged["group_access"] = "Owner".into();
-    w.registered(w.a, &forged).await?;
+    w.registered(w.a, &forged, None).await?;
     w.settle().await?;
     assert_eq!(
         members(&w, "organization_membership").await?,
@@ -644,7 +464,7 @@ async fn the_members_listing_and_member_hooks_keep_the_organization_tier() -> Re
         .model(|m| m.members.retain(|_, member| member.username != "carol"));
     activate(&w, w.a, Moment::Reconciliation).await?;
     assert!(members(&w, "team_membership").await?.is_empty());
-    assert_eq!(w.dead().await?, 0);
+    assert_eq!(w.dead().await?, []);
     w.stop().await
 }
 
@@ -672,7 +492,7 @@ async fn another_workspaces_member_hooks_naming_as_group_change_nothing() -> Res
     });
     let reads = w.sim.calls(ops::GET_GROUP_MEMBER);
     for body in &hooks {
-        w.registered(w.b, body).await?;
+        w.registered(w.b, body, None).await?;
     }
     w.settle().await?;
     assert_eq!(w.sim.calls(ops::GET_GROUP_MEMBER), reads);
@@ -683,6 +503,101 @@ async fn another_workspaces_member_hooks_naming_as_group_change_nothing() -> Res
         ),
         before
     );
-    assert_eq!(w.dead().await?, 0);
+    assert_eq!(w.dead().await?, []);
     w.stop().await
+}
+
+/// A project, subgroup or member hook missing the field its writer needs (`project_id`,
+/// `old_full_path`, `user_id`) is a dead message naming it, never acknowledged and dropped:
+/// nothing changes. Once its stored body is repaired, `POST /dead-messages/{id}/replay`
+/// applies it.
+#[tokio::test]
+async fn a_project_subgroup_or_member_hook_missing_a_field_is_dead_then_replayed_after_a_fix()
+-> Result<()> {
+    let w = World::start().await?;
+    activate(&w, w.a, Moment::Activated).await?;
+    let (api, team, web) = (w.api, w.team, w.web);
+
+    let renamed = w
+        .sim
+        .model(|m| m.rename_project_with_hook(api, "api2"))
+        .expect("renamed");
+    let broken = dead_without(&w, &renamed, "project_id", 1).await?;
+    assert_eq!(
+        w.monitors(w.a).await?,
+        [
+            monitor("acme", "api", api),
+            monitor("acme/team", "web", web)
+        ]
+    );
+    fixed_and_replayed(&w, broken, &renamed, 1).await?;
+    assert_eq!(
+        w.monitors(w.a).await?,
+        [
+            monitor("acme", "api2", api),
+            monitor("acme/team", "web", web)
+        ]
+    );
+
+    let group = w
+        .sim
+        .model(|m| m.rename_group_with_hook(team, "squad"))
+        .expect("renamed");
+    let broken = dead_without(&w, &group, "old_full_path", 2).await?;
+    assert_eq!(
+        w.monitors(w.a).await?,
+        [
+            monitor("acme", "api2", api),
+            monitor("acme/team", "web", web)
+        ]
+    );
+    fixed_and_replayed(&w, broken, &group, 2).await?;
+    assert_eq!(
+        w.monitors(w.a).await?,
+        [
+            monitor("acme", "api2", api),
+            monitor("acme/squad", "web", web)
+        ]
+    );
+
+    let added = w.sim.model(|m| m.add_member(team, "carol", 20));
+    let broken = dead_without(&w, &added, "user_id", 3).await?;
+    assert!(members(&w, "team_membership").await?.is_empty());
+    fixed_and_replayed(&w, broken, &added, 3).await?;
+    assert_eq!(members(&w, "team_membership").await?, [member("carol", 20)]);
+    w.stop().await
+}
+
+/// A delivery whose body is `real` without `field`, through A's route and kept by reference
+/// (as ingress keeps bodies past the inline limit), settled; it must be the `nth` dead
+/// message, its reason naming the field. (message id, dead message id).
+async fn dead_without(w: &World, real: &Json, field: &str, nth: usize) -> Result<(Uuid, Uuid)> {
+    let mut broken = real.clone();
+    broken.as_object_mut().expect("an object").remove(field);
+    let (subject, event) = common::route_subject(w.a, &broken)?;
+    let message = w.store(w.a.route, subject, event, &broken, None, 0).await?;
+    w.settle().await?;
+    let dead = w.dead().await?;
+    assert_eq!(dead.len(), nth, "{dead:?}");
+    let (id, reason) = dead.last().expect("a dead message");
+    assert!(reason.contains(&format!("`{field}`")), "{dead:?}");
+    Ok((message, *id))
+}
+
+/// Repairs the stored body of `broken` to `real` and replays its dead message; the replay does
+/// not die again (still `nth` dead messages).
+async fn fixed_and_replayed(
+    w: &World,
+    (message, dead): (Uuid, Uuid),
+    real: &Json,
+    nth: usize,
+) -> Result<()> {
+    sqlx::query("UPDATE inbound_message_body SET body = $2 WHERE message_id = $1")
+        .bind(message)
+        .bind(serde_json::to_vec(real)?)
+        .execute(w.pool())
+        .await?;
+    w.replay(dead).await?;
+    assert_eq!(w.dead().await?.len(), nth);
+    Ok(())
 }

@@ -1,420 +1,19 @@
 //! The readiness read after a Merge Request Hook and the same facts on the sync's pages, through
-//! gitlab-sync in-process against real Postgres and JetStream and the simulated GitLab over HTTP:
-//! deliveries are stored as ingress stores them and relayed as its relay would; syncs run on the
-//! engine with the connection's token. Bodies are the simulator's real-shaped hooks.
-use std::collections::BTreeMap;
-use std::sync::Arc;
+//! gitlab-sync in-process against real Postgres and JetStream and the simulated GitLab over HTTP
+//! (`common`); syncs run on the engine with the connection's token. Bodies are the simulator's
+//! real-shaped hooks.
+
+mod common;
+
 use std::time::Duration;
 
 use anyhow::Result;
-use bus::Stream;
-use gitlab_client::{ClientConfig, GitlabClient, RetryPolicy};
-use gitlab_sync::source::{ClientFactory, GitlabSource, Settings};
-use gitlab_sync::sync::GitlabVendor;
-use lifecycle_core::subject;
-use sea_orm::TransactionTrait as _;
+use common::{World, at, hook_version};
 use serde_json::Value as Json;
-use store::entity::ConnectionKind;
-use store::entity::inbound_endpoint::Registration;
-use store::inbound::{Dedup, EndpointIds, NewEndpoint, NewMessage, Recorded};
-use store::secrets::Keyring;
-use sync_engine::{Engine, JobOutcome, Jobs};
 use time::OffsetDateTime;
 use uuid::Uuid;
-use vendor_http::egress::Egress;
-use vendor_sim::gitlab::webhook::{approval_hook, merge_request_hook};
-use vendor_sim::gitlab::{
-    Fault, GitlabFault, GitlabSim, MergeRequest, Model, NewMergeRequest, ops,
-};
-
-const REGISTERED: &str = "gitlab-sync-connection-events";
-const OPERATOR: &str = "gitlab-sync-project-events";
-
-/// A workspace's GitLab connection and its endpoints.
-#[derive(Clone, Copy)]
-struct Tenant {
-    /// The endpoint of the group hook we registered.
-    route: EndpointIds,
-    /// An operator-created hook's endpoint on the shared route.
-    shared: EndpointIds,
-}
-
-struct World {
-    env: testkit::TestEnv,
-    sim: GitlabSim,
-    service: Option<testkit::Running>,
-    _ingress_relay: tokio_util::sync::DropGuard,
-    config: gitlab_sync::Config,
-    instance: Uuid,
-    a: Tenant,
-    b: Tenant,
-    /// `acme/api`: monitored by A.
-    api: u64,
-}
-
-impl World {
-    /// A (group `acme`, monitoring `acme/api`) and B (group `globex`) on one GitLab instance,
-    /// and gitlab-sync running.
-    async fn start() -> Result<World> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let env = testkit::TestEnv::new().await?;
-        let mut model = Model::default();
-        model.add_token("token-a");
-        model.add_token("token-b");
-        let acme = model.add_group(None, "acme");
-        model.add_group(None, "globex");
-        let api = model.add_project(acme, "api");
-        let sim = GitlabSim::start(model).await?;
-        let pool = env.db.db.get_postgres_connection_pool().clone();
-        let instance = Uuid::now_v7();
-        sqlx::query(
-            "INSERT INTO provider_instance (id, kind, server_url) VALUES ($1, 'gitlab', $2)",
-        )
-        .bind(instance)
-        .bind(sim.base_url())
-        .execute(&pool)
-        .await?;
-        let keyring = Keyring::parse(&testkit::secret_key())?;
-        let settings_a = serde_json::json!({"group": "acme", "projects": ["acme/api"]});
-        let (a, a_connection) = tenant(&env, &keyring, instance, settings_a, "token-a").await?;
-        let settings_b = serde_json::json!({"group": "globex"});
-        let (b, _) = tenant(&env, &keyring, instance, settings_b, "token-b").await?;
-        sqlx::query(
-            "INSERT INTO repository_to_monitor (id, workspace_id, connection_id, owner, name, native_id)
-             VALUES ($1, $2, $3, 'acme', 'api', $4)",
-        )
-        .bind(Uuid::now_v7())
-        .bind(a.route.workspace_id)
-        .bind(a_connection)
-        .bind(api as i64)
-        .execute(&pool)
-        .await?;
-        let config: gitlab_sync::Config = testkit::config(
-            env.common_args(),
-            &[
-                format!("--secret-key={}", testkit::secret_key()),
-                "--reconcile-cron=off".to_owned(),
-                "--backfill-cron=off".to_owned(),
-                "--filter-refresh-ms=200".to_owned(),
-            ],
-        )?;
-        let service = Some(testkit::spawn(config.clone()).await?);
-        let stop = tokio_util::sync::CancellationToken::new();
-        let relay = bus::relay::Relay::new(
-            env.db.db.clone(),
-            env.bus.clone(),
-            bus::relay::RelayConfig::default(),
-        );
-        tokio::spawn({
-            let stop = stop.clone();
-            async move { relay.run(stop).await }
-        });
-        Ok(World {
-            env,
-            sim,
-            service,
-            _ingress_relay: stop.drop_guard(),
-            config,
-            instance,
-            a,
-            b,
-            api,
-        })
-    }
-
-    fn pool(&self) -> &sqlx::PgPool {
-        self.env.db.db.get_postgres_connection_pool()
-    }
-
-    /// Stores `body` as ingress does for a hook we registered for `tenant`. `replay_of`: an
-    /// explicit replay of an earlier delivery (no dedup), as a redelivery reaches the consumer.
-    async fn registered(
-        &self,
-        tenant: Tenant,
-        body: &Json,
-        replay_of: Option<Uuid>,
-    ) -> Result<Uuid> {
-        let (subject, event) = Self::route_subject(tenant, body)?;
-        self.store(tenant.route, subject, event, body, replay_of, usize::MAX)
-            .await
-    }
-
-    fn route_subject(tenant: Tenant, body: &Json) -> Result<(String, String)> {
-        let event = body["object_kind"].as_str().unwrap_or("unknown").to_owned();
-        let subject = subject::gitlab_connection(&tenant.route.connection_id.to_string(), &event)?;
-        Ok((subject, event))
-    }
-
-    /// Stores `body` as ingress does for an operator-created hook of `tenant`, routed by path.
-    async fn operator(&self, tenant: Tenant, body: &Json) -> Result<Uuid> {
-        let event = body["object_kind"].as_str().unwrap_or("unknown").to_owned();
-        let path = body["project"]["path_with_namespace"]
-            .as_str()
-            .unwrap_or_default();
-        let (namespace, project) = path.rsplit_once('/').unwrap_or(("", path));
-        let subject = subject::gitlab_project(namespace, project, &event)?;
-        self.store(tenant.shared, subject, event, body, None, usize::MAX)
-            .await
-    }
-
-    async fn store(
-        &self,
-        endpoint: EndpointIds,
-        subject: String,
-        event: String,
-        body: &Json,
-        replay_of: Option<Uuid>,
-        inline_body_max: usize,
-    ) -> Result<Uuid> {
-        let dedup = match replay_of {
-            Some(of) => Dedup::Replay {
-                of,
-                tenant_signed: false,
-            },
-            None => Dedup::Keys {
-                event_id: Some(Uuid::now_v7().to_string()),
-                digest_window: Duration::from_secs(1),
-                verified_by: None,
-            },
-        };
-        let txn = self.env.db.db.begin().await?;
-        let recorded = store::inbound::record(
-            &txn,
-            NewMessage {
-                endpoint,
-                verification: "token".into(),
-                headers: BTreeMap::new(),
-                body: serde_json::to_vec(body)?,
-                event,
-                subject,
-                dedup,
-                retention: Duration::from_secs(3600),
-                inline_body_max,
-                relay_hold: Duration::ZERO,
-            },
-        )
-        .await?;
-        let Recorded::Accepted(accepted) = recorded else {
-            anyhow::bail!("not stored: {recorded:?}");
-        };
-        txn.commit().await?;
-        Ok(accepted.message_id)
-    }
-
-    /// Delivers `body` thrice through A's route: once, then twice as a redelivery; the first
-    /// delivery's id.
-    async fn thrice(&self, body: &Json) -> Result<Uuid> {
-        let first = self.registered(self.a, body, None).await?;
-        self.again(body, first).await?;
-        Ok(first)
-    }
-
-    /// Delivers `body`, first delivered as `first`, twice more as redeliveries.
-    async fn again(&self, body: &Json, first: Uuid) -> Result<()> {
-        for _ in 0..2 {
-            self.registered(self.a, body, Some(first)).await?;
-        }
-        Ok(())
-    }
-
-    /// Waits until every stored delivery is published and both consumers settled them.
-    async fn settle(&self) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        let ns = self.env.bus.namespace();
-        let mut quiet = 0;
-        while quiet < 3 {
-            anyhow::ensure!(tokio::time::Instant::now() < deadline, "did not settle");
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            let unpublished: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
-                .fetch_one(self.pool())
-                .await?;
-            let mut busy = unpublished > 0;
-            let stream = self
-                .env
-                .bus
-                .jetstream()
-                .get_stream(ns.name(Stream::WebhooksGitlab.name()))
-                .await?;
-            for durable in [REGISTERED, OPERATOR] {
-                if let Ok(info) = stream.consumer_info(ns.name(durable)).await {
-                    busy |= info.num_pending > 0 || info.num_ack_pending > 0;
-                }
-            }
-            quiet = if busy { 0 } else { quiet + 1 };
-        }
-        Ok(())
-    }
-
-    /// Opens a merge request in the simulator dated `updated_at` and delivers its open hook
-    /// through A's route; returns its iid.
-    async fn open(&self, title: &str, updated_at: OffsetDateTime) -> Result<u64> {
-        let api = self.api;
-        let (iid, body) = self.sim.model(|m| {
-            let iid = m.add_merge_request(
-                api,
-                NewMergeRequest {
-                    title: title.into(),
-                    updated_at,
-                },
-            );
-            let mr = m.merge_requests[&(api, iid)].clone();
-            (iid, merge_request_hook(m, &mr, "open", None))
-        });
-        self.registered(self.a, &body, None).await?;
-        self.settle().await?;
-        Ok(iid)
-    }
-
-    /// Runs a sync job of `job_type` for A's connection on the engine.
-    async fn sync(&self, job_type: &str) -> Result<()> {
-        let pool = self.pool().clone();
-        let engine = Engine {
-            pool: pool.clone(),
-            jobs: Jobs::new(
-                ConnectionKind::Gitlab,
-                pool.clone(),
-                "replica-test",
-                Duration::from_secs(30),
-            ),
-            vendor: Arc::new(GitlabVendor {
-                pool: pool.clone(),
-                factory: ClientFactory {
-                    db: self.env.db.db.clone(),
-                    secret_key: Keyring::parse(&testkit::secret_key())?,
-                    request_timeout: Duration::from_secs(5),
-                    egress: Egress::unrestricted(),
-                    retry: RetryPolicy::default(),
-                },
-                backfill: self.config.backfill_batches(),
-                activator: None,
-            }),
-            settings: self.config.sync.sync_settings(),
-        };
-        let id = Uuid::now_v7();
-        sqlx::query(
-            "INSERT INTO sync_job (id, connection_id, workspace_id, kind, job_type, trigger)
-             VALUES ($1, $2, $3, 'gitlab', $4, 'manual')",
-        )
-        .bind(id)
-        .bind(self.a.route.connection_id)
-        .bind(self.a.route.workspace_id)
-        .bind(job_type)
-        .execute(&pool)
-        .await?;
-        let job = engine.jobs.claim(id).await?.job().expect("claimable");
-        let mut config = ClientConfig::new(self.sim.base_url()).with_egress(Egress::unrestricted());
-        config.retry = RetryPolicy {
-            max_retries: 1,
-            min_delay: Duration::from_millis(1),
-            max_delay: Duration::from_millis(2),
-            max_retry_after: Duration::from_secs(1),
-            deadline: vendor_http::DEFAULT_CALL_DEADLINE,
-        };
-        let source = GitlabSource {
-            client: GitlabClient::new(&config, "token-a")?,
-            settings: Settings {
-                group: "acme".into(),
-                projects: None,
-                min_remaining: None,
-            },
-        };
-        let outcome = engine.run(&job, self.instance, source).await?;
-        anyhow::ensure!(
-            matches!(outcome, JobOutcome::Succeeded),
-            "the sync ended {outcome:?}"
-        );
-        Ok(())
-    }
-
-    /// (name, source key, origin) of every item event of merge request `iid`, in key order.
-    async fn events(&self, iid: u64, name: &str) -> Result<Vec<(String, String)>> {
-        Ok(sqlx::query_as(
-            "SELECT e.source_key, e.origin FROM item_event e
-               JOIN pull_request p ON p.id = e.pull_request_id
-               JOIN repository r ON r.id = p.repository_id
-              WHERE r.native_id = $1 AND p.number = $2 AND e.name = $3
-              ORDER BY e.source_key",
-        )
-        .bind(self.api as i64)
-        .bind(iid as i32)
-        .bind(name)
-        .fetch_all(self.pool())
-        .await?)
-    }
-
-    /// How many activity entries of `kind` merge request `iid` has.
-    async fn activities(&self, iid: u64, kind: &str) -> Result<i64> {
-        Ok(sqlx::query_scalar(
-            "SELECT count(*) FROM activity_event a
-               JOIN pull_request p ON p.id = a.pull_request_id
-              WHERE p.number = $1 AND a.kind = $2",
-        )
-        .bind(iid as i32)
-        .bind(kind)
-        .fetch_one(self.pool())
-        .await?)
-    }
-
-    async fn count(&self, sql: &str) -> Result<i64> {
-        Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
-            .fetch_one(self.pool())
-            .await?)
-    }
-
-    async fn stop(mut self) -> Result<()> {
-        if let Some(s) = self.service.take() {
-            s.stop().await?;
-        }
-        Ok(())
-    }
-}
-
-/// A workspace with an active GitLab connection on `instance`, its token, and two endpoints.
-async fn tenant(
-    env: &testkit::TestEnv,
-    keyring: &Keyring,
-    instance: Uuid,
-    settings: Json,
-    token: &str,
-) -> Result<(Tenant, Uuid)> {
-    let (workspace_id, connection_id) =
-        testkit::active_connection(&env.db.db, "gitlab", instance, settings, Some(token)).await?;
-    let mut endpoints = Vec::new();
-    for registration in [Registration::Registered, Registration::Operator] {
-        let endpoint = store::inbound::create_endpoint(
-            &env.db.db,
-            keyring,
-            NewEndpoint {
-                workspace_id,
-                connection_id,
-                kind: ConnectionKind::Gitlab,
-                registration,
-                provider_ref: None,
-                address_token: Some(Uuid::now_v7().simple().to_string()),
-                tenant_keyed: false,
-            },
-            Uuid::now_v7().as_bytes(),
-        )
-        .await?;
-        endpoints.push(EndpointIds {
-            endpoint_id: endpoint.id,
-            workspace_id,
-            connection_id,
-            kind: ConnectionKind::Gitlab,
-        });
-    }
-    Ok((
-        Tenant {
-            route: endpoints[0],
-            shared: endpoints[1],
-        },
-        connection_id,
-    ))
-}
-
-fn at(seconds: i64) -> OffsetDateTime {
-    time::macros::datetime!(2026-03-01 00:00 UTC) + time::Duration::seconds(seconds)
-}
+use vendor_sim::gitlab::webhook::merge_request_hook;
+use vendor_sim::gitlab::{Fault, GitlabFault, MergeRequest, ops};
 
 /// What the mirror holds about a merge request's readiness.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -453,21 +52,6 @@ impl World {
         let api = self.api;
         self.sim
             .model(|m| f(m.merge_requests.get_mut(&(api, iid)).unwrap()));
-    }
-
-    /// `user` approves merge request `iid`; the hook GitLab sends.
-    fn approve(&self, iid: u64, user: &str) -> Json {
-        let api = self.api;
-        self.sim.model(|m| {
-            assert!(m.approve_merge_request(api, iid, user));
-            let mr = m.merge_requests[&(api, iid)].clone();
-            let action = if mr.approved_by.len() == 1 {
-                "approved"
-            } else {
-                "approval"
-            };
-            approval_hook(m, &mr, action, user)
-        })
     }
 
     /// Delivers `body` through A's route and waits until it settled.
@@ -519,15 +103,6 @@ impl World {
         .fetch_all(self.pool())
         .await?)
     }
-}
-
-/// The updated_at a hook states for its merge request.
-fn hook_version(body: &Json) -> OffsetDateTime {
-    let text = body["object_attributes"]["updated_at"].as_str().unwrap();
-    let f = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC");
-    time::PrimitiveDateTime::parse(text, &f)
-        .unwrap()
-        .assume_utc()
 }
 
 fn reviewers(list: &[(&str, Option<&str>)]) -> Option<Json> {
@@ -793,7 +368,7 @@ async fn a_merged_request_takes_its_merge_facts_and_gitlabs_approval_dates() -> 
     assert_eq!(w.approvals(iid).await?, [("carol".to_owned(), Some(at(5)))]);
     // A recorded merger is never replaced.
     w.quietly(iid, |mr| mr.merge_user = Some("mallory".into()));
-    w.sync("RECONCILIATION").await?;
+    w.sync_a("RECONCILIATION").await?;
     assert_eq!(w.facts(iid).await?.merged_by.as_deref(), Some("dave"));
     w.stop().await
 }
@@ -806,7 +381,7 @@ async fn one_merge_event_by_any_path() -> Result<()> {
     let merge = w.change(hooked, |mr| mr.state = "merged".into());
     let first = w.thrice(&merge).await?;
     w.settle().await?;
-    w.sync("RECONCILIATION").await?;
+    w.sync_a("RECONCILIATION").await?;
     w.registered(w.a, &merge, Some(first)).await?;
     w.settle().await?;
     let events = w.events(hooked, MERGED).await?;
@@ -817,7 +392,7 @@ async fn one_merge_event_by_any_path() -> Result<()> {
     // The sync first, then the hook.
     let synced = w.open("sync first", at(20)).await?;
     let merge = w.change(synced, |mr| mr.state = "merged".into());
-    w.sync("RECONCILIATION").await?;
+    w.sync_a("RECONCILIATION").await?;
     w.thrice(&merge).await?;
     w.settle().await?;
     let events = w.events(synced, MERGED).await?;
@@ -835,7 +410,7 @@ async fn the_sync_writes_the_same_readiness_facts() -> Result<()> {
         mr.reviewers = vec![("erin".into(), Some("REQUESTED_CHANGES".into()))];
         mr.updated_at += time::Duration::seconds(5);
     });
-    w.sync("RECONCILIATION").await?;
+    w.sync_a("RECONCILIATION").await?;
     let f = w.facts(iid).await?;
     assert_eq!(
         f.reviewers,
@@ -857,7 +432,7 @@ async fn the_sync_writes_the_same_readiness_facts() -> Result<()> {
         },
     ));
     let asked = w.sim.calls(ops::MERGE_REQUEST_REVIEWERS);
-    w.sync("RECONCILIATION").await?;
+    w.sync_a("RECONCILIATION").await?;
     assert!(w.sim.calls(ops::MERGE_REQUEST_REVIEWERS) > asked);
     let f = w.facts(iid).await?;
     assert_eq!(f.reviewers, reviewers(&[("erin", Some("approved"))]));
