@@ -888,18 +888,33 @@ async fn delete_hook(
     Path((group, hook_id)): Path<(u64, u64)>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(r) = begin(&shared, ops::DELETE_GROUP_HOOK, &headers).await {
-        return r;
-    }
-    let mut m = lock(&shared.model);
-    let removed = m.hooks.get(&hook_id).is_some_and(|h| h.group == group);
-    let mut r = if removed {
-        m.hooks.remove(&hook_id);
-        StatusCode::NO_CONTENT.into_response()
-    } else {
-        message(StatusCode::NOT_FOUND, "404 Not found")
+    let fired = match begin(&shared, ops::DELETE_GROUP_HOOK, &headers).await {
+        Ok(fired) => fired,
+        Err(r) => return r,
     };
-    rate_headers(r.headers_mut(), &m);
+    let r = {
+        let mut m = lock(&shared.model);
+        let removed = m.hooks.get(&hook_id).is_some_and(|h| h.group == group);
+        let mut r = if removed {
+            m.hooks.remove(&hook_id);
+            StatusCode::NO_CONTENT.into_response()
+        } else {
+            message(StatusCode::NOT_FOUND, "404 Not found")
+        };
+        rate_headers(r.headers_mut(), &m);
+        r
+    };
+    // Deleted, then answered late: a client that times out never learns it landed.
+    let late: Duration = fired
+        .iter()
+        .filter_map(|k| match k {
+            GitlabFault::AnswerLate(d) => Some(*d),
+            _ => None,
+        })
+        .sum();
+    if !late.is_zero() {
+        tokio::time::sleep(late).await;
+    }
     r
 }
 
