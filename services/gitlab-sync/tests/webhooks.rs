@@ -1,46 +1,22 @@
 //! gitlab-sync's webhook consumers, running in-process against real Postgres and JetStream and
-//! the simulated GitLab: deliveries are stored as ingress stores them (`store::inbound::record`,
-//! on the subject ingress derives), relayed as ingress's relay would (gitlab-sync's own relays
-//! only what its NATS user publishes) and consumed. Bodies are the simulator's real-shaped hooks.
+//! the simulated GitLab (`common`): deliveries are stored as ingress stores them, relayed as
+//! ingress's relay would and consumed. Bodies are the simulator's real-shaped hooks.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
+mod common;
+
+use std::ops::Deref;
 
 use anyhow::Result;
-use bus::Stream;
-use gitlab_client::RetryPolicy;
-use gitlab_sync::source::ClientFactory;
-use gitlab_sync::sync::GitlabVendor;
+use common::{Setup, Stack, Tenant, at};
 use lifecycle_core::source_key::LifecycleChange;
-use lifecycle_core::subject;
-use sea_orm::{EntityTrait as _, TransactionTrait as _};
 use serde_json::Value as Json;
-use store::entity::ConnectionKind;
-use store::entity::connection;
-use store::entity::inbound_endpoint::Registration;
-use store::inbound::{Dedup, EndpointIds, NewEndpoint, NewMessage, Recorded};
-use store::secrets::Keyring;
-use sync_engine::{Engine, JobOutcome, Vendor as _};
+use sync_engine::JobOutcome;
 use time::OffsetDateTime;
 use uuid::Uuid;
 use vendor_sim::gitlab::webhook::{issue_hook, merge_request_hook, note_hook, pipeline_hook};
 use vendor_sim::gitlab::{
-    DiffPosition, Fault, GitlabFault, GitlabSim, Model, NewIssue, NewMergeRequest, NoteOn, ops,
+    DiffPosition, Fault, GitlabFault, Model, NewIssue, NewMergeRequest, NoteOn, ops,
 };
-
-const REGISTERED: &str = "gitlab-sync-connection-events";
-const OPERATOR: &str = "gitlab-sync-project-events";
-
-/// A workspace's GitLab connection and its endpoints.
-#[derive(Clone, Copy)]
-struct Tenant {
-    connection_id: Uuid,
-    /// The endpoint of the group hook we registered.
-    route: EndpointIds,
-    /// An operator-created hook's endpoint on the shared route.
-    shared: EndpointIds,
-}
 
 /// The projects of the simulated instance (native ids).
 struct Projects {
@@ -55,23 +31,24 @@ struct Projects {
 }
 
 struct World {
-    env: testkit::TestEnv,
-    sim: GitlabSim,
-    service: Option<testkit::Running>,
-    /// Stops the relay standing in for ingress's.
-    _ingress_relay: tokio_util::sync::DropGuard,
-    config: gitlab_sync::Config,
-    provider_instance_id: Uuid,
+    stack: Stack,
     a: Tenant,
     b: Tenant,
     p: Projects,
+}
+
+impl Deref for World {
+    type Target = Stack;
+
+    fn deref(&self) -> &Stack {
+        &self.stack
+    }
 }
 
 impl World {
     /// A (group `acme`, selecting `acme/api` and `acme/team/new`, monitoring `acme/api`) and B
     /// (group `globex`) on one GitLab instance, and gitlab-sync running.
     async fn start() -> Result<World> {
-        let env = testkit::TestEnv::new().await?;
         let mut model = Model::default();
         model.add_token("token-a");
         model.add_token("token-b");
@@ -85,182 +62,20 @@ impl World {
             hidden: model.add_project(acme, "hidden"),
             outside: model.add_project(other, "x"),
         };
-        let sim = GitlabSim::start(model).await?;
-        let pool = env.db.db.get_postgres_connection_pool().clone();
-        let instance = Uuid::now_v7();
-        sqlx::query(
-            "INSERT INTO provider_instance (id, kind, server_url) VALUES ($1, 'gitlab', $2)",
-        )
-        .bind(instance)
-        .bind(sim.base_url())
-        .execute(&pool)
-        .await?;
-        let keyring = Keyring::parse(&testkit::secret_key())?;
+        let setup = Setup::new(model).await?;
         let settings_a =
             serde_json::json!({"group": "acme", "projects": ["acme/api", "acme/team/new"]});
-        let a = tenant(&env, &keyring, instance, settings_a, "token-a").await?;
-        let b = tenant(
-            &env,
-            &keyring,
-            instance,
-            serde_json::json!({"group": "globex"}),
-            "token-b",
-        )
-        .await?;
-        sqlx::query(
-            "INSERT INTO repository_to_monitor (id, workspace_id, connection_id, owner, name, native_id)
-             VALUES ($1, $2, $3, 'acme', 'api', $4)",
-        )
-        .bind(Uuid::now_v7())
-        .bind(a.route.workspace_id)
-        .bind(a.connection_id)
-        .bind(p.api as i64)
-        .execute(&pool)
-        .await?;
-        let config: gitlab_sync::Config = testkit::config(
-            env.common_args(),
-            &[
-                format!("--secret-key={}", testkit::secret_key()),
-                "--reconcile-cron=off".to_owned(),
-                "--backfill-cron=off".to_owned(),
-                "--filter-refresh-ms=200".to_owned(),
-            ],
-        )?;
-        let service = Some(testkit::spawn(config.clone()).await?);
-        let stop = tokio_util::sync::CancellationToken::new();
-        let relay = bus::relay::Relay::new(
-            env.db.db.clone(),
-            env.bus.clone(),
-            bus::relay::RelayConfig::default(),
-        );
-        tokio::spawn({
-            let stop = stop.clone();
-            async move { relay.run(stop).await }
-        });
+        let a = setup.tenant(settings_a, "token-a").await?;
+        let b = setup
+            .tenant(serde_json::json!({"group": "globex"}), "token-b")
+            .await?;
+        setup.monitor(a, "acme", "api", p.api).await?;
         Ok(World {
-            env,
-            sim,
-            service,
-            _ingress_relay: stop.drop_guard(),
-            config,
-            provider_instance_id: instance,
+            stack: setup.run().await?,
             a,
             b,
             p,
         })
-    }
-
-    fn pool(&self) -> &sqlx::PgPool {
-        self.env.db.db.get_postgres_connection_pool()
-    }
-
-    /// Stores `body` as ingress does for a hook we registered for `tenant`. `replay_of`: an
-    /// explicit replay of an earlier delivery (no dedup), as a redelivery reaches the consumer.
-    async fn registered(
-        &self,
-        tenant: Tenant,
-        body: &Json,
-        replay_of: Option<Uuid>,
-    ) -> Result<Uuid> {
-        let event = body["object_kind"].as_str().unwrap_or("unknown").to_owned();
-        let subject = subject::gitlab_connection(&tenant.connection_id.to_string(), &event)?;
-        self.store(
-            tenant.route,
-            subject,
-            event,
-            serde_json::to_vec(body)?,
-            replay_of,
-        )
-        .await
-    }
-
-    /// Stores `body` as ingress does for an operator-created hook of `tenant`, routed by path.
-    async fn operator(&self, tenant: Tenant, body: &Json) -> Result<Uuid> {
-        let event = body["object_kind"].as_str().unwrap_or("unknown").to_owned();
-        let path = body["project"]["path_with_namespace"]
-            .as_str()
-            .unwrap_or_default();
-        let (namespace, project) = path.rsplit_once('/').unwrap_or(("", path));
-        let subject = subject::gitlab_project(namespace, project, &event)?;
-        self.store(
-            tenant.shared,
-            subject,
-            event,
-            serde_json::to_vec(body)?,
-            None,
-        )
-        .await
-    }
-
-    async fn store(
-        &self,
-        endpoint: EndpointIds,
-        subject: String,
-        event: String,
-        body: Vec<u8>,
-        replay_of: Option<Uuid>,
-    ) -> Result<Uuid> {
-        let dedup = match replay_of {
-            Some(of) => Dedup::Replay {
-                of,
-                tenant_signed: false,
-            },
-            None => Dedup::Keys {
-                event_id: Some(Uuid::now_v7().to_string()),
-                digest_window: Duration::from_secs(1),
-                verified_by: None,
-            },
-        };
-        let txn = self.env.db.db.begin().await?;
-        let recorded = store::inbound::record(
-            &txn,
-            NewMessage {
-                endpoint,
-                verification: "token".into(),
-                headers: BTreeMap::new(),
-                body,
-                event,
-                subject,
-                dedup,
-                retention: Duration::from_secs(3600),
-                inline_body_max: usize::MAX,
-                relay_hold: Duration::ZERO,
-            },
-        )
-        .await?;
-        let Recorded::Accepted(accepted) = recorded else {
-            anyhow::bail!("not stored: {recorded:?}");
-        };
-        txn.commit().await?;
-        Ok(accepted.message_id)
-    }
-
-    /// Waits until every stored delivery is published and both consumers settled them.
-    async fn settle(&self) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        let ns = self.env.bus.namespace();
-        let mut quiet = 0;
-        while quiet < 3 {
-            anyhow::ensure!(tokio::time::Instant::now() < deadline, "did not settle");
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            let unpublished: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
-                .fetch_one(self.pool())
-                .await?;
-            let mut busy = unpublished > 0;
-            let stream = self
-                .env
-                .bus
-                .jetstream()
-                .get_stream(ns.name(Stream::WebhooksGitlab.name()))
-                .await?;
-            for durable in [REGISTERED, OPERATOR] {
-                if let Ok(info) = stream.consumer_info(ns.name(durable)).await {
-                    busy |= info.num_pending > 0 || info.num_ack_pending > 0;
-                }
-            }
-            quiet = if busy { 0 } else { quiet + 1 };
-        }
-        Ok(())
     }
 
     /// The body of `build` over the simulator's model.
@@ -283,55 +98,6 @@ impl World {
         .bind(iid)
         .fetch_optional(self.pool())
         .await?)
-    }
-
-    /// Runs a RECONCILIATION of `tenant`'s connection to its end, reading the simulator over
-    /// HTTP: `manual` lists whole; `scheduled`, within the cooldown of the last one, lists only
-    /// what changed since the watermark.
-    async fn sync(&self, tenant: Tenant, trigger: &str) -> Result<JobOutcome> {
-        let job_id = Uuid::now_v7();
-        sqlx::query(
-            "INSERT INTO sync_job (id, connection_id, workspace_id, kind, job_type, trigger)
-             VALUES ($1, $2, $3, 'gitlab', 'RECONCILIATION', $4)",
-        )
-        .bind(job_id)
-        .bind(tenant.connection_id)
-        .bind(tenant.route.workspace_id)
-        .bind(trigger)
-        .execute(self.pool())
-        .await?;
-        let vendor = GitlabVendor {
-            pool: self.pool().clone(),
-            factory: ClientFactory {
-                db: self.env.db.db.clone(),
-                secret_key: Keyring::parse(&self.config.secret_key)?,
-                request_timeout: self.config.sync.request_timeout(),
-                egress: self.config.common.egress.clone(),
-                retry: RetryPolicy {
-                    max_retries: 1,
-                    min_delay: Duration::from_millis(5),
-                    max_delay: Duration::from_millis(10),
-                    max_retry_after: Duration::from_secs(1),
-                    deadline: vendor_http::DEFAULT_CALL_DEADLINE,
-                },
-            },
-            backfill: self.config.backfill_batches(),
-            activator: None,
-        };
-        let engine = Engine::new(
-            Arc::new(vendor),
-            self.pool().clone(),
-            "replica-test",
-            Duration::from_secs(30),
-            self.config.sync.sync_settings(),
-        );
-        let job = engine.jobs.claim(job_id).await?.job().expect("claimable");
-        let conn = connection::Entity::find_by_id(tenant.connection_id)
-            .one(&self.env.db.db)
-            .await?
-            .expect("connection");
-        let source = engine.vendor.source(&conn).await?;
-        Ok(engine.run(&job, self.provider_instance_id, source).await?)
     }
 
     /// (name, source key, occurred at, origin) of every item event of item `number` (an
@@ -360,59 +126,9 @@ impl World {
         )
     }
 
-    async fn count(&self, sql: &str) -> Result<i64> {
-        Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
-            .fetch_one(self.pool())
-            .await?)
+    async fn stop(self) -> Result<()> {
+        self.stack.stop().await
     }
-
-    async fn stop(mut self) -> Result<()> {
-        if let Some(s) = self.service.take() {
-            s.stop().await?;
-        }
-        Ok(())
-    }
-}
-
-/// A workspace with an active GitLab connection on `instance`, its token, and two endpoints.
-async fn tenant(
-    env: &testkit::TestEnv,
-    keyring: &Keyring,
-    instance: Uuid,
-    settings: Json,
-    token: &str,
-) -> Result<Tenant> {
-    let (workspace_id, connection_id) =
-        testkit::active_connection(&env.db.db, "gitlab", instance, settings, Some(token)).await?;
-    let mut endpoints = Vec::new();
-    for registration in [Registration::Registered, Registration::Operator] {
-        let endpoint = store::inbound::create_endpoint(
-            &env.db.db,
-            keyring,
-            NewEndpoint {
-                workspace_id,
-                connection_id,
-                kind: ConnectionKind::Gitlab,
-                registration,
-                provider_ref: None,
-                address_token: Some(Uuid::now_v7().simple().to_string()),
-                tenant_keyed: false,
-            },
-            Uuid::now_v7().as_bytes(),
-        )
-        .await?;
-        endpoints.push(EndpointIds {
-            endpoint_id: endpoint.id,
-            workspace_id,
-            connection_id,
-            kind: ConnectionKind::Gitlab,
-        });
-    }
-    Ok(Tenant {
-        connection_id,
-        route: endpoints[0],
-        shared: endpoints[1],
-    })
 }
 
 /// A review comment: native id, the comment it answers, path, line.
@@ -437,10 +153,6 @@ fn lifecycle_event(
         Some(at),
         origin.to_owned(),
     )
-}
-
-fn at(seconds: i64) -> time::OffsetDateTime {
-    time::macros::datetime!(2026-03-01 00:00 UTC) + time::Duration::seconds(seconds)
 }
 
 #[tokio::test]
@@ -752,7 +464,10 @@ async fn a_close_or_merge_hook_then_the_sync_records_exactly_one_event() -> Resu
         );
         (bystander, closing, merging, issue)
     });
-    assert_eq!(w.sync(w.a, "manual").await?, JobOutcome::Succeeded);
+    assert_eq!(
+        w.sync(w.a, "RECONCILIATION", "manual").await?,
+        JobOutcome::Succeeded
+    );
     assert_eq!(w.count("SELECT count(*) FROM item_event").await?, 0);
     assert_eq!(w.sim.calls(ops::GET_MERGE_REQUEST), 0, "nothing is closed");
 
@@ -843,7 +558,10 @@ async fn a_close_or_merge_hook_then_the_sync_records_exactly_one_event() -> Resu
     );
 
     // The filtered incremental pass stores the times GitLab reports and records each once.
-    assert_eq!(w.sync(w.a, "scheduled").await?, JobOutcome::Succeeded);
+    assert_eq!(
+        w.sync(w.a, "RECONCILIATION", "scheduled").await?,
+        JobOutcome::Succeeded
+    );
     assert_eq!(title().await?, "bystander", "the pass was filtered");
     assert_eq!(times().await?, stored_times);
     // The one request closed without a merge: its close time is read over REST.
@@ -860,8 +578,14 @@ async fn a_close_or_merge_hook_then_the_sync_records_exactly_one_event() -> Resu
     }
     w.settle().await?;
     assert_eq!(times().await?, stored_times);
-    assert_eq!(w.sync(w.a, "scheduled").await?, JobOutcome::Succeeded);
-    assert_eq!(w.sync(w.a, "manual").await?, JobOutcome::Succeeded);
+    assert_eq!(
+        w.sync(w.a, "RECONCILIATION", "scheduled").await?,
+        JobOutcome::Succeeded
+    );
+    assert_eq!(
+        w.sync(w.a, "RECONCILIATION", "manual").await?,
+        JobOutcome::Succeeded
+    );
     assert_eq!(title().await?, "renamed", "the last pass was whole");
     assert_eq!(times().await?, stored_times);
     assert_eq!(events().await?, (closed, merged, issue_closed));
@@ -923,7 +647,10 @@ async fn a_note_is_the_same_row_from_its_hook_and_from_the_sync() -> Result<()> 
         );
         (mr, issue)
     });
-    assert_eq!(w.sync(w.a, "manual").await?, JobOutcome::Succeeded);
+    assert_eq!(
+        w.sync(w.a, "RECONCILIATION", "manual").await?,
+        JobOutcome::Succeeded
+    );
     let notes = w.sim.model(|m| {
         let on = NoteOn::MergeRequest(api, mr);
         let diff = m.add_diff_note(on, "nit", DiffPosition::line("src/lib.rs", 7, "abc"));
@@ -954,7 +681,10 @@ async fn a_note_is_the_same_row_from_its_hook_and_from_the_sync() -> Result<()> 
             .execute(w.pool())
             .await?;
     }
-    assert_eq!(w.sync(w.a, "manual").await?, JobOutcome::Succeeded);
+    assert_eq!(
+        w.sync(w.a, "RECONCILIATION", "manual").await?,
+        JobOutcome::Succeeded
+    );
     let by_sync = note_rows(w.pool()).await?;
     assert_eq!(by_sync, by_hooks);
 
@@ -1007,7 +737,10 @@ async fn a_close_time_that_fails_to_read_is_read_by_the_next_pass() -> Result<()
         };
         (mr("to close"), mr("later"))
     });
-    assert_eq!(w.sync(w.a, "manual").await?, JobOutcome::Succeeded);
+    assert_eq!(
+        w.sync(w.a, "RECONCILIATION", "manual").await?,
+        JobOutcome::Succeeded
+    );
     w.sim.model(|m| {
         m.update_merge_request(api, closing, |mr| {
             mr.state = "closed".into();
@@ -1023,7 +756,10 @@ async fn a_close_time_that_fails_to_read_is_read_by_the_next_pass() -> Result<()
         ops::GET_MERGE_REQUEST,
         GitlabFault::Status(500),
     ));
-    assert_eq!(w.sync(w.a, "scheduled").await?, JobOutcome::Succeeded);
+    assert_eq!(
+        w.sync(w.a, "RECONCILIATION", "scheduled").await?,
+        JobOutcome::Succeeded
+    );
     assert_eq!(
         w.sim.calls(ops::GET_MERGE_REQUEST),
         2,
@@ -1047,15 +783,24 @@ async fn a_close_time_that_fails_to_read_is_read_by_the_next_pass() -> Result<()
         at(20),
         "sync",
     )];
-    assert_eq!(w.sync(w.a, "scheduled").await?, JobOutcome::Succeeded);
+    assert_eq!(
+        w.sync(w.a, "RECONCILIATION", "scheduled").await?,
+        JobOutcome::Succeeded
+    );
     assert_eq!(w.sim.calls(ops::GET_MERGE_REQUEST), 3);
     assert_eq!(
         w.merge_request_times(closing).await?,
         ("closed".into(), Some(at(20)), None)
     );
     assert_eq!(w.item_events(closing).await?, closed);
-    assert_eq!(w.sync(w.a, "scheduled").await?, JobOutcome::Succeeded);
-    assert_eq!(w.sync(w.a, "manual").await?, JobOutcome::Succeeded);
+    assert_eq!(
+        w.sync(w.a, "RECONCILIATION", "scheduled").await?,
+        JobOutcome::Succeeded
+    );
+    assert_eq!(
+        w.sync(w.a, "RECONCILIATION", "manual").await?,
+        JobOutcome::Succeeded
+    );
     assert_eq!(
         w.sim.calls(ops::GET_MERGE_REQUEST),
         3,
@@ -1075,6 +820,126 @@ async fn head_check(w: &World, number: u64) -> Result<(Option<String>, Option<St
     .bind(number as i32)
     .fetch_one(w.pool())
     .await?)
+}
+
+/// B's endpoints (B's own secret) deliver a Pipeline Hook and a rename hook naming A's project,
+/// both real: GitLab did run the pipeline and rename the project. Nothing of A changes (its
+/// head check, its repository's path, its monitors) and B's own monitor and merge request stay
+/// as they were.
+#[tokio::test]
+async fn another_workspaces_endpoint_cannot_record_a_pipeline_or_rename_a_project_of_a()
+-> Result<()> {
+    let w = World::start().await?;
+    let api = w.p.api;
+    w.sim.inject(Fault::always(
+        ops::MERGE_REQUEST_READINESS,
+        GitlabFault::FieldError {
+            path: "project".into(),
+            message: "unavailable".into(),
+        },
+    ));
+    // B's own project, monitored by B, with one merge request through B's route.
+    let (site, b_iid, b_opened) = w.sim.model(|m| {
+        let globex = m.group_by_path("globex").expect("globex");
+        let site = m.add_project(globex, "site");
+        let iid = m.add_merge_request(
+            site,
+            NewMergeRequest {
+                title: "B's".into(),
+                updated_at: at(10),
+            },
+        );
+        let mr = m.merge_requests[&(site, iid)].clone();
+        (site, iid, merge_request_hook(m, &mr, "open", None))
+    });
+    sqlx::query(
+        "INSERT INTO repository_to_monitor (id, workspace_id, connection_id, owner, name, native_id)
+         VALUES ($1, $2, $3, 'globex', 'site', $4)",
+    )
+    .bind(Uuid::now_v7())
+    .bind(w.b.route.workspace_id)
+    .bind(w.b.connection_id)
+    .bind(site as i64)
+    .execute(w.pool())
+    .await?;
+    w.registered(w.b, &b_opened, None).await?;
+    // A's merge request and its pending pipeline through A's route.
+    let (iid, opened, pending, pipeline) = w.sim.model(|m| {
+        let iid = m.add_merge_request(
+            api,
+            NewMergeRequest {
+                title: "A's".into(),
+                updated_at: at(20),
+            },
+        );
+        let mr = m.merge_requests[&(api, iid)].clone();
+        let opened = merge_request_hook(m, &mr, "open", None);
+        let id = m.start_pipeline(api, iid).expect("a head");
+        (iid, opened, pipeline_hook(m, &m.pipelines[&id].clone()), id)
+    });
+    w.registered(w.a, &opened, None).await?;
+    w.settle().await?;
+    w.registered(w.a, &pending, None).await?;
+    w.settle().await?;
+    // B's merge request has the same number in its own project.
+    let a_head_check = || {
+        sqlx::query_as::<_, (Option<String>, Option<String>, bool)>(
+            "SELECT p.head_check_state, p.head_check_sha, p.head_check_observed_at IS NOT NULL
+               FROM pull_request p JOIN repository r ON r.id = p.repository_id
+              WHERE r.native_id = $1 AND p.number = $2",
+        )
+        .bind(api as i64)
+        .bind(iid as i32)
+        .fetch_one(w.pool())
+    };
+    let a_check = a_head_check().await?;
+    assert_eq!(a_check.0.as_deref(), Some("pending"));
+    let b_before = w.merge_request(site, b_iid as i32).await?;
+    assert!(b_before.is_some(), "B's merge request is stored");
+
+    // GitLab passes A's pipeline and renames A's project; B's endpoints deliver both hooks.
+    let (success, renamed) = w.sim.model(|m| {
+        assert!(m.set_pipeline_status(pipeline, "success"));
+        let success = pipeline_hook(m, &m.pipelines[&pipeline].clone());
+        let renamed = m.rename_project_with_hook(api, "api2").expect("renamed");
+        (success, renamed)
+    });
+    w.registered(w.b, &success, None).await?;
+    w.operator(w.b, &success).await?;
+    w.registered(w.b, &renamed, None).await?;
+    w.settle().await?;
+
+    assert_eq!(a_head_check().await?, a_check);
+    let path: (String, String) =
+        sqlx::query_as("SELECT owner, name FROM repository WHERE native_id = $1")
+            .bind(api as i64)
+            .fetch_one(w.pool())
+            .await?;
+    assert_eq!(path, ("acme".to_owned(), "api".to_owned()));
+    let monitors = |tenant: Tenant| {
+        sqlx::query_as::<_, (String, String, Option<i64>)>(
+            "SELECT owner, name, native_id FROM repository_to_monitor WHERE connection_id = $1
+              ORDER BY owner, name",
+        )
+        .bind(tenant.connection_id)
+        .fetch_all(w.pool())
+    };
+    assert_eq!(
+        monitors(w.a).await?,
+        [("acme".to_owned(), "api".to_owned(), Some(api as i64))]
+    );
+    assert_eq!(
+        monitors(w.b).await?,
+        [("globex".to_owned(), "site".to_owned(), Some(site as i64))]
+    );
+    assert_eq!(w.merge_request(site, b_iid as i32).await?, b_before);
+    assert_eq!(
+        w.count("SELECT count(*) FROM pull_request WHERE head_check_state IS NOT NULL")
+            .await?,
+        1,
+        "only A's own pipeline hook was recorded"
+    );
+    w.stop().await
 }
 
 /// Head checks are dated observations: a Pipeline Hook records the check of the open merge
