@@ -224,8 +224,9 @@ async fn deliver_registered(
     let ep = check_registered(state, attempt, &path, headers).await?;
     let connection = path.connection;
     let payload = json_object(&body)?;
-    // Admission: a group-bound route accepts only its group's payloads.
-    if let (Some(group), Some(path)) = (&ep.provider_ref, payload_path(&payload))
+    // Admission: a group-bound route accepts only its group's payloads, judged by a full path
+    // the payload states.
+    if let (Some(group), Some(path)) = (&ep.provider_ref, stated_full_path(&payload))
         && !within(&path, group)
     {
         return Err(Rejection::malformed(
@@ -271,19 +272,29 @@ fn event_name(payload: &serde_json::Value, headers: &HeaderMap) -> Result<String
         .ok_or_else(|| Rejection::malformed("the payload has no object_kind or event_name"))
 }
 
-/// The full path of the project or group a payload is about.
+/// Where a payload states the full path of the project or group it is about.
+const FULL_PATHS: &[&str] = &[
+    "/project/path_with_namespace",
+    "/path_with_namespace",
+    "/project_path_with_namespace",
+    "/full_path",
+    "/group/full_path",
+];
+
+/// The full path of the project or group a payload is about, as it states it.
+fn stated_full_path(p: &serde_json::Value) -> Option<String> {
+    FULL_PATHS
+        .iter()
+        .find_map(|ptr| str_at(p, ptr))
+        .map(str::to_owned)
+}
+
+/// The path to route a payload by: its full path, else a member event's `group_path`. GitLab
+/// names a member event's group by its own segment (`team-a` for `acme/team-a`), which says
+/// nothing of where the group sits, so it never decides a group-bound route's admission: the
+/// group's id is admitted downstream against the connection's organization.
 fn payload_path(p: &serde_json::Value) -> Option<String> {
-    [
-        "/project/path_with_namespace",
-        "/path_with_namespace",
-        "/project_path_with_namespace",
-        "/full_path",
-        "/group_path",
-        "/group/full_path",
-    ]
-    .iter()
-    .find_map(|ptr| str_at(p, ptr))
-    .map(str::to_owned)
+    stated_full_path(p).or_else(|| str_at(p, "/group_path").map(str::to_owned))
 }
 
 fn within(path: &str, group: &str) -> bool {
@@ -338,6 +349,8 @@ mod tests {
                 .unwrap(),
             "gitlab.acme.?.user_add_to_group"
         );
+        let subgroup_member = json!({"event_name": "user_add_to_group", "group_path": "team-a"});
+        assert_eq!(stated_full_path(&subgroup_member), None);
         assert!(within("acme/sub/x", "acme"));
         assert!(!within("acmeX/sub", "acme"));
     }

@@ -244,3 +244,81 @@ async fn registered_hooks_accept_only_their_own_route_credential() -> Result<()>
     );
     h.ingress.stop().await
 }
+
+/// A group hook fires for the members of the group's subgroups too, and GitLab names such a
+/// group by its own path segment (`team-a` for `acme/team-a`): a hook registered for `acme`
+/// takes it, to be admitted by group id downstream. A group stated outside `acme` is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registered_group_hooks_take_subgroup_member_events_and_refuse_groups_outside() -> Result<()>
+{
+    let h = Harness::start().await?;
+    let conn = h.connection(ConnectionKind::Gitlab, Some(ORIGIN)).await?;
+    let route = h
+        .endpoint(
+            &conn,
+            Registration::Registered,
+            Some("acme"),
+            None,
+            "unused",
+        )
+        .await?;
+    let (c, r) = (conn.id.to_string(), route.id.to_string());
+    let path = format!("/webhooks/gitlab/connections/{c}/k1/{r}");
+    let credential = mint(
+        testkit::ROUTING_KEY,
+        &RouteBinding {
+            connection_id: &c,
+            key_id: "k1",
+            route_id: &r,
+            origin: ORIGIN,
+        },
+    );
+    let headers = |event: &str, id: &str| {
+        let mut headers = hook_headers(&credential);
+        headers[0].1 = event.to_owned();
+        headers[2].1 = format!("{id}-uuid");
+        headers[3].1 = format!("idem-{id}");
+        headers
+    };
+    let member = |group_id: u64, group_path: &str| {
+        serde_json::to_vec(&json!({
+            "event_name": "user_add_to_group", "group_id": group_id,
+            "group_name": group_path, "group_path": group_path,
+            "user_id": 7, "user_username": "carol", "group_access": "Developer"
+        }))
+    };
+
+    // A subgroup's stated full path outside the registered group.
+    let outside = serde_json::to_vec(&json!({
+        "event_name": "subgroup_create", "group_id": 40, "full_path": "globex/team",
+        "path": "team", "parent_full_path": "globex"
+    }))?;
+    assert_refused(
+        &h,
+        h.post(&path, &headers("Subgroup Hook", "outside"), outside)
+            .await?,
+        StatusCode::BAD_REQUEST,
+        "malformed",
+    )
+    .await?;
+
+    // The root group's member, then a member of `acme/team-a`.
+    for (i, body) in [member(1, "acme")?, member(2, "team-a")?]
+        .into_iter()
+        .enumerate()
+    {
+        let (s, text) = h
+            .post(&path, &headers("Member Hook", &format!("member-{i}")), body)
+            .await?;
+        assert_eq!(s, StatusCode::OK, "{text}");
+    }
+    let got = h.settled(Stream::WebhooksGitlab, 2).await?;
+    assert_eq!(got.len(), 2);
+    for message in &got {
+        assert_eq!(
+            message.subject,
+            format!("gitlab.?connection.{c}.user_add_to_group")
+        );
+    }
+    h.ingress.stop().await
+}
