@@ -432,6 +432,7 @@ pub async fn claim_due(
 }
 
 /// The removal credential a fence's references hold, still sealed.
+#[derive(sqlx::FromRow)]
 pub struct SealedCredential {
     connection_id: Uuid,
     name: String,
@@ -472,25 +473,16 @@ pub async fn credential<'e>(
     executor: impl sqlx::PgExecutor<'e>,
     repair_id: Uuid,
 ) -> Result<Option<SealedCredential>, sqlx::Error> {
-    let row: Option<(Uuid, String, String, Vec<u8>, Vec<u8>)> = sqlx::query_as(
-        "SELECT connection_id, credential_name, credential_key_id, credential_nonce,
-                credential_ciphertext
+    sqlx::query_as(
+        "SELECT connection_id, credential_name AS name, credential_key_id AS key_id,
+                credential_nonce AS nonce, credential_ciphertext AS ciphertext
            FROM connection_provider_repair
           WHERE repair_id = $1 AND credential_key_id IS NOT NULL
           ORDER BY updated_at DESC, id DESC LIMIT 1",
     )
     .bind(repair_id)
     .fetch_optional(executor)
-    .await?;
-    Ok(row.map(
-        |(connection_id, name, key_id, nonce, ciphertext)| SealedCredential {
-            connection_id,
-            name,
-            key_id,
-            nonce,
-            ciphertext,
-        },
-    ))
+    .await
 }
 
 /// The states of the connections that hold `repair`'s identity now: those whose current
