@@ -10,6 +10,7 @@ use forgesync_e2e::{GitlabStack, eventually};
 use serde_json::{Value, json};
 use testkit::TestEnv;
 use time::OffsetDateTime;
+use uuid::Uuid;
 use vendor_sim::gitlab::{GitlabSim, NoteOn};
 
 const TOKEN: &str = "glpat-erasure";
@@ -36,7 +37,13 @@ async fn a_gitlab_disconnect_leaves_no_content_and_keeps_its_registrations_for_r
         first_update: OffsetDateTime::now_utc() - time::Duration::days(3),
     });
     let project = generated.projects[0];
-    let sim = GitlabSim::start(generated.model).await?;
+    // The organization tier: members of the group and of a subgroup, listed at activation.
+    let mut model = generated.model;
+    let acme = model.group_by_path("acme").expect("the group");
+    let platform = model.group_by_path("acme/platform").expect("a subgroup");
+    model.add_member(acme, "owner-1", 50);
+    model.add_member(platform, "developer-1", 30);
+    let sim = GitlabSim::start(model).await?;
 
     let stack = GitlabStack::start(&env).await?;
     let eraser = testkit::spawn(testkit::eraser_config(env.common_args())).await?;
@@ -115,6 +122,24 @@ async fn a_gitlab_disconnect_leaves_no_content_and_keeps_its_registrations_for_r
     })
     .await?;
 
+    // A request for changes (GitLab's system note, through its Note Hook) by another reviewer.
+    assert!(
+        sim.model(|m| m.request_changes(project, open_iid, "reviewer-2"))
+            .is_some()
+    );
+    sim.flush_hooks().await;
+    let _: i64 = eventually("the request for changes did not reach the mirror", || {
+        let pool = &pool;
+        async move {
+            Ok(
+                sqlx::query_scalar("SELECT 1::bigint FROM merge_request_requested_change LIMIT 1")
+                    .fetch_optional(pool)
+                    .await?,
+            )
+        }
+    })
+    .await?;
+
     // Before: the scan finds the connection's content, its own GitLab rows included.
     let scan = |ws: String| {
         let get = &get;
@@ -130,6 +155,7 @@ async fn a_gitlab_disconnect_leaves_no_content_and_keeps_its_registrations_for_r
         "table:pull_request",
         "table:comment",
         "table:merge_request_approval",
+        "table:merge_request_requested_change",
         "table:gitlab_activation",
         "table:listing_state",
         "table:inbound_message",
@@ -137,6 +163,32 @@ async fn a_gitlab_disconnect_leaves_no_content_and_keeps_its_registrations_for_r
         assert!(place(&before, table) > 0, "{table}: {before}");
     }
     assert!(place(&before, "stream:WEBHOOKS_GITLAB") > 0, "{before}");
+    // The organization tier (the scan does not look there): the members of the group and of
+    // its subgroup, held for the organization the connection binds.
+    let organization: Uuid = sqlx::query_scalar(
+        "SELECT organization_id FROM organization_binding WHERE connection_id = $1::uuid",
+    )
+    .bind(&conn)
+    .fetch_one(&pool)
+    .await?;
+    let tier = |pool: sqlx::PgPool| async move {
+        let count = |sql: &'static str| {
+            sqlx::query_scalar::<_, i64>(sql)
+                .bind(organization)
+                .fetch_one(&pool)
+        };
+        anyhow::Ok([
+            count("SELECT count(*) FROM organization_membership WHERE organization_id = $1")
+                .await?,
+            count(
+                "SELECT count(*) FROM team_membership
+                  WHERE team_id IN (SELECT id FROM team WHERE organization_id = $1)",
+            )
+            .await?,
+        ])
+    };
+    let [members, team_members] = tier(pool.clone()).await?;
+    assert!(members > 0 && team_members > 0, "{members} {team_members}");
     let registrations = |pool: sqlx::PgPool, conn: String| async move {
         sqlx::query_scalar::<_, i64>(
             "SELECT count(*) FROM provider_registration WHERE connection_id = $1::uuid",
@@ -169,9 +221,21 @@ async fn a_gitlab_disconnect_leaves_no_content_and_keeps_its_registrations_for_r
     .await?;
     assert_eq!(records[0]["trigger"], "disconnect", "{records}");
 
-    // After: zero everywhere, the connection's own subjects included.
+    // After: zero everywhere, the connection's own subjects included. The organization tier
+    // goes with it (no other live workspace binds `acme`); the organization row is global.
     let after = scan(ws.clone()).await?;
     assert_eq!(after["total"], 0, "{after}");
+    assert_eq!(place(&after, "table:merge_request_requested_change"), 0);
+    let requested: i64 = sqlx::query_scalar("SELECT count(*) FROM merge_request_requested_change")
+        .fetch_one(&pool)
+        .await?;
+    assert_eq!(requested, 0);
+    assert_eq!(tier(pool.clone()).await?, [0, 0]);
+    let organizations: i64 = sqlx::query_scalar("SELECT count(*) FROM organization WHERE id = $1")
+        .bind(organization)
+        .fetch_one(&pool)
+        .await?;
+    assert_eq!(organizations, 1, "the organization row is kept");
     assert!(
         after["places"]
             .as_array()
