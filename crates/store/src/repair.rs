@@ -69,8 +69,13 @@ fn stmt(sql: &str, values: Vec<sea_orm::Value>) -> Statement {
 }
 
 /// What `connection_id` holds at its vendor: the registrations the vendor holds (adopted, or
-/// created for a generation that moved on). Read without locks.
-async fn held<C: ConnectionTrait>(db: &C, connection_id: Uuid) -> Result<Vec<Held>, DbErr> {
+/// created for a generation that moved on; with `only_created`, only the latter). Read without
+/// locks.
+async fn held<C: ConnectionTrait>(
+    db: &C,
+    connection_id: Uuid,
+    only_created: bool,
+) -> Result<Vec<Held>, DbErr> {
     let rows = db
         .query_all_raw(stmt(
             "SELECT r.id, c.kind, coalesce(pi.server_url, '') AS instance, r.resource_kind,
@@ -78,10 +83,10 @@ async fn held<C: ConnectionTrait>(db: &C, connection_id: Uuid) -> Result<Vec<Hel
                FROM provider_registration r
                JOIN connection c ON c.id = r.connection_id
                JOIN provider_instance pi ON pi.id = r.provider_instance_id
-              WHERE r.connection_id = $1 AND r.state IN ('created', 'adopted')
-                AND r.vendor_id IS NOT NULL
+              WHERE r.connection_id = $1 AND r.vendor_id IS NOT NULL
+                AND (r.state = 'created' OR (NOT $2 AND r.state = 'adopted'))
               ORDER BY r.id",
-            vec![connection_id.into()],
+            vec![connection_id.into(), only_created.into()],
         ))
         .await?;
     let mut out = Vec::with_capacity(rows.len());
@@ -125,7 +130,7 @@ pub async fn lock_identities<C: ConnectionTrait>(
 ) -> Result<(), DbErr> {
     let mut identities = Vec::new();
     for id in connection_ids {
-        identities.extend(held(db, *id).await?.iter().map(Held::identity));
+        identities.extend(held(db, *id, false).await?.iter().map(Held::identity));
     }
     advisory_locks(db, &lock_order(&identities)).await
 }
@@ -161,27 +166,50 @@ pub async fn capture<C: ConnectionTrait>(
     transition: Transition,
     actor: &str,
 ) -> Result<Captured, DbErr> {
-    let held = held(db, row.id).await?;
+    capture_as(db, row, transition.event_name(), false, actor).await
+}
+
+/// [`capture`] under the name `cause` (a transition's, or `late`), of the resources the vendor
+/// holds for the connection (with `only_created`, only those no current generation adopted).
+async fn capture_as<C: ConnectionTrait>(
+    db: &C,
+    row: &connection::Model,
+    cause: &str,
+    only_created: bool,
+    actor: &str,
+) -> Result<Captured, DbErr> {
+    let held = held(db, row.id, only_created).await?;
     let identities: Vec<_> = held.iter().map(Held::identity).collect();
     advisory_locks(db, &lock_order(&identities)).await?;
     // Sealed as the connection's secret was (its id and name are the associated data): moved,
-    // never opened here.
+    // never opened here. Once the secrets are gone (a late capture after a disconnection), the
+    // one an earlier reference of the connection still holds.
     let credential = db
         .query_one_raw(stmt(
-            "SELECT key_id, nonce, ciphertext FROM connection_secret
-              WHERE connection_id = $1 AND name = $2",
+            "SELECT name, key_id, nonce, ciphertext FROM (
+                 SELECT name, key_id, nonce, ciphertext, 0 AS preference, now() AS at
+                   FROM connection_secret WHERE connection_id = $1 AND name = $2
+                 UNION ALL
+                 SELECT credential_name, credential_key_id, credential_nonce,
+                        credential_ciphertext, 1, updated_at
+                   FROM connection_provider_repair
+                  WHERE connection_id = $1 AND credential_key_id IS NOT NULL
+             ) c ORDER BY preference, at DESC LIMIT 1",
             vec![row.id.into(), REMOVAL_CREDENTIAL.into()],
         ))
         .await?;
-    let (key_id, nonce, ciphertext): (Option<String>, Option<Vec<u8>>, Option<Vec<u8>>) =
-        match &credential {
-            Some(c) => (
-                Some(c.try_get("", "key_id")?),
-                Some(c.try_get("", "nonce")?),
-                Some(c.try_get("", "ciphertext")?),
-            ),
-            None => (None, None, None),
-        };
+    let (mut name, mut key_id, mut nonce, mut ciphertext) = (
+        None::<String>,
+        None::<String>,
+        None::<Vec<u8>>,
+        None::<Vec<u8>>,
+    );
+    if let Some(c) = &credential {
+        name = Some(c.try_get("", "name")?);
+        key_id = Some(c.try_get("", "key_id")?);
+        nonce = Some(c.try_get("", "nonce")?);
+        ciphertext = Some(c.try_get("", "ciphertext")?);
+    }
     // The capture receipt: this fence was written by the transition itself.
     let receipt = Uuid::now_v7();
     let mut out = Captured::default();
@@ -244,12 +272,9 @@ pub async fn capture<C: ConnectionTrait>(
                 row.workspace_id.into(),
                 row.id.into(),
                 h.registration_id.into(),
-                transition.event_name().into(),
+                cause.into(),
                 row.version.into(),
-                key_id
-                    .as_ref()
-                    .map(|_| REMOVAL_CREDENTIAL.to_owned())
-                    .into(),
+                name.clone().into(),
                 key_id.clone().into(),
                 nonce.clone().into(),
                 ciphertext.clone().into(),
@@ -274,6 +299,60 @@ pub async fn capture<C: ConnectionTrait>(
             .rows_affected();
     }
     Ok(out)
+}
+
+/// Captures what no transition could (a lost wake's repair): a create that resolved after its
+/// connection left active (a late result, `created`), or what a connection left before capture
+/// existed. Each connection in its own transaction, identity locks before its row lock; the
+/// connection's state is read again under the lock. How many fences it referenced.
+pub async fn capture_late(
+    db: &sea_orm::DatabaseConnection,
+    limit: u64,
+    actor: &str,
+) -> Result<u64, DbErr> {
+    use sea_orm::{EntityTrait as _, QuerySelect as _, TransactionTrait as _};
+    let rows = db
+        .query_all_raw(stmt(
+            "SELECT DISTINCT r.connection_id
+               FROM provider_registration r
+               JOIN connection c ON c.id = r.connection_id
+               JOIN provider_instance pi ON pi.id = r.provider_instance_id
+              WHERE r.vendor_id IS NOT NULL
+                AND (r.state = 'created'
+                     OR (r.state = 'adopted'
+                         AND c.status IN ('suspended', 'uninstalled', 'disconnected')))
+                AND NOT EXISTS (
+                    SELECT 1 FROM provider_resource_repair f
+                     WHERE f.provider = c.kind::text AND f.instance = coalesce(pi.server_url, '')
+                       AND f.resource = r.resource_kind || ':' || r.vendor_id)
+              LIMIT $1",
+            vec![(limit as i64).into()],
+        ))
+        .await?;
+    let mut captured = 0;
+    for r in rows {
+        let id: Uuid = r.try_get("", "connection_id")?;
+        let txn = db.begin().await?;
+        lock_identities(&txn, &[id]).await?;
+        let Some(row) = connection::Entity::find_by_id(id)
+            .lock_exclusive()
+            .one(&txn)
+            .await?
+        else {
+            continue;
+        };
+        // An active (or paused) holder keeps what its current generation adopted.
+        let only_created = !matches!(
+            row.status,
+            ConnectionStatus::Suspended
+                | ConnectionStatus::Uninstalled
+                | ConnectionStatus::Disconnected
+        );
+        let out = capture_as(&txn, &row, "late", only_created, actor).await?;
+        txn.commit().await?;
+        captured += out.repairs.len() as u64;
+    }
+    Ok(captured)
 }
 
 /// One fence as the dispatcher reads it.

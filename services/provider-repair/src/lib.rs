@@ -4,6 +4,7 @@
 //!
 //! The fences captured by the lifecycle transition (`store::repair`) are the truth; a lifecycle
 //! message only wakes the dispatcher, and a schedule revisits due fences whatever woke them. An
+//! schedule also captures what resolved after its connection left active (a late creation). An
 //! attempt inspects the fence (its epoch), checks ownership at the vendor, takes the dispatch
 //! permit in a short transaction under the identity lock (from then on the attempt counts as
 //! sent), calls the vendor outside any transaction, and records the outcome. The rules are
@@ -106,6 +107,7 @@ pub trait Remover: Send + Sync {
 /// Claims due fences and attempts each.
 #[derive(Clone)]
 pub struct Dispatcher {
+    pub db: sea_orm::DatabaseConnection,
     pub pool: PgPool,
     pub keyring: Keyring,
     pub removers: Vec<Arc<dyn Remover>>,
@@ -116,6 +118,16 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
+    /// Captures what no transition captured (a creation that resolved after its connection left
+    /// active, a lost wake), then attempts every due fence; how many it attempted.
+    pub async fn revisit(&self) -> anyhow::Result<u64> {
+        let late = store::repair::capture_late(&self.db, 100, "provider-repair").await?;
+        if late > 0 {
+            tracing::info!(late, "late provider resources captured");
+        }
+        self.run_due().await
+    }
+
     /// Attempts every due fence, batch by batch, until none is due; how many it attempted.
     pub async fn run_due(&self) -> anyhow::Result<u64> {
         let mut attempted = 0;
@@ -233,6 +245,7 @@ pub async fn run(
     let pool = db.get_postgres_connection_pool().clone();
     let request_timeout = Duration::from_secs(config.request_timeout_secs);
     let dispatcher = Dispatcher {
+        db: db.clone(),
         pool,
         keyring,
         removers: vec![Arc::new(gitlab::GroupHooks {
@@ -273,7 +286,7 @@ pub async fn run(
                 move |_| {
                     let due = due.clone();
                     async move {
-                        let attempted = due.run_due().await?;
+                        let attempted = due.revisit().await?;
                         if attempted > 0 {
                             tracing::info!(attempted, "due provider repairs attempted");
                         }

@@ -72,6 +72,13 @@ impl Stack {
     /// An active GitLab connection whose token is `token`, holding a group hook it registered
     /// (created at the simulator, adopted by its current generation): (connection, hook id).
     async fn hooked_connection(&self, token: &str) -> Result<(Uuid, u64)> {
+        let (conn, hook, _) = self.hook(token, "adopted").await?;
+        Ok((conn, hook))
+    }
+
+    /// A connection with a hook at the simulator and its registration in `state` (`requested`:
+    /// the create's answer not recorded yet): (connection, hook id, registration id).
+    async fn hook(&self, token: &str, state: &str) -> Result<(Uuid, u64, Uuid)> {
         let (_, conn) = testkit::active_connection(
             &self.env.db.db,
             "gitlab",
@@ -101,24 +108,26 @@ impl Stack {
                 },
             )
             .await?;
+        let registration = Uuid::now_v7();
         sqlx::query(
             "INSERT INTO provider_registration (id, connection_id, provider_instance_id,
                  resource_kind, target, marker, url_hash, connection_version,
                  lifecycle_generation, state, vendor_id)
              SELECT $1, c.id, $3, 'gitlab_group_hook', $4, $5, $6, c.version,
-                    c.lifecycle_generation, 'adopted', $7
+                    c.lifecycle_generation, $8, CASE WHEN $8 = 'requested' THEN NULL ELSE $7 END
                FROM connection c WHERE c.id = $2",
         )
-        .bind(Uuid::now_v7())
+        .bind(registration)
         .bind(conn)
         .bind(self.instance)
         .bind(self.group.to_string())
         .bind(&marker)
         .bind(store::inbound::sha256_hex(url.as_bytes()))
         .bind(hook.id.to_string())
+        .bind(state)
         .execute(self.pool())
         .await?;
-        Ok((conn, hook.id))
+        Ok((conn, hook.id, registration))
     }
 
     async fn transition(&self, conn: Uuid, transition: Transition) -> Result<()> {
@@ -244,5 +253,26 @@ async fn a_delete_that_landed_but_timed_out_awaits_an_admin() -> Result<()> {
         .await?;
     assert_eq!(fence.next_attempt_at, None, "automatic polling stopped");
     assert_eq!(fence.fence.uncertain().collect::<Vec<_>>(), vec![0]);
+    s.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_creation_that_resolves_after_suspension_is_removed() -> Result<()> {
+    let s = Stack::start().await?;
+    // The create was sent; its answer arrives only after the connection was suspended.
+    let (a, hook, registration) = s.hook(TOKEN, "requested").await?;
+    s.transition(a, Transition::Suspend).await?;
+    assert!(store::repair::of_connection(s.pool(), a).await?.is_empty());
+    let resolved =
+        store::registration::resolve_created(s.pool(), registration, &hook.to_string()).await?;
+    assert!(
+        matches!(resolved, store::registration::Resolved::RemovalTarget(_)),
+        "{resolved:?}"
+    );
+    let fence = s
+        .fence_when(a, |f| f.fence.status() == FenceStatus::Resolved)
+        .await?;
+    assert_eq!(fence.resource, format!("gitlab_group_hook:{hook}"));
+    assert!(s.listed_hooks().await?.is_empty());
     s.stop().await
 }
