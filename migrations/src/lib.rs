@@ -47,6 +47,7 @@ mod m0042_gitlab_readiness;
 mod m0043_gitlab_pushes_requested_changes;
 mod m0044_organization_tier;
 mod m0045_provider_repair;
+mod m0046_registration_removed;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -249,6 +250,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0045_provider_repair",
                 up: m0045_provider_repair::UP,
+            }),
+            Box::new(Sql {
+                name: "m0046_registration_removed",
+                up: m0046_registration_removed::UP,
             }),
         ]
     }

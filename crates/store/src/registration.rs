@@ -57,6 +57,8 @@ pub enum RegistrationState {
     Adopted,
     /// The vendor refused the create; nothing exists.
     Failed,
+    /// Provider repair removed it, with proof.
+    Removed,
 }
 
 impl RegistrationState {
@@ -66,6 +68,7 @@ impl RegistrationState {
             "created" => Self::Created,
             "adopted" => Self::Adopted,
             "failed" => Self::Failed,
+            "removed" => Self::Removed,
             other => {
                 return Err(sqlx::Error::Decode(
                     format!("unknown registration state {other:?}").into(),

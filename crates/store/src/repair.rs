@@ -12,7 +12,7 @@
 
 use lifecycle_core::connection::Transition;
 use lifecycle_core::repair::{
-    DispatchPermit, HolderState, Inspection, Ownership, ProviderKind, RemovalFence,
+    DispatchPermit, FenceStatus, HolderState, Inspection, Ownership, ProviderKind, RemovalFence,
     ResourceIdentity, StoredFence, identity_hash, lock_order, removal_may_start,
 };
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
@@ -416,7 +416,7 @@ impl TryFrom<RepairRow> for Repair {
         let decode = |what: String| sqlx::Error::Decode(what.into());
         let provider = ProviderKind::parse(&r.provider)
             .ok_or_else(|| decode(format!("unknown provider {:?}", r.provider)))?;
-        let status = lifecycle_core::repair::FenceStatus::parse(&r.status)
+        let status = FenceStatus::parse(&r.status)
             .ok_or_else(|| decode(format!("unknown fence status {:?}", r.status)))?;
         let fence = RemovalFence::from(StoredFence {
             epoch: r.epoch.max(0) as u64,
@@ -624,6 +624,30 @@ async fn write(
     .bind(s.status.is_settled())
     .execute(&mut *conn)
     .await?;
+    if s.status == FenceStatus::Resolved {
+        // A proven removal: its registrations are removed, and the endpoints they delivered to
+        // close, but only those of connections no longer active (an active replacement stays).
+        sqlx::query(
+            "UPDATE provider_registration SET state = 'removed', updated_at = now()
+              WHERE id IN (SELECT registration_id FROM connection_provider_repair
+                            WHERE repair_id = $1)
+                AND state IN ('created', 'adopted')",
+        )
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query(
+            "UPDATE inbound_endpoint e SET status = 'disabled', updated_at = now()
+               FROM provider_registration r, connection c
+              WHERE r.id IN (SELECT registration_id FROM connection_provider_repair
+                              WHERE repair_id = $1)
+                AND e.id = r.endpoint_id AND c.id = e.connection_id AND c.status <> 'active'
+                AND e.status <> 'disabled'",
+        )
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    }
     if s.status.is_settled() {
         // The credential is kept only while a removal may still need it.
         sqlx::query(
@@ -645,7 +669,7 @@ pub enum Decision {
     /// Call the provider once with this permit, then [`record`] its outcome.
     Dispatch(DispatchPermit),
     /// Nothing to send now; the fence stands as recorded.
-    Wait(lifecycle_core::repair::FenceStatus),
+    Wait(FenceStatus),
     /// Another holder (an active connection) still holds the resource.
     Held,
     /// The fence changed since it was inspected; inspect again.
@@ -706,7 +730,7 @@ pub async fn record(
     permit: DispatchPermit,
     outcome: lifecycle_core::repair::DispatchOutcome,
     detail: &str,
-) -> Result<lifecycle_core::repair::FenceStatus, sqlx::Error> {
+) -> Result<FenceStatus, sqlx::Error> {
     let mut tx = pool.begin().await?;
     let repair = load_locked(&mut tx, id).await?;
     let mut fence = repair.fence;

@@ -314,9 +314,11 @@ impl Registrar {
                     )))
                 }
             },
-            RegistrationState::Created | RegistrationState::Failed => Ok(ResourceState::Missing(
-                format!("the {noun} registration was settled elsewhere"),
-            )),
+            RegistrationState::Created | RegistrationState::Failed | RegistrationState::Removed => {
+                Ok(ResourceState::Missing(format!(
+                    "the {noun} registration was settled elsewhere"
+                )))
+            }
         }
     }
 

@@ -192,6 +192,19 @@ async fn disconnect_removes_its_hook_and_spares_another_workspaces_hook() -> Res
         vec![hook_b],
         "only its own hook is gone"
     );
+    // The proven removal marks its registration removed; the other stays adopted.
+    let states: Vec<(String, String)> = sqlx::query_as(
+        "SELECT vendor_id, state FROM provider_registration ORDER BY vendor_id::bigint",
+    )
+    .fetch_all(s.pool())
+    .await?;
+    assert_eq!(
+        states,
+        vec![
+            (hook_a.to_string(), "removed".to_owned()),
+            (hook_b.to_string(), "adopted".to_owned())
+        ]
+    );
     // Nothing of the credential is left: not as a secret, not in the reference.
     let secrets: i64 =
         sqlx::query_scalar("SELECT count(*) FROM connection_secret WHERE connection_id = $1")

@@ -113,7 +113,7 @@ pub async fn activation(
             recorded.as_ref().and_then(|a| a.hook_reason.clone()),
         ),
         Some(RegistrationState::Failed) => ("refused", hook.and_then(|r| r.failure.clone())),
-        Some(RegistrationState::Created) | None => (
+        Some(RegistrationState::Created | RegistrationState::Removed) | None => (
             "none",
             recorded.as_ref().and_then(|a| a.hook_reason.clone()),
         ),

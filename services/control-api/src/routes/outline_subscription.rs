@@ -120,6 +120,7 @@ pub async fn subscription(
             RegistrationState::Adopted => "adopted",
             RegistrationState::Failed => "failed",
             RegistrationState::Created => "created",
+            RegistrationState::Removed => "removed",
         }
         .to_owned(),
         current: reg.generation == current,
