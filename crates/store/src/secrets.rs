@@ -279,7 +279,8 @@ pub struct ResealReport {
     pub remaining: u64,
 }
 
-/// Re-seals every secret not under the ring's newest key, `batch` rows per transaction. Each
+/// Re-seals every secret not under the ring's newest key (the connections' secrets, then the
+/// removal credentials of provider repair references), `batch` rows per transaction. Each
 /// row is locked while it is rewritten, so a concurrent [`put`] either waits or wins (and its row
 /// is then skipped if already under the newest key); running it again changes nothing more.
 pub async fn reseal(
@@ -348,10 +349,13 @@ pub async fn reseal(
         }
         txn.commit().await?;
     }
+    reseal_repair_credentials(db, ring, batch, &mut report).await?;
     let left = db
         .query_one_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
-            "SELECT count(*) AS n FROM connection_secret WHERE key_id <> $1",
+            "SELECT (SELECT count(*) FROM connection_secret WHERE key_id <> $1)
+                  + (SELECT count(*) FROM connection_provider_repair
+                      WHERE credential_key_id <> $1) AS n",
             [newest.id().into()],
         ))
         .await?
@@ -360,6 +364,73 @@ pub async fn reseal(
         .unwrap_or(0);
     report.remaining = u64::try_from(left).unwrap_or(0);
     Ok(report)
+}
+
+/// [`reseal`] of the removal credentials sealed into provider repair references (as the
+/// connection's secret they were, so under the same row binding).
+async fn reseal_repair_credentials(
+    db: &sea_orm::DatabaseConnection,
+    ring: &Keyring,
+    batch: u32,
+    report: &mut ResealReport,
+) -> Result<(), SecretError> {
+    let newest = ring.sealing();
+    let mut after: Option<Uuid> = None;
+    loop {
+        let txn = db.begin().await?;
+        let (cursor, mut values): (&str, Vec<sea_orm::Value>) = match after {
+            Some(id) => ("AND id > $2", vec![id.into()]),
+            None => ("", vec![]),
+        };
+        values.insert(0, newest.id().into());
+        let rows = txn
+            .query_all_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                format!(
+                    "SELECT id, connection_id, credential_name, credential_key_id, \
+                     credential_nonce, credential_ciphertext FROM connection_provider_repair \
+                     WHERE credential_key_id <> $1 {cursor} ORDER BY id LIMIT {batch} FOR UPDATE"
+                ),
+                values,
+            ))
+            .await?;
+        if rows.is_empty() {
+            txn.commit().await?;
+            return Ok(());
+        }
+        for row in &rows {
+            let id: Uuid = row.try_get("", "id")?;
+            let connection_id: Uuid = row.try_get("", "connection_id")?;
+            let name: String = row.try_get("", "credential_name")?;
+            let key_id: String = row.try_get("", "credential_key_id")?;
+            let nonce: Vec<u8> = row.try_get("", "credential_nonce")?;
+            let ciphertext: Vec<u8> = row.try_get("", "credential_ciphertext")?;
+            match ring.open(&key_id, connection_id, &name, &nonce, &ciphertext) {
+                Ok(plaintext) => {
+                    let (nonce, ciphertext) = newest.seal(connection_id, &name, &plaintext)?;
+                    txn.execute_raw(Statement::from_sql_and_values(
+                        DbBackend::Postgres,
+                        "UPDATE connection_provider_repair SET credential_key_id = $2, \
+                         credential_nonce = $3, credential_ciphertext = $4, updated_at = now() \
+                         WHERE id = $1",
+                        [
+                            id.into(),
+                            newest.id().into(),
+                            nonce.into(),
+                            ciphertext.into(),
+                        ],
+                    ))
+                    .await?;
+                    report.resealed += 1;
+                }
+                Err(e) => report
+                    .failed
+                    .push(format!("{connection_id}/repair reference {id}: {e}")),
+            }
+            after = Some(id);
+        }
+        txn.commit().await?;
+    }
 }
 
 #[cfg(test)]

@@ -296,3 +296,31 @@ async fn a_purge_captures_every_connection_of_the_workspace() -> Result<()> {
     assert_eq!(w.secrets(b).await?, 2);
     Ok(())
 }
+
+#[tokio::test]
+async fn key_rotation_reseals_the_removal_credential_of_a_reference() -> Result<()> {
+    use base64::Engine as _;
+    let w = World::new().await?;
+    let (_, a) = w.connection("glpat-a").await?;
+    w.registration(a, "adopted", Some("61")).await?;
+    w.transition(a, Transition::Disconnect).await?;
+    let fence = repair::of_connection(&w.pool, a).await?.remove(0);
+
+    let newer = format!(
+        "k1:{},k2:{}",
+        testkit::secret_key(),
+        base64::engine::general_purpose::STANDARD.encode([9u8; 32])
+    );
+    let ring = Keyring::parse(&newer)?;
+    let report = store::secrets::reseal(&w.db.db, &ring, 10).await?;
+    assert_eq!(report.resealed, 1, "{report:?}");
+    assert_eq!(report.remaining, 0);
+    // Only the newest key is needed now.
+    let only_new = Keyring::parse(&format!(
+        "k2:{}",
+        base64::engine::general_purpose::STANDARD.encode([9u8; 32])
+    ))?;
+    let sealed = repair::credential(&w.pool, fence.id).await?.expect("kept");
+    assert_eq!(sealed.open(&only_new)?, b"glpat-a");
+    Ok(())
+}
