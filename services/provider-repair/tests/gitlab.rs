@@ -28,6 +28,11 @@ struct Stack {
 
 impl Stack {
     async fn start() -> Result<Stack> {
+        Stack::start_with("* * * * * *").await
+    }
+
+    /// With the revisiting schedule on `cron` (`off`: only lifecycle messages wake it).
+    async fn start_with(cron: &str) -> Result<Stack> {
         let mut model = Model::default();
         model.add_token(TOKEN);
         let group = model.add_group(None, "acme");
@@ -45,7 +50,7 @@ impl Stack {
             env.common_args(),
             &[
                 format!("--secret-key={}", testkit::secret_key()),
-                "--provider-repair-cron=* * * * * *".to_owned(),
+                format!("--provider-repair-cron={cron}"),
                 "--provider-repair-request-timeout=1".to_owned(),
             ],
         )?;
@@ -286,6 +291,24 @@ async fn a_creation_that_resolves_after_suspension_is_removed() -> Result<()> {
         .fence_when(a, |f| f.fence.status() == FenceStatus::Resolved)
         .await?;
     assert_eq!(fence.resource, format!("gitlab_group_hook:{hook}"));
+    assert!(s.listed_hooks().await?.is_empty());
+    s.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lifecycle_message_wakes_the_dispatcher() -> Result<()> {
+    let s = Stack::start_with("off").await?;
+    let (a, _) = s.hooked_connection(TOKEN).await?;
+    s.transition(a, Transition::Disconnect).await?;
+    // The outbox row the transition wrote, published as control-api's relay would.
+    let relay = bus::relay::Relay::new(
+        s.env.db.db.clone(),
+        s.env.bus.clone(),
+        bus::relay::RelayConfig::default(),
+    );
+    assert!(relay.publish_batch().await? >= 1);
+    s.fence_when(a, |f| f.fence.status() == FenceStatus::Resolved)
+        .await?;
     assert!(s.listed_hooks().await?.is_empty());
     s.stop().await
 }
