@@ -355,6 +355,78 @@ pub async fn capture_late(
     Ok(captured)
 }
 
+/// A connection's removal credential was replaced (its secret `name` just stored, in the
+/// caller's transaction, the connection row locked): sealed into the references of its
+/// unsettled fences, and a fence waiting for a credential is due at once. How many fences it
+/// woke.
+pub async fn credential_replaced<C: ConnectionTrait>(
+    db: &C,
+    connection_id: Uuid,
+    name: &str,
+) -> Result<u64, DbErr> {
+    if name != REMOVAL_CREDENTIAL {
+        return Ok(0);
+    }
+    db.execute_raw(stmt(
+        "UPDATE connection_provider_repair p
+            SET credential_name = s.name, credential_key_id = s.key_id,
+                credential_nonce = s.nonce, credential_ciphertext = s.ciphertext,
+                updated_at = now()
+           FROM connection_secret s, provider_resource_repair f
+          WHERE s.connection_id = $1 AND s.name = $2 AND p.connection_id = $1
+            AND f.id = p.repair_id AND f.status NOT IN ('resolved', 'released')",
+        vec![connection_id.into(), name.into()],
+    ))
+    .await?;
+    let waiting = db
+        .query_all_raw(stmt(
+            "SELECT f.id, f.epoch, f.attempts, f.failures, f.status
+               FROM provider_resource_repair f
+              WHERE f.status = 'needs_authorization'
+                AND f.id IN (SELECT repair_id FROM connection_provider_repair
+                              WHERE connection_id = $1)
+              ORDER BY f.id FOR UPDATE",
+            vec![connection_id.into()],
+        ))
+        .await?;
+    let mut woken = 0;
+    for r in waiting {
+        let id: Uuid = r.try_get("", "id")?;
+        let status: String = r.try_get("", "status")?;
+        let Some(status) = FenceStatus::parse(&status) else {
+            continue;
+        };
+        // Only status and failures move on a new credential; the rest is carried as stored.
+        let mut fence = RemovalFence::from(StoredFence {
+            epoch: r.try_get::<i64>("", "epoch")?.max(0) as u64,
+            attempts: r.try_get::<i64>("", "attempts")?.max(0) as u64,
+            uncertain: Default::default(),
+            failures: r.try_get::<i32>("", "failures")?.max(0) as u32,
+            status,
+        });
+        let status = fence.credential_replaced();
+        let failures = fence.stored().failures as i32;
+        let retry = fence.retry_after().map(|d| d.whole_seconds());
+        db.execute_raw(stmt(
+            "UPDATE provider_resource_repair
+                SET status = $2, failures = $3, updated_at = now(),
+                    last_outcome = 'a new credential arrived',
+                    next_attempt_at = CASE WHEN $4::bigint IS NULL THEN NULL
+                                           ELSE now() + make_interval(secs => $4::bigint) END
+              WHERE id = $1",
+            vec![
+                id.into(),
+                status.as_str().into(),
+                failures.into(),
+                retry.into(),
+            ],
+        ))
+        .await?;
+        woken += 1;
+    }
+    Ok(woken)
+}
+
 /// One fence as the dispatcher reads it.
 #[derive(Debug, Clone)]
 pub struct Repair {

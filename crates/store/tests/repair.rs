@@ -324,3 +324,37 @@ async fn key_rotation_reseals_the_removal_credential_of_a_reference() -> Result<
     assert_eq!(sealed.open(&only_new)?, b"glpat-a");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_new_credential_wakes_a_repair_waiting_for_one() -> Result<()> {
+    let w = World::new().await?;
+    let (_, a) = w.connection("glpat-old").await?;
+    w.registration(a, "adopted", Some("71")).await?;
+    w.transition(a, Transition::Suspend).await?;
+    let fence = repair::of_connection(&w.pool, a).await?.remove(0);
+    let waiting = repair::decide(
+        &w.pool,
+        fence.id,
+        fence.fence.inspect(),
+        Ownership::CredentialRefused,
+        "401",
+    )
+    .await?;
+    assert_eq!(waiting, Decision::Wait(FenceStatus::NeedsAuthorization));
+    let due_later = repair::load(&w.pool, fence.id).await?.expect("kept");
+    assert!(due_later.next_attempt_at > Some(time::OffsetDateTime::now_utc()));
+
+    let txn = w.db.db.begin().await?;
+    store::secrets::put(&txn, &w.ring, a, "token", b"glpat-new").await?;
+    assert_eq!(repair::credential_replaced(&txn, a, "token").await?, 1);
+    txn.commit().await?;
+    let woken = repair::load(&w.pool, fence.id).await?.expect("kept");
+    assert_eq!(woken.fence.status(), FenceStatus::Pending);
+    assert!(
+        woken.next_attempt_at <= Some(time::OffsetDateTime::now_utc()),
+        "due at once"
+    );
+    let sealed = repair::credential(&w.pool, fence.id).await?.expect("kept");
+    assert_eq!(sealed.open(&w.ring)?, b"glpat-new");
+    Ok(())
+}

@@ -376,6 +376,8 @@ pub async fn replace_secrets(
         store::secrets::put(&txn, &state.secret_key, row.id, name, value.as_bytes())
             .await
             .map_err(ApiError::internal)?;
+        // A new credential wakes the provider repairs that waited for one.
+        store::repair::credential_replaced(&txn, row.id, name).await?;
     }
     // New credentials lift the refusal: the schedules take the connection again.
     store::credentials::replaced(&txn, row.id).await?;
