@@ -309,6 +309,68 @@ pub(crate) fn later(previous: OffsetDateTime) -> OffsetDateTime {
     now.max(previous + time::Duration::seconds(1))
 }
 
+/// Notes by id, indexed by parent as GitLab's own tables are: a parent's notes (and its
+/// `userNotesCount`) are found without reading every note of the instance. Reads go through
+/// the map (`Deref`); writes through [`Notes::insert`], [`Notes::remove`] and
+/// [`Notes::get_mut`], which keep the index (a note never changes parent).
+#[derive(Debug, Clone, Default)]
+pub struct Notes {
+    by_id: BTreeMap<u64, Note>,
+    by_parent: BTreeMap<NoteOn, BTreeSet<u64>>,
+}
+
+impl Notes {
+    /// Adds or replaces a note.
+    pub fn insert(&mut self, id: u64, note: Note) -> Option<Note> {
+        let on = note.on;
+        let old = self.by_id.insert(id, note);
+        if let Some(old) = &old {
+            self.unindex(old.on, id);
+        }
+        self.by_parent.entry(on).or_default().insert(id);
+        old
+    }
+
+    /// Removes a note.
+    pub fn remove(&mut self, id: &u64) -> Option<Note> {
+        let old = self.by_id.remove(id)?;
+        self.unindex(old.on, *id);
+        Some(old)
+    }
+
+    /// A note to edit in place; its parent (`on`) must stay as it is.
+    pub fn get_mut(&mut self, id: &u64) -> Option<&mut Note> {
+        self.by_id.get_mut(id)
+    }
+
+    /// A parent's notes in id (creation) order.
+    pub fn of(&self, on: NoteOn) -> impl Iterator<Item = &Note> {
+        self.by_parent
+            .get(&on)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.by_id.get(id))
+            .filter(move |n| n.on == on)
+    }
+
+    fn unindex(&mut self, on: NoteOn, id: u64) {
+        if let Some(ids) = self.by_parent.get_mut(&on) {
+            ids.remove(&id);
+            if ids.is_empty() {
+                self.by_parent.remove(&on);
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for Notes {
+    type Target = BTreeMap<u64, Note>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.by_id
+    }
+}
+
 /// The simulated instance.
 #[derive(Debug, Clone)]
 pub struct Model {
@@ -320,8 +382,8 @@ pub struct Model {
     pub issues: BTreeMap<(u64, u64), Issue>,
     /// Merge requests by (project, iid).
     pub merge_requests: BTreeMap<(u64, u64), MergeRequest>,
-    /// Notes by id.
-    pub notes: BTreeMap<u64, Note>,
+    /// Notes by id (and by parent).
+    pub notes: Notes,
     /// Group hooks by id.
     pub hooks: BTreeMap<u64, Hook>,
     /// Pipelines by id.
@@ -350,7 +412,7 @@ impl Default for Model {
             projects: BTreeMap::new(),
             issues: BTreeMap::new(),
             merge_requests: BTreeMap::new(),
-            notes: BTreeMap::new(),
+            notes: Notes::default(),
             hooks: BTreeMap::new(),
             pipelines: BTreeMap::new(),
             members: BTreeMap::new(),
@@ -851,7 +913,7 @@ impl Model {
 
     /// A parent's notes in creation order.
     pub fn notes_of(&self, on: NoteOn) -> Vec<&Note> {
-        self.notes.values().filter(|n| n.on == on).collect()
+        self.notes.of(on).collect()
     }
 
     /// User notes (not system) of a parent.
