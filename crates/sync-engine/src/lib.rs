@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod children;
+pub mod clients;
 pub mod config;
 pub mod consumers;
 pub mod engine;

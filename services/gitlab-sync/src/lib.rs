@@ -203,6 +203,8 @@ fn webhook_consumers(
     use sync_engine::webhook::{WebhookConsumer, follow};
     let pool = db.get_postgres_connection_pool().clone();
     let refresh = config.sync.filter_refresh();
+    // One cache of readers for both consumers: a connection's client serves its hooks on either.
+    let clients = Arc::new(source::Readers::default());
     let registered = Arc::new(
         WebhookConsumer::new(
             pool.clone(),
@@ -213,6 +215,7 @@ fn webhook_consumers(
                     factory: factory.clone(),
                 }),
                 readers: factory.clone(),
+                clients: clients.clone(),
                 confirmations: Confirmations::for_workers(
                     "gitlab",
                     config.sync.webhook_concurrency.max(1),
@@ -229,6 +232,7 @@ fn webhook_consumers(
                 pool: pool.clone(),
                 route: None,
                 readers: factory,
+                clients,
                 confirmations: Confirmations::for_workers(
                     "gitlab",
                     config.sync.webhook_concurrency.max(1),

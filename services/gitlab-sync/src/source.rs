@@ -18,6 +18,7 @@ use serde::Deserialize;
 use store::entity::{ConnectionStatus, connection, provider_instance};
 use store::secrets::Keyring;
 use sync_engine::{ReadError, ReadStop};
+use uuid::Uuid;
 
 /// GitLab's own instance, for a provider instance without a server URL.
 pub const DEFAULT_SERVER: &str = "https://gitlab.com";
@@ -98,10 +99,7 @@ impl ClientFactory {
     /// The connection's reader. Only an active or suspended connection reads: a pending or
     /// disconnected one has no verified credentials to read with.
     pub async fn source(&self, conn: &connection::Model) -> anyhow::Result<GitlabSource> {
-        if !matches!(
-            conn.status,
-            ConnectionStatus::Active | ConnectionStatus::Suspended
-        ) {
+        if !reads(conn.status) {
             return Err(anyhow!(
                 "the connection is {:?}; it reads nothing from GitLab",
                 conn.status
@@ -115,19 +113,97 @@ impl ClientFactory {
         let token = store::secrets::get(&self.db, &self.secret_key, conn.id, "token")
             .await?
             .ok_or_else(|| anyhow!("the connection has no `token` secret"))?;
+        self.build(conn.id, settings, instance.server_url.as_deref(), token)
+    }
+
+    /// The connection's reader from `cache` while what it is built from is unchanged (one
+    /// query, no decryption, the same HTTP connections), else built anew and cached; `None` when
+    /// the connection is gone. Only an active or suspended connection reads.
+    pub async fn cached_source(
+        &self,
+        cache: &Readers,
+        connection_id: Uuid,
+    ) -> anyhow::Result<Option<GitlabSource>> {
+        let inputs: Option<ReaderInputs> = sqlx::query_as(
+            "SELECT c.status, c.settings, i.server_url, s.key_id, s.nonce, s.ciphertext
+               FROM connection c
+               JOIN provider_instance i ON i.id = c.provider_instance_id
+               LEFT JOIN connection_secret s ON s.connection_id = c.id AND s.name = 'token'
+              WHERE c.id = $1",
+        )
+        .bind(connection_id)
+        .fetch_optional(self.db.get_postgres_connection_pool())
+        .await?;
+        let Some(inputs) = inputs else {
+            cache.forget(connection_id);
+            return Ok(None);
+        };
+        if !matches!(inputs.status.as_str(), "active" | "suspended") {
+            // Its token leaves memory with its client.
+            cache.forget(connection_id);
+            return Err(anyhow!(
+                "the connection is {}; it reads nothing from GitLab",
+                inputs.status
+            ));
+        }
+        cache
+            .get_or_build(connection_id, inputs, |inputs| {
+                let settings = Settings::from_settings(&inputs.settings)?;
+                let (Some(key_id), Some(nonce), Some(ciphertext)) =
+                    (&inputs.key_id, &inputs.nonce, &inputs.ciphertext)
+                else {
+                    return Err(anyhow!("the connection has no `token` secret"));
+                };
+                let token =
+                    self.secret_key
+                        .open(key_id, connection_id, "token", nonce, ciphertext)?;
+                self.build(connection_id, settings, inputs.server_url.as_deref(), token)
+            })
+            .map(Some)
+    }
+
+    fn build(
+        &self,
+        connection_id: Uuid,
+        settings: Settings,
+        server_url: Option<&str>,
+        token: Vec<u8>,
+    ) -> anyhow::Result<GitlabSource> {
         let token = String::from_utf8(token).context("the connection's token is not text")?;
-        let mut config =
-            ClientConfig::new(instance.server_url.as_deref().unwrap_or(DEFAULT_SERVER))
-                .with_egress(self.egress.clone());
+        let mut config = ClientConfig::new(server_url.unwrap_or(DEFAULT_SERVER))
+            .with_egress(self.egress.clone());
         config.timeout = self.request_timeout;
         config.retry = self.retry;
         let budget = Budget::keep(settings.min_remaining.unwrap_or(500));
         let client = GitlabClient::new(&config, token)?.with_budget(budget);
         // What GitLab says is left, as `vendor_quota_remaining{vendor="gitlab",connection}`.
-        client.report_quota_as(conn.id.to_string());
+        client.report_quota_as(connection_id.to_string());
         Ok(GitlabSource { client, settings })
     }
 }
+
+/// Whether a connection in `status` reads GitLab.
+fn reads(status: ConnectionStatus) -> bool {
+    matches!(
+        status,
+        ConnectionStatus::Active | ConnectionStatus::Suspended
+    )
+}
+
+/// What a connection's reader is built from, as stored now, its token still sealed: equal
+/// inputs build an equal reader, so a cached one is reused only while these are unchanged.
+#[derive(PartialEq, sqlx::FromRow)]
+pub struct ReaderInputs {
+    status: String,
+    settings: serde_json::Value,
+    server_url: Option<String>,
+    key_id: Option<String>,
+    nonce: Option<Vec<u8>>,
+    ciphertext: Option<Vec<u8>>,
+}
+
+/// Webhook follow-up readers, per connection ([`ClientFactory::cached_source`]).
+pub type Readers = sync_engine::clients::ClientCache<ReaderInputs, GitlabSource>;
 
 /// A failed GitLab read, as the engine weighs it.
 #[derive(Debug, thiserror::Error)]

@@ -47,6 +47,8 @@ pub struct GitlabWebhooks {
     pub route: Option<route::RouteAdmission>,
     /// Builds the delivering connection's reader for the item a hint names.
     pub readers: crate::source::ClientFactory,
+    /// The readers follow-up reads reuse while their connection's inputs are unchanged.
+    pub clients: std::sync::Arc<crate::source::Readers>,
     /// The confirming reads of hints, per item ([`hints`]).
     pub confirmations: hint::Confirmations,
     /// How far past a confirming read a version may be dated.

@@ -512,3 +512,36 @@ async fn hook_reviewer_lists_are_dated_snapshots() -> Result<()> {
     assert_eq!(w.count("SELECT count(*) FROM dead_message").await?, 0);
     w.stop().await
 }
+
+#[tokio::test]
+async fn a_rotated_token_is_read_with_at_once() -> Result<()> {
+    let w = World::start().await?;
+    let iid = w.open("rotated", at(10)).await?;
+    assert_eq!(w.facts(iid).await?.mergeable, Some(true));
+    let reads = || w.sim.calls(ops::MERGE_REQUEST_READINESS);
+
+    // GitLab now takes only A's new token, which A stores: the next hook's read uses it (a
+    // client kept from the old token would be refused and record nothing).
+    w.sim.model(|m| {
+        m.tokens.remove("token-a");
+        m.add_token("token-a-rotated");
+    });
+    store::secrets::put(
+        &w.env.db.db,
+        &w.keyring,
+        w.a.connection_id,
+        "token",
+        b"token-a-rotated",
+    )
+    .await?;
+    let update = w.change(iid, |mr| {
+        mr.title = "rotated, then blocked".into();
+        mr.mergeable = false;
+    });
+    let before = reads();
+    w.deliver(&update).await?;
+    assert_eq!(reads(), before + 1);
+    assert_eq!(w.facts(iid).await?.mergeable, Some(false));
+
+    w.stop().await
+}

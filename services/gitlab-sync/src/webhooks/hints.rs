@@ -10,14 +10,12 @@
 
 use std::collections::BTreeMap;
 
-use gitlab_client::{GitlabClient, MergeRequestState, NoteParent, Page};
+use gitlab_client::{Budget, GitlabClient, MergeRequestState, NoteParent, Page};
 use lifecycle_core::forward::TimeBound;
 use scm_mirror::admission::GitlabProject;
 use scm_mirror::events::Item;
 use scm_mirror::items::ItemClass;
-use sea_orm::EntityTrait as _;
 use store::admission::Refusal;
-use store::entity::connection;
 use sync_engine::webhook::hint::Confirmation;
 use sync_engine::webhook::{Outcome, Webhook, WebhookError};
 use time::OffsetDateTime;
@@ -159,24 +157,23 @@ async fn read_and_write(
     }
 }
 
-/// The delivering connection's GitLab client, or why there is none.
+/// The delivering connection's GitLab client, or why there is none (reused from
+/// [`GitlabWebhooks::clients`] while the connection's token, settings and instance are unchanged).
 pub(super) async fn reader(
     w: &GitlabWebhooks,
     connection_id: Uuid,
 ) -> Result<Result<GitlabClient, String>, WebhookError> {
-    let Some(conn) = connection::Entity::find_by_id(connection_id)
-        .one(&w.readers.db)
-        .await?
-    else {
-        return Ok(Err("the connection is gone".into()));
-    };
-    Ok(match w.readers.source(&conn).await {
-        Ok(source) => Ok(source.client),
-        Err(e) => {
-            tracing::warn!(%connection_id, error = %format!("{e:#}"), "cannot read GitLab with this connection");
-            Err("the connection cannot read GitLab now".into())
-        }
-    })
+    Ok(
+        match w.readers.cached_source(&w.clients, connection_id).await {
+            // The reserve a job keeps is for follow-up reads like these.
+            Ok(Some(source)) => Ok(source.client.with_budget(Budget::unlimited())),
+            Ok(None) => Err("the connection is gone".into()),
+            Err(e) => {
+                tracing::warn!(%connection_id, error = %format!("{e:#}"), "cannot read GitLab with this connection");
+                Err("the connection cannot read GitLab now".into())
+            }
+        },
+    )
 }
 
 async fn read_issue(
