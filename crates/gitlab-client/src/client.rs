@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use cynic::{Operation, QueryBuilder};
+use lifecycle_core::gitlab::paging::{OffsetListing, OffsetPageHeaders};
 use reqwest::header::{ACCEPT, HeaderMap, LOCATION};
 use reqwest::{Method, StatusCode};
 use serde::Serialize;
@@ -118,6 +119,17 @@ impl<T> Page<T> {
             None => true,
         })
     }
+}
+
+/// What a whole listing read when it could not be read whole.
+#[derive(Debug)]
+pub struct PartialListing<T> {
+    /// What the pages that answered listed.
+    pub items: Vec<T>,
+    /// Why the listing is not whole.
+    pub why: String,
+    /// The failed pages' errors, in page order.
+    pub failures: Vec<Error>,
 }
 
 /// A GitLab API client for one token.
@@ -601,6 +613,50 @@ impl GitlabClient {
             hooks: decode_json("GET group hooks", &body)?,
             headers: PageHeaders::from_map(&headers),
         })
+    }
+
+    /// A group's hooks read whole: every page, at most `page_cap`, under the offset paging rule
+    /// (`lifecycle_core::gitlab::paging`), so a failed or inconsistent page makes the listing
+    /// partial instead of silently short. What proves a hook absent or ours needs `Ok`.
+    pub async fn all_group_hooks(
+        &self,
+        group_id: u64,
+        page_cap: u32,
+    ) -> Result<Vec<GroupHook>, PartialListing<GroupHook>> {
+        let mut rule = OffsetListing::new(page_cap.max(1));
+        let mut hooks = Vec::new();
+        let mut failures = Vec::new();
+        while let Some(page) = rule.next_page() {
+            match self.group_hooks_page(group_id, page, MAX_PAGE_SIZE).await {
+                Ok(listed) => {
+                    let h = &listed.headers;
+                    rule.accept_page(
+                        OffsetPageHeaders::parse(
+                            h.page.as_deref(),
+                            h.next_page.as_deref(),
+                            h.total.as_deref(),
+                        ),
+                        listed.hooks.iter().map(|hook| hook.id),
+                    );
+                    hooks.extend(listed.hooks);
+                }
+                Err(e) => {
+                    rule.record_failed_page();
+                    failures.push((page, e));
+                }
+            }
+        }
+        match rule.finish() {
+            Ok(_) => Ok(hooks),
+            Err(gap) => Err(PartialListing {
+                why: match failures.last() {
+                    Some((page, e)) => format!("page {page} failed: {e}"),
+                    None => gap.to_string(),
+                },
+                items: hooks,
+                failures: failures.into_iter().map(|(_, e)| e).collect(),
+            }),
+        }
     }
 
     /// Creates a group hook. Not retried: a create that timed out may have created the hook,

@@ -26,7 +26,7 @@ pub use budget::{Budget, BudgetStop, RateLimit};
 pub use client::{
     ClientConfig, DEFAULT_MAX_RESPONSE_BYTES, GitlabClient, MAX_PAGE_SIZE, Page, PageProject,
 };
-pub use client::{GroupMember, GroupMembersPage};
+pub use client::{GroupMember, GroupMembersPage, PartialListing};
 pub use error::{Error, GraphqlError, PathSegment};
 pub use queries::{
     DetailedMergeStatus, DiffPosition, DiffRefs, Discussion, DiscussionGid, DiscussionNote,

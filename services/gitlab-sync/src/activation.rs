@@ -28,10 +28,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use bus::consumer::ConsumerSpec;
 use bus::{Bus, Stream};
-use gitlab_client::{
-    ClientConfig, Error as GitlabError, GitlabClient, GroupHook, MAX_PAGE_SIZE, NewGroupHook,
-};
-use lifecycle_core::gitlab::paging::{OffsetListing, OffsetPageHeaders};
+use gitlab_client::{ClientConfig, Error as GitlabError, GitlabClient, GroupHook, NewGroupHook};
 use lifecycle_core::gitlab::route_credential::{RouteBinding, mint};
 use lifecycle_core::subject::{Monitor, filter_subjects};
 use scm_mirror::gitlab::GROUP_HOOK;
@@ -464,35 +461,14 @@ async fn list_group_hooks(
     group: u64,
     page_cap: u32,
 ) -> ResourceListing<GroupHook> {
-    let mut rule = OffsetListing::new(page_cap.max(1));
-    let mut hooks = Vec::new();
-    let mut failure = None;
-    while let Some(page) = rule.next_page() {
-        match client.group_hooks_page(group, page, MAX_PAGE_SIZE).await {
-            Ok(listed) => {
-                let h = &listed.headers;
-                rule.accept_page(
-                    OffsetPageHeaders::parse(
-                        h.page.as_deref(),
-                        h.next_page.as_deref(),
-                        h.total.as_deref(),
-                    ),
-                    listed.hooks.iter().map(|hook| hook.id),
-                );
-                hooks.extend(listed.hooks);
+    match client.all_group_hooks(group, page_cap).await {
+        Ok(hooks) => ResourceListing::Whole(hooks),
+        Err(partial) => {
+            tracing::warn!(group, reason = %partial.why, "the group's hook listing is not whole");
+            ResourceListing::Partial {
+                items: partial.items,
+                why: partial.why,
             }
-            Err(e) => {
-                rule.record_failed_page();
-                failure = Some(format!("page {page} failed: {e}"));
-            }
-        }
-    }
-    match rule.finish() {
-        Ok(_) => ResourceListing::Whole(hooks),
-        Err(gap) => {
-            let why = failure.unwrap_or_else(|| gap.to_string());
-            tracing::warn!(group, reason = %why, "the group's hook listing is not whole");
-            ResourceListing::Partial { items: hooks, why }
         }
     }
 }

@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use gitlab_client::{ClientConfig, Error as GitlabError, GitlabClient, GroupHook, RetryPolicy};
-use lifecycle_core::gitlab::paging::{OffsetListing, OffsetPageHeaders};
 use lifecycle_core::repair::{DispatchOutcome, Ownership};
 use store::registration::ResourceKind;
 use store::repair::Repair;
@@ -14,9 +13,6 @@ use crate::{Inspected, Remover};
 
 /// Pages of a group's hooks read before the listing counts as not whole.
 pub const PAGE_CAP: u32 = 50;
-
-/// The hooks page size asked for (GitLab's largest).
-const PER_PAGE: u32 = 100;
 
 /// Removes the group hooks gitlab-sync registered.
 pub struct GroupHooks {
@@ -90,43 +86,26 @@ impl Remover for GroupHooks {
             Ok(c) => c,
             Err(e) => return unproven(e),
         };
-        let mut rule = OffsetListing::new(self.page_cap.max(1));
-        let mut hooks = Vec::new();
-        let mut failure = None;
-        while let Some(page) = rule.next_page() {
-            match client.group_hooks_page(group, page, PER_PAGE).await {
-                Ok(listed) => {
-                    let h = &listed.headers;
-                    rule.accept_page(
-                        OffsetPageHeaders::parse(
-                            h.page.as_deref(),
-                            h.next_page.as_deref(),
-                            h.total.as_deref(),
-                        ),
-                        listed.hooks.iter().map(|hook| hook.id),
-                    );
-                    hooks.extend(listed.hooks);
-                }
-                // Expiry or revocation proves nothing; the fence waits for a credential.
-                Err(e) if refused_credential(&e) => {
-                    return Inspected {
-                        ownership: Ownership::CredentialRefused,
-                        detail: format!("GitLab refused the credential listing hooks: {e}"),
-                    };
-                }
-                // A hidden 404 (the group unreadable) proves nothing either.
-                Err(e) => {
-                    rule.record_failed_page();
-                    failure = Some(format!("page {page} failed: {e}"));
-                }
+        let hooks = match client.all_group_hooks(group, self.page_cap).await {
+            Ok(hooks) => hooks,
+            // Expiry or revocation proves nothing; the fence waits for a credential.
+            Err(partial) if partial.failures.iter().any(refused_credential) => {
+                return Inspected {
+                    ownership: Ownership::CredentialRefused,
+                    detail: format!(
+                        "GitLab refused the credential listing hooks: {}",
+                        partial.why
+                    ),
+                };
             }
-        }
-        if let Err(gap) = rule.finish() {
-            return unproven(format!(
-                "the group's hooks could not be listed whole: {}",
-                failure.unwrap_or_else(|| gap.to_string())
-            ));
-        }
+            // A hidden 404 (the group unreadable) proves nothing either.
+            Err(partial) => {
+                return unproven(format!(
+                    "the group's hooks could not be listed whole: {}",
+                    partial.why
+                ));
+            }
+        };
         match hooks.iter().find(|h| h.id == hook_id) {
             Some(hook) if carries_proof(hook, repair) => Inspected {
                 ownership: Ownership::Ours,
