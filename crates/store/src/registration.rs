@@ -7,7 +7,7 @@
 //! lifecycle generation that asked ([`lifecycle_core::repair::adopt`]); anything else the vendor
 //! holds for a row stays `created`, a removal target.
 
-use lifecycle_core::repair::{Adoption, Generation, adopt};
+use lifecycle_core::repair::{Adoption, Generation, ProviderKind, adopt, identity_hash};
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -215,7 +215,10 @@ pub async fn of_connection<'e>(
     rows.into_iter().map(Registration::try_from).collect()
 }
 
-/// The registration of `generation` at `target` that is unresolved or adopted, if any.
+/// The registration of `generation`'s lifecycle generation at `target` that is unresolved or
+/// adopted, if any. An adopted resource stays the connection's own across a pause and a resume
+/// (its version moves on, the resource does not) until a capture fences it, which makes it a
+/// removal target; an unresolved one of an earlier version is settled (then a removal target).
 pub async fn live<'e>(
     executor: impl sqlx::PgExecutor<'e>,
     connection_id: Uuid,
@@ -226,13 +229,13 @@ pub async fn live<'e>(
     let row: Option<Row> = sqlx::query_as(
         "SELECT * FROM provider_registration
           WHERE connection_id = $1 AND resource_kind = $2 AND target = $3
-            AND connection_version = $4 AND lifecycle_generation = $5
-            AND state IN ('requested', 'adopted')",
+            AND lifecycle_generation = $4 AND state IN ('requested', 'adopted')
+          ORDER BY requested_at DESC, id DESC
+          LIMIT 1",
     )
     .bind(connection_id)
     .bind(kind.as_str())
     .bind(target)
-    .bind(generation.connection_version as i64)
     .bind(generation.lifecycle_generation as i64)
     .fetch_optional(executor)
     .await?;
@@ -260,12 +263,38 @@ pub async fn resolve_created(
     vendor_id: &str,
 ) -> Result<Resolved, sqlx::Error> {
     let mut tx = pool.begin().await?;
-    let connection_id: Uuid =
-        sqlx::query_scalar("SELECT connection_id FROM provider_registration WHERE id = $1")
-            .bind(id)
-            .fetch_one(&mut *tx)
+    let (connection_id, provider, instance, resource_kind): (Uuid, String, String, String) =
+        sqlx::query_as(
+            "SELECT r.connection_id, c.kind, coalesce(pi.server_url, ''), r.resource_kind
+               FROM provider_registration r
+               JOIN connection c ON c.id = r.connection_id
+               JOIN provider_instance pi ON pi.id = r.provider_instance_id
+              WHERE r.id = $1",
+        )
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await?;
+    // Lock order of every adoption and removal: the identity's advisory lock, then the
+    // connection row. A fence on the identity (unsettled, or settled by a removal or a release)
+    // is read under that lock, so no removal decision interleaves with this adoption.
+    let identity = ProviderKind::parse(&provider)
+        .map(|p| crate::repair::identity(p, &instance, &resource_kind, vendor_id));
+    let mut fenced = false;
+    if let Some(identity) = &identity {
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(identity_hash(identity))
+            .execute(&mut *tx)
             .await?;
-    // The connection row lock first, as every adoption and removal takes it.
+        fenced = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM provider_resource_repair
+                             WHERE provider = $1 AND instance = $2 AND resource = $3)",
+        )
+        .bind(&provider)
+        .bind(&identity.instance)
+        .bind(&identity.resource)
+        .fetch_one(&mut *tx)
+        .await?;
+    }
     let current: Option<(i64, i64, String)> = sqlx::query_as(
         "SELECT version, lifecycle_generation, status FROM connection WHERE id = $1 FOR UPDATE",
     )
@@ -281,9 +310,11 @@ pub async fn resolve_created(
         tx.commit().await?;
         return Ok(Resolved::Already(reg));
     }
-    // Only the requesting version and generation adopt, and only while the connection is active.
+    // Only the requesting version and generation adopt, and only while the connection is active;
+    // an identity whose removal was ever fenced is never adopted (a reconnect or resume gets a
+    // fresh resource), it stays a removal target.
     let adoption = match current {
-        Some((version, lifecycle, status)) if status == "active" => {
+        Some((version, lifecycle, status)) if status == "active" && !fenced => {
             adopt(reg.generation, generation(version, lifecycle))
         }
         _ => Adoption::RemovalTarget,

@@ -283,6 +283,16 @@ async fn capture_as<C: ConnectionTrait>(
         .await?;
         out.repairs.push(repair_id);
     }
+    // What a capture fenced is no longer the connection's own: a removal target, never live
+    // again for it (a resume or a reconcile creates a fresh one) and no holder of its identity.
+    for h in &held {
+        db.execute_raw(stmt(
+            "UPDATE provider_registration SET state = 'created', updated_at = now()
+              WHERE id = $1 AND state = 'adopted'",
+            vec![h.registration_id.into()],
+        ))
+        .await?;
+    }
     if !out.repairs.is_empty() {
         crate::lifecycle::write_audit(db, row, actor, "provider_repair_captured", Some(row.status))
             .await?;
@@ -648,7 +658,6 @@ async fn holders(
            JOIN provider_instance pi ON pi.id = r.provider_instance_id
           WHERE r.resource_kind = $1 AND r.vendor_id = $2 AND coalesce(pi.server_url, '') = $3
             AND pi.kind = $4 AND r.state = 'adopted'
-            AND r.connection_version = c.version
             AND r.lifecycle_generation = c.lifecycle_generation",
     )
     .bind(&repair.resource_kind)

@@ -88,3 +88,50 @@ async fn the_schema_still_refuses_a_malformed_kind() -> Result<()> {
     }
     Ok(())
 }
+
+/// Adoption takes the identity lock and reads the identity's fence under it: a resource whose
+/// removal was fenced is never adopted, even by the generation that asked for it.
+#[tokio::test]
+async fn a_fenced_identity_is_never_adopted() -> Result<()> {
+    let w = World::new("outline").await?;
+    let (_, conn) = w.connection("outline", "active").await?;
+    sqlx::query("UPDATE connection SET version = 1, lifecycle_generation = 0 WHERE id = $1")
+        .bind(conn)
+        .execute(&w.pool)
+        .await?;
+    let mut tx = w.pool.begin().await?;
+    let fenced =
+        registration::request(&mut tx, &new(OUTLINE_SUBSCRIPTION, conn, w.instance, "m-1"))
+            .await?
+            .expect("recorded");
+    tx.commit().await?;
+    // A removal of `sub-old` was captured earlier (by another connection's disconnect).
+    sqlx::query(
+        "INSERT INTO provider_resource_repair (id, provider, instance, resource, identity_hash,
+             resource_kind, target, vendor_id)
+         VALUES ($1, 'outline', '', 'outline_subscription:sub-old', 1, 'outline_subscription',
+                 'collection-1', 'sub-old')",
+    )
+    .bind(Uuid::now_v7())
+    .execute(&w.pool)
+    .await?;
+    let resolved = registration::resolve_created(&w.pool, fenced.id, "sub-old").await?;
+    let registration::Resolved::RemovalTarget(reg) = resolved else {
+        panic!("a fenced identity was adopted: {resolved:?}");
+    };
+    assert_eq!(reg.state, RegistrationState::Created);
+
+    // The same generation's next request (the fenced one no longer counts as its live
+    // registration), answered with a fresh id, is adopted.
+    let mut tx = w.pool.begin().await?;
+    let fresh = registration::request(&mut tx, &new(OUTLINE_SUBSCRIPTION, conn, w.instance, "m-2"))
+        .await?
+        .expect("recorded");
+    tx.commit().await?;
+    let resolved = registration::resolve_created(&w.pool, fresh.id, "sub-new").await?;
+    assert!(
+        matches!(resolved, registration::Resolved::Adopted(_)),
+        "{resolved:?}"
+    );
+    Ok(())
+}
