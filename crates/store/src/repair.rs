@@ -544,7 +544,8 @@ pub async fn load<'e>(
     row.map(Repair::try_from).transpose()
 }
 
-async fn load_locked(conn: &mut sqlx::PgConnection, id: Uuid) -> Result<Repair, sqlx::Error> {
+/// Reads one fence and locks its row, in the caller's transaction (after the identity lock).
+pub async fn load_locked(conn: &mut sqlx::PgConnection, id: Uuid) -> Result<Repair, sqlx::Error> {
     let row: RepairRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {REPAIR_COLUMNS} FROM provider_resource_repair WHERE id = $1 FOR UPDATE"
     )))
@@ -676,7 +677,11 @@ async fn holders(
         .collect())
 }
 
-async fn write(
+/// Stores `fence` as it now stands with `outcome` as its last outcome, in the caller's
+/// transaction (the row locked). A resolved fence marks its registrations removed and closes
+/// their endpoints on connections no longer active; a settled one clears its references'
+/// credentials.
+pub async fn write(
     conn: &mut sqlx::PgConnection,
     id: Uuid,
     fence: &RemovalFence,
