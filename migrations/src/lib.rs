@@ -48,6 +48,7 @@ mod m0043_gitlab_pushes_requested_changes;
 mod m0044_organization_tier;
 mod m0045_provider_repair;
 mod m0046_registration_removed;
+mod m0047_registration_capture_scope;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -254,6 +255,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0046_registration_removed",
                 up: m0046_registration_removed::UP,
+            }),
+            Box::new(Sql {
+                name: "m0047_registration_capture_scope",
+                up: m0047_registration_capture_scope::UP,
             }),
         ]
     }
