@@ -30,8 +30,9 @@ use crate::queries::{
     RepositoryPullRequest, RepositoryPullRequests, RepositoryRef, SelectsRateLimit,
 };
 use crate::rest::{
-    AccessTokenBody, HookDeliveriesPage, HookDelivery, InstallationRepositoriesBody,
-    InstallationRepositoriesPage, MessageBody, RestRepository, next_cursor, next_page,
+    AccessTokenBody, AppInstallation, HookDeliveriesPage, HookDelivery, InstallationDeleted,
+    InstallationRepositoriesBody, InstallationRepositoriesPage, MessageBody, RestRepository,
+    next_cursor, next_page,
 };
 use crate::retry::RetryPolicy;
 
@@ -255,6 +256,60 @@ impl GithubApp {
         );
         self.app_call(OPERATION, Method::POST, &url).await?;
         Ok(())
+    }
+
+    /// `GET /app/installations/{id}` as the App: the installation, `None` when GitHub answers
+    /// 404 (the App has no installation of that id).
+    #[tracing::instrument(skip(self), fields(app_id = self.credentials.app_id()))]
+    pub async fn installation(
+        &self,
+        installation_id: u64,
+    ) -> Result<Option<AppInstallation>, Error> {
+        const OPERATION: &str = "GET /app/installations/{id}";
+        let url = format!("{}/app/installations/{installation_id}", self.base_url);
+        match self.app_call(OPERATION, Method::GET, &url).await {
+            Ok((_, body)) => Ok(Some(decode_json(OPERATION, &body)?)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `DELETE /app/installations/{id}` as the App: uninstalls it. Sent once, never retried: a
+    /// retry after a lost answer would hide whether the first landed.
+    #[tracing::instrument(skip(self), fields(app_id = self.credentials.app_id()))]
+    pub async fn delete_installation(
+        &self,
+        installation_id: u64,
+    ) -> Result<InstallationDeleted, Error> {
+        const OPERATION: &str = "DELETE /app/installations/{id}";
+        let url = format!("{}/app/installations/{installation_id}", self.base_url);
+        admit(&self.ledger, Resource::Rest, OPERATION, self.budget)
+            .map_err(Error::BudgetExhausted)?;
+        let jwt = self.credentials.jwt(OffsetDateTime::now_utc())?;
+        self.egress.check_str(&url).map_err(Error::Unreachable)?;
+        let response = rest_request(&self.http, Method::DELETE, &url)
+            .bearer_auth(jwt)
+            .send()
+            .await
+            .map_err(Error::from_transport)?;
+        let status = response.status();
+        let answered = spent_on_limit(
+            &self.ledger,
+            Resource::Rest,
+            read_success(response, self.max_response_bytes).await,
+        );
+        match answered {
+            Ok((headers, _)) => {
+                record_rest(&self.ledger, OPERATION, &headers);
+                Ok(if status == StatusCode::NO_CONTENT {
+                    InstallationDeleted::Deleted
+                } else {
+                    InstallationDeleted::Accepted(status.as_u16())
+                })
+            }
+            Err(e) if e.is_not_found() => Ok(InstallationDeleted::NotFound),
+            Err(e) => Err(e),
+        }
     }
 
     /// A call authenticated as the App itself (JWT), budgeted like every call and retried by

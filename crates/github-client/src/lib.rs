@@ -36,6 +36,6 @@ pub use queries::{
     PullRequestState, RepositoryHeader, RepositoryRef, Timestamp,
 };
 pub use rest::{
-    HookDeliveriesPage, HookDelivery, InstallationRepositoriesPage, RestOwner, RestRepository,
+    AppInstallation, HookDeliveriesPage, InstallationDeleted, HookDelivery, InstallationRepositoriesPage, RestOwner, RestRepository,
 };
 pub use retry::RetryPolicy;

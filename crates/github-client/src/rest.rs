@@ -26,6 +26,29 @@ pub struct RestOwner {
     pub login: String,
 }
 
+/// An installation of the App as `GET /app/installations/{id}` returns it (only the fields
+/// an ownership check reads).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct AppInstallation {
+    /// The installation's id.
+    pub id: u64,
+    /// The App it is an installation of.
+    pub app_id: Option<u64>,
+    /// The account it is installed on.
+    pub account: Option<RestOwner>,
+}
+
+/// How GitHub answered `DELETE /app/installations/{id}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstallationDeleted {
+    /// `204 No Content`: uninstalled.
+    Deleted,
+    /// Another 2xx (GitHub's `202 Accepted`): taken, not done; what happens is unknown.
+    Accepted(u16),
+    /// `404`: the App has no installation of that id now (or this request did nothing).
+    NotFound,
+}
+
 /// One page of `GET /installation/repositories`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstallationRepositoriesPage {

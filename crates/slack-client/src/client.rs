@@ -20,8 +20,8 @@ use vendor_http::{RetryPolicy, RetryableError};
 use crate::error::SlackError;
 use crate::methods;
 use crate::model::{
-    AuthTest, AuthTestBody, Channel, ChannelBody, ChannelsBody, Message, MessagesBody, Page,
-    PostMessage, PostedBody,
+    AuthRevokeBody, AuthTest, AuthTestBody, Channel, ChannelBody, ChannelsBody, Message,
+    MessagesBody, Page, PostMessage, PostedBody,
 };
 
 /// Slack's Web API.
@@ -184,6 +184,33 @@ impl SlackClient {
             .get(methods::AUTH_TEST, &[], &AUTH_TEST_SPECIAL_LIMIT_RATE_CTL)
             .await?;
         Ok(body.into())
+    }
+
+    /// `auth.revoke`: revokes this client's token; whether Slack says it is revoked. Retried only
+    /// when Slack throttled it: after a 5xx or a lost answer it may have been revoked, and a
+    /// second call would only meet `token_revoked`.
+    #[tracing::instrument(skip(self))]
+    pub async fn auth_revoke(&self) -> Result<bool, SlackError> {
+        let method = methods::AUTH_REVOKE;
+        let body: Result<AuthRevokeBody, PostOnce> = self
+            .inner
+            .retry
+            .run(method, || async {
+                let session = self.inner.slack.open_session(&self.inner.token);
+                let params: Vec<(&str, Option<&str>)> = Vec::new();
+                self.attempt(
+                    method,
+                    session.http_session_api.http_get(
+                        method,
+                        &params,
+                        Some(&SLACK_TIER3_METHOD_CONFIG),
+                    ),
+                )
+                .await
+                .map_err(PostOnce)
+            })
+            .await;
+        Ok(body.map_err(|e| e.0)?.revoked)
     }
 
     /// `conversations.list`: one page of the workspace's public and private channels,

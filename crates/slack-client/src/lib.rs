@@ -43,6 +43,8 @@ pub use vendor_http::RetryPolicy;
 pub mod methods {
     /// Who the token is: team, bot user and bot.
     pub const AUTH_TEST: &str = "auth.test";
+    /// Revokes the calling token.
+    pub const AUTH_REVOKE: &str = "auth.revoke";
     /// The workspace's public and private channels.
     pub const CONVERSATIONS_LIST: &str = "conversations.list";
     /// One channel.

@@ -95,6 +95,12 @@ impl From<AuthTestBody> for AuthTest {
     }
 }
 
+/// `auth.revoke`'s answer.
+#[derive(Deserialize)]
+pub(crate) struct AuthRevokeBody {
+    pub(crate) revoked: bool,
+}
+
 /// `response_metadata` of a paged answer.
 #[derive(Deserialize, Default)]
 struct ResponseMetadata {
