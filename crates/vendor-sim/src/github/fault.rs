@@ -37,6 +37,10 @@ pub mod ops {
     pub const LIST_APP_HOOK_DELIVERIES: &str = "apps/list-webhook-deliveries";
     /// `POST /app/hook/deliveries/{delivery_id}/attempts`
     pub const REDELIVER_APP_HOOK_DELIVERY: &str = "apps/redeliver-webhook-delivery";
+    /// `GET /app/installations/{installation_id}` (as the App)
+    pub const GET_INSTALLATION: &str = "apps/get-installation";
+    /// `DELETE /app/installations/{installation_id}` (as the App)
+    pub const DELETE_INSTALLATION: &str = "apps/delete-installation";
 }
 
 /// Which of the matching calls a fault fires on (1-based).
@@ -121,6 +125,12 @@ pub enum FaultKind {
     Delay(Duration),
     /// The model changes just before the call is answered.
     Mutate(Mutation),
+    /// The call's work is done, then its answer is held back this long (a client that gave up
+    /// earlier never learns that it landed). Only `DELETE /app/installations/{id}` honours it.
+    AnswerLate(Duration),
+    /// The call's work is done and GitHub answers `202 Accepted` instead of its usual status.
+    /// Only `DELETE /app/installations/{id}` honours it.
+    Accepted,
 }
 
 impl FaultKind {
@@ -156,6 +166,8 @@ impl fmt::Debug for FaultKind {
             Self::Forbidden { permission } => write!(f, "Forbidden({permission:?})"),
             Self::Delay(d) => write!(f, "Delay({d:?})"),
             Self::Mutate(_) => f.write_str("Mutate(..)"),
+            Self::AnswerLate(d) => write!(f, "AnswerLate({d:?})"),
+            Self::Accepted => f.write_str("Accepted"),
         }
     }
 }

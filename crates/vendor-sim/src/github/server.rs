@@ -100,6 +100,10 @@ impl GithubSim {
                 "/app/installations/{installation_id}/access_tokens",
                 post(create_access_token),
             )
+            .route(
+                "/app/installations/{installation_id}",
+                get(get_installation).delete(delete_installation),
+            )
             .route("/installation/repositories", get(installation_repositories))
             .route("/repositories/{id}", get(repository_by_id))
             .route("/app/hook/deliveries", get(list_hook_deliveries))
@@ -671,6 +675,83 @@ async fn create_access_token(
     )
         .into_response();
     with_rate(r, budget)
+}
+
+fn installation_json(m: &Model, i: &model::Installation) -> Json {
+    json!({
+        "id": i.id,
+        "app_id": m.app_id.as_deref().and_then(|a| a.parse::<u64>().ok()),
+        "account": {"login": i.account},
+        "target_type": "Organization",
+    })
+}
+
+/// `GET /app/installations/{id}` as the App: the installation, or 404 when the App has none of
+/// that id.
+async fn get_installation(
+    State(shared): State<Arc<Shared>>,
+    Path(installation_id): Path<u64>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = begin(&shared, ops::GET_INSTALLATION, RateLimitResource::Rest).await {
+        return r;
+    }
+    let mut m = lock(&shared.model);
+    if let Err(r) = authenticate_app(&m, &headers) {
+        return r;
+    }
+    let budget = match spend_rest(&mut m) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let r = match m.installations.get(&installation_id) {
+        Some(i) => (StatusCode::OK, axum::Json(installation_json(&m, i))).into_response(),
+        None => message(StatusCode::NOT_FOUND, "Not Found"),
+    };
+    with_rate(r, budget)
+}
+
+/// `DELETE /app/installations/{id}` as the App: uninstalls it, `204`; 404 when the App has none
+/// of that id. [`FaultKind::Accepted`] answers 202 and [`FaultKind::AnswerLate`] answers late,
+/// both after the uninstall.
+async fn delete_installation(
+    State(shared): State<Arc<Shared>>,
+    Path(installation_id): Path<u64>,
+    headers: HeaderMap,
+) -> Response {
+    let fired = match begin(&shared, ops::DELETE_INSTALLATION, RateLimitResource::Rest).await {
+        Ok(fired) => fired,
+        Err(r) => return r,
+    };
+    let r = {
+        let mut m = lock(&shared.model);
+        if let Err(r) = authenticate_app(&m, &headers) {
+            return r;
+        }
+        let budget = match spend_rest(&mut m) {
+            Ok(b) => b,
+            Err(r) => return r,
+        };
+        let r = if m.installations.remove(&installation_id).is_none() {
+            message(StatusCode::NOT_FOUND, "Not Found")
+        } else if fired.iter().any(|k| matches!(k, FaultKind::Accepted)) {
+            StatusCode::ACCEPTED.into_response()
+        } else {
+            StatusCode::NO_CONTENT.into_response()
+        };
+        with_rate(r, budget)
+    };
+    let late: Duration = fired
+        .iter()
+        .filter_map(|k| match k {
+            FaultKind::AnswerLate(d) => Some(*d),
+            _ => None,
+        })
+        .sum();
+    if !late.is_zero() {
+        tokio::time::sleep(late).await;
+    }
+    r
 }
 
 /// Checks that a call is made as the App (a JWT); `Err` is the 401 GitHub answers.

@@ -11,6 +11,8 @@ use super::Model;
 pub mod methods {
     /// `auth.test`
     pub const AUTH_TEST: &str = "auth.test";
+    /// `auth.revoke`: the calling token is revoked from then on.
+    pub const AUTH_REVOKE: &str = "auth.revoke";
     /// `conversations.list`
     pub const CONVERSATIONS_LIST: &str = "conversations.list";
     /// `conversations.info`
@@ -25,6 +27,7 @@ pub mod methods {
     /// Every method served; any other answers `unknown_method`.
     pub const ALL: &[&str] = &[
         AUTH_TEST,
+        AUTH_REVOKE,
         CONVERSATIONS_LIST,
         CONVERSATIONS_INFO,
         CONVERSATIONS_HISTORY,

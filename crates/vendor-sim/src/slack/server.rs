@@ -459,6 +459,7 @@ fn answer(
     }
     let answered = match method {
         methods::AUTH_TEST => Ok(auth_test(&team)),
+        methods::AUTH_REVOKE => Ok(auth_revoke(&mut m, token.unwrap_or(""), params)),
         methods::CONVERSATIONS_LIST => conversations_list(&m, &team, params, fired),
         methods::CONVERSATIONS_INFO => conversations_info(&m, &team, params),
         methods::CONVERSATIONS_HISTORY => conversations_history(&m, &team, params, fired),
@@ -488,6 +489,15 @@ fn auth_test(team: &Team) -> Json {
         "bot_id": team.bot_id,
         "is_enterprise_install": false,
     })
+}
+
+/// `auth.revoke`: revokes the calling token (unless `test` is set), as Slack answers it.
+fn auth_revoke(m: &mut Model, token: &str, params: &Params) -> Json {
+    let test = params.flag("test");
+    if !test {
+        m.revoke_token(token);
+    }
+    json!({ "revoked": !test })
 }
 
 /// Where a page ends and whether a cursor follows, after the paging faults.
