@@ -9,6 +9,7 @@ pub mod admission;
 pub mod comments;
 pub mod erasure;
 pub mod events;
+pub mod github;
 pub mod gitlab;
 pub mod items;
 pub mod monitors;

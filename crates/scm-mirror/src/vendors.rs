@@ -32,7 +32,7 @@ pub const SCM_EVENT_TYPES: &[&str] = &[
 pub static GITHUB: VendorDeclaration = VendorDeclaration {
     kind: ConnectionKind::Github,
     holders: &[&erasure::ERASABLE, &erasure::GITHUB],
-    resource_kinds: &[],
+    resource_kinds: &[crate::github::APP_INSTALLATION],
     event_types: SCM_EVENT_TYPES,
 };
 

@@ -17,13 +17,29 @@ pub mod message;
 
 use store::declaration::VendorDeclaration;
 use store::entity::ConnectionKind;
+use store::registration::ResourceKind;
 
-/// Slack: its channels and messages, and the generic events it publishes. The bot token is the
-/// operator's app installation; forgesync creates nothing else at Slack.
+/// The bot token a connection holds at Slack (the app's installation in the team): revoked by
+/// provider repair once the connection is disconnected; a suspended holder keeps it.
+pub const BOT_TOKEN: ResourceKind = ResourceKind::new("slack_bot_token");
+
+/// How a bot token is kept for its removal (`store::repair::KeptResource`): its target
+/// `<team>:<bot user>` (a replacement token of the same bot user holds it too), its vendor id
+/// (the target and the first 16 hex digits of the token's SHA-256) and its proof (the whole
+/// SHA-256, checked against the sealed token before revocation).
+pub fn bot_token_resource(team_id: &str, bot_user: &str, token: &[u8]) -> (String, String, String) {
+    let target = format!("{team_id}:{bot_user}");
+    let proof = store::inbound::sha256_hex(token);
+    let vendor_id = format!("{target}:{}", &proof[..16]);
+    (target, vendor_id, proof)
+}
+
+/// Slack: its channels and messages, the bot token it holds, and the generic events it
+/// publishes.
 pub static SLACK: VendorDeclaration = VendorDeclaration {
     kind: ConnectionKind::Slack,
     holders: &[&erasure::ERASABLE],
-    resource_kinds: &[],
+    resource_kinds: &[BOT_TOKEN],
     event_types: events::EVENT_TYPES,
 };
 

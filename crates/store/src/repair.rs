@@ -69,12 +69,15 @@ fn stmt(sql: &str, values: Vec<sea_orm::Value>) -> Statement {
 }
 
 /// What `connection_id` holds at its vendor: the registrations the vendor holds (adopted, or
-/// created for a generation that moved on; with `only_created`, only the latter). Read without
-/// locks.
+/// created for a generation that moved on; with `only_created`, only the latter). Without
+/// `disconnecting`, only what leaving active gives up (`captured_on = 'leaving_active'`): a
+/// suspended or uninstalled holder keeps its Slack bot token and GitHub App installation. Read
+/// without locks.
 async fn held<C: ConnectionTrait>(
     db: &C,
     connection_id: Uuid,
     only_created: bool,
+    disconnecting: bool,
 ) -> Result<Vec<Held>, DbErr> {
     let rows = db
         .query_all_raw(stmt(
@@ -85,8 +88,13 @@ async fn held<C: ConnectionTrait>(
                JOIN provider_instance pi ON pi.id = r.provider_instance_id
               WHERE r.connection_id = $1 AND r.vendor_id IS NOT NULL
                 AND (r.state = 'created' OR (NOT $2 AND r.state = 'adopted'))
+                AND (r.captured_on = 'leaving_active' OR $3)
               ORDER BY r.id",
-            vec![connection_id.into(), only_created.into()],
+            vec![
+                connection_id.into(),
+                only_created.into(),
+                disconnecting.into(),
+            ],
         ))
         .await?;
     let mut out = Vec::with_capacity(rows.len());
@@ -130,7 +138,8 @@ pub async fn lock_identities<C: ConnectionTrait>(
 ) -> Result<(), DbErr> {
     let mut identities = Vec::new();
     for id in connection_ids {
-        identities.extend(held(db, *id, false).await?.iter().map(Held::identity));
+        // Every identity it may capture, whichever transition follows.
+        identities.extend(held(db, *id, false, true).await?.iter().map(Held::identity));
     }
     advisory_locks(db, &lock_order(&identities)).await
 }
@@ -178,7 +187,10 @@ async fn capture_as<C: ConnectionTrait>(
     only_created: bool,
     actor: &str,
 ) -> Result<Captured, DbErr> {
-    let held = held(db, row.id, only_created).await?;
+    // Capture scope: suspension and uninstall give up hooks and subscriptions; only a
+    // disconnection gives up the bot token and the App installation too.
+    let disconnecting = row.status == ConnectionStatus::Disconnected;
+    let held = held(db, row.id, only_created, disconnecting).await?;
     let identities: Vec<_> = held.iter().map(Held::identity).collect();
     advisory_locks(db, &lock_order(&identities)).await?;
     // Sealed as the connection's secret was (its id and name are the associated data): moved,
@@ -331,6 +343,7 @@ pub async fn capture_late(
                 AND (r.state = 'created'
                      OR (r.state = 'adopted'
                          AND c.status IN ('suspended', 'uninstalled', 'disconnected')))
+                AND (r.captured_on = 'leaving_active' OR c.status = 'disconnected')
                 AND NOT EXISTS (
                     SELECT 1 FROM provider_resource_repair f
                      WHERE f.provider = c.kind::text AND f.instance = coalesce(pi.server_url, '')
@@ -363,6 +376,123 @@ pub async fn capture_late(
         captured += out.repairs.len() as u64;
     }
     Ok(captured)
+}
+
+/// A resource the vendor holds for a connection that no create call of ours made, recorded when
+/// the connection binds it (a Slack bot token once stored, a GitHub App installation once
+/// bound). Only a disconnection captures it: a suspended holder keeps it.
+#[derive(Debug, Clone)]
+pub struct KeptResource<'a> {
+    pub connection_id: Uuid,
+    pub kind: crate::registration::ResourceKind,
+    /// Whose holders keep it from removal (Slack: `<team>:<bot user>`, so a replacement token
+    /// of the same bot user holds it; GitHub: the installation id).
+    pub target: &'a str,
+    /// The vendor's id of exactly this resource (Slack: target and token fingerprint; GitHub:
+    /// the installation id).
+    pub vendor_id: &'a str,
+    /// What its remover checks before removing (Slack: the token's SHA-256; GitHub: the App id).
+    pub proof: &'a str,
+}
+
+/// What [`keep`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    /// Recorded (or already recorded) as the connection's, adopted by its current generation.
+    Recorded(Uuid),
+    /// Its identity is fenced (its removal captured, settled or not): never adopted again.
+    Fenced,
+}
+
+/// Records a [`KeptResource`] in the caller's transaction: the identity lock, then the
+/// connection row lock, then an adopted registration of the connection's current version and
+/// generation (`captured_on = 'disconnect'`). An earlier resource of the same kind and target
+/// the connection kept (a replaced token) becomes a removal target.
+pub async fn keep(
+    conn: &mut sqlx::PgConnection,
+    kept: &KeptResource<'_>,
+) -> Result<Kept, sqlx::Error> {
+    let (kind, instance, instance_id): (String, String, Uuid) = sqlx::query_as(
+        "SELECT c.kind::text, coalesce(pi.server_url, ''), c.provider_instance_id
+           FROM connection c JOIN provider_instance pi ON pi.id = c.provider_instance_id
+          WHERE c.id = $1",
+    )
+    .bind(kept.connection_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    let provider = ProviderKind::parse(&kind)
+        .ok_or_else(|| sqlx::Error::Decode(format!("connection kind {kind:?}").into()))?;
+    let identity = identity(provider, &instance, kept.kind.as_str(), kept.vendor_id);
+    // Lock order: identity, then the connection row.
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(identity_hash(&identity))
+        .execute(&mut *conn)
+        .await?;
+    // A fenced identity is never adopted.
+    let fenced: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM provider_resource_repair
+                         WHERE provider = $1 AND instance = $2 AND resource = $3)",
+    )
+    .bind(provider.as_str())
+    .bind(&identity.instance)
+    .bind(&identity.resource)
+    .fetch_one(&mut *conn)
+    .await?;
+    if fenced {
+        return Ok(Kept::Fenced);
+    }
+    let (version, generation): (i64, i64) = sqlx::query_as(
+        "SELECT version, lifecycle_generation FROM connection WHERE id = $1 FOR UPDATE",
+    )
+    .bind(kept.connection_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    // A replaced resource of the same target stays at the vendor: a removal target.
+    sqlx::query(
+        "UPDATE provider_registration SET state = 'created', updated_at = now()
+          WHERE connection_id = $1 AND resource_kind = $2 AND target = $3
+            AND state = 'adopted' AND vendor_id <> $4",
+    )
+    .bind(kept.connection_id)
+    .bind(kept.kind.as_str())
+    .bind(kept.target)
+    .bind(kept.vendor_id)
+    .execute(&mut *conn)
+    .await?;
+    let existing: Option<Uuid> = sqlx::query_scalar(
+        "SELECT id FROM provider_registration
+          WHERE connection_id = $1 AND resource_kind = $2 AND vendor_id = $3
+            AND state = 'adopted'",
+    )
+    .bind(kept.connection_id)
+    .bind(kept.kind.as_str())
+    .bind(kept.vendor_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(id) = existing {
+        return Ok(Kept::Recorded(id));
+    }
+    let id = Uuid::now_v7();
+    sqlx::query(
+        "INSERT INTO provider_registration (id, connection_id, provider_instance_id,
+             resource_kind, target, marker, url_hash, connection_version, lifecycle_generation,
+             state, vendor_id, resolved_at, captured_on)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'adopted', $10, now(), 'disconnect')",
+    )
+    .bind(id)
+    .bind(kept.connection_id)
+    .bind(instance_id)
+    .bind(kept.kind.as_str())
+    .bind(kept.target)
+    // No marker of ours is part of it: a fresh one keeps the column's uniqueness.
+    .bind(Uuid::now_v7().to_string())
+    .bind(kept.proof)
+    .bind(version)
+    .bind(generation)
+    .bind(kept.vendor_id)
+    .execute(&mut *conn)
+    .await?;
+    Ok(Kept::Recorded(id))
 }
 
 /// A connection's removal credential was replaced (its secret `name` just stored, in the
@@ -657,20 +787,25 @@ async fn holders(
         "SELECT c.status FROM provider_registration r
            JOIN connection c ON c.id = r.connection_id
            JOIN provider_instance pi ON pi.id = r.provider_instance_id
-          WHERE r.resource_kind = $1 AND r.vendor_id = $2 AND coalesce(pi.server_url, '') = $3
+          WHERE r.resource_kind = $1 AND coalesce(pi.server_url, '') = $3
             AND pi.kind = $4 AND r.state = 'adopted'
+            -- A kept resource (a Slack bot token) is held by whoever holds its target (the same
+            -- bot user): revoking one token can affect a replacement for that user.
+            AND (r.vendor_id = $2 OR (r.captured_on = 'disconnect' AND r.target = $5))
             AND r.lifecycle_generation = c.lifecycle_generation",
     )
     .bind(&repair.resource_kind)
     .bind(&repair.vendor_id)
     .bind(&repair.instance)
     .bind(repair.provider.as_str())
+    .bind(&repair.target)
     .fetch_all(&mut *conn)
     .await?;
     Ok(statuses
         .iter()
         .map(|s| match s.as_str() {
-            "active" => HolderState::Active,
+            // A pause gives nothing up (it captures nothing): its holder may resume any time.
+            "active" | "paused" => HolderState::Active,
             "suspended" => HolderState::Suspended,
             _ => HolderState::Inactive,
         })
