@@ -12,7 +12,13 @@
 //! path provides ([`gitlab::GroupHooks`]).
 #![forbid(unsafe_code)]
 
+pub mod github;
 pub mod gitlab;
+pub mod outline;
+pub mod slack;
+mod vendors;
+
+pub use vendors::VendorArgs;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -70,6 +76,10 @@ pub struct Config {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub request_timeout_secs: u64,
+
+    /// The API bases of Outline and Slack, and our GitHub App.
+    #[command(flatten)]
+    pub vendors: VendorArgs,
 }
 
 impl std::fmt::Debug for Config {
@@ -78,6 +88,7 @@ impl std::fmt::Debug for Config {
             .field("common", &self.common)
             .field("cron", &self.cron)
             .field("request_timeout_secs", &self.request_timeout_secs)
+            .field("vendors", &self.vendors)
             .finish_non_exhaustive()
     }
 }
@@ -96,6 +107,12 @@ pub struct Inspected {
 pub trait Remover: Send + Sync {
     /// The kind it removes, as its vendor declares it.
     fn kind(&self) -> ResourceKind;
+
+    /// Whether it removes with a credential sealed into the repair's reference; without one
+    /// (a GitHub App's own), `inspect` and `remove` get an empty credential.
+    fn needs_credential(&self) -> bool {
+        true
+    }
 
     /// Checks who holds the resource now, with the removal credential.
     async fn inspect(&self, repair: &Repair, credential: &[u8]) -> Inspected;
@@ -163,12 +180,10 @@ impl Dispatcher {
             return Ok(None);
         };
         let inspection = repair.fence.inspect();
-        let credential = match store::repair::credential(&self.pool, id).await? {
-            Some(sealed) => sealed
-                .open(&self.keyring)
-                .map_err(|e| tracing::error!(error = %e, "the removal credential cannot be opened"))
-                .ok(),
-            None => None,
+        let credential = if !remover.needs_credential() {
+            Some(Vec::new())
+        } else {
+            self.sealed_credential(id).await?
         };
         let Some(credential) = credential else {
             // No credential proves nothing: the fence waits for one.
@@ -202,6 +217,17 @@ impl Dispatcher {
         tracing::info!(attempt = permit.attempt, ?outcome, %detail, ?status, "provider repair attempt recorded");
         Ok(Some(status))
     }
+
+    /// The removal credential of fence `id`'s references, opened; `None` when none can be.
+    async fn sealed_credential(&self, id: Uuid) -> anyhow::Result<Option<Vec<u8>>> {
+        Ok(match store::repair::credential(&self.pool, id).await? {
+            Some(sealed) => sealed
+                .open(&self.keyring)
+                .map_err(|e| tracing::error!(error = %e, "the removal credential cannot be opened"))
+                .ok(),
+            None => None,
+        })
+    }
 }
 
 fn status_of(decision: &Decision, before: FenceStatus) -> FenceStatus {
@@ -230,6 +256,19 @@ impl Handler for WakeHandler {
     }
 }
 
+/// Every vendor's remover, each calling its vendor through `egress` with `request_timeout` per
+/// call: a vendor's removal plugs in here with one line.
+pub fn removers(
+    egress: &vendor_http::egress::Egress,
+    request_timeout: Duration,
+) -> Vec<Arc<dyn Remover>> {
+    vec![Arc::new(gitlab::GroupHooks {
+        egress: egress.clone(),
+        request_timeout,
+        page_cap: gitlab::PAGE_CAP,
+    })]
+}
+
 /// The transitions after which a connection may have left something to remove.
 pub const WAKING_TRANSITIONS: [&str; 3] = ["suspended", "uninstalled", "disconnected"];
 
@@ -248,11 +287,13 @@ pub async fn run(
         db: db.clone(),
         pool,
         keyring,
-        removers: vec![Arc::new(gitlab::GroupHooks {
-            egress: config.common.egress.clone(),
-            request_timeout,
-            page_cap: gitlab::PAGE_CAP,
-        })],
+        removers: [
+            removers(&config.common.egress, request_timeout),
+            config
+                .vendors
+                .removers(&config.common.egress, request_timeout)?,
+        ]
+        .concat(),
         batch: 20,
         // Longer than an attempt's two calls can take: another replica never overlaps it.
         lease: time::Duration::seconds(
