@@ -49,6 +49,7 @@ mod m0044_organization_tier;
 mod m0045_provider_repair;
 mod m0046_registration_removed;
 mod m0047_registration_capture_scope;
+mod m0048_provider_repair_audit;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -259,6 +260,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0047_registration_capture_scope",
                 up: m0047_registration_capture_scope::UP,
+            }),
+            Box::new(Sql {
+                name: "m0048_provider_repair_audit",
+                up: m0048_provider_repair_audit::UP,
             }),
         ]
     }

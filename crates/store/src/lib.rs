@@ -17,6 +17,7 @@ pub mod lifecycle;
 pub mod outbox;
 pub mod registration;
 pub mod repair;
+pub mod repair_admin;
 pub mod scm_scope;
 pub mod secrets;
 pub mod trace;

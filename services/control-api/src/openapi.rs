@@ -9,7 +9,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use crate::error::{BadRequest, Forbidden, PayloadTooLarge, Unauthorized, UnsupportedMediaType};
 use crate::routes::{
     connections, dead_messages, endpoints, erasures, github, gitlab, gitlab_activation, jobs,
-    outline, outline_subscription, slack, workspaces,
+    outline, outline_subscription, provider_repairs, slack, workspaces,
 };
 
 #[derive(OpenApi)]
@@ -17,7 +17,7 @@ use crate::routes::{
     info(
         title = "forgesync control-api",
         description = "Operators' API of forgesync: workspaces, connections and their lifecycle, \
-            sync jobs, webhook endpoints, Slack channel consent, dead messages and reads of the mirrors (GitHub, GitLab, Slack, Outline).\n\n\
+            sync jobs, webhook endpoints, Slack channel consent, dead messages, provider repairs and reads of the mirrors (GitHub, GitLab, Slack, Outline).\n\n\
             Every operation but this document needs `Authorization: Bearer <JWT>`. A viewer \
             token reads; writes need the admin role; a workspace token reaches only its own \
             workspace, and other workspaces answer 404 as if they did not exist. Every error \
@@ -38,6 +38,8 @@ use crate::routes::{
         slack::withdraw,
         outline::collections, outline::documents, outline::document,
         dead_messages::list, dead_messages::replay,
+        provider_repairs::list, provider_repairs::get, provider_repairs::confirm,
+        provider_repairs::release,
         erasures::list, erasures::scan,
     ),
     components(responses(BadRequest, Unauthorized, Forbidden, PayloadTooLarge, UnsupportedMediaType)),
@@ -54,6 +56,7 @@ use crate::routes::{
         (name = "slack", description = "Slack channels, their consent and the messages kept of them, scoped to the workspace."),
         (name = "outline", description = "Reads of the Outline mirror (collections, documents), scoped to the workspace."),
         (name = "dead_messages", description = "Messages consumers gave up on (operators only)."),
+        (name = "provider_repairs", description = "Fences of what we created at vendors and must remove; confirmation and release by instance admins (operators only)."),
         (name = "erasures", description = "Erasure of disconnected connections and purged workspaces."),
     )
 )]

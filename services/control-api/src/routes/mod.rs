@@ -10,6 +10,7 @@ pub mod gitlab_activation;
 pub mod jobs;
 pub mod outline;
 pub mod outline_subscription;
+pub mod provider_repairs;
 pub mod scm;
 pub mod slack;
 pub mod workspaces;
@@ -206,6 +207,10 @@ pub fn table() -> RouteTable {
         )
         .get("/dead-messages", dead_messages::list)
         .post("/dead-messages/{id}/replay", dead_messages::replay)
+        .get("/provider-repairs", provider_repairs::list)
+        .get("/provider-repairs/{id}", provider_repairs::get)
+        .post("/provider-repairs/{id}/confirm", provider_repairs::confirm)
+        .post("/provider-repairs/{id}/release", provider_repairs::release)
 }
 
 pub fn router() -> Router<AppState> {
