@@ -22,6 +22,7 @@ pub enum Identity {
     SlackIngest,
     OutlineSync,
     Eraser,
+    ProviderRepair,
 }
 
 /// What one user may publish and subscribe to (full subjects, namespace included).
@@ -32,7 +33,7 @@ pub struct Permissions {
 }
 
 impl Identity {
-    pub const ALL: [Identity; 7] = [
+    pub const ALL: [Identity; 8] = [
         Identity::Ingress,
         Identity::ControlApi,
         Identity::GithubSync,
@@ -40,6 +41,7 @@ impl Identity {
         Identity::SlackIngest,
         Identity::OutlineSync,
         Identity::Eraser,
+        Identity::ProviderRepair,
     ];
 
     /// The NATS user name: the service's name.
@@ -52,6 +54,7 @@ impl Identity {
             Identity::SlackIngest => "slack-ingest",
             Identity::OutlineSync => "outline-sync",
             Identity::Eraser => "eraser",
+            Identity::ProviderRepair => "provider-repair",
         }
     }
 
@@ -126,6 +129,8 @@ impl Identity {
             Identity::OutlineSync => vec![every(Stream::Events), kind(Stream::Jobs, "outline")],
             // A purge disconnects the workspace's connections, whatever their kind.
             Identity::Eraser => vec![every(Stream::Lifecycle)],
+            // Lifecycle messages only wake it; its fences are rows, it announces nothing.
+            Identity::ProviderRepair => vec![],
         }
     }
 
@@ -137,14 +142,14 @@ impl Identity {
             Identity::GitlabSync => &[Stream::WebhooksGitlab, Stream::Jobs, Stream::Lifecycle],
             Identity::SlackIngest => &[Stream::WebhooksSlack, Stream::Jobs, Stream::Lifecycle],
             Identity::OutlineSync => &[Stream::WebhooksOutline, Stream::Jobs, Stream::Lifecycle],
-            Identity::Eraser => &[Stream::Lifecycle],
+            Identity::Eraser | Identity::ProviderRepair => &[Stream::Lifecycle],
         }
     }
 
     /// The streams this service deletes single messages from, and those it purges by subject.
     fn erases(self) -> (&'static [Stream], &'static [Stream]) {
         match self {
-            Identity::Ingress | Identity::ControlApi => (&[], &[]),
+            Identity::Ingress | Identity::ControlApi | Identity::ProviderRepair => (&[], &[]),
             // A delivery its admission refuses and must not keep (`Delivery::erase`).
             Identity::GithubSync => (&[Stream::WebhooksGithub], &[]),
             Identity::GitlabSync => (&[Stream::WebhooksGitlab], &[]),
