@@ -237,8 +237,9 @@ fn status_of(decision: &Decision, before: FenceStatus) -> FenceStatus {
     }
 }
 
-/// `lifecycle.*.*.{suspended,uninstalled,disconnected}`: a capture may have been written; the
-/// fences are the truth, the message only wakes the dispatcher.
+/// `lifecycle.*.*.{suspended,uninstalled,disconnected,repair_credential}`: a capture may have
+/// been written, or a credential arrived; the fences are the truth, the message only wakes the
+/// dispatcher.
 pub struct WakeHandler {
     pub dispatcher: Dispatcher,
 }
@@ -269,8 +270,14 @@ pub fn removers(
     })]
 }
 
-/// The transitions after which a connection may have left something to remove.
-pub const WAKING_TRANSITIONS: [&str; 3] = ["suspended", "uninstalled", "disconnected"];
+/// The transitions after which a connection may have left something to remove, and the
+/// message control-api sends when a removal credential arrives for its repairs.
+pub const WAKING_TRANSITIONS: [&str; 4] = [
+    "suspended",
+    "uninstalled",
+    "disconnected",
+    store::repair_admin::CREDENTIAL_WAKE,
+];
 
 /// Runs provider-repair until `shutdown`.
 pub async fn run(

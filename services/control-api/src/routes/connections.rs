@@ -320,30 +320,51 @@ pub struct ReplaceSecrets {
 /// Replaces the named secrets (e.g. a revoked GitHub `token`), verifying a GitHub token's
 /// repositories with GitHub first. Clears the connection's refused-credentials flag, so its
 /// scheduled jobs resume; audited as `replace_secrets`.
+///
+/// A suspended or disconnected connection's `token` is also the removal credential of its
+/// unsettled provider repairs: it is sealed into their references, the repairs that waited for
+/// a credential are due at once and provider-repair is woken
+/// (`lifecycle.<kind>.<connectionId>.repair_credential`). A disconnected connection takes only
+/// that `token`, and only while a repair of it is unsettled; it goes into the repairs alone
+/// (the connection's own secrets stay deleted), audited as `repair_credential`.
 #[utoipa::path(put, path = "/workspaces/{workspace_id}/connections/{connection_id}/secrets",
     operation_id = "replaceConnectionSecrets", params(ConnectionPath), request_body = ReplaceSecrets,
     responses((status = 200, description = "The connection with its new secrets, no longer flagged as needing credentials.", body = ConnectionView),
+              (status = 202, description = "Stored, but a provider repair of the connection has an attempt whose outcome is not recorded yet: the credential waits for that outcome before it is used.", body = ConnectionView),
               (status = 400, response = BadRequest), (status = 401, response = Unauthorized),
               (status = 403, response = Forbidden),
               (status = 404, description = "No such connection in a workspace this token reaches.", body = ErrorBody),
-              (status = 409, description = "The connection is disconnected (`connection_disconnected`), or the workspace is being purged (`workspace_not_active`).", body = ErrorBody),
+              (status = 409, description = "The connection is disconnected and no provider repair of it is unsettled (`connection_disconnected`), or the workspace is being purged (`workspace_not_active`).", body = ErrorBody),
               (status = 413, response = PayloadTooLarge), (status = 415, response = UnsupportedMediaType),
-              (status = 422, description = "A secret name the connection's kind does not take (`unknown_secret_name`, naming the allowed ones), GitHub refused the new token (`credentials_refused`) or it cannot read the connection's repositories (`repository_not_accessible`); nothing was stored.", body = ErrorBody),
+              (status = 422, description = "A secret name the connection's kind (or, disconnected, its repairs) does not take (`unknown_secret_name`, naming the allowed ones), an empty secret (`empty_secret`), GitHub refused the new token (`credentials_refused`) or it cannot read the connection's repositories (`repository_not_accessible`); nothing was stored.", body = ErrorBody),
               (status = 502, description = "The vendor could not be asked to verify the token; nothing was stored.", body = ErrorBody)))]
 pub async fn replace_secrets(
     State(state): State<AppState>,
     Admin(caller): Admin,
     PathParams((workspace_id, connection_id)): PathParams<(Uuid, Uuid)>,
     JsonBody(body): JsonBody<ReplaceSecrets>,
-) -> Result<Json<ConnectionView>, ApiError> {
+) -> Result<(StatusCode, Json<ConnectionView>), ApiError> {
     if body.secrets.is_empty() {
         return Err(ApiError::bad_request("name at least one secret to replace"));
     }
     let row = find_connection(&state.db, &caller, workspace_id, connection_id, false).await?;
     // Checked once the caller reaches the connection: a stranger learns nothing of its kind.
     check_secret_names(row.kind, &body.secrets)?;
-    // Reads follow verified access: a new PAT resolves the connection's repositories first.
+    // An empty credential is no credential: refused before anything is stored.
+    if let Some(name) = body
+        .secrets
+        .iter()
+        .find_map(|(name, value)| value.trim().is_empty().then_some(name))
+    {
+        return Err(ApiError::unprocessable(
+            "empty_secret",
+            format!("secret `{name}` is empty; send the credential itself"),
+        ));
+    }
+    // Reads follow verified access: a new PAT resolves the connection's repositories first (a
+    // disconnected connection reads nothing; its token only removes what we created).
     if row.kind == ConnectionKind::Github
+        && row.status != ConnectionStatus::Disconnected
         && let Some(token) = body.secrets.get("token")
     {
         let instance = provider_instance::Entity::find_by_id(row.provider_instance_id)
@@ -366,31 +387,107 @@ pub async fn replace_secrets(
             "the workspace is being purged; its connections take no new secrets",
         ));
     }
-    if row.status == ConnectionStatus::Disconnected {
-        return Err(ApiError::conflict(
-            "connection_disconnected",
-            "a disconnected connection takes no new secrets; create a new connection",
-        ));
+    let receipt = if row.status == ConnectionStatus::Disconnected {
+        repair_credential(&state, &txn, &caller, &row, &body.secrets).await?
+    } else {
+        for (name, value) in &body.secrets {
+            store::secrets::put(&txn, &state.secret_key, row.id, name, value.as_bytes())
+                .await
+                .map_err(ApiError::internal)?;
+            // A new credential wakes the provider repairs that waited for one.
+            store::repair::credential_replaced(&txn, row.id, name).await?;
+        }
+        // New credentials lift the refusal: the schedules take the connection again.
+        store::credentials::replaced(&txn, row.id).await?;
+        store::lifecycle::write_audit(&txn, &row, &caller.sub, "replace_secrets", Some(row.status))
+            .await?;
+        if body.secrets.contains_key(store::repair::REMOVAL_CREDENTIAL) {
+            store::repair_admin::unsettled(&txn, row.id).await?
+        } else {
+            Default::default()
+        }
+    };
+    if receipt.unsettled > 0 {
+        // Rows are the truth (the fences are due now); the message wakes provider-repair
+        // without waiting for its schedule.
+        wake_provider_repair(&txn, &row, &caller.sub).await?;
     }
-    for (name, value) in &body.secrets {
-        store::secrets::put(&txn, &state.secret_key, row.id, name, value.as_bytes())
-            .await
-            .map_err(ApiError::internal)?;
-        // A new credential wakes the provider repairs that waited for one.
-        store::repair::credential_replaced(&txn, row.id, name).await?;
-    }
-    // New credentials lift the refusal: the schedules take the connection again.
-    store::credentials::replaced(&txn, row.id).await?;
-    store::lifecycle::write_audit(&txn, &row, &caller.sub, "replace_secrets", Some(row.status))
-        .await?;
     let row = connection::Entity::find_by_id(row.id)
         .one(&txn)
         .await?
         .ok_or_else(|| ApiError::not_found("connection"))?;
     let view = view(&txn, row).await?;
     txn.commit().await?;
-    tracing::info!(%workspace_id, %connection_id, secrets = ?body.secrets.keys().collect::<Vec<_>>(), actor = %caller.sub, "connection secrets replaced");
-    Ok(Json(view))
+    tracing::info!(%workspace_id, %connection_id, secrets = ?body.secrets.keys().collect::<Vec<_>>(), repairs = receipt.unsettled, actor = %caller.sub, "connection secrets replaced");
+    // A permit whose outcome is unrecorded: the publication stays unfinished until it is.
+    let status = if receipt.unrecorded {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(view)))
+}
+
+/// A disconnected connection's `token`, handed in for its unsettled provider repairs only: sealed
+/// into their references, never into `connection_secret` (erasure deleted those for good).
+async fn repair_credential(
+    state: &AppState,
+    txn: &sea_orm::DatabaseTransaction,
+    caller: &crate::Claims,
+    row: &connection::Model,
+    secrets: &BTreeMap<String, String>,
+) -> Result<store::repair_admin::CredentialReceipt, ApiError> {
+    let removal = store::repair::REMOVAL_CREDENTIAL;
+    if let Some(other) = secrets.keys().find(|name| name.as_str() != removal) {
+        return Err(ApiError::unprocessable(
+            "unknown_secret_name",
+            format!(
+                "a disconnected connection takes only `{removal}`, the credential its provider                  repairs remove with; not {other:?}"
+            ),
+        ));
+    }
+    let pending = store::repair_admin::unsettled(txn, row.id).await?;
+    if pending.unsettled == 0 {
+        return Err(ApiError::conflict(
+            "connection_disconnected",
+            "a disconnected connection takes no new secrets, and no provider repair of it waits              for a credential; create a new connection",
+        ));
+    }
+    let token = secrets
+        .get(removal)
+        .map(String::as_bytes)
+        .unwrap_or_default();
+    let receipt = store::repair_admin::hand_in_credential(txn, &state.secret_key, row.id, token)
+        .await
+        .map_err(ApiError::internal)?;
+    store::lifecycle::write_audit(txn, row, &caller.sub, "repair_credential", Some(row.status))
+        .await?;
+    Ok(receipt)
+}
+
+/// Enqueues the message that wakes provider-repair for `row`'s repairs, in the caller's
+/// transaction.
+async fn wake_provider_repair(
+    txn: &sea_orm::DatabaseTransaction,
+    row: &connection::Model,
+    actor: &str,
+) -> Result<(), ApiError> {
+    let status = store::lifecycle::status_name(row.status);
+    let message = store::contracts::LifecycleTransition {
+        connection_id: row.id,
+        workspace_id: row.workspace_id,
+        kind: row.kind.as_str().to_owned(),
+        transition: store::repair_admin::CREDENTIAL_WAKE.to_owned(),
+        before_status: status.clone(),
+        status,
+        version: row.version,
+        lifecycle_generation: row.lifecycle_generation,
+        provider_instance_id: row.provider_instance_id,
+        actor: actor.to_owned(),
+        at: rfc3339(time::OffsetDateTime::now_utc()),
+    };
+    store::outbox::enqueue_contract(txn, &message).await?;
+    Ok(())
 }
 
 /// List a workspace's connections
