@@ -550,6 +550,11 @@ impl Model {
         id
     }
 
+    /// Removes an installation (the account uninstalled the App); whether it was there.
+    pub fn remove_installation(&mut self, id: InstallationId) -> bool {
+        self.installations.remove(&id).is_some()
+    }
+
     /// The installations, by id.
     pub fn installations(&self) -> impl Iterator<Item = &Installation> {
         self.installations.values()
