@@ -151,11 +151,39 @@ impl<V: Vendor> Handler for LifecycleHandler<V> {
     type Message = LifecycleTransition;
 
     async fn handle(&self, msg: LifecycleTransition, _: &Delivery) -> Result<Settle, HandlerError> {
-        self.activated(&msg).await
+        if msg.transition == "resumed" {
+            self.resumed(&msg).await
+        } else {
+            self.activated(&msg).await
+        }
     }
 }
 
 impl<V: Vendor> LifecycleHandler<V> {
+    /// Runs the vendor's activation steps for a resumed connection (no activation jobs: its
+    /// mirror was kept while suspended). Suspension fenced what the connection had created at
+    /// the vendor, and a fenced resource is never adopted back, so these steps create fresh
+    /// ones. A message about a connection that left active since is inert (the vendor's steps
+    /// run only for an active connection).
+    pub async fn resumed(&self, msg: &LifecycleTransition) -> Result<Settle, HandlerError> {
+        let conn = match connection::Entity::find_by_id(msg.connection_id)
+            .one(&self.db)
+            .await
+        {
+            Ok(Some(c)) => c,
+            Ok(None) => return Ok(Settle::Unchanged("resumed connection no longer exists")),
+            Err(e) => return Err(HandlerError::transient(format!("loading connection: {e}"))),
+        };
+        if let Err(e) = self.vendor.activate(&conn, Moment::Resumed).await {
+            return Err(HandlerError::transient(format!(
+                "activating the resumed connection: {e:#}"
+            )));
+        }
+        Ok(Settle::Applied(
+            "resumed; the vendor's activation steps ran",
+        ))
+    }
+
     /// Readies the activated connection and queues its activation jobs, once per activation.
     pub async fn activated(&self, msg: &LifecycleTransition) -> Result<Settle, HandlerError> {
         let conn = match connection::Entity::find_by_id(msg.connection_id)

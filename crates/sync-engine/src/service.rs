@@ -86,7 +86,12 @@ impl<V: Vendor> SyncJobs<'_, V> {
         });
         service.consumer(bus, db, jobs_spec, job_handler);
         let lifecycle_spec = ConsumerSpec {
-            filter_subjects: vec![subject::lifecycle_filter(kind.as_str(), "activated")],
+            // A resume runs the vendor's activation steps again: what suspension fenced for
+            // removal is never adopted back, so the resumed connection gets fresh resources.
+            filter_subjects: vec![
+                subject::lifecycle_filter(kind.as_str(), "activated"),
+                subject::lifecycle_filter(kind.as_str(), "resumed"),
+            ],
             ..ConsumerSpec::new(Stream::Lifecycle, format!("{}-lifecycle", self.service))
         };
         let lifecycle_handler = Arc::new(LifecycleHandler {

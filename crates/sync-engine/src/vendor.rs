@@ -295,6 +295,8 @@ pub enum Moment {
     Activated,
     /// A RECONCILIATION job is about to run.
     Reconciliation,
+    /// The connection was resumed; no jobs are queued after.
+    Resumed,
 }
 
 /// The job a pass runs for, as a vendor sees it.

@@ -727,3 +727,85 @@ async fn renames_and_moves_rekey_by_native_id_and_cross_root_moves_heal_on_recon
     let _ = s.platform;
     Ok(())
 }
+
+/// Applies `transition` to the connection as control-api does (identity locks, row lock,
+/// `store::lifecycle::apply` with its capture), and returns the connection as it now stands.
+async fn transition(
+    s: &Setup,
+    t: lifecycle_core::connection::Transition,
+) -> Result<connection::Model> {
+    use sea_orm::{QuerySelect as _, TransactionTrait as _};
+    let txn = s.act.db.begin().await?;
+    store::repair::lock_identities(&txn, &[s.conn.id]).await?;
+    let row = connection::Entity::find_by_id(s.conn.id)
+        .lock_exclusive()
+        .one(&txn)
+        .await?
+        .unwrap();
+    let row = store::lifecycle::apply(&txn, row, t, "test", t.event_name())
+        .await?
+        .expect("a legal transition");
+    txn.commit().await?;
+    Ok(row)
+}
+
+/// A pause keeps what the connection holds: on resume its adopted hook is still its own, and
+/// no second hook is created. A suspension fences the hook for removal: it is never adopted
+/// back, and the resume's activation creates a fresh one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_after_a_pause_keeps_the_hook_and_after_a_suspension_gets_a_fresh_one()
+-> Result<()> {
+    use lifecycle_core::connection::Transition;
+    let s = setup(Duration::from_secs(10)).await?;
+    let done = s.act.activate(&s.conn, Moment::Activated).await?.unwrap();
+    let HookState::Open(first) = done.hook else {
+        panic!("{:?}", done.hook);
+    };
+
+    transition(&s, Transition::Pause).await?;
+    let conn = transition(&s, Transition::Resume).await?;
+    let done = s.act.activate(&conn, Moment::Resumed).await?.unwrap();
+    assert_eq!(
+        done.hook,
+        HookState::Open(first.clone()),
+        "the paused hook stays ours"
+    );
+    assert_eq!(
+        hooks(&s.sim).len(),
+        1,
+        "a pause and resume create no second hook"
+    );
+    assert_eq!(s.sim.calls(ops::CREATE_GROUP_HOOK), 1);
+
+    transition(&s, Transition::Suspend).await?;
+    let fences: Vec<(String, String)> =
+        sqlx::query_as("SELECT resource, status FROM provider_resource_repair")
+            .fetch_all(&s.pool)
+            .await?;
+    assert_eq!(
+        fences,
+        [(format!("gitlab_group_hook:{first}"), "pending".to_owned())]
+    );
+    let conn = transition(&s, Transition::Resume).await?;
+    let done = s.act.activate(&conn, Moment::Resumed).await?.unwrap();
+    let HookState::Open(fresh) = done.hook else {
+        panic!("{:?}", done.hook);
+    };
+    assert_ne!(fresh, first, "the fenced hook is never adopted back");
+    assert_eq!(s.sim.calls(ops::CREATE_GROUP_HOOK), 2);
+    let states: Vec<(Option<String>, String)> = sqlx::query_as(
+        "SELECT vendor_id, state FROM provider_registration WHERE connection_id = $1
+          ORDER BY requested_at",
+    )
+    .bind(s.conn.id)
+    .fetch_all(&s.pool)
+    .await?;
+    assert_eq!(
+        states,
+        [
+            (Some(first), "created".to_owned()),
+            (Some(fresh), "adopted".to_owned()),
+        ]
+    );
+    Ok(())
+}

@@ -442,6 +442,33 @@ async fn activate<S: Shape>(
         .map_err(|e| anyhow::anyhow!("{e:?}"))
 }
 
+/// A resume runs the vendor's activation steps again (fresh resources for what suspension
+/// fenced) but queues no activation job: the mirror was kept while suspended.
+#[tokio::test]
+async fn a_resume_queues_no_activation_job() -> Result<()> {
+    let source = ScriptedSource::new(1);
+    let f = Fixture::new(ConnectionKind::Gitlab).await?;
+    let handler = LifecycleHandler {
+        db: f.db.clone(),
+        vendor: shaped::<Forge>(&f, &source).vendor,
+    };
+    let resumed = bus::contracts::LifecycleTransition {
+        transition: "resumed".into(),
+        before_status: "suspended".into(),
+        ..activation(&f, 1)
+    };
+    let settle = handler
+        .resumed(&resumed)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    assert!(
+        matches!(settle, bus::consumer::Settle::Applied(why) if why.contains("activation steps")),
+        "{settle:?}"
+    );
+    assert!(queued(&f).await?.is_empty());
+    Ok(())
+}
+
 async fn queued(f: &Fixture) -> Result<Vec<String>> {
     Ok(
         sqlx::query_scalar("SELECT job_type FROM sync_job ORDER BY job_type")
