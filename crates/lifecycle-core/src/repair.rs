@@ -81,11 +81,11 @@ pub fn lock_order<'a>(identities: impl IntoIterator<Item = &'a ResourceIdentity>
 /// The lifecycle state of a connection holding a resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HolderState {
-    /// Active.
+    /// Active, or paused (a pause gives nothing up).
     Active,
     /// Suspended.
     Suspended,
-    /// Any other state (pending, paused, uninstalled, disconnected).
+    /// Any other state (pending, uninstalled, disconnected).
     Inactive,
 }
 
