@@ -419,6 +419,35 @@ impl FromRequestParts<AppState> for Admin {
     }
 }
 
+/// An operator's token (any role): it reaches what spans workspaces. Checked before the body
+/// is read, so a workspace token learns nothing from a malformed request.
+#[derive(Debug, Clone)]
+pub struct Operator(pub Claims);
+
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Caller(claims) = Caller::from_request_parts(parts, state).await?;
+        claims.require_operator()?;
+        Ok(Operator(claims))
+    }
+}
+
+/// An operator's token with the admin role: an instance admin.
+#[derive(Debug, Clone)]
+pub struct OperatorAdmin(pub Claims);
+
+impl FromRequestParts<AppState> for OperatorAdmin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Admin(claims) = Admin::from_request_parts(parts, state).await?;
+        claims.require_operator()?;
+        Ok(OperatorAdmin(claims))
+    }
+}
+
 impl Claims {
     /// Whether this token reaches `workspace_id`.
     pub fn reaches(&self, workspace_id: Uuid) -> bool {

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::{KeysetPage, rfc3339};
 use crate::AppState;
-use crate::auth::{Admin, Caller};
+use crate::auth::{Operator, OperatorAdmin};
 use crate::error::{
     ApiError, BadRequest, ErrorBody, Forbidden, JsonBody, PathParams, QueryParams, Unauthorized,
     UnsupportedMediaType,
@@ -207,12 +207,11 @@ fn github_settings_url(repair: &Repair) -> String {
               (status = 403, response = Forbidden)))]
 pub async fn list(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    // Fences span workspaces: operators only.
+    Operator(_): Operator,
     QueryParams(filter): QueryParams<RepairFilter>,
     QueryParams(page): QueryParams<KeysetPage>,
 ) -> Result<Json<Vec<RepairView>>, ApiError> {
-    // Fences span workspaces: operators only.
-    caller.require_operator()?;
     let rows = repair_admin::list(
         state.db.get_postgres_connection_pool(),
         &repair_admin::Filter {
@@ -240,10 +239,9 @@ pub async fn list(
               (status = 404, description = "No such provider repair.", body = ErrorBody)))]
 pub async fn get(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    Operator(_): Operator,
     PathParams(id): PathParams<Uuid>,
 ) -> Result<Json<RepairDetailView>, ApiError> {
-    caller.require_operator()?;
     Ok(Json(detail(&state, id).await?))
 }
 
@@ -338,8 +336,6 @@ async fn settle(
     action: AdminAction,
     reason: &str,
 ) -> Result<Json<RepairDetailView>, ApiError> {
-    // Settling a fence anywhere is an instance admin's act: operator tokens only.
-    caller.require_operator()?;
     let reason = check_reason(reason)?;
     match repair_admin::settle(
         state.db.get_postgres_connection_pool(),
@@ -391,7 +387,8 @@ async fn settle(
               (status = 422, description = "No reason, or one over 2000 characters (`reason_required`, `reason_too_long`); nothing changed.", body = ErrorBody)))]
 pub async fn confirm(
     State(state): State<AppState>,
-    Admin(caller): Admin,
+    // Settling a fence anywhere is an instance admin's act: operator admin tokens only.
+    OperatorAdmin(caller): OperatorAdmin,
     PathParams(id): PathParams<Uuid>,
     JsonBody(body): JsonBody<ConfirmRepair>,
 ) -> Result<Json<RepairDetailView>, ApiError> {
@@ -424,7 +421,7 @@ pub async fn confirm(
               (status = 422, description = "No reason, or one over 2000 characters (`reason_required`, `reason_too_long`); nothing changed.", body = ErrorBody)))]
 pub async fn release(
     State(state): State<AppState>,
-    Admin(caller): Admin,
+    OperatorAdmin(caller): OperatorAdmin,
     PathParams(id): PathParams<Uuid>,
     JsonBody(body): JsonBody<ReleaseRepair>,
 ) -> Result<Json<RepairDetailView>, ApiError> {
