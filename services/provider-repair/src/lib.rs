@@ -14,6 +14,7 @@
 
 pub mod github;
 pub mod gitlab;
+pub mod metrics;
 pub mod outline;
 pub mod slack;
 mod vendors;
@@ -151,6 +152,11 @@ impl Dispatcher {
         loop {
             let ids = store::repair::claim_due(&self.pool, self.batch, self.lease).await?;
             if ids.is_empty() {
+                if attempted > 0
+                    && let Err(e) = metrics::observe(&self.pool).await
+                {
+                    tracing::debug!(error = %e, "reading the fences for metrics failed");
+                }
                 return Ok(attempted);
             }
             for id in ids {
@@ -213,6 +219,7 @@ impl Dispatcher {
         // Outside any transaction: the permit is recorded, so a crash from here on leaves the
         // attempt uncertain.
         let (outcome, detail) = remover.remove(&repair, &credential).await;
+        metrics::attempted(repair.provider, outcome);
         let status = store::repair::record(&self.pool, id, permit, outcome, &detail).await?;
         tracing::info!(attempt = permit.attempt, ?outcome, %detail, ?status, "provider repair attempt recorded");
         Ok(Some(status))
@@ -308,6 +315,11 @@ pub async fn run(
         ),
     };
     let mut service = runtime::Service::new("provider-repair", &config.common, &shutdown);
+    metrics::register();
+    let observed = dispatcher.pool.clone();
+    service.task("provider repair metrics", move |stop| {
+        metrics::run(observed, stop)
+    });
     service.consumer(
         &bus,
         &db,
