@@ -930,6 +930,17 @@ pub async fn decide(
         // A removal never starts under an active holder (or a suspended GitHub/Slack one).
         if !removal_may_start(repair.provider, &holders) {
             write(&mut tx, id, &fence, "held by an active connection").await?;
+            // Revisited after the first backoff step, not at once: the holder may hold it for
+            // long, and a due-at-once fence would keep the dispatcher busy with it.
+            sqlx::query(
+                "UPDATE provider_resource_repair
+                    SET next_attempt_at = now() + make_interval(secs => $2::bigint)
+                  WHERE id = $1",
+            )
+            .bind(id)
+            .bind(lifecycle_core::repair::backoff(1).whole_seconds())
+            .execute(&mut *tx)
+            .await?;
             tx.commit().await?;
             return Ok(Decision::Held);
         }
