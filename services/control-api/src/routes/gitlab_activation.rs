@@ -103,9 +103,11 @@ pub async fn activation(
     let regs = registration::of_connection(pool, conn.id, GROUP_HOOK)
         .await
         .map_err(ApiError::internal)?;
-    let current = registration::generation(conn.version, conn.lifecycle_generation);
-    // The hook of the connection's current version and generation, newest first.
-    let hook = regs.iter().find(|r| r.generation == current);
+    // The newest hook of the connection's current lifecycle generation (an adopted one stays
+    // the connection's own across a pause and resume, until a capture fences it).
+    let hook = regs
+        .iter()
+        .find(|r| r.generation.lifecycle_generation == conn.lifecycle_generation.max(0) as u64);
     let (hook_state, reason) = match hook.map(|r| r.state) {
         Some(RegistrationState::Adopted) => ("open", None),
         Some(RegistrationState::Requested) => (

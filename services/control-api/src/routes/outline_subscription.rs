@@ -30,7 +30,7 @@ pub struct SubscriptionView {
     /// (the connection's own), `failed` (Outline refused it) or `created` (made for an older
     /// connection version or generation, left for provider repair to remove).
     pub state: String,
-    /// Whether it was asked for by the connection's current version and generation.
+    /// Whether it was asked for in the connection's current lifecycle generation.
     pub current: bool,
     /// Outline's id of the subscription, once known.
     pub subscription_id: Option<String>,
@@ -71,11 +71,11 @@ pub async fn subscription(
     let regs = registration::of_connection(pool, conn.id, SUBSCRIPTION)
         .await
         .map_err(ApiError::internal)?;
-    let current = registration::generation(conn.version, conn.lifecycle_generation);
-    // The current generation's newest, else the newest of any.
+    // The current lifecycle generation's newest (an adopted one stays the connection's own
+    // across a pause and resume), else the newest of any.
     let Some(reg) = regs
         .iter()
-        .find(|r| r.generation == current)
+        .find(|r| r.generation.lifecycle_generation == conn.lifecycle_generation.max(0) as u64)
         .or(regs.first())
     else {
         return Err(ApiError::new(
@@ -123,7 +123,7 @@ pub async fn subscription(
             RegistrationState::Removed => "removed",
         }
         .to_owned(),
-        current: reg.generation == current,
+        current: reg.generation.lifecycle_generation == conn.lifecycle_generation.max(0) as u64,
         subscription_id: reg.vendor_id.clone(),
         team_id: reg.target.clone(),
         url_hash: reg.url_hash.clone(),
