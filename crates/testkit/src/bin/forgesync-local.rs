@@ -23,7 +23,7 @@ enum Command {
     /// Migrate, then run every service until Ctrl-C.
     Up {
         /// Where control-api listens; ingress, github-sync, the eraser, gitlab-sync,
-        /// slack-ingest and outline-sync take the next six ports.
+        /// slack-ingest, outline-sync and provider-repair take the next seven ports.
         #[arg(
             long,
             env = "FORGESYNC_LISTEN",
@@ -246,6 +246,17 @@ async fn up(
     );
     outline_config.sync.reconcile_cron = outline_defaults.sync.reconcile_cron;
     let outline_sync = testkit::spawn(outline_config).await?;
+    // provider-repair removes what a connection created at the vendor (the demo's at the
+    // simulators) once it leaves active, on its own (default) schedule.
+    let provider_repair: provider_repair::Config = testkit::config(
+        common(Identity::ProviderRepair, next_port(listen, 7), false),
+        &[
+            format!("--secret-key={}", testkit::secret_key()),
+            format!("--slack-api-url={slack_api_url}"),
+            format!("--outline-api-url={outline_api_url}"),
+        ],
+    )?;
+    let provider_repair = testkit::spawn(provider_repair).await?;
 
     let token = testkit::token(&keys, control_api::Role::Admin, None)?;
     let base = control_api.url();
@@ -297,7 +308,8 @@ async fn up(
              Say something in #general through the simulator, then read the channel's messages:\n  \
              curl -s -X POST {slack_url}/_admin/post -H 'content-type: application/json' -d '{{\"channel\":\"{general}\",\"user\":\"{user}\",\"text\":\"hello\"}}'\n  \
              curl -s {base}/workspaces/{ws}/slack/channels/{general_id}/messages -H \"Authorization: Bearer $TOKEN\"\n\
-             slack demo: connection={sl_conn} team={team} signing_secret={secret}\n",
+             slack demo: connection={sl_conn} team={team} signing_secret={secret}\n\
+             gitlab demo: connection={gl_conn} sim={gitlab_url} group={group} token={gitlab_token}\n",
             sim.base_url(),
             gitlab.base_url(),
             slack.sim.base_url(),
@@ -306,6 +318,11 @@ async fn up(
             user = slack.user,
             general = slack.channels[0],
             secret = SLACK_SIGNING_SECRET,
+            gitlab_url = gitlab.base_url(),
+            group = gitlab
+                .model(|m| m.group_by_path("acme"))
+                .context("the GitLab demo's group")?,
+            gitlab_token = GITLAB_TOKEN,
         ),
         _ => String::new(),
     };
@@ -323,6 +340,7 @@ forgesync is up.
   gitlab-sync   {gitlab_sync}   (health and metrics only)
   slack-ingest  {slack_ingest}   (Slack API {slack_api_url}; health and metrics only)
   outline-sync  {outline_sync}   (Outline {outline_api_url}; health and metrics only)
+  provider-repair {provider_repair}   (removes what we created at vendors; health and metrics only)
   Postgres      {db}
   NATS          {nats}
 {traces}{demo_lines}{outline_lines}
@@ -344,6 +362,7 @@ Ctrl-C stops everything.
         gitlab_sync = gitlab_sync.url(),
         slack_ingest = slack_ingest.url(),
         outline_sync = outline_sync.url(),
+        provider_repair = provider_repair.url(),
         iss = testkit::JWT_ISSUER,
         aud = testkit::JWT_AUDIENCE,
         db = runtime::config::redact_url(database_url),
@@ -358,6 +377,7 @@ Ctrl-C stops everything.
         gitlab_sync.stop().await,
         slack_ingest.stop().await,
         outline_sync.stop().await,
+        provider_repair.stop().await,
     ];
     drop(sim);
     drop(gitlab);
@@ -424,6 +444,9 @@ async fn start_demo(
     Ok((sim, ws, conn))
 }
 
+/// The demo GitLab connection's token.
+const GITLAB_TOKEN: &str = "glpat-forgesync-demo";
+
 /// Starts the GitLab simulator (group `acme` with a subgroup, three projects, issues, merge
 /// requests and notes) and connects the demo workspace to it through control-api; activation
 /// discovers the projects and registers the group hook at ingress.
@@ -433,7 +456,7 @@ async fn start_gitlab_demo(
     ws: &str,
 ) -> Result<(vendor_sim::gitlab::GitlabSim, String)> {
     use vendor_sim::gitlab::{DiffPosition, GitlabSim, Model, NewIssue, NewMergeRequest, NoteOn};
-    const TOKEN: &str = "glpat-forgesync-demo";
+    const TOKEN: &str = GITLAB_TOKEN;
     let mut model = Model::default();
     model.add_token(TOKEN);
     let acme = model.add_group(None, "acme");
