@@ -73,8 +73,10 @@ impl From<RepairProvider> for ProviderKind {
 #[into_params(parameter_in = Query)]
 pub struct RepairFilter {
     /// Only fences in this status.
+    #[param(inline)]
     pub status: Option<RepairStatus>,
     /// Only fences of this vendor.
+    #[param(inline)]
     pub provider: Option<RepairProvider>,
     /// Only fences a reference of this connection serves.
     pub connection_id: Option<Uuid>,
