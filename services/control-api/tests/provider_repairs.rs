@@ -727,3 +727,56 @@ async fn refused_credentials_change_nothing() -> Result<()> {
     assert_eq!(f.rows().await?, released);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_connections_new_token_reaches_its_repairs_too() -> Result<()> {
+    let f = Fixture::start().await?;
+    let a = f.tenant("11").await?;
+    let path = format!("/workspaces/{}/connections/{}/suspend", a.ws, a.conn);
+    let (status, body) = f.call(Method::POST, &path, &f.operator, None).await?;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let fence: Uuid = f
+        .scalar(
+            "SELECT repair_id FROM connection_provider_repair WHERE connection_id = $1",
+            a.conn,
+        )
+        .await?;
+    f.set_fence(fence, "needs_authorization", 1, &[]).await?;
+    let (status, body) = f
+        .call(
+            Method::PUT,
+            &secrets_path(&a),
+            &a.token,
+            Some(json!({ "secrets": { "token": "glpat-new" } })),
+        )
+        .await?;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // A suspended connection keeps its secrets; the repair's reference gets the same token.
+    let own = store::secrets::get(&f.env.db.db, &f.ring, a.conn, "token").await?;
+    assert_eq!(own.as_deref(), Some(&b"glpat-new"[..]));
+    let sealed = store::repair::credential(&f.pool, fence).await?.unwrap();
+    assert_eq!(sealed.open(&f.ring)?, b"glpat-new");
+    let due: bool = f
+        .scalar(
+            "SELECT status = 'pending' AND next_attempt_at <= now()
+               FROM provider_resource_repair WHERE id = $1",
+            fence,
+        )
+        .await?;
+    assert!(due, "the fence waiting for a credential is due at once");
+    let subject = lifecycle_core::subject::lifecycle(
+        "gitlab",
+        &a.conn.to_string(),
+        store::repair_admin::CREDENTIAL_WAKE,
+    );
+    let woken = testkit::read_stream(
+        &f.env.bus,
+        bus::Stream::Lifecycle,
+        &subject,
+        1,
+        Duration::from_secs(10),
+    )
+    .await?;
+    assert_eq!(woken.len(), 1, "{subject}");
+    Ok(())
+}
