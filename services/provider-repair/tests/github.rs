@@ -76,6 +76,7 @@ async fn only_a_disconnection_uninstalls_and_a_204_resolves() -> Result<()> {
     let (_, other) = g.installed().await?;
     // A suspended holder keeps its installation: nothing is captured.
     g.s.transition(a, Transition::Suspend).await?;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     assert!(g.s.fences(a).await?.is_empty());
     g.s.transition(a, Transition::Disconnect).await?;
     let fence =

@@ -80,8 +80,10 @@ impl Slack {
 async fn only_a_disconnection_revokes_the_bot_token() -> Result<()> {
     let sl = Slack::start().await?;
     let a = sl.connected("xoxb-a", true).await?;
-    // A suspended holder keeps its bot identity: nothing is captured.
+    // A suspended holder keeps its bot identity: nothing is captured, neither by the
+    // transition nor by the schedule's lost-wake scan (it runs every second).
     sl.s.transition(a, Transition::Suspend).await?;
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
     assert!(sl.s.fences(a).await?.is_empty());
     sl.s.transition(a, Transition::Disconnect).await?;
     let fence =
@@ -100,6 +102,21 @@ async fn only_a_disconnection_revokes_the_bot_token() -> Result<()> {
             .await?
             .is_none()
     );
+    // A fenced identity is never kept again; a reconnection's new token is a fresh one.
+    let b =
+        sl.s.connection("slack", sl.instance, Some("xoxb-a"))
+            .await?;
+    let (target, vendor_id, proof) =
+        slack_mirror::bot_token_resource(&sl.team, &sl.bot_user, b"xoxb-a");
+    let again = KeptResource {
+        connection_id: b,
+        kind: slack_mirror::BOT_TOKEN,
+        target: &target,
+        vendor_id: &vendor_id,
+        proof: &proof,
+    };
+    assert_eq!(sl.s.keep(&again).await?, Kept::Fenced);
+    sl.connected("xoxb-fresh", true).await?;
     sl.s.stop().await
 }
 
