@@ -1,6 +1,6 @@
 //! What operators read is what the services export: every metric the Grafana dashboards
 //! (`deploy/grafana/*.json`) and the chart's alert rules name is on the `/metrics` of a running
-//! stack (control-api, ingress, github-sync and the eraser) once a little traffic went through
+//! stack (control-api, ingress, github-sync, the eraser, slack-ingest and provider-repair) once a little traffic went through
 //! it, so a renamed metric fails this test rather than leaving a panel empty or an alert silent.
 //! The same scrape shows that no request path or payload value became a label.
 
@@ -87,6 +87,15 @@ async fn every_metric_the_dashboards_and_alerts_read_is_exported() -> Result<()>
         ],
     )?;
     let slack = testkit::spawn(slack).await?;
+    // provider-repair, for its alerts: its fence gauges are read from the table at start.
+    let repair: provider_repair::Config = testkit::config(
+        stack.env.common_args(),
+        &[
+            format!("--secret-key={}", testkit::secret_key()),
+            "--provider-repair-cron=off".to_owned(),
+        ],
+    )?;
+    let repair = testkit::spawn(repair).await?;
 
     // A delivery github-sync applies, the same again (a duplicate), and a forged one (refused).
     let repo = stack.repositories[0];
@@ -111,11 +120,11 @@ async fn every_metric_the_dashboards_and_alerts_read_is_exported() -> Result<()>
 
     let mut exported = BTreeSet::new();
     let mut scrapes = Vec::new();
-    for (service, url) in stack
-        .service_urls()
-        .into_iter()
-        .chain([("eraser", eraser.url()), ("slack-ingest", slack.url())])
-    {
+    for (service, url) in stack.service_urls().into_iter().chain([
+        ("eraser", eraser.url()),
+        ("slack-ingest", slack.url()),
+        ("provider-repair", repair.url()),
+    ]) {
         let res = stack.http.get(format!("{url}/metrics")).send().await?;
         assert_eq!(res.status(), 200, "{service}'s /metrics");
         let text = res.text().await?;
@@ -188,5 +197,6 @@ async fn every_metric_the_dashboards_and_alerts_read_is_exported() -> Result<()>
         "github-sync reports the connection's quota:\n{text}"
     );
     eraser.stop().await?;
+    repair.stop().await?;
     Ok(())
 }
