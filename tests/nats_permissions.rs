@@ -1,5 +1,5 @@
 //! Every service as its own NATS user (issue 28): control-api, ingress, github-sync, gitlab-sync,
-//! slack-ingest, outline-sync and the eraser run against a nats-server of the test's own that enforces `bus::permissions`,
+//! slack-ingest, outline-sync, the eraser and provider-repair run against a nats-server of the test's own that enforces `bus::permissions`,
 //! each connecting with its own user and password in its NATS_URL. A GitHub App connection is
 //! activated and mirrored, a signed delivery travels through ingress to github-sync, and the
 //! workspace's purge is erased from every stream: a permission too narrow for any of it stops
@@ -74,6 +74,14 @@ async fn every_service_does_its_work_as_its_own_nats_user() -> Result<()> {
     )?)
     .await?;
     let eraser = testkit::spawn(testkit::eraser_config(common(Identity::Eraser))).await?;
+    let repair = testkit::spawn(testkit::config::<provider_repair::Config>(
+        common(Identity::ProviderRepair),
+        &[
+            format!("--secret-key={}", testkit::secret_key()),
+            "--provider-repair-cron=off".to_owned(),
+        ],
+    )?)
+    .await?;
     let token = testkit::token(&testkit::control_api_keys()?, Role::Admin, None)?;
     let http = reqwest::Client::new();
     let post = |path: String, body: Value| {
@@ -193,8 +201,31 @@ async fn every_service_does_its_work_as_its_own_nats_user() -> Result<()> {
     })
     .await?;
 
+    // provider-repair created its durable on LIFECYCLE and consumed the purge's transitions as
+    // its own user.
+    let as_repair = bus::Bus::connect(
+        &common(Identity::ProviderRepair).nats_url,
+        None,
+        Namespace::root(),
+        bus::StreamSettings::default(),
+    )
+    .await?;
+    eventually("provider-repair did not consume its wakes", || async {
+        let stream = as_repair
+            .jetstream()
+            .get_stream(bus::Stream::Lifecycle.name())
+            .await?;
+        Ok(stream
+            .consumer_info("provider-repair-wakes")
+            .await
+            .ok()
+            .filter(|i| i.num_pending == 0 && i.num_ack_pending == 0)
+            .map(|_| ()))
+    })
+    .await?;
+
     for service in [
-        &control, &ingress, &github, &gitlab, &slack, &outline, &eraser,
+        &control, &ingress, &github, &gitlab, &slack, &outline, &eraser, &repair,
     ] {
         let ready = http.get(format!("{}/readyz", service.url())).send().await?;
         assert_eq!(
