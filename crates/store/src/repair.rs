@@ -422,6 +422,21 @@ pub async fn keep(
     .await?;
     let provider = ProviderKind::parse(&kind)
         .ok_or_else(|| sqlx::Error::Decode(format!("connection kind {kind:?}").into()))?;
+    // Kept already (a pass that verifies it again): no locks taken. An adopted registration
+    // has no fence, since a capture makes what it fences a removal target.
+    let adopted: Option<Uuid> = sqlx::query_scalar(
+        "SELECT id FROM provider_registration
+          WHERE connection_id = $1 AND resource_kind = $2 AND vendor_id = $3
+            AND state = 'adopted'",
+    )
+    .bind(kept.connection_id)
+    .bind(kept.kind.as_str())
+    .bind(kept.vendor_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(id) = adopted {
+        return Ok(Kept::Recorded(id));
+    }
     let identity = identity(provider, &instance, kept.kind.as_str(), kept.vendor_id);
     // Lock order: identity, then the connection row.
     sqlx::query("SELECT pg_advisory_xact_lock($1)")

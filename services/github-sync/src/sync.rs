@@ -175,6 +175,29 @@ impl Vendor for GithubVendor {
             Err(e) => return Ok(Err(e)),
         };
         let mut txn = self.pool.begin().await?;
+        // The installation just listed is held for this connection: uninstalled by provider
+        // repair once it is disconnected. First in the transaction: identity lock, then the
+        // connection row.
+        if let (Some(installation_id), Some(app_id)) =
+            (source.installation_id(), source.own_app_id())
+        {
+            let id = installation_id.to_string();
+            let kept = store::repair::keep(
+                &mut txn,
+                &store::repair::KeptResource {
+                    connection_id: job.connection_id,
+                    kind: scm_mirror::github::APP_INSTALLATION,
+                    target: &id,
+                    vendor_id: &id,
+                    proof: &app_id.to_string(),
+                },
+            )
+            .await?;
+            if kept == store::repair::Kept::Fenced {
+                tracing::warn!(connection_id = %job.connection_id, installation_id,
+                    "the installation's removal is fenced; it is not adopted again");
+            }
+        }
         // The installation just listed with its own token is verified for this connection:
         // installation webhooks are admitted against it (a typed setting is not verification).
         if let Some(installation_id) = source.installation_id() {

@@ -49,6 +49,31 @@ pub async fn activate(
         record(pool, conn, "slack_activation_failed", &reason).await?;
         return Ok(());
     }
+    // The bot token auth.test just verified is held for this connection: revoked by provider
+    // repair once it is disconnected (team, bot user and the token's fingerprint).
+    if let Some(token) =
+        store::secrets::get(&factory.db, &factory.secret_key, conn.id, "token").await?
+    {
+        let (target, vendor_id, proof) =
+            slack_mirror::bot_token_resource(&auth.team_id, &auth.user_id, &token);
+        let mut txn = pool.begin().await?;
+        let kept = store::repair::keep(
+            &mut txn,
+            &store::repair::KeptResource {
+                connection_id: conn.id,
+                kind: slack_mirror::BOT_TOKEN,
+                target: &target,
+                vendor_id: &vendor_id,
+                proof: &proof,
+            },
+        )
+        .await?;
+        txn.commit().await?;
+        if kept == store::repair::Kept::Fenced {
+            tracing::warn!(connection_id = %conn.id,
+                "the bot token's revocation is fenced; it is not adopted again");
+        }
+    }
     let mut cursor: Option<String> = None;
     let mut seen = 0usize;
     for _ in 0..MAX_PAGES {
