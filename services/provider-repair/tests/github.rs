@@ -110,6 +110,31 @@ async fn a_202_is_no_receipt_and_awaits_an_admin() -> Result<()> {
             .await?;
     assert_eq!(fence.next_attempt_at, None);
     assert_eq!(fence.fence.uncertain().collect::<Vec<_>>(), vec![0]);
+    // Only an admin's confirmation of that very attempt resolves it.
+    let wrong = store::repair_admin::settle(
+        g.s.pool(),
+        fence.id,
+        store::repair_admin::AdminAction::Confirm { attempt: 1 },
+        "operator",
+        "checked the App's settings page",
+    )
+    .await;
+    assert!(wrong.is_err(), "attempt 1 was never uncertain");
+    let settled = store::repair_admin::settle(
+        g.s.pool(),
+        fence.id,
+        store::repair_admin::AdminAction::Confirm { attempt: 0 },
+        "operator",
+        "the App is no longer installed on acme",
+    )
+    .await?;
+    assert_eq!(settled.fence.status(), FenceStatus::Resolved);
+    let state: String =
+        sqlx::query_scalar("SELECT state FROM provider_registration WHERE connection_id = $1")
+            .bind(a)
+            .fetch_one(g.s.pool())
+            .await?;
+    assert_eq!(state, "removed");
     g.s.stop().await
 }
 
