@@ -50,6 +50,7 @@ mod m0045_provider_repair;
 mod m0046_registration_removed;
 mod m0047_registration_capture_scope;
 mod m0048_provider_repair_audit;
+mod m0049_oauth;
 
 /// A migration that is one SQL text. Forward-only: a fix is a new migration, never a rollback.
 struct Sql {
@@ -264,6 +265,10 @@ impl MigratorTrait for Migrator {
             Box::new(Sql {
                 name: "m0048_provider_repair_audit",
                 up: m0048_provider_repair_audit::UP,
+            }),
+            Box::new(Sql {
+                name: "m0049_oauth",
+                up: m0049_oauth::UP,
             }),
         ]
     }

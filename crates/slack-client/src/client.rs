@@ -171,6 +171,45 @@ impl SlackClient {
         })
     }
 
+    /// `oauth.v2.access`: exchanges the authorization `code` of an installation for the app's
+    /// bot token, with the app's credentials (HTTP Basic) and the `redirect_uri` the
+    /// authorization was asked with. Sent once: a code is single-use, so after a lost answer
+    /// only `invalid_code` could come back, and the exchange's outcome is unknown.
+    #[tracing::instrument(skip_all)]
+    pub async fn oauth_v2_access(
+        settings: &Settings,
+        client_id: &str,
+        client_secret: &str,
+        code: &str,
+        redirect_uri: &str,
+    ) -> Result<OAuthAccess, SlackError> {
+        use slack_morphism::prelude::{
+            SlackClientId, SlackClientSecret, SlackOAuthCode, SlackOAuthV2AccessTokenRequest,
+        };
+        let method = methods::OAUTH_V2_ACCESS;
+        let redirect = url::Url::parse(redirect_uri).map_err(|e| SlackError::Unreachable {
+            method,
+            detail: format!("redirect URI: {e}"),
+        })?;
+        // No token acts here: the app's credentials do.
+        let client = SlackClient::new(settings, "")?;
+        let request = SlackOAuthV2AccessTokenRequest {
+            client_id: SlackClientId(client_id.to_owned()),
+            client_secret: SlackClientSecret(client_secret.to_owned()),
+            code: SlackOAuthCode(code.to_owned()),
+            redirect_uri: Some(redirect),
+        };
+        let answer = client
+            .attempt(method, client.inner.slack.oauth2_access(&request))
+            .await?;
+        Ok(OAuthAccess {
+            access_token: answer.access_token.0,
+            team_id: answer.team.id.0,
+            bot_user_id: answer.bot_user_id.map(|u| u.0),
+            app_id: answer.app_id.0,
+        })
+    }
+
     /// Web API calls sent by this client and its clones, each attempt counted (when it starts,
     /// so one that times out counts too).
     pub fn calls(&self) -> u64 {
@@ -374,6 +413,26 @@ impl SlackClient {
             Ok(answer) => answer.map_err(|e| SlackError::from_attempt(method, e)),
             Err(_) => Err(SlackError::Timeout { method }),
         }
+    }
+}
+
+/// What `oauth.v2.access` returned: the bot token and whose it is.
+#[derive(Clone)]
+pub struct OAuthAccess {
+    pub access_token: String,
+    pub team_id: String,
+    /// The bot user the token acts as (absent when no bot scope was granted).
+    pub bot_user_id: Option<String>,
+    pub app_id: String,
+}
+
+impl std::fmt::Debug for OAuthAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OAuthAccess")
+            .field("team_id", &self.team_id)
+            .field("bot_user_id", &self.bot_user_id)
+            .field("app_id", &self.app_id)
+            .finish_non_exhaustive()
     }
 }
 

@@ -33,7 +33,7 @@ mod client;
 mod error;
 mod model;
 
-pub use client::{HistoryQuery, RepliesQuery, SLACK_API, Settings, SlackClient};
+pub use client::{HistoryQuery, OAuthAccess, RepliesQuery, SLACK_API, Settings, SlackClient};
 pub use error::SlackError;
 pub use model::{AuthTest, Channel, FileRef, Message, Page};
 pub use vendor_http::RetryPolicy;
@@ -41,6 +41,8 @@ pub use vendor_http::RetryPolicy;
 /// The Web API methods this client calls, as Slack names them (and as errors and retry logs
 /// name the call).
 pub mod methods {
+    /// Exchanges an authorization code for the app's bot token.
+    pub const OAUTH_V2_ACCESS: &str = "oauth.v2.access";
     /// Who the token is: team, bot user and bot.
     pub const AUTH_TEST: &str = "auth.test";
     /// Revokes the calling token.

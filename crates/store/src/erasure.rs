@@ -192,6 +192,16 @@ pub const RETAINED: &[(&str, &str)] = &[
         "which repositories an erasure deleted or kept: ids only",
     ),
     (
+        "oauth_state",
+        "an authorization's state as a hash, bound to a connection's ids and generation; it \
+         expires, and goes with the workspace",
+    ),
+    (
+        "slack_exchange",
+        "a Slack authorization attempt (Slack's team and bot user ids, a token fingerprint; no \
+         content) kept for an admin when its outcome is unknown; it goes with the workspace",
+    ),
+    (
         "workspace_usage",
         "bytes and deliveries a workspace stored a day, for its quota: counts only, pruned after a day",
     ),

@@ -14,6 +14,7 @@ pub mod headers;
 pub mod inbound;
 pub mod jobs;
 pub mod lifecycle;
+pub mod oauth;
 pub mod outbox;
 pub mod registration;
 pub mod repair;

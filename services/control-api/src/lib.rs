@@ -130,6 +130,51 @@ pub struct Config {
         default_value_t = 1000
     )]
     pub max_monitors_per_connection: usize,
+
+    /// The Slack app's OAuth client id; with its secret and the callback URL, Slack
+    /// connections authorize through `POST .../authorize`.
+    #[arg(
+        long,
+        env = "FORGESYNC_SLACK_CLIENT_ID",
+        value_name = "FORGESYNC_SLACK_CLIENT_ID"
+    )]
+    pub slack_client_id: Option<String>,
+
+    /// The Slack app's OAuth client secret.
+    #[arg(
+        long,
+        env = "FORGESYNC_SLACK_CLIENT_SECRET",
+        value_name = "FORGESYNC_SLACK_CLIENT_SECRET",
+        hide_env_values = true
+    )]
+    pub slack_client_secret: Option<String>,
+
+    /// Slack's authorization page.
+    #[arg(
+        long,
+        env = "FORGESYNC_SLACK_AUTHORIZE_URL",
+        value_name = "FORGESYNC_SLACK_AUTHORIZE_URL",
+        default_value = "https://slack.com/oauth/v2/authorize"
+    )]
+    pub slack_authorize_url: String,
+
+    /// Slack's Web API base, for the code exchange and the token's check.
+    #[arg(
+        long,
+        env = "FORGESYNC_SLACK_API_URL",
+        value_name = "FORGESYNC_SLACK_API_URL",
+        default_value = slack_client::SLACK_API
+    )]
+    pub slack_api_url: String,
+
+    /// This API's `/oauth/callback` as the vendor's redirect reaches it (registered with the
+    /// Slack app as its redirect URL).
+    #[arg(
+        long,
+        env = "FORGESYNC_OAUTH_CALLBACK_URL",
+        value_name = "FORGESYNC_OAUTH_CALLBACK_URL"
+    )]
+    pub oauth_callback_url: Option<String>,
 }
 
 impl std::fmt::Debug for Config {
@@ -175,6 +220,8 @@ pub struct AppState {
     pub egress: vendor_http::egress::Egress,
     /// What one workspace and one connection may hold.
     pub caps: Caps,
+    /// Slack's OAuth app, for connections that authorize.
+    pub slack_oauth: Arc<routes::oauth::SlackOAuth>,
 }
 
 /// Quotas on what a tenant may create, each named in the refusal that reaches it.
@@ -244,6 +291,14 @@ pub async fn run(
             connections_per_workspace: config.max_connections_per_workspace,
             monitors_per_connection: config.max_monitors_per_connection,
         },
+        slack_oauth: Arc::new(routes::oauth::SlackOAuth {
+            client_id: config.slack_client_id.clone().filter(|s| !s.is_empty()),
+            client_secret: config.slack_client_secret.clone().filter(|s| !s.is_empty()),
+            authorize_url: config.slack_authorize_url.clone(),
+            api_url: config.slack_api_url.clone(),
+            callback_url: config.oauth_callback_url.clone().filter(|s| !s.is_empty()),
+            scopes: routes::oauth::SLACK_SCOPES.to_owned(),
+        }),
     };
     let mut service = runtime::Service::new("control-api", &config.common, &shutdown);
     service.routes(router(state, config.max_body_bytes));

@@ -9,7 +9,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use crate::error::{BadRequest, Forbidden, PayloadTooLarge, Unauthorized, UnsupportedMediaType};
 use crate::routes::{
     connections, dead_messages, endpoints, erasures, github, gitlab, gitlab_activation, jobs,
-    outline, outline_subscription, provider_repairs, slack, workspaces,
+    oauth, outline, outline_subscription, provider_repairs, slack, workspaces,
 };
 
 #[derive(OpenApi)]
@@ -29,6 +29,7 @@ use crate::routes::{
         workspaces::create, workspaces::list, workspaces::get, workspaces::purge,
         connections::create, connections::list, connections::get, connections::audit,
         connections::transition, connections::replace_secrets,
+        oauth::authorize, oauth::callback, oauth::exchanges,
         gitlab_activation::activation, outline_subscription::subscription,
         jobs::create, jobs::list, jobs::cancel,
         endpoints::create, endpoints::rotate_secret, endpoints::replay,

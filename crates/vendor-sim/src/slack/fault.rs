@@ -25,7 +25,10 @@ pub mod methods {
     pub const CHAT_POST_MESSAGE: &str = "chat.postMessage";
 
     /// Every method served; any other answers `unknown_method`.
+    /// `oauth.v2.access`: exchanges an authorization code for a bot token, once.
+    pub const OAUTH_V2_ACCESS: &str = "oauth.v2.access";
     pub const ALL: &[&str] = &[
+        OAUTH_V2_ACCESS,
         AUTH_TEST,
         AUTH_REVOKE,
         CONVERSATIONS_LIST,

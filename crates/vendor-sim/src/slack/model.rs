@@ -264,6 +264,13 @@ pub struct Model {
     pub(crate) tokens: BTreeMap<String, Token>,
     pub(crate) channels: BTreeMap<String, Channel>,
     pub(crate) users: BTreeMap<String, String>,
+    /// The app's OAuth credentials (`client_id`, `client_secret`).
+    pub oauth_client: (String, String),
+    /// The team an installation through `/oauth/v2/authorize` is made in (the person who
+    /// approves it is a member of this team); the first team when unset.
+    pub installing_team: Option<String>,
+    /// Authorization codes not yet exchanged: code → (team, redirect URI asked with).
+    pub(crate) codes: BTreeMap<String, (String, Option<String>)>,
     clock: Option<u64>,
     last_ts: u64,
     next_id: u64,
@@ -281,6 +288,9 @@ impl Default for Model {
             tokens: BTreeMap::new(),
             channels: BTreeMap::new(),
             users: BTreeMap::new(),
+            oauth_client: ("sim-client-id".to_owned(), "sim-client-secret".to_owned()),
+            installing_team: None,
+            codes: BTreeMap::new(),
             clock: None,
             last_ts: 0,
             next_id: 0,
@@ -388,6 +398,43 @@ impl Model {
     /// A team.
     pub fn team(&self, id: &str) -> Option<&Team> {
         self.teams.get(id)
+    }
+
+    /// An installation approved in the installing team: a single-use authorization code bound
+    /// to the redirect URI it was asked with; `None` without a team.
+    pub fn authorize(&mut self, redirect_uri: Option<&str>) -> Option<String> {
+        let team = match &self.installing_team {
+            Some(t) => t.clone(),
+            None => self.teams.keys().next()?.clone(),
+        };
+        self.next_id += 1;
+        let code = format!("sim-code-{:08x}", self.next_id);
+        self.codes
+            .insert(code.clone(), (team, redirect_uri.map(str::to_owned)));
+        Some(code)
+    }
+
+    /// `oauth.v2.access`: the code (once) for a fresh bot token of its team: (token, team).
+    pub(crate) fn exchange(
+        &mut self,
+        code: &str,
+        redirect_uri: Option<&str>,
+    ) -> Result<(String, Team), SlackError> {
+        let Some((team, asked)) = self.codes.remove(code) else {
+            return Err(SlackError("invalid_code"));
+        };
+        if asked.is_some() && asked.as_deref() != redirect_uri {
+            return Err(SlackError("bad_redirect_uri"));
+        }
+        let team = self
+            .teams
+            .get(&team)
+            .cloned()
+            .ok_or(SlackError("invalid_code"))?;
+        self.next_id += 1;
+        let token = format!("xoxb-sim-{:08x}", self.next_id);
+        self.add_token(&token, &team.id);
+        Ok((token, team))
     }
 
     /// Accepts `token` as the bot token of `team`.

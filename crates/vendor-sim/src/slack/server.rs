@@ -94,6 +94,7 @@ impl SlackSim {
         });
         let app = Router::new()
             .route("/api/{method}", any(api_call))
+            .route("/oauth/v2/authorize", axum::routing::get(oauth_authorize))
             .route("/_admin/{action}", post(admin))
             .with_state(shared.clone());
         let sender = {
@@ -352,6 +353,18 @@ fn token_of(headers: &HeaderMap, params: &Params) -> Option<String> {
         .or_else(|| params.get("token").map(str::to_owned))
 }
 
+fn basic_auth(headers: &HeaderMap) -> Option<(String, String)> {
+    use base64::Engine as _;
+    let value = headers.get("authorization")?.to_str().ok()?;
+    let encoded = value.strip_prefix("Basic ")?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (id, secret) = text.split_once(':')?;
+    Some((id.to_owned(), secret.to_owned()))
+}
+
 /// Charges a call to its tier's window for this token; the seconds to wait when it is spent.
 fn charge(
     shared: &Shared,
@@ -397,6 +410,11 @@ async fn api_call(
     let mut params = Params::parse(query.as_deref(), &headers, &body);
     let token = token_of(&headers, &params);
     params.0.remove("token");
+    // The app's credentials as HTTP Basic (`oauth.v2.access`), as parameters.
+    if let Some((id, secret)) = basic_auth(&headers) {
+        params.0.entry("client_id".to_owned()).or_insert(id);
+        params.0.entry("client_secret".to_owned()).or_insert(secret);
+    }
     lock(&shared.log).push(ApiCall {
         method: method.clone(),
         token: token.clone(),
@@ -429,6 +447,9 @@ fn answer(
     let mut m = lock(&shared.model);
     if !methods::ALL.contains(&method) {
         return api_error("unknown_method");
+    }
+    if method == methods::OAUTH_V2_ACCESS {
+        return oauth_v2_access(&mut m, params, fired);
     }
     let team = match m.authenticate(token) {
         Ok(t) => t.clone(),
@@ -475,6 +496,81 @@ fn answer(
     }
     match answered {
         Ok(body) => ok(body),
+        Err(e) => api_error(e.0),
+    }
+}
+
+/// `GET /oauth/v2/authorize`: the person approves at once, in the installing team; the browser
+/// is sent back to `redirect_uri` with a code and the `state` as given.
+async fn oauth_authorize(State(shared): State<Arc<Shared>>, RawQuery(query): RawQuery) -> Response {
+    let params = Params::parse(query.as_deref(), &HeaderMap::new(), &[]);
+    let m = &mut lock(&shared.model);
+    if params.get("client_id") != Some(m.oauth_client.0.as_str()) {
+        return (StatusCode::BAD_REQUEST, "invalid_client_id").into_response();
+    }
+    let Some(redirect) = params.get("redirect_uri").map(str::to_owned) else {
+        return (StatusCode::BAD_REQUEST, "no redirect_uri").into_response();
+    };
+    let Some(code) = m.authorize(Some(&redirect)) else {
+        return (StatusCode::BAD_REQUEST, "no team to install in").into_response();
+    };
+    let mut url = match reqwest::Url::parse(&redirect) {
+        Ok(url) => url,
+        Err(_) => return (StatusCode::BAD_REQUEST, "bad_redirect_uri").into_response(),
+    };
+    url.query_pairs_mut().append_pair("code", &code);
+    if let Some(state) = params.get("state") {
+        url.query_pairs_mut().append_pair("state", state);
+    }
+    let mut r = StatusCode::FOUND.into_response();
+    if let Ok(location) = HeaderValue::from_str(url.as_str()) {
+        r.headers_mut().insert("location", location);
+    }
+    r
+}
+
+/// `oauth.v2.access`: the app's credentials (HTTP Basic, or `client_id` and `client_secret`
+/// parameters) and a code, for a fresh bot token. Faults apply as to any call; a lost answer
+/// is lost after the exchange happened.
+fn oauth_v2_access(m: &mut Model, params: &Params, fired: &[SlackFault]) -> Response {
+    for kind in fired {
+        match kind {
+            SlackFault::Status(code) => {
+                let status = StatusCode::from_u16(*code).unwrap_or(StatusCode::BAD_GATEWAY);
+                return (status, "upstream connect error or disconnect/reset").into_response();
+            }
+            SlackFault::Error(code) => return api_error(code),
+            _ => {}
+        }
+    }
+    let client = (params.get("client_id"), params.get("client_secret"));
+    if client.0 != Some(m.oauth_client.0.as_str()) {
+        return api_error("invalid_client_id");
+    }
+    if client.1 != Some(m.oauth_client.1.as_str()) {
+        return api_error("bad_client_secret");
+    }
+    let Some(code) = params.get("code") else {
+        return api_error("invalid_code");
+    };
+    let answered = m.exchange(code, params.get("redirect_uri"));
+    for kind in fired {
+        if let SlackFault::Lost(code) = kind {
+            let status = StatusCode::from_u16(*code).unwrap_or(StatusCode::BAD_GATEWAY);
+            return (status, "upstream request timeout").into_response();
+        }
+    }
+    match answered {
+        Ok((token, team)) => ok(json!({
+            "access_token": token,
+            "token_type": "bot",
+            "scope": "channels:history,channels:read,groups:history,groups:read,chat:write",
+            "bot_user_id": team.bot_user,
+            "app_id": m.app_id,
+            "team": {"id": team.id, "name": team.domain},
+            "enterprise": null,
+            "authed_user": {"id": "USIMINSTALLER"},
+        })),
         Err(e) => api_error(e.0),
     }
 }

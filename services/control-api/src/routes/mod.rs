@@ -8,6 +8,7 @@ pub mod github;
 pub mod gitlab;
 pub mod gitlab_activation;
 pub mod jobs;
+pub mod oauth;
 pub mod outline;
 pub mod outline_subscription;
 pub mod provider_repairs;
@@ -127,6 +128,12 @@ pub fn table() -> RouteTable {
             "/workspaces/{workspace_id}/connections/{connection_id}/secrets",
             connections::replace_secrets,
         )
+        .post(
+            "/workspaces/{workspace_id}/connections/{connection_id}/authorize",
+            oauth::authorize,
+        )
+        .get("/oauth/callback", oauth::callback)
+        .get("/slack-exchanges", oauth::exchanges)
         .post(
             "/workspaces/{workspace_id}/connections/{connection_id}/sync",
             jobs::create,
