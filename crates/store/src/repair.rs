@@ -130,6 +130,34 @@ async fn advisory_locks<C: ConnectionTrait>(db: &C, keys: &[i64]) -> Result<(), 
     Ok(())
 }
 
+/// The message of the error [`capture`] fails with when an identity lock it did not hold is
+/// taken by another transaction: retry the whole transaction.
+const CONTENDED: &str = "provider repair: an identity lock is held by another transaction";
+
+/// Whether `e` is [`capture`]'s contention: the transaction did nothing that lasts and should
+/// be run again (its identity locks taken first, as the lock order says).
+pub fn is_contended(e: &DbErr) -> bool {
+    matches!(e, DbErr::Custom(m) if m == CONTENDED)
+}
+
+async fn try_advisory_locks<C: ConnectionTrait>(db: &C, keys: &[i64]) -> Result<(), DbErr> {
+    for key in keys {
+        let got = db
+            .query_one_raw(stmt(
+                "SELECT pg_try_advisory_xact_lock($1) AS got",
+                vec![(*key).into()],
+            ))
+            .await?
+            .map(|r| r.try_get::<bool>("", "got"))
+            .transpose()?
+            .unwrap_or(false);
+        if !got {
+            return Err(DbErr::Custom(CONTENDED.to_owned()));
+        }
+    }
+    Ok(())
+}
+
 /// Takes the identity locks of everything `connection_ids` hold at their vendors, in hash
 /// order, in the caller's transaction: call it before locking the connection rows.
 pub async fn lock_identities<C: ConnectionTrait>(
@@ -192,7 +220,11 @@ async fn capture_as<C: ConnectionTrait>(
     let disconnecting = row.status == ConnectionStatus::Disconnected;
     let held = held(db, row.id, only_created, disconnecting).await?;
     let identities: Vec<_> = held.iter().map(Held::identity).collect();
-    advisory_locks(db, &lock_order(&identities)).await?;
+    // The row is locked already: waiting for an identity lock now would invert the lock order
+    // (an adoption holds its identity lock and waits for this row). Those the caller took
+    // first are ours again at once; one the connection came to hold since is only tried, and
+    // a contended one fails the transaction for the caller to retry ([`is_contended`]).
+    try_advisory_locks(db, &lock_order(&identities)).await?;
     // Sealed as the connection's secret was (its id and name are the associated data): moved,
     // never opened here. Once the secrets are gone (a late capture after a disconnection), the
     // one an earlier reference of the connection still holds.
@@ -371,7 +403,12 @@ pub async fn capture_late(
                 | ConnectionStatus::Uninstalled
                 | ConnectionStatus::Disconnected
         );
-        let out = capture_as(&txn, &row, "late", only_created, actor).await?;
+        let out = match capture_as(&txn, &row, "late", only_created, actor).await {
+            Ok(out) => out,
+            // It came to hold more meanwhile: the next pass captures it.
+            Err(e) if is_contended(&e) => continue,
+            Err(e) => return Err(e),
+        };
         txn.commit().await?;
         captured += out.repairs.len() as u64;
     }

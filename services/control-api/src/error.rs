@@ -107,6 +107,11 @@ impl From<sea_orm::DbErr> for ApiError {
                 "database_unavailable",
                 "the database is unavailable; retry shortly",
             ),
+            other if store::repair::is_contended(&other) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "contended",
+                "a vendor resource of the connection changed during the request; retry",
+            ),
             other => ApiError::internal(other),
         }
     }

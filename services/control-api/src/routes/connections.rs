@@ -613,19 +613,81 @@ pub async fn transition(
     PathParams((workspace_id, connection_id, name)): PathParams<(Uuid, Uuid, String)>,
 ) -> Result<Json<ConnectionView>, ApiError> {
     let transition = parse_transition(&name)?;
+    // A capture that meets an identity lock it did not take first fails the transaction; it is
+    // run again (its identity locks first), a few times.
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match apply_transition(
+            &state,
+            &caller,
+            workspace_id,
+            connection_id,
+            &name,
+            transition,
+        )
+        .await
+        {
+            Err(TransitionError::Contended) if attempt < 5 => {
+                tokio::time::sleep(std::time::Duration::from_millis(10 * attempt)).await;
+            }
+            Err(TransitionError::Contended) => {
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "contended",
+                    "the connection's vendor resources kept changing during the transition; \
+                     retry",
+                ));
+            }
+            Err(TransitionError::Api(e)) => return Err(e),
+            Ok(view) => return Ok(view),
+        }
+    }
+}
+
+enum TransitionError {
+    Contended,
+    Api(ApiError),
+}
+
+impl From<ApiError> for TransitionError {
+    fn from(e: ApiError) -> Self {
+        TransitionError::Api(e)
+    }
+}
+
+impl From<sea_orm::DbErr> for TransitionError {
+    fn from(e: sea_orm::DbErr) -> Self {
+        if store::repair::is_contended(&e) {
+            TransitionError::Contended
+        } else {
+            TransitionError::Api(e.into())
+        }
+    }
+}
+
+async fn apply_transition(
+    state: &AppState,
+    caller: &crate::Claims,
+    workspace_id: Uuid,
+    connection_id: Uuid,
+    name: &str,
+    transition: Transition,
+) -> Result<Json<ConnectionView>, TransitionError> {
     let txn = state.db.begin().await?;
-    let ws = find_reachable(&txn, &caller, workspace_id, false).await?;
+    let ws = find_reachable(&txn, caller, workspace_id, false).await?;
     // Provider repair's lock order: identity locks before the connection row lock.
     store::repair::lock_identities(&txn, &[connection_id]).await?;
-    let row = find_connection(&txn, &caller, workspace_id, connection_id, true).await?;
+    let row = find_connection(&txn, caller, workspace_id, connection_id, true).await?;
     if ws.status != WorkspaceStatus::Active && transition != Transition::Disconnect {
         return Err(ApiError::conflict(
             "workspace_not_active",
             "the workspace is being purged; only disconnect is allowed",
-        ));
+        )
+        .into());
     }
     let before = row.status;
-    let row = store::lifecycle::apply(&txn, row, transition, &caller.sub, &name)
+    let row = store::lifecycle::apply(&txn, row, transition, &caller.sub, name)
         .await?
         .map_err(|e| {
             ApiError::conflict(
