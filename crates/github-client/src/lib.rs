@@ -36,6 +36,7 @@ pub use queries::{
     PullRequestState, RepositoryHeader, RepositoryRef, Timestamp,
 };
 pub use rest::{
-    AppInstallation, HookDeliveriesPage, InstallationDeleted, HookDelivery, InstallationRepositoriesPage, RestOwner, RestRepository,
+    AppInstallation, HookDeliveriesPage, HookDelivery, InstallationDeleted,
+    InstallationRepositoriesPage, RestOwner, RestRepository,
 };
 pub use retry::RetryPolicy;
