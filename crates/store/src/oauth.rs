@@ -266,9 +266,10 @@ pub async fn adopt(
         Kept::Recorded(id) => id,
         Kept::Fenced => return Ok(Err(NotAdopted::Fenced)),
     };
-    // The row is locked now: the connection is still the one the state was bound to.
+    // Under the row lock: the connection is still the one the state was bound to.
     let (version, generation, status): (i64, i64, String) = sqlx::query_as(
-        "SELECT version, lifecycle_generation, status::text FROM connection WHERE id = $1",
+        "SELECT version, lifecycle_generation, status::text FROM connection WHERE id = $1
+            FOR UPDATE",
     )
     .bind(a.claimed.connection_id)
     .fetch_one(&mut *tx)

@@ -285,15 +285,7 @@ pub async fn resolve_created(
             .bind(identity_hash(identity))
             .execute(&mut *tx)
             .await?;
-        fenced = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM provider_resource_repair
-                             WHERE provider = $1 AND instance = $2 AND resource = $3)",
-        )
-        .bind(&provider)
-        .bind(&identity.instance)
-        .bind(&identity.resource)
-        .fetch_one(&mut *tx)
-        .await?;
+        fenced = crate::repair::is_fenced(&mut tx, identity).await?;
     }
     let current: Option<(i64, i64, String)> = sqlx::query_as(
         "SELECT version, lifecycle_generation, status FROM connection WHERE id = $1 FOR UPDATE",

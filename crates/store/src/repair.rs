@@ -441,6 +441,40 @@ pub enum Kept {
     Fenced,
 }
 
+/// The connection's adopted registration of exactly this kept resource.
+async fn kept_already(
+    conn: &mut sqlx::PgConnection,
+    kept: &KeptResource<'_>,
+) -> Result<Option<Uuid>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT id FROM provider_registration
+          WHERE connection_id = $1 AND resource_kind = $2 AND vendor_id = $3
+            AND state = 'adopted'",
+    )
+    .bind(kept.connection_id)
+    .bind(kept.kind.as_str())
+    .bind(kept.vendor_id)
+    .fetch_optional(&mut *conn)
+    .await
+}
+
+/// Whether a removal of `identity` was ever fenced (settled or not): such an identity is never
+/// adopted. Read under the identity's lock.
+pub(crate) async fn is_fenced(
+    conn: &mut sqlx::PgConnection,
+    identity: &ResourceIdentity,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM provider_resource_repair
+                         WHERE provider = $1 AND instance = $2 AND resource = $3)",
+    )
+    .bind(identity.provider.as_str())
+    .bind(&identity.instance)
+    .bind(&identity.resource)
+    .fetch_one(&mut *conn)
+    .await
+}
+
 /// Records a [`KeptResource`] in the caller's transaction: the identity lock, then the
 /// connection row lock, then an adopted registration of the connection's current version and
 /// generation (`captured_on = 'disconnect'`). An earlier resource of the same kind and target
@@ -461,17 +495,7 @@ pub async fn keep(
         .ok_or_else(|| sqlx::Error::Decode(format!("connection kind {kind:?}").into()))?;
     // Kept already (a pass that verifies it again): no locks taken. An adopted registration
     // has no fence, since a capture makes what it fences a removal target.
-    let adopted: Option<Uuid> = sqlx::query_scalar(
-        "SELECT id FROM provider_registration
-          WHERE connection_id = $1 AND resource_kind = $2 AND vendor_id = $3
-            AND state = 'adopted'",
-    )
-    .bind(kept.connection_id)
-    .bind(kept.kind.as_str())
-    .bind(kept.vendor_id)
-    .fetch_optional(&mut *conn)
-    .await?;
-    if let Some(id) = adopted {
+    if let Some(id) = kept_already(conn, kept).await? {
         return Ok(Kept::Recorded(id));
     }
     let identity = identity(provider, &instance, kept.kind.as_str(), kept.vendor_id);
@@ -481,16 +505,7 @@ pub async fn keep(
         .execute(&mut *conn)
         .await?;
     // A fenced identity is never adopted.
-    let fenced: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM provider_resource_repair
-                         WHERE provider = $1 AND instance = $2 AND resource = $3)",
-    )
-    .bind(provider.as_str())
-    .bind(&identity.instance)
-    .bind(&identity.resource)
-    .fetch_one(&mut *conn)
-    .await?;
-    if fenced {
+    if is_fenced(conn, &identity).await? {
         return Ok(Kept::Fenced);
     }
     let (version, generation): (i64, i64) = sqlx::query_as(
@@ -511,17 +526,7 @@ pub async fn keep(
     .bind(kept.vendor_id)
     .execute(&mut *conn)
     .await?;
-    let existing: Option<Uuid> = sqlx::query_scalar(
-        "SELECT id FROM provider_registration
-          WHERE connection_id = $1 AND resource_kind = $2 AND vendor_id = $3
-            AND state = 'adopted'",
-    )
-    .bind(kept.connection_id)
-    .bind(kept.kind.as_str())
-    .bind(kept.vendor_id)
-    .fetch_optional(&mut *conn)
-    .await?;
-    if let Some(id) = existing {
+    if let Some(id) = kept_already(conn, kept).await? {
         return Ok(Kept::Recorded(id));
     }
     let id = Uuid::now_v7();

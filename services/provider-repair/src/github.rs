@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use github_client::{
-    AppCredentials, ClientConfig, Error as GithubError, GithubApp, InstallationDeleted, RetryPolicy,
+    AppCredentials, ClientConfig, Error as GithubError, GithubApp, InstallationDeleted,
 };
 use lifecycle_core::repair::{DispatchOutcome, Ownership};
 use store::registration::ResourceKind;
@@ -46,11 +46,7 @@ impl AppInstallations {
         let server = (!repair.instance.is_empty()).then_some(repair.instance.as_str());
         let mut config = ClientConfig::for_server(server).with_egress(self.egress.clone());
         config.timeout = self.request_timeout;
-        // One request per call: a retried DELETE would hide whether the first landed.
-        config.retry = RetryPolicy {
-            max_retries: 0,
-            ..config.retry
-        };
+        config.retry = crate::one_attempt();
         GithubApp::new(&config, credentials.clone()).map_err(|e| Inspected {
             ownership: Ownership::Unproven,
             detail: e.to_string(),

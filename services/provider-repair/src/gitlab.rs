@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use gitlab_client::{ClientConfig, Error as GitlabError, GitlabClient, GroupHook, RetryPolicy};
+use gitlab_client::{ClientConfig, Error as GitlabError, GitlabClient, GroupHook};
 use lifecycle_core::repair::{DispatchOutcome, Ownership};
 use store::registration::ResourceKind;
 use store::repair::Repair;
@@ -32,11 +32,7 @@ impl GroupHooks {
         };
         let config = ClientConfig {
             timeout: self.request_timeout,
-            // One request per attempt: a retried DELETE would hide whether the first landed.
-            retry: RetryPolicy {
-                max_retries: 0,
-                ..RetryPolicy::default()
-            },
+            retry: crate::one_attempt(),
             ..ClientConfig::new(origin).with_egress(self.egress.clone())
         };
         GitlabClient::new(&config, token).map_err(|e| e.to_string())

@@ -122,6 +122,33 @@ pub trait Remover: Send + Sync {
     async fn remove(&self, repair: &Repair, credential: &[u8]) -> (DispatchOutcome, String);
 }
 
+/// A token-authenticated vendor's client inputs for one repair: the removal credential as the
+/// token it is, and the API base (the instance the resource was captured at, else `configured`,
+/// else the vendor's `default`).
+pub(crate) fn token_and_base<'c>(
+    repair: &Repair,
+    credential: &'c [u8],
+    configured: &str,
+    default: &str,
+) -> Result<(&'c str, String), String> {
+    let token = std::str::from_utf8(credential)
+        .map_err(|_| "the removal credential is not UTF-8".to_owned())?;
+    let base = [repair.instance.as_str(), configured]
+        .into_iter()
+        .find(|b| !b.is_empty())
+        .unwrap_or(default)
+        .to_owned();
+    Ok((token, base))
+}
+
+/// One request per vendor call: a retried removal would hide whether the first one landed.
+pub(crate) fn one_attempt() -> vendor_http::RetryPolicy {
+    vendor_http::RetryPolicy {
+        max_retries: 0,
+        ..vendor_http::RetryPolicy::default()
+    }
+}
+
 /// Claims due fences and attempts each.
 #[derive(Clone)]
 pub struct Dispatcher {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lifecycle_core::repair::{DispatchOutcome, Ownership};
 use outline_client::types::WebhookSubscription;
-use outline_client::{OUTLINE_CLOUD, OutlineClient, OutlineError, RetryPolicy, Settings};
+use outline_client::{OUTLINE_CLOUD, OutlineClient, OutlineError, Settings};
 use store::registration::ResourceKind;
 use store::repair::Repair;
 use uuid::Uuid;
@@ -30,22 +30,11 @@ pub struct Subscriptions {
 
 impl Subscriptions {
     fn client(&self, repair: &Repair, credential: &[u8]) -> Result<OutlineClient, String> {
-        let token = std::str::from_utf8(credential)
-            .map_err(|_| "the removal credential is not UTF-8".to_owned())?;
-        let base_url = if !repair.instance.is_empty() {
-            repair.instance.clone()
-        } else if !self.api_url.is_empty() {
-            self.api_url.clone()
-        } else {
-            OUTLINE_CLOUD.to_owned()
-        };
+        let (token, base_url) =
+            crate::token_and_base(repair, credential, &self.api_url, OUTLINE_CLOUD)?;
         let settings = Settings {
             base_url,
-            // One request per call: a retried delete would hide whether the first landed.
-            retry: RetryPolicy {
-                max_retries: 0,
-                ..RetryPolicy::default()
-            },
+            retry: crate::one_attempt(),
             request_timeout: self.request_timeout,
             egress: self.egress.clone(),
             ..Settings::default()

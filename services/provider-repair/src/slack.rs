@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use lifecycle_core::repair::{DispatchOutcome, Ownership};
-use slack_client::{RetryPolicy, SLACK_API, Settings, SlackClient, SlackError};
+use slack_client::{SLACK_API, Settings, SlackClient, SlackError};
 use store::registration::ResourceKind;
 use store::repair::Repair;
 
@@ -36,22 +36,11 @@ const SLACK_FAILED: &[&str] = &[
 
 impl BotTokens {
     fn client(&self, repair: &Repair, credential: &[u8]) -> Result<SlackClient, String> {
-        let token = std::str::from_utf8(credential)
-            .map_err(|_| "the removal credential is not UTF-8".to_owned())?;
-        let base_url = if !repair.instance.is_empty() {
-            repair.instance.clone()
-        } else if !self.api_url.is_empty() {
-            self.api_url.clone()
-        } else {
-            SLACK_API.to_owned()
-        };
+        let (token, base_url) =
+            crate::token_and_base(repair, credential, &self.api_url, SLACK_API)?;
         let settings = Settings {
             base_url,
-            // One request per call: a retried revocation would hide whether the first landed.
-            retry: RetryPolicy {
-                max_retries: 0,
-                ..RetryPolicy::default()
-            },
+            retry: crate::one_attempt(),
             request_timeout: self.request_timeout,
         };
         SlackClient::new(&settings, token).map_err(|e| e.to_string())

@@ -33,6 +33,26 @@ impl Stack {
 
     /// With the revisiting schedule on `cron` (`off`: only lifecycle messages wake it).
     async fn start_with(cron: &str) -> Result<Stack> {
+        let mut s = Stack::bare().await?;
+        s.service = Some(s.spawn_service(cron).await?);
+        Ok(s)
+    }
+
+    /// provider-repair in this process, with the revisiting schedule on `cron`.
+    async fn spawn_service(&self, cron: &str) -> Result<testkit::Running> {
+        let config: provider_repair::Config = testkit::config(
+            self.env.common_args(),
+            &[
+                format!("--secret-key={}", testkit::secret_key()),
+                format!("--provider-repair-cron={cron}"),
+                "--provider-repair-request-timeout=1".to_owned(),
+            ],
+        )?;
+        testkit::spawn(config).await
+    }
+
+    /// The simulator and the database, without provider-repair running.
+    async fn bare() -> Result<Stack> {
         let mut model = Model::default();
         model.add_token(TOKEN);
         let group = model.add_group(None, "acme");
@@ -46,22 +66,37 @@ impl Stack {
         .bind(sim.base_url())
         .execute(env.db.db.get_postgres_connection_pool())
         .await?;
-        let config: provider_repair::Config = testkit::config(
-            env.common_args(),
-            &[
-                format!("--secret-key={}", testkit::secret_key()),
-                format!("--provider-repair-cron={cron}"),
-                "--provider-repair-request-timeout=1".to_owned(),
-            ],
-        )?;
-        let service = testkit::spawn(config).await?;
         Ok(Stack {
             env,
             sim,
             group,
             instance,
-            service: Some(service),
+            service: None,
         })
+    }
+
+    /// The provider-repair binary as its own process (killed with SIGKILL on drop), its vendor
+    /// calls allowed a minute.
+    fn spawn_binary(&self) -> Result<Killed> {
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_provider-repair"))
+            .env_clear()
+            .env("DATABASE_URL", &self.env.db.url)
+            .env("NATS_URL", &self.env.nats_url)
+            .env(
+                "FORGESYNC_NATS_PREFIX",
+                self.env.bus.namespace().prefix().unwrap_or_default(),
+            )
+            .env("FORGESYNC_LISTEN", "127.0.0.1:0")
+            .env("FORGESYNC_EGRESS_ALLOW", testkit::LOCAL_EGRESS)
+            .env("FORGESYNC_SECRET_KEY", testkit::secret_key())
+            .env("FORGESYNC_PROVIDER_REPAIR_CRON", "* * * * * *")
+            .env("FORGESYNC_PROVIDER_REPAIR_REQUEST_TIMEOUT", "60")
+            .env("RUST_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .context("spawning the provider-repair binary")?;
+        Ok(Killed(Some(child)))
     }
 
     fn pool(&self) -> &sqlx::PgPool {
@@ -311,4 +346,82 @@ async fn the_lifecycle_message_wakes_the_dispatcher() -> Result<()> {
         .await?;
     assert!(s.listed_hooks().await?.is_empty());
     s.stop().await
+}
+
+/// A child process, SIGKILLed and reaped when it is killed or dropped.
+struct Killed(Option<std::process::Child>);
+
+impl Killed {
+    fn kill(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn exited(&mut self) -> bool {
+        self.0
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_some())
+    }
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// provider-repair killed (SIGKILL) after its permit: once while its DELETE is still held at
+/// GitLab, once after GitLab deleted the hook but before it answered. Either way the attempt
+/// counted as sent from the permit on, so the replica that takes over never settles the fence by
+/// what it finds: it awaits an admin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatcher_killed_after_its_permit_leaves_the_fence_to_an_admin() -> Result<()> {
+    for (fault, deleted) in [
+        (GitlabFault::Delay(Duration::from_secs(30)), false),
+        (GitlabFault::AnswerLate(Duration::from_secs(30)), true),
+    ] {
+        let mut s = Stack::bare().await?;
+        let (a, _) = s.hooked_connection(TOKEN).await?;
+        s.sim
+            .inject(Fault::always(ops::DELETE_GROUP_HOOK, fault.clone()));
+        let mut child = s.spawn_binary()?;
+        s.transition(a, Transition::Disconnect).await?;
+        // The DELETE reached GitLab (and, answered late, was carried out).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while s.sim.calls(ops::DELETE_GROUP_HOOK) == 0
+            || (deleted && !s.listed_hooks().await?.is_empty())
+        {
+            anyhow::ensure!(!child.exited(), "provider-repair exited ({fault:?})");
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "the DELETE never reached GitLab ({fault:?})"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        child.kill();
+        let fence = store::repair::of_connection(s.pool(), a).await?;
+        assert_eq!(fence.len(), 1);
+        assert_eq!(
+            fence[0].last_outcome.as_deref(),
+            Some("dispatched"),
+            "killed between the permit and its record ({fault:?})"
+        );
+        // Another replica, once the dead one's claim has lapsed.
+        s.sim.clear_faults();
+        sqlx::query("UPDATE provider_resource_repair SET next_attempt_at = now()")
+            .execute(s.pool())
+            .await?;
+        s.service = Some(s.spawn_service("* * * * * *").await?);
+        let fence = s
+            .fence_when(a, |f| f.fence.status() == FenceStatus::AwaitingAdmin)
+            .await?;
+        assert!(
+            fence.fence.uncertain().any(|attempt| attempt == 0),
+            "the killed attempt stays uncertain ({fault:?}): {fence:?}"
+        );
+        s.stop().await?;
+    }
+    Ok(())
 }

@@ -468,15 +468,8 @@ fn answer(
             (mutation.0)(&mut m);
         }
     }
-    for kind in fired {
-        match kind {
-            SlackFault::Status(code) => {
-                let status = StatusCode::from_u16(*code).unwrap_or(StatusCode::BAD_GATEWAY);
-                return (status, "upstream connect error or disconnect/reset").into_response();
-            }
-            SlackFault::Error(code) => return api_error(code),
-            _ => {}
-        }
+    if let Some(failed) = failed_before(fired) {
+        return failed;
     }
     let answered = match method {
         methods::AUTH_TEST => Ok(auth_test(&team)),
@@ -488,16 +481,36 @@ fn answer(
         methods::CHAT_POST_MESSAGE => chat_post_message(&mut m, &team, params),
         _ => Err(SlackError("unknown_method")),
     };
-    for kind in fired {
-        if let SlackFault::Lost(code) = kind {
-            let status = StatusCode::from_u16(*code).unwrap_or(StatusCode::BAD_GATEWAY);
-            return (status, "upstream request timeout").into_response();
-        }
+    if let Some(lost) = lost_after(fired) {
+        return lost;
     }
     match answered {
         Ok(body) => ok(body),
         Err(e) => api_error(e.0),
     }
+}
+
+/// A call that fails before it is carried out (an edge status, an `ok: false` code).
+fn failed_before(fired: &[SlackFault]) -> Option<Response> {
+    fired.iter().find_map(|kind| match kind {
+        SlackFault::Status(code) => {
+            let status = StatusCode::from_u16(*code).unwrap_or(StatusCode::BAD_GATEWAY);
+            Some((status, "upstream connect error or disconnect/reset").into_response())
+        }
+        SlackFault::Error(code) => Some(api_error(code)),
+        _ => None,
+    })
+}
+
+/// A call carried out whose answer is lost.
+fn lost_after(fired: &[SlackFault]) -> Option<Response> {
+    fired.iter().find_map(|kind| match kind {
+        SlackFault::Lost(code) => {
+            let status = StatusCode::from_u16(*code).unwrap_or(StatusCode::BAD_GATEWAY);
+            Some((status, "upstream request timeout").into_response())
+        }
+        _ => None,
+    })
 }
 
 /// `GET /oauth/v2/authorize`: the person approves at once, in the installing team; the browser
@@ -533,15 +546,8 @@ async fn oauth_authorize(State(shared): State<Arc<Shared>>, RawQuery(query): Raw
 /// parameters) and a code, for a fresh bot token. Faults apply as to any call; a lost answer
 /// is lost after the exchange happened.
 fn oauth_v2_access(m: &mut Model, params: &Params, fired: &[SlackFault]) -> Response {
-    for kind in fired {
-        match kind {
-            SlackFault::Status(code) => {
-                let status = StatusCode::from_u16(*code).unwrap_or(StatusCode::BAD_GATEWAY);
-                return (status, "upstream connect error or disconnect/reset").into_response();
-            }
-            SlackFault::Error(code) => return api_error(code),
-            _ => {}
-        }
+    if let Some(failed) = failed_before(fired) {
+        return failed;
     }
     let client = (params.get("client_id"), params.get("client_secret"));
     if client.0 != Some(m.oauth_client.0.as_str()) {
@@ -554,11 +560,8 @@ fn oauth_v2_access(m: &mut Model, params: &Params, fired: &[SlackFault]) -> Resp
         return api_error("invalid_code");
     };
     let answered = m.exchange(code, params.get("redirect_uri"));
-    for kind in fired {
-        if let SlackFault::Lost(code) = kind {
-            let status = StatusCode::from_u16(*code).unwrap_or(StatusCode::BAD_GATEWAY);
-            return (status, "upstream request timeout").into_response();
-        }
+    if let Some(lost) = lost_after(fired) {
+        return lost;
     }
     match answered {
         Ok((token, team)) => ok(json!({
