@@ -1473,8 +1473,8 @@ mod tests {
         let copy = ChartCopy::new("dockerfile");
         copy.edit("deploy/Dockerfile", |t| {
             t.replace(
-                "ARG SERVICE_BINARIES=\"control-api eraser github-sync gitlab-sync ingress outline-sync slack-ingest\"",
-                "ARG SERVICE_BINARIES=\"control-api github-sync gitlab-sync ingress outline-sync slack-ingest\"",
+                "ARG SERVICE_BINARIES=\"control-api eraser github-sync gitlab-sync ingress outline-sync provider-repair slack-ingest\"",
+                "ARG SERVICE_BINARIES=\"control-api github-sync gitlab-sync ingress outline-sync provider-repair slack-ingest\"",
             )
         });
         let err = failure(&copy);
